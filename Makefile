@@ -1,0 +1,46 @@
+# Two commands do everything on a fresh Debian/Ubuntu machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DATA_DIR ?= .docjobs
+SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils
+SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test deps system-deps lint stop clean
+
+deps: system-deps $(VENV)/.installed
+
+# Debian packages, installed only when a tool is missing.
+system-deps:
+	@missing=""; for tool in $(SYSTEM_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages (missing:$$missing)"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(SYSTEM_PACKAGES) python3-venv >/dev/null; \
+	fi
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+# The main job on the embedded defaults: a generated sample through both watermark modes.
+demo: deps
+	$(PY) -m docjobs.samples $(DATA_DIR)/samples/sample.pdf --pages 4
+	$(PY) starter.py run $(DATA_DIR)/samples/sample.pdf --out out/sample.watermarked.pdf
+	$(PY) starter.py run $(DATA_DIR)/samples/sample.pdf --policy preview --out out/sample.preview.pdf
+	@echo "outputs in out/; Temporal Web UI: http://127.0.0.1:8233 ; stop the dev server with 'make stop'"
+
+lint: deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest
+
+stop:
+	@[ -x $(PY) ] && $(PY) starter.py server stop || true
+
+clean: stop
+	rm -rf $(DATA_DIR) out

@@ -1,0 +1,78 @@
+"""The lease an activity holds while it works: heartbeats with progress details, and typed failures.
+
+A side thread renews the lease while the worker process lives, so one long page cannot lose it; a killed
+worker stops renewing and the server hands the stage to another worker after the heartbeat timeout.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, CancelledError
+
+from docjobs.errors import DocJobError, Outcome
+
+log = logging.getLogger("docjobs.activities")
+
+
+class Lease:
+    """Renews the activity's heartbeat every third of its timeout, carrying the latest progress."""
+
+    def __init__(self, stage: str) -> None:
+        info = activity.info()
+        timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 30.0
+        self._interval = max(timeout / 3, 0.2)
+        self._details: dict[str, Any] = {"stage": stage, "pages_done": 0, "pages_total": None}
+        self._stop = threading.Event()
+        context = contextvars.copy_context()  # the activity context lives in a contextvar
+        self._thread = threading.Thread(target=context.run, args=(self._renew,), daemon=True, name=f"lease-{stage}")
+        previous = info.heartbeat_details[0] if info.heartbeat_details else None
+        if isinstance(previous, dict):
+            log.info("stage %s resumes after an attempt that reached page %s", stage, previous.get("pages_done"))
+
+    def __enter__(self) -> Lease:
+        activity.heartbeat(self._details)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def progress(self, pages_done: int, pages_total: int) -> None:
+        self._details = {**self._details, "pages_done": pages_done, "pages_total": pages_total}
+        activity.heartbeat(self._details)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self._interval):
+            activity.heartbeat(self._details)
+
+
+@contextmanager
+def typed_failures(stage: str) -> Iterator[int]:
+    """Turn failures into `ApplicationError`s typed by their stable code; yields the attempt number.
+
+    Deterministic codes are non-retryable; the attempt rides along so the job can record it. Unexpected
+    exceptions are logged by type only (their messages may quote document content) and retried.
+    """
+    attempt = activity.info().attempt
+    try:
+        yield attempt
+    except DocJobError as error:
+        log.warning("stage %s attempt %d failed: %s", stage, attempt, error.code)
+        raise ApplicationError(
+            error.message, attempt, type=error.code, non_retryable=error.outcome is not Outcome.RETRY
+        ) from None
+    except (CancelledError, ApplicationError):
+        raise
+    except Exception as error:  # noqa: BLE001 - any other failure is transient until proven otherwise
+        log.error("stage %s attempt %d raised %s", stage, attempt, type(error).__name__)
+        raise ApplicationError("an unexpected worker error", attempt, type="internal.error") from None
+
+

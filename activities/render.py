@@ -1,0 +1,42 @@
+"""The `render` stage: normalize the input and stamp the watermark (structure or raster mode)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from docjobs.pdf.raster import watermark_raster
+from temporalio import activity
+
+from activities.lease import Lease, typed_failures
+from docjobs.models import RenderInput, RenderOutput, WatermarkMode
+from docjobs.pdf.inspect import inspect_pdf
+from docjobs.pdf.watermark import watermark_structure
+from docjobs.storage import BlobStore, staging_key
+
+
+class RenderActivities:
+    def __init__(self, store: BlobStore, workdir: Path) -> None:
+        self._store = store
+        self._workdir = workdir
+
+    @activity.defn(name="render")
+    def render(self, request: RenderInput) -> RenderOutput:
+        with typed_failures("render") as attempt, Lease("render") as lease:
+            self._workdir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=self._workdir, prefix="render-") as tmp:
+                source = Path(tmp) / "input.pdf"
+                output = Path(tmp) / "output.pdf"
+                self._store.fetch(request.source, source, mismatch_code="source.digest_mismatch")
+                inspect_pdf(source, max_pages=request.max_pages)
+                watermark = request.watermark
+                if watermark.mode is WatermarkMode.STRUCTURE:
+                    info = watermark_structure(source, output, watermark.text, on_page=lease.progress)
+                else:
+                    info = watermark_raster(
+                        source, output, watermark.text, dpi=watermark.dpi, on_page=lease.progress, workdir=Path(tmp)
+                    )
+                staged = self._store.put_file(staging_key(request.job_id, "render", attempt), output)
+        return RenderOutput(
+            staged=staged, page_count=info.page_count, input_encryption=info.encryption.value, attempt=attempt
+        )

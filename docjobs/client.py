@@ -1,0 +1,271 @@
+"""The docjobs client: accept a document, start-or-get its job, read its status, cancel, fetch, audit.
+
+Acceptance stores the bytes content-addressed, binds them by sha256 and starts one workflow whose ID is
+the idempotency key. The ID reuse policy rejects duplicates and the conflict policy fails the start, so
+the server decides atomically who created a job; everyone else gets the existing job, whether it is
+still running or already ended (even failed or canceled), for as long as the namespace retains it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from docjobs import search_attributes as sa
+from docjobs.config import Settings
+from docjobs.devserver import ensure_dev_server
+from docjobs.errors import DocJobError
+from docjobs.models import JobRequest, JobStatus, Policy, TransitionRecord
+from docjobs.pdf.inspect import inspect_pdf
+from docjobs.states import JobState, Stage, parse_state
+from docjobs.storage import FileBlobStore, sha256_file, source_key
+from workflows.document_job import DocumentJobWorkflow
+
+# Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
+# itself times the workflow out, so not even a wedged workflow can stay active forever.
+DEADLINE_GRACE = timedelta(minutes=10)
+QUERY_TIMEOUT = timedelta(seconds=5)
+
+
+class JobNotFound(Exception):
+    pass
+
+
+class NotReleased(Exception):
+    """The job has no releasable artifact (it has not succeeded)."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    created: bool
+    input_sha256: str
+
+
+def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, policy_version: str) -> str:
+    """`{tenant}/{client key}`, or a digest of tenant, input sha256 and policy version."""
+    if client_key:
+        return f"{tenant}/{client_key}"
+    digest = hashlib.sha256(f"{tenant}\0{input_sha256}\0{policy_version}".encode()).hexdigest()[:32]
+    return f"{tenant}/auto-{digest}"
+
+
+async def connect(settings: Settings) -> Client:
+    """Connect to the configured cluster, or to the embedded dev server (started on first use)."""
+    if settings.embedded:
+        await asyncio.to_thread(ensure_dev_server, settings)
+    return await Client.connect(settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter)
+
+
+class JobClient:
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.store = FileBlobStore(settings.blob_root)
+
+    async def submit(
+        self,
+        path: Path,
+        policy: Policy,
+        *,
+        tenant: str = "default",
+        key: str | None = None,
+        deadline_seconds: int | None = None,
+    ) -> Submitted:
+        size = path.stat().st_size
+        if size > self.settings.max_input_bytes:
+            raise DocJobError("input.too_large", f"the input is larger than {self.settings.max_input_bytes} bytes")
+        digest = await asyncio.to_thread(sha256_file, path)
+        stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
+        if stored.sha256 != digest:
+            raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+        try:
+            page_count = (await asyncio.to_thread(inspect_pdf, path)).page_count
+        except DocJobError:
+            page_count = 0  # the render stage fails the job with the precise code
+        job_id = derive_job_id(tenant, key, digest, policy.version)
+        deadline = deadline_seconds or policy.deadline_seconds
+        request = JobRequest(
+            job_id=job_id,
+            tenant=tenant,
+            source=stored,
+            page_count=page_count,
+            policy=policy,
+            policy_version=policy.version,
+            deadline_seconds=deadline,
+            accepted_at=datetime.now(UTC),
+            timing=self.settings.timing,
+        )
+        try:
+            await self.client.start_workflow(
+                DocumentJobWorkflow.run,
+                request,
+                id=job_id,
+                task_queue=self.settings.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                execution_timeout=timedelta(seconds=deadline) + DEADLINE_GRACE,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.STATE, JobState.QUEUED.value),
+                        SearchAttributePair(sa.TENANT, tenant),
+                        SearchAttributePair(sa.DOCUMENT_CLASS, policy.name),
+                    ]
+                ),
+                memo={"request": request.model_dump(mode="json")},
+            )
+        except WorkflowAlreadyStartedError:
+            return Submitted(job_id, created=False, input_sha256=digest)
+        return Submitted(job_id, created=True, input_sha256=digest)
+
+    def handle(self, job_id: str) -> WorkflowHandle[DocumentJobWorkflow, JobStatus]:
+        return self.client.get_workflow_handle_for(DocumentJobWorkflow.run, job_id)
+
+    async def status(self, job_id: str) -> JobStatus:
+        """The job's status: the live query while it runs, the workflow's result once it has ended."""
+        handle = self.handle(job_id)
+        try:
+            description = await handle.describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                raise JobNotFound(job_id) from None
+            raise
+        execution = description.status
+        if execution is WorkflowExecutionStatus.COMPLETED:
+            return await handle.result()
+        memo = await description.memo_value("request")
+        # Running, or ended outside the workflow's own logic (an operator's terminate, the grace timeout).
+        try:
+            status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError:  # no worker to answer: fall back to what visibility knows
+            status = self._status_from_visibility(job_id, memo, description)
+        if execution is WorkflowExecutionStatus.RUNNING:
+            await self._add_live_attempts(status, description.raw_description)
+            return status
+        ended_at = description.close_time or datetime.now(UTC)
+        if execution is WorkflowExecutionStatus.TIMED_OUT:
+            status.cancel_reason = "deadline_exceeded"
+            final = JobState.CANCELED
+        elif execution is WorkflowExecutionStatus.CANCELED:
+            status.cancel_reason = "requested"
+            final = JobState.CANCELED
+        else:
+            status.failure_code = "workflow.terminated"
+            status.failure_message = "the job was ended outside its workflow (terminated or failed)"
+            final = JobState.FAILED
+        if status.transitions:
+            status.transitions.append(TransitionRecord(state=final, stage=status.stage, at=ended_at))
+        status.state = final
+        return status
+
+    @staticmethod
+    def _status_from_visibility(job_id: str, memo: Any, description: Any) -> JobStatus:
+        """A status rebuilt from the start memo and search attributes, when no worker can answer a query.
+
+        It carries no transitions: their times are only known to the workflow.
+        """
+        request = JobRequest.model_validate(memo)
+        attributes = description.typed_search_attributes
+        state = parse_state(attributes.get(sa.STATE) or JobState.QUEUED.value)
+        stage_name = attributes.get(sa.STAGE)
+        stage = Stage(stage_name) if stage_name else None
+        return JobStatus(
+            job_id=job_id,
+            tenant=request.tenant,
+            document_class=request.document_class,
+            policy_version=request.policy_version,
+            watermark_mode=request.policy.watermark.mode,
+            state=state,
+            stage=stage,
+            input_sha256=request.source.sha256,
+            page_count=request.page_count,
+            accepted_at=request.accepted_at,
+            deadline_at=request.accepted_at + timedelta(seconds=request.deadline_seconds),
+        )
+
+    async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
+        """Attempt numbers and page progress of the stages running right now (from pending activities)."""
+        for pending in raw.pending_activities:
+            status.attempts[pending.activity_type.name] = pending.attempt
+            if pending.heartbeat_details.payloads:
+                details = await self.client.data_converter.decode(pending.heartbeat_details.payloads)
+                if details and isinstance(details[0], dict):
+                    status.progress = {
+                        key: value for key, value in details[0].items() if key in ("stage", "pages_done", "pages_total")
+                    }
+
+    async def cancel(self, job_id: str) -> None:
+        await self.status(job_id)  # raises JobNotFound for an unknown ID
+        await self.handle(job_id).cancel()
+
+    async def fetch(self, job_id: str, out: Path) -> JobStatus:
+        """Write the released artifact to `out`, checked against the job's recorded output digest."""
+        status = await self.status(job_id)
+        if status.state is not JobState.SUCCEEDED or not status.artifact_key or not status.output_sha256:
+            raise NotReleased(f"the job is {status.state.value}: only a succeeded job has an artifact")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            tempfile.NamedTemporaryFile(dir=out.parent, prefix=".fetch-", delete=False) as tmp,
+            self.store.open(status.artifact_key) as blob,
+        ):
+            shutil.copyfileobj(blob, tmp)
+        tmp_path = Path(tmp.name)
+        if sha256_file(tmp_path) != status.output_sha256:
+            tmp_path.unlink()
+            raise DocJobError("artifact.digest_mismatch")
+        tmp_path.replace(out)
+        return status
+
+    async def audit(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's history as content-free events: what ran, when, which attempt, which failure code."""
+        await self.status(job_id)
+        events: list[dict[str, Any]] = []
+        async for event in self.handle(job_id).fetch_history_events():
+            events.append(_describe_event(event))
+        return events
+
+
+def _describe_event(event: Any) -> dict[str, Any]:
+    kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
+    entry: dict[str, Any] = {
+        "event_id": event.event_id,
+        "time": event.event_time.ToDatetime(tzinfo=UTC).isoformat(),
+        "event": kind,
+    }
+    attributes_field = event.WhichOneof("attributes")
+    attributes = getattr(event, attributes_field) if attributes_field else None
+    if attributes is None:
+        return entry
+    if kind == "activity_task_scheduled":
+        entry["stage"] = attributes.activity_type.name
+    if kind == "activity_task_started":
+        entry["attempt"] = attributes.attempt
+        entry["worker"] = attributes.identity
+    if hasattr(attributes, "failure") and attributes.HasField("failure"):
+        failure = attributes.failure
+        entry["failure_code"] = failure.application_failure_info.type or failure.WhichOneof("failure_info")
+        entry["message"] = failure.message
+    if kind == "workflow_execution_signaled":
+        entry["signal"] = attributes.signal_name
+    if kind == "upsert_workflow_search_attributes":
+        fields = attributes.search_attributes.indexed_fields
+        entry["attributes"] = {name: payload.data.decode() for name, payload in fields.items()}
+    return entry

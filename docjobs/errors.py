@@ -1,0 +1,59 @@
+"""Failures with stable, machine-readable codes.
+
+A code is a public contract (scripts match on it); the message is safe to show and never carries document
+content, file names or metadata values. Whether a failure is retried, fails the job or quarantines it is
+decided here, once, from the code.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """What a failure code does to the job."""
+
+    RETRY = "retry"  # transient: the activity is retried with backoff
+    FAIL = "fail"  # deterministic: the job ends `failed` at once
+    QUARANTINE = "quarantine"  # output or input cannot be trusted: the job ends `quarantined`
+
+
+# code -> (outcome, default safe message)
+FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
+    "input.malformed": (Outcome.FAIL, "the input is not a readable PDF"),
+    "input.encrypted": (Outcome.FAIL, "the input PDF needs a password to open"),
+    "input.unsupported": (Outcome.FAIL, "the input is not a supported document type"),
+    "input.too_large": (Outcome.FAIL, "the input exceeds the configured size or page limit"),
+    "input.empty": (Outcome.FAIL, "the input has no pages"),
+    "source.digest_mismatch": (Outcome.QUARANTINE, "the stored input no longer matches its accepted sha256"),
+    "source.missing": (Outcome.FAIL, "the stored input blob is missing"),
+    "artifact.digest_mismatch": (Outcome.QUARANTINE, "a staged artifact does not match its recorded sha256"),
+    "publish.conflict": (Outcome.QUARANTINE, "a different artifact was already published for this job"),
+    "render.failed": (Outcome.RETRY, "rendering failed"),
+    "tool.missing": (Outcome.RETRY, "a required external tool is not installed on the worker"),
+    "storage.unavailable": (Outcome.RETRY, "object storage is unavailable"),
+    "internal.error": (Outcome.RETRY, "an unexpected worker error; the worker log has the details"),
+    "stage.retries_exhausted": (Outcome.FAIL, "a stage kept failing after all retries"),
+    "stage.timeout": (Outcome.FAIL, "a stage did not finish within its time budget"),
+    "workflow.terminated": (Outcome.FAIL, "the job was terminated by an operator"),
+}
+
+
+class DocJobError(Exception):
+    """An error with a stable code and a safe message (no document content)."""
+
+    def __init__(self, code: str, message: str | None = None) -> None:
+        if code not in FAILURE_CODES:
+            raise ValueError(f"unknown failure code {code!r}")
+        self.code = code
+        self.message = message or FAILURE_CODES[code][1]
+        super().__init__(f"{code}: {self.message}")
+
+    @property
+    def outcome(self) -> Outcome:
+        return outcome_of(self.code)
+
+
+def outcome_of(code: str) -> Outcome:
+    """Outcome of a code; unknown codes (e.g. from a newer worker) fail rather than retry forever."""
+    return FAILURE_CODES.get(code, (Outcome.FAIL, ""))[0]

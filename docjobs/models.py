@@ -1,0 +1,163 @@
+"""Typed boundaries: policies, the job request, activity inputs/outputs and the job status.
+
+Everything here may enter Temporal history, so it carries blob references and digests only: never
+document bytes, text, file names or metadata values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from docjobs.states import JobState, Stage
+
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WatermarkMode(StrEnum):
+    STRUCTURE = "structure"  # stamp into the page content; text, fonts, links and boxes stay
+    RASTER = "raster"  # render each page to an image at `dpi`, stamp it, rebuild the PDF
+
+
+class WatermarkPolicy(Frozen):
+    text: str = Field(min_length=1, max_length=200)
+    mode: WatermarkMode = WatermarkMode.STRUCTURE
+    dpi: int = Field(default=150, ge=36, le=600)
+
+
+class OcrPolicy(Frozen):
+    """Filled by the OCR issue; off until then."""
+
+    enabled: bool = False
+
+
+class RedactPolicy(Frozen):
+    """Filled by the redaction issue; nothing is redacted until then."""
+
+    patterns: tuple[str, ...] = ()
+
+
+class SignPolicy(Frozen):
+    """Filled by the release-gates issue; unsigned until then."""
+
+    enabled: bool = False
+
+
+class Policy(Frozen):
+    """How one document class is processed. Its version is derived from its content."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    watermark: WatermarkPolicy
+    deadline_seconds: int = Field(default=900, ge=1, le=7 * 24 * 3600)
+    max_pages: int = Field(default=2000, ge=1)
+    ocr: OcrPolicy = OcrPolicy()
+    redact: RedactPolicy = RedactPolicy()
+    sign: SignPolicy = SignPolicy()
+
+    @property
+    def version(self) -> str:
+        """`name@digest` of the canonical policy: an override makes a new version, so a new job."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return f"{self.name}@{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
+
+
+class BlobRef(Frozen):
+    """A stored blob: its key in the blob store and the digest it must have."""
+
+    key: str = Field(min_length=1)
+    sha256: str = Field(pattern=SHA256_PATTERN)
+    size: int = Field(ge=0)
+
+
+class ActivityTiming(Frozen):
+    """Timeouts fixed at acceptance, so a retry or a replay can never change them."""
+
+    lease_seconds: float = Field(default=30.0, gt=0)  # heartbeat timeout: the lease
+    base_seconds: float = Field(default=60.0, gt=0)  # start-to-close = base + per_page * pages
+    per_page_seconds: float = Field(default=10.0, gt=0)
+    max_attempts: int = Field(default=5, ge=1)
+
+
+class JobRequest(Frozen):
+    job_id: str
+    tenant: str
+    source: BlobRef
+    page_count: int = Field(ge=0)  # 0 when the input could not be counted at acceptance
+    policy: Policy
+    policy_version: str
+    deadline_seconds: int = Field(ge=1)
+    accepted_at: datetime
+    timing: ActivityTiming = ActivityTiming()
+
+    @property
+    def document_class(self) -> str:
+        return self.policy.name
+
+
+class RenderInput(Frozen):
+    job_id: str
+    source: BlobRef
+    watermark: WatermarkPolicy
+    max_pages: int
+
+
+class RenderOutput(Frozen):
+    staged: BlobRef
+    page_count: int
+    input_encryption: str
+    attempt: int
+
+
+class PublishInput(Frozen):
+    job_id: str
+    source: BlobRef
+    staged: BlobRef
+
+
+class PublishOutput(Frozen):
+    artifact: BlobRef
+    attempt: int
+    already_published: bool
+
+
+class CleanupInput(Frozen):
+    job_id: str
+
+
+class TransitionRecord(Frozen):
+    state: JobState
+    stage: Stage | None = None
+    at: datetime
+
+
+class JobStatus(BaseModel):
+    """What `status`, `wait` and `run` report; also the workflow's result."""
+
+    job_id: str
+    tenant: str
+    document_class: str
+    policy_version: str
+    watermark_mode: WatermarkMode
+    state: JobState
+    stage: Stage | None = None
+    attempts: dict[str, int] = Field(default_factory=dict)
+    input_sha256: str
+    output_sha256: str | None = None
+    artifact_key: str | None = None
+    page_count: int = 0
+    input_encryption: str | None = None
+    failure_code: str | None = None
+    failure_message: str | None = None
+    cancel_reason: str | None = None
+    accepted_at: datetime
+    deadline_at: datetime
+    transitions: list[TransitionRecord] = Field(default_factory=list)
+    progress: dict[str, int | str | None] | None = None  # live page progress of the running stage (client side)

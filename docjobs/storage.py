@@ -1,0 +1,148 @@
+"""Blob storage, addressed by key and bound by sha256.
+
+Layout: inputs are content-addressed (`sources/<sha256>`); each job has a folder named from its ID's
+digest, where every attempt writes to its own staging key and only a conditional promotion makes the
+final `artifact.pdf`. Promotion is create-only: the first artifact wins, the same digest again is a no-op,
+a different digest is a conflict. Readers only ever see complete files (write-then-rename, hard links).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from docjobs.errors import DocJobError
+from docjobs.models import BlobRef
+
+CHUNK = 1024 * 1024
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def source_key(sha256: str) -> str:
+    return f"sources/{sha256}"
+
+
+def job_prefix(job_id: str) -> str:
+    """A job's folder: derived from its ID so that tenant keys never become paths."""
+    return f"jobs/{hashlib.sha256(job_id.encode()).hexdigest()[:32]}"
+
+
+def staging_key(job_id: str, stage: str, attempt: int) -> str:
+    """Unique per attempt (and per worker run of an attempt), so attempts never overwrite each other."""
+    return f"{job_prefix(job_id)}/staging/{stage}-a{attempt}-{uuid.uuid4().hex[:12]}.pdf"
+
+
+def artifact_key(job_id: str) -> str:
+    return f"{job_prefix(job_id)}/artifact.pdf"
+
+
+class BlobStore(Protocol):
+    def put_file(self, key: str, path: Path) -> BlobRef: ...
+
+    def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: str) -> None:
+        """Copy the blob to `dest` and check its digest; raise `mismatch_code` when it differs."""
+        ...
+
+    def verify(self, ref: BlobRef, *, mismatch_code: str) -> None:
+        """Check the stored blob still has its digest, without copying it."""
+        ...
+
+    def promote(self, staged: BlobRef, final_key: str) -> tuple[BlobRef, bool]:
+        """Create `final_key` from `staged` unless it exists; returns the final ref and whether it was created."""
+        ...
+
+    def delete_prefix(self, prefix: str) -> int: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def open(self, key: str) -> BinaryIO: ...
+
+
+class FileBlobStore:
+    """The embedded default: a folder on the local filesystem (shared by all workers of one machine)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if not path.is_relative_to(self.root.resolve()):
+            raise ValueError("blob key escapes the store")
+        return path
+
+    def put_file(self, key: str, path: Path) -> BlobRef:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        size = 0
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
+        try:
+            with os.fdopen(fd, "wb") as out, path.open("rb") as src:
+                for chunk in iter(lambda: src.read(CHUNK), b""):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp_name, target)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+        return BlobRef(key=key, sha256=digest.hexdigest(), size=size)
+
+    def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: str) -> None:
+        source = self._path(ref.key)
+        try:
+            shutil.copyfile(source, dest)
+        except FileNotFoundError:
+            raise DocJobError("source.missing", "a stored blob is missing") from None
+        if sha256_file(dest) != ref.sha256:
+            raise DocJobError(mismatch_code)
+
+    def verify(self, ref: BlobRef, *, mismatch_code: str) -> None:
+        try:
+            actual = sha256_file(self._path(ref.key))
+        except FileNotFoundError:
+            raise DocJobError("source.missing", "a stored blob is missing") from None
+        if actual != ref.sha256:
+            raise DocJobError(mismatch_code)
+
+    def promote(self, staged: BlobRef, final_key: str) -> tuple[BlobRef, bool]:
+        staged_path = self._path(staged.key)
+        self.verify(staged, mismatch_code="artifact.digest_mismatch")
+        final_path = self._path(final_key)
+        final_path.parent.mkdir(parents=True, exist_ok=True)
+        final = BlobRef(key=final_key, sha256=staged.sha256, size=staged.size)
+        try:
+            os.link(staged_path, final_path)  # atomic and create-only: the conditional write
+            return final, True
+        except FileExistsError:
+            if sha256_file(final_path) == staged.sha256:
+                return final, False
+            raise DocJobError("publish.conflict") from None
+
+    def delete_prefix(self, prefix: str) -> int:
+        folder = self._path(prefix)
+        if not folder.exists():
+            return 0
+        count = sum(1 for item in folder.rglob("*") if item.is_file())
+        shutil.rmtree(folder)
+        return count
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def open(self, key: str) -> BinaryIO:
+        return self._path(key).open("rb")

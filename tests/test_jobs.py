@@ -1,0 +1,189 @@
+"""Jobs end to end on a real dev server with real worker processes and real PDFs."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pikepdf
+import pytest
+
+from docjobs.client import JobClient
+from docjobs.config import PolicyBook
+from docjobs.models import Policy
+from docjobs.samples import make_encrypted_pdf, make_garbage, make_sample_pdf, page_word, truncate_pdf
+from docjobs.states import JobState
+from docjobs.storage import job_prefix, source_key
+from tests.conftest import Env, WorkerProcess, run_starter, wait_for_pages, wait_terminal, with_watermark
+
+
+def page_geometry(path: Path) -> list[tuple[list[float], list[float], int]]:
+    with pikepdf.open(path) as pdf:
+        return [
+            ([float(v) for v in page.mediabox], [float(v) for v in page.cropbox], int(page.obj.get("/Rotate", 0)))
+            for page in pdf.pages
+        ]
+
+
+def pdftotext(path: Path, page: int) -> str:
+    return subprocess.run(
+        ["pdftotext", "-f", str(page), "-l", str(page), str(path), "-"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def job_files(env: Env, job_id: str) -> list[str]:
+    folder = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / job_prefix(job_id)
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+async def fetched(jobs: JobClient, job_id: str, tmp_path: Path) -> Path:
+    out = tmp_path / "out.pdf"
+    await jobs.fetch(job_id, out)
+    return out
+
+
+async def test_structure_mode_keeps_the_document_and_stamps_every_page(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    source = samples / "sample.pdf"
+    submitted = await jobs.submit(source, with_watermark(policies.get("standard"), text="DOCJOBS-STRUCT"), key="s1")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert [r.state for r in status.transitions] == ["queued", "processing", "processing", "succeeded"]
+    out = await fetched(jobs, submitted.job_id, tmp_path)
+    assert page_geometry(out) == page_geometry(source)
+    assert subprocess.run(["qpdf", "--check", str(out)], capture_output=True).returncode == 0
+    for number in range(1, 5):
+        text = pdftotext(out, number)
+        assert "DOCJOBS-STRUCT" in text and page_word(number) in text
+    with pikepdf.open(out) as pdf:
+        assert any(annot.get("/Subtype") == "/Link" for annot in pdf.pages[0].get("/Annots", []))
+    assert job_files(env, submitted.job_id) == ["artifact.pdf"]  # staged attempts are cleaned up
+
+
+async def test_raster_mode_rebuilds_pages_with_the_same_geometry(
+    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    source = samples / "sample.pdf"
+    submitted = await jobs.submit(source, with_watermark(policies.get("preview"), dpi=72), key="r1")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.watermark_mode == "raster"
+    out = await fetched(jobs, submitted.job_id, tmp_path)
+    assert page_geometry(out) == page_geometry(source)
+    assert subprocess.run(["qpdf", "--check", str(out)], capture_output=True).returncode == 0
+    assert page_word(1) not in pdftotext(out, 1)  # flattened: no text layer survives
+
+
+async def test_same_key_gives_one_job_even_under_concurrency(
+    jobs: JobClient, policies: PolicyBook, samples: Path
+) -> None:
+    policy = policies.get("standard")
+    first = await jobs.submit(samples / "sample.pdf", policy, key="same-key")
+    again = await jobs.submit(samples / "sample.pdf", policy, key="same-key")
+    assert (first.created, again.created, again.job_id) == (True, False, first.job_id)
+
+    racers = await asyncio.gather(*(jobs.submit(samples / "sample.pdf", policy, key="race") for _ in range(20)))
+    assert sum(r.created for r in racers) == 1
+    assert {r.job_id for r in racers} == {"default/race"}
+    assert (await wait_terminal(jobs, "default/race")).state is JobState.SUCCEEDED
+
+
+def bad_inputs(folder: Path, sample: Path) -> dict[str, Path]:
+    make_garbage(folder / "garbage.bin")
+    truncate_pdf(sample, folder / "truncated.pdf")
+    make_encrypted_pdf(sample, folder / "locked.pdf", user_password="secret", owner_password="owner")
+    return {
+        "input.unsupported": folder / "garbage.bin",
+        "input.malformed": folder / "truncated.pdf",
+        "input.encrypted": folder / "locked.pdf",
+    }
+
+
+async def test_bad_inputs_fail_fast_with_their_codes(
+    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    policy = policies.get("standard")
+    for code, path in bad_inputs(tmp_path, samples / "sample.pdf").items():
+        submitted = await jobs.submit(path, policy)
+        status = await wait_terminal(jobs, submitted.job_id)
+        assert (status.state, status.failure_code) == (JobState.FAILED, code), status
+        assert status.attempts == {"render": 1}  # deterministic: never retried
+        assert status.output_sha256 is None
+
+    # A resubmit after failure returns the failed job, it does not start another.
+    again = await jobs.submit(tmp_path / "garbage.bin", policy)
+    assert not again.created
+    assert (await jobs.status(again.job_id)).failure_code == "input.unsupported"
+
+
+async def test_permissions_only_encryption_is_processed_and_recorded(
+    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    locked = tmp_path / "permissions-only.pdf"
+    make_encrypted_pdf(samples / "sample.pdf", locked, user_password="", owner_password="owner")
+    submitted = await jobs.submit(locked, policies.get("standard"))
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.input_encryption == "permissions_only"
+
+
+def slow_policy(policies: PolicyBook, deadline: int = 900) -> Policy:
+    """40 pages rasterized at 300 dpi: long enough to interfere with, short enough for CI."""
+    body = with_watermark(policies.get("preview"), dpi=300).model_dump()
+    body["deadline_seconds"] = deadline
+    return Policy.model_validate(body)
+
+
+async def test_deadline_cancels_the_job_and_cleans_up(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path
+) -> None:
+    submitted = await jobs.submit(samples / "long.pdf", slow_policy(policies), key="deadline", deadline_seconds=3)
+    status = await wait_terminal(jobs, submitted.job_id, timeout=60)
+    assert (status.state, status.cancel_reason) == (JobState.CANCELED, "deadline_exceeded"), status
+    assert job_files(env, submitted.job_id) == []  # no artifact, no staging leftovers
+
+
+async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, policies: PolicyBook, samples: Path) -> None:
+    submitted = await jobs.submit(samples / "long.pdf", slow_policy(policies), key="cancel-me")
+    await wait_for_pages(jobs, submitted.job_id, pages=1)
+    code, payload, _ = await asyncio.to_thread(run_starter, env, "cancel", submitted.job_id)
+    assert (code, payload.get("cancel_requested")) == (0, True)
+    status = await wait_terminal(jobs, submitted.job_id, timeout=60)
+    assert (status.state, status.cancel_reason) == (JobState.CANCELED, "requested"), status
+    assert job_files(env, submitted.job_id) == []
+
+
+async def test_killed_worker_loses_its_lease_and_another_finishes(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: type[WorkerProcess]
+) -> None:
+    queue = "docjobs-kill"
+    doomed = start_worker(queue)
+    jobs_on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
+    submitted = await jobs_on_queue.submit(samples / "long.pdf", slow_policy(policies), key="kill-me")
+    await wait_for_pages(jobs, submitted.job_id, pages=2)
+    doomed.kill()
+    start_worker(queue)
+    status = await wait_terminal(jobs, submitted.job_id, timeout=180)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.attempts["render"] >= 2  # the killed attempt's lease expired, a new attempt won
+    assert job_files(env, submitted.job_id) == ["artifact.pdf"]  # exactly one artifact, no leftovers
+
+
+async def test_changed_source_after_acceptance_is_quarantined(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: type[WorkerProcess], tmp_path: Path
+) -> None:
+    queue = "docjobs-tamper"  # no worker yet: the job waits, queued, while its source is changed
+    jobs_on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
+    source = tmp_path / "to-tamper.pdf"
+    make_sample_pdf(source, pages=2, marker="tamper")
+    submitted = await jobs_on_queue.submit(source, policies.get("standard"), key="tamper")
+    blob = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / source_key(submitted.input_sha256)
+    tampered = bytearray(blob.read_bytes())
+    tampered[len(tampered) // 2] ^= 0x01  # one bit, same name, same size
+    blob.write_bytes(bytes(tampered))
+    start_worker(queue)
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.QUARANTINED, "source.digest_mismatch"), status
+    assert status.output_sha256 is None

@@ -1,0 +1,191 @@
+"""The document job: one workflow per job, pure orchestration.
+
+The workflow ID is the idempotency key and its history the audit trail. Stages run as activities whose
+heartbeat timeout is the lease. A workflow timer races the pipeline against the job's deadline, so every
+job ends in exactly one terminal state, and the result is the business state, not a Temporal failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from docjobs import search_attributes as sa
+    from docjobs.errors import FAILURE_CODES, Outcome, outcome_of
+    from docjobs.models import (
+        CleanupInput,
+        JobRequest,
+        JobStatus,
+        PublishInput,
+        PublishOutput,
+        RenderInput,
+        RenderOutput,
+        TransitionRecord,
+    )
+    from docjobs.states import JobState, Stage, check_transition, is_terminal
+
+class StageOutput(Protocol):
+    attempt: int
+
+
+OutputT = TypeVar("OutputT", bound=StageOutput)
+
+# Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.
+NON_RETRYABLE_CODES = [code for code, (outcome, _) in FAILURE_CODES.items() if outcome is not Outcome.RETRY]
+CLEANUP_TIMEOUT = timedelta(minutes=2)
+
+
+def failure_of(error: ActivityError) -> tuple[str, str, int | None]:
+    """(code, safe message, attempt) of a failed stage, from the activity's typed failure."""
+    cause = error.cause
+    if isinstance(cause, ApplicationError) and cause.type in FAILURE_CODES:
+        attempt = cause.details[0] if cause.details and isinstance(cause.details[0], int) else None
+        return cause.type, cause.message, attempt
+    if isinstance(cause, ActivityTimeoutError) or error.retry_state is RetryState.TIMEOUT:
+        return "stage.timeout", FAILURE_CODES["stage.timeout"][1], None
+    return "stage.retries_exhausted", FAILURE_CODES["stage.retries_exhausted"][1], None
+
+
+@workflow.defn(name="DocumentJob")
+class DocumentJobWorkflow:
+    @workflow.init
+    def __init__(self, request: JobRequest) -> None:
+        self._request = request
+        self._cancel_reason: str | None = None
+        self._status = JobStatus(
+            job_id=request.job_id,
+            tenant=request.tenant,
+            document_class=request.document_class,
+            policy_version=request.policy_version,
+            watermark_mode=request.policy.watermark.mode,
+            state=JobState.QUEUED,
+            input_sha256=request.source.sha256,
+            page_count=request.page_count,
+            accepted_at=request.accepted_at,
+            deadline_at=self.deadline_at,
+            transitions=[TransitionRecord(state=JobState.QUEUED, at=request.accepted_at)],
+        )
+
+    @property
+    def deadline_at(self) -> datetime:
+        return self._request.accepted_at + timedelta(seconds=self._request.deadline_seconds)
+
+    @workflow.query
+    def status(self) -> JobStatus:
+        return self._status
+
+    @workflow.signal
+    def cancel(self) -> None:
+        """Same as a Temporal cancel request: end the job `canceled` with reason `requested`."""
+        self._cancel_reason = self._cancel_reason or "requested"
+
+    @workflow.run
+    async def run(self, request: JobRequest) -> JobStatus:
+        pipeline = asyncio.create_task(self._pipeline())
+        remaining = (self.deadline_at - workflow.now()).total_seconds()
+        try:
+            await workflow.wait_condition(
+                lambda: pipeline.done() or self._cancel_reason is not None, timeout=max(remaining, 0.001)
+            )
+        except TimeoutError:
+            self._cancel_reason = "deadline_exceeded"
+        except asyncio.CancelledError:
+            self._cancel_reason = "requested"
+
+        if not pipeline.done():
+            pipeline.cancel()
+            with suppress(asyncio.CancelledError, ActivityError):
+                await pipeline
+        if not is_terminal(self._status.state):
+            self._finish(JobState.CANCELED, cancel_reason=self._cancel_reason)
+        # Staged attempts are never a deliverable: drop them whatever the outcome.
+        await workflow.execute_activity(
+            "cleanup",
+            CleanupInput(job_id=request.job_id),
+            start_to_close_timeout=CLEANUP_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        return self._status
+
+    async def _pipeline(self) -> None:
+        request = self._request
+        try:
+            rendered = await self._stage(
+                Stage.RENDER,
+                RenderInput(
+                    job_id=request.job_id,
+                    source=request.source,
+                    watermark=request.policy.watermark,
+                    max_pages=request.policy.max_pages,
+                ),
+                RenderOutput,
+            )
+            self._status.page_count = rendered.page_count
+            self._status.input_encryption = rendered.input_encryption
+            publish = PublishInput(job_id=request.job_id, source=request.source, staged=rendered.staged)
+            published = await self._stage(Stage.PUBLISH, publish, PublishOutput)
+            self._status.output_sha256 = published.artifact.sha256
+            self._status.artifact_key = published.artifact.key
+            self._finish(JobState.SUCCEEDED)
+        except ActivityError as error:
+            if isinstance(error.cause, CancelledError):
+                raise  # the job is being canceled: `run` records that
+            code, message, attempt = failure_of(error)
+            if attempt is not None and self._status.stage is not None:
+                self._status.attempts[self._status.stage.value] = attempt
+            quarantine = outcome_of(code) is Outcome.QUARANTINE
+            self._finish(JobState.QUARANTINED if quarantine else JobState.FAILED, code=code, message=message)
+
+    async def _stage(self, stage: Stage, payload: Any, output_type: type[OutputT]) -> OutputT:
+        self._transition(JobState.PROCESSING, stage)
+        timing = self._request.timing
+        pages = max(self._status.page_count, 1)
+        result: OutputT = await workflow.execute_activity(
+            stage.value,
+            payload,
+            result_type=output_type,
+            start_to_close_timeout=timedelta(seconds=timing.base_seconds + timing.per_page_seconds * pages),
+            heartbeat_timeout=timedelta(seconds=timing.lease_seconds),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                backoff_coefficient=2.0,
+                maximum_interval=timedelta(seconds=30),
+                maximum_attempts=timing.max_attempts,
+                non_retryable_error_types=NON_RETRYABLE_CODES,
+            ),
+            # A canceled stage must really stop before its staging area is cleaned up.
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        self._status.attempts[stage.value] = result.attempt
+        return result
+
+    def _transition(self, state: JobState, stage: Stage | None = None) -> None:
+        check_transition(self._status.state, state, stage_from=self._status.stage, stage_to=stage)
+        self._status.state = state
+        self._status.stage = stage
+        self._status.transitions.append(TransitionRecord(state=state, stage=stage, at=workflow.now()))
+        workflow.upsert_search_attributes(
+            [sa.STATE.value_set(state.value), sa.STAGE.value_set(stage.value if stage else "")]
+        )
+        workflow.set_current_details(f"{state.value} ({stage.value})" if stage else state.value)
+
+    def _finish(
+        self,
+        state: JobState,
+        *,
+        code: str | None = None,
+        message: str | None = None,
+        cancel_reason: str | None = None,
+    ) -> None:
+        self._transition(state, self._status.stage)
+        self._status.failure_code = code
+        self._status.failure_message = message
+        self._status.cancel_reason = cancel_reason
