@@ -74,5 +74,3 @@ def typed_failures(stage: str) -> Iterator[int]:
     except Exception as error:  # noqa: BLE001 - any other failure is transient until proven otherwise
         log.error("stage %s attempt %d raised %s", stage, attempt, type(error).__name__)
         raise ApplicationError("an unexpected worker error", attempt, type="internal.error") from None
-
-

@@ -11,8 +11,9 @@ import json
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from docjobs.pdf.watermark import encode_text
 from docjobs.states import JobState, Stage
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
@@ -31,6 +32,12 @@ class WatermarkPolicy(Frozen):
     text: str = Field(min_length=1, max_length=200)
     mode: WatermarkMode = WatermarkMode.STRUCTURE
     dpi: int = Field(default=150, ge=36, le=600)
+
+    @field_validator("text")
+    @classmethod
+    def _printable_in_the_stamp_font(cls, text: str) -> str:
+        encode_text(text)  # rejected at acceptance, not discovered by a worker
+        return text
 
 
 class OcrPolicy(Frozen):

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,23 +114,27 @@ class WorkerProcess:
         return self.process.returncode
 
 
+StartWorker = Callable[[str], WorkerProcess]
+
+
 @pytest.fixture(scope="session")
-def start_worker(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[type[WorkerProcess]]:
+def start_worker(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartWorker]:
+    """Starts worker processes on a task queue; all of them are stopped at the end of the session."""
     started: list[WorkerProcess] = []
     logs = tmp_path_factory.mktemp("worker-logs")
 
-    class Started(WorkerProcess):
-        def __init__(self, task_queue: str) -> None:
-            super().__init__(env, task_queue, logs / f"{task_queue}-{len(started)}.log")
-            started.append(self)
+    def start(task_queue: str) -> WorkerProcess:
+        worker = WorkerProcess(env, task_queue, logs / f"{task_queue}-{len(started)}.log")
+        started.append(worker)
+        return worker
 
-    yield Started
+    yield start
     for worker in started:
         worker.stop()
 
 
 @pytest.fixture(scope="session")
-def main_worker(start_worker: type[WorkerProcess], env: Env) -> WorkerProcess:
+def main_worker(start_worker: StartWorker, env: Env) -> WorkerProcess:
     return start_worker(env.vars["DOCJOBS_TASK_QUEUE"])
 
 
@@ -192,4 +196,3 @@ def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) ->
     lines = done.stdout.strip().splitlines()
     payload = json.loads(lines[-1]) if lines else {}
     return done.returncode, payload, done.stderr
-

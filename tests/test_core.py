@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from docjobs.client import derive_job_id
-from docjobs.config import ConfigError, PolicyBook, SHIPPED_POLICIES
+from docjobs.config import SHIPPED_POLICIES, ConfigError, PolicyBook
 from docjobs.errors import DocJobError
 from docjobs.models import JobStatus, TransitionRecord, WatermarkMode
 from docjobs.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job

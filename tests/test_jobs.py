@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pikepdf
-import pytest
 
 from docjobs.client import JobClient
 from docjobs.config import PolicyBook
@@ -15,7 +14,7 @@ from docjobs.models import Policy
 from docjobs.samples import make_encrypted_pdf, make_garbage, make_sample_pdf, page_word, truncate_pdf
 from docjobs.states import JobState
 from docjobs.storage import job_prefix, source_key
-from tests.conftest import Env, WorkerProcess, run_starter, wait_for_pages, wait_terminal, with_watermark
+from tests.conftest import Env, StartWorker, run_starter, wait_for_pages, wait_terminal, with_watermark
 
 
 def page_geometry(path: Path) -> list[tuple[list[float], list[float], int]]:
@@ -156,7 +155,7 @@ async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, policies:
 
 
 async def test_killed_worker_loses_its_lease_and_another_finishes(
-    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: type[WorkerProcess]
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker
 ) -> None:
     queue = "docjobs-kill"
     doomed = start_worker(queue)
@@ -172,7 +171,7 @@ async def test_killed_worker_loses_its_lease_and_another_finishes(
 
 
 async def test_changed_source_after_acceptance_is_quarantined(
-    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: type[WorkerProcess], tmp_path: Path
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker, tmp_path: Path
 ) -> None:
     queue = "docjobs-tamper"  # no worker yet: the job waits, queued, while its source is changed
     jobs_on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from docjobs.states import JobState, Stage, check_transition, is_terminal
 
+
 class StageOutput(Protocol):
     attempt: int
 

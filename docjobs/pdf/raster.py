@@ -1,0 +1,178 @@
+"""Raster mode: flatten each page to an image, stamp the watermark into the pixels, rebuild a PDF.
+
+Nothing of the original survives but the look of its visible area: no text layer, annotations,
+metadata, or content hidden outside the CropBox. Each page is rendered by its own `pdftoppm`
+process (killable, and a page that hangs is bounded by a timeout) from a copy that pikepdf has
+already validated and decrypted, so poppler and pikepdf agree on which page is which.
+
+Each new page keeps the input's boxes and /Rotate. Its image is un-rotated back into user space
+and placed so that one image pixel covers exactly one pixel when rendered at the same dpi,
+anchored at the corner a viewer shows top-left. Rendering the output with
+`pdftoppm -cropbox` at that dpi reproduces the input's rendering except inside `watermark_box`.
+Images are Flate-compressed (lossless), and grayscale pages are stored as one channel.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import zlib
+from pathlib import Path
+
+import pikepdf
+from pikepdf import Name
+from PIL import Image, ImageChops, ImageDraw, ImageFont
+
+from docjobs.errors import DocJobError
+from docjobs.pdf.inspect import PdfInfo, ProgressFn, open_checked, rotation, visible_box
+from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND, encode_text
+
+MAX_PAGE_PIXELS = 80_000_000  # about 240 MB of RGB per page; refuse rather than exhaust memory
+PAGE_TIMEOUT_S = 120
+_INSET_PX = 0.01
+_KEPT_PAGE_KEYS = (Name.MediaBox, Name.CropBox, Name.BleedBox, Name.TrimBox, Name.ArtBox, Name.UserUnit)
+_UNROTATE = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_270}
+
+
+def watermark_box(width_px: int, height_px: int) -> tuple[int, int, int, int]:
+    """Pixel box (x0, y0, x1, y1) that raster mode may stamp in an upright page rendering."""
+    x0, top, x1, bottom = STAMP_BAND
+    return round(width_px * x0), round(height_px * top), round(width_px * x1), round(height_px * bottom)
+
+
+def watermark_raster(
+    src: Path,
+    dst: Path,
+    text: str,
+    *,
+    dpi: int,
+    on_page: ProgressFn | None = None,
+    workdir: Path | None = None,
+) -> PdfInfo:
+    """Rasterise `src` at `dpi`, stamp `text` on every page, write `dst`; returns the input's info.
+
+    Temporary renderings go under `workdir` (default: the system temp dir), one page at a time.
+    """
+    encode_text(text)  # same rules as structure mode, so a job's text is valid in either mode
+    if not 18 <= dpi <= 1200:
+        raise ValueError("dpi must be between 18 and 1200")
+    pdftoppm = shutil.which("pdftoppm")
+    if pdftoppm is None:
+        raise DocJobError("tool.missing", "pdftoppm (poppler-utils) is not installed")
+    with open_checked(src) as (pdf, info), tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        _check_pixels(pdf, dpi)
+        clean = Path(tmp) / "input.pdf"
+        pdf.save(clean, encryption=False)
+        out = pikepdf.new()
+        for number, page in enumerate(pdf.pages, start=1):
+            image = _render(pdftoppm, clean, number, dpi, Path(tmp))
+            _stamp(image, text)
+            _add_page(out, page, image, dpi)
+            if on_page is not None:
+                on_page(number, info.page_count)
+        out.save(dst, deterministic_id=True)
+    return info
+
+
+def _check_pixels(pdf: pikepdf.Pdf, dpi: int) -> None:
+    """Refuse before rendering anything if any page would exceed MAX_PAGE_PIXELS."""
+    for page in pdf.pages:
+        x0, y0, x1, y1 = visible_box(page)
+        if (x1 - x0) * (y1 - y0) * (dpi / 72) ** 2 > MAX_PAGE_PIXELS:
+            raise DocJobError("input.too_large", f"a page is too large to rasterise at {dpi} dpi")
+
+
+def _render(pdftoppm: str, pdf: Path, number: int, dpi: int, tmp: Path) -> Image.Image:
+    prefix = tmp / "page"
+    command = [pdftoppm, "-r", str(dpi), "-f", str(number), "-l", str(number), "-cropbox", "-singlefile"]
+    try:
+        subprocess.run([*command, str(pdf), str(prefix)], capture_output=True, timeout=PAGE_TIMEOUT_S, check=True)
+    except subprocess.TimeoutExpired:
+        raise DocJobError("render.failed", f"rendering page {number} timed out") from None
+    except subprocess.CalledProcessError as error:
+        raise DocJobError("render.failed", f"pdftoppm exited with status {error.returncode}") from None
+    rendered = prefix.with_suffix(".ppm")
+    try:
+        with Image.open(rendered) as image:
+            return image.convert("RGB")
+    except (OSError, ValueError):
+        raise DocJobError("render.failed", f"pdftoppm produced no image for page {number}") from None
+    finally:
+        rendered.unlink(missing_ok=True)
+
+
+def _stamp(image: Image.Image, text: str) -> None:
+    """Draw `text` centred in `watermark_box`, on an overlay of the box's size so nothing spills."""
+    x0, y0, x1, y1 = watermark_box(*image.size)
+    width, height = x1 - x0, y1 - y0
+    font = _fitting_font(text, width, height)
+    left, top, right, bottom = font.getbbox(text)
+    overlay = Image.new("RGBA", (width, height))
+    shade = round(GRAY * 255)
+    ImageDraw.Draw(overlay).text(
+        ((width - (right - left)) / 2 - left, (height - (bottom - top)) / 2 - top),
+        text,
+        font=font,
+        fill=(shade, shade, shade, round(OPACITY * 255)),
+    )
+    region = image.crop((x0, y0, x1, y1)).convert("RGBA")
+    region.alpha_composite(overlay)
+    image.paste(region.convert("RGB"), (x0, y0))
+
+
+def _fitting_font(text: str, width: int, height: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    size = max(1, height)
+    while True:
+        font = ImageFont.load_default(size=size)
+        left, top, right, bottom = font.getbbox(text)
+        if size == 1 or (right - left <= width and bottom - top <= height):
+            return font
+        size = max(1, min(size - 1, int(size * min(width / max(1, right - left), height / max(1, bottom - top)))))
+
+
+def _add_page(out: pikepdf.Pdf, source: pikepdf.Page, image: Image.Image, dpi: int) -> None:
+    rotate = rotation(source)
+    if rotate:
+        image = image.transpose(_UNROTATE[rotate])
+    x0, y0, x1, y1 = visible_box(source)
+    pixel = 72 / dpi
+    width, height = image.width * pixel, image.height * pixel
+    # Anchor at the user-space corner that a viewer shows at the top-left, like pdftoppm does.
+    left = x0 if rotate in (0, 90) else x1 - width
+    bottom = y1 - height if rotate in (0, 270) else y0
+    # Inset by a hair: poppler's Splash rounds an image's far edge down and adds one pixel, so an
+    # exact fit would be stretched to N+1 pixels and interpolated (blurred).
+    inset = _INSET_PX * pixel
+    left, bottom, width, height = left + inset, bottom + inset, width - 2 * inset, height - 2 * inset
+    gray = _is_gray(image)
+    pixels = image.convert("L") if gray else image
+    xobject = pikepdf.Stream(
+        out,
+        zlib.compress(pixels.tobytes()),
+        Type=Name.XObject,
+        Subtype=Name.Image,
+        Width=image.width,
+        Height=image.height,
+        ColorSpace=Name.DeviceGray if gray else Name.DeviceRGB,
+        BitsPerComponent=8,
+        Filter=Name.FlateDecode,
+    )
+    content = f"q {width:.4f} 0 0 {height:.4f} {left:.4f} {bottom:.4f} cm /Im0 Do Q\n".encode()
+    page = pikepdf.Dictionary(
+        Type=Name.Page,
+        Resources=pikepdf.Dictionary(XObject=pikepdf.Dictionary(Im0=xobject)),
+        Contents=out.make_stream(content),
+    )
+    for key in _KEPT_PAGE_KEYS:
+        if key in source.obj:
+            value = source.obj[key]  # copied as direct objects: `source` belongs to another Pdf
+            page[key] = pikepdf.Array(list(value)) if isinstance(value, pikepdf.Array) else value
+    if rotate:
+        page.Rotate = rotate
+    out.pages.append(pikepdf.Page(page))
+
+
+def _is_gray(image: Image.Image) -> bool:
+    red, green, blue = image.split()
+    return ImageChops.difference(red, green).getbbox() is None and ImageChops.difference(red, blue).getbbox() is None

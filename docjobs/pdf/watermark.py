@@ -1,0 +1,159 @@
+"""Structure mode: stamp a text watermark onto each page without rewriting the page.
+
+The original content streams, fonts, annotations and boxes are kept exactly as they are. Each page
+gets a `q` stream before its content and, after it, enough `Q`s to restore the initial graphics
+state followed by one Form XObject that draws the text. The form's own space is the page as a
+viewer shows it (upright, origin at the bottom-left of the visible box) and its /Matrix maps that
+onto user space, which is how /Rotate and offset boxes are honoured.
+
+The text is horizontal, not diagonal: poppler's text extraction only follows text at multiples of
+90 degrees, and a watermark that extraction cannot find is not auditable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pikepdf
+from pikepdf import Name
+
+from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
+
+# Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
+# measured from the top-left corner; shared with raster mode so both modes stamp the same area.
+STAMP_BAND = (0.1, 0.42, 0.9, 0.58)
+MAX_TEXT_CHARS = 200
+OPACITY = 0.35
+GRAY = 0.45
+
+# Advance widths (1/1000 em) of Helvetica for ASCII 32..126; 1000 bounds every other WinAnsi glyph.
+_HELVETICA_ASCII = (
+    278, 278, 355, 556, 556, 889, 667, 191, 333, 333, 389, 584, 278, 333, 278, 278, 556, 556, 556,
+    556, 556, 556, 556, 556, 556, 556, 278, 278, 584, 584, 584, 556, 1015, 667, 667, 722, 722, 667,
+    611, 778, 722, 278, 500, 667, 556, 833, 722, 778, 667, 778, 722, 667, 611, 722, 667, 944, 667,
+    667, 611, 278, 278, 278, 469, 556, 333, 556, 556, 500, 556, 556, 278, 556, 556, 222, 222, 500,
+    222, 833, 556, 556, 556, 556, 333, 500, 278, 556, 500, 722, 500, 500, 500, 334, 260, 334, 584,
+)  # fmt: skip
+_ASCENT, _DESCENT = 0.718, 0.207  # Helvetica glyph extents above and below the baseline, in em
+
+
+def encode_text(text: str) -> bytes:
+    """The watermark text in WinAnsiEncoding, which the standard-14 Helvetica can show unembedded.
+
+    Raises ValueError for text no watermark can carry (empty, control characters, too long, or
+    outside WinAnsi): that is a bad job parameter, best rejected when the job is submitted.
+    """
+    if not text.strip() or not text.isprintable() or len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"watermark text must be 1..{MAX_TEXT_CHARS} printable characters")
+    try:
+        return text.encode("cp1252")
+    except UnicodeEncodeError:
+        raise ValueError("watermark text must be representable in WinAnsiEncoding (Latin-1)") from None
+
+
+def text_width_em(encoded: bytes) -> float:
+    """Width of WinAnsi-encoded Helvetica text, in em."""
+    return sum(_HELVETICA_ASCII[c - 32] if 32 <= c <= 126 else 1000 for c in encoded) / 1000
+
+
+def watermark_structure(src: Path, dst: Path, text: str, *, on_page: ProgressFn | None = None) -> PdfInfo:
+    """Stamp `text` on every page of `src` into an unencrypted `dst`; returns the input's info."""
+    encoded = encode_text(text)
+    with open_checked(src) as (pdf, info):
+        stamper = _Stamper(pdf, encoded)
+        for number, page in enumerate(pdf.pages, start=1):
+            stamper.stamp(page)
+            if on_page is not None:
+                on_page(number, info.page_count)
+        # deterministic_id: a retried job writes identical bytes, so its digest stays stable.
+        pdf.save(dst, encryption=False, deterministic_id=True)
+    return info
+
+
+class _Stamper:
+    """Adds the watermark to pages of one Pdf, sharing objects between pages where possible."""
+
+    def __init__(self, pdf: pikepdf.Pdf, encoded: bytes) -> None:
+        self._pdf = pdf
+        self._text = pikepdf.String(encoded).unparse()
+        self._width_em = text_width_em(encoded)
+        self._resources = pdf.make_indirect(
+            pikepdf.Dictionary(
+                Font=pikepdf.Dictionary(
+                    F0=pdf.make_indirect(
+                        pikepdf.Dictionary(
+                            Type=Name.Font, Subtype=Name.Type1, BaseFont=Name.Helvetica, Encoding=Name.WinAnsiEncoding
+                        )
+                    )
+                ),
+                ExtGState=pikepdf.Dictionary(G0=pikepdf.Dictionary(Type=Name.ExtGState, ca=OPACITY, CA=OPACITY)),
+            )
+        )
+        self._push = pdf.make_stream(b"q\n")
+        self._forms: dict[tuple[Box, int], pikepdf.Stream] = {}  # one form per page geometry
+
+    def stamp(self, page: pikepdf.Page) -> None:
+        form = self._form(visible_box(page), rotation(page))
+        name = self._add_xobject(page, form)
+        # Pop ours and every state the original content left pushed (sloppy producers leave some),
+        # so the form is drawn in default user space.
+        pops = b"Q\n" * _open_states(page)
+        page.contents_add(self._push, prepend=True)
+        mark = b"/Artifact <</Type /Pagination /Subtype /Watermark>> BDC\n"
+        page.contents_add(self._pdf.make_stream(b"\n" + pops + mark + name.unparse() + b" Do\nEMC\n"))
+
+    def _form(self, box: Box, rotate: int) -> pikepdf.Stream:
+        if (box, rotate) not in self._forms:
+            x0, y0, x1, y1 = box
+            width, height = (x1 - x0, y1 - y0) if rotate in (0, 180) else (y1 - y0, x1 - x0)
+            # Upright space -> user space: rotate counter-clockwise by /Rotate about the box corner
+            # that a viewer shows at the bottom-left.
+            cos, sin = {0: (1, 0), 90: (0, 1), 180: (-1, 0), 270: (0, -1)}[rotate]
+            origin = {0: (x0, y0), 90: (x1, y0), 180: (x1, y1), 270: (x0, y1)}[rotate]
+            band_x0, band_top, band_x1, band_bottom = STAMP_BAND
+            size = min((band_x1 - band_x0) * width / self._width_em, (band_bottom - band_top) * height)
+            left = (width - size * self._width_em) / 2
+            middle = (1 - (band_top + band_bottom) / 2) * height
+            baseline = middle - (_ASCENT - _DESCENT) / 2 * size
+            content = (
+                f"q /G0 gs {GRAY} g BT /F0 {size:.3f} Tf {left:.3f} {baseline:.3f} Td ".encode()
+                + self._text
+                + b" Tj ET Q\n"
+            )
+            self._forms[(box, rotate)] = self._pdf.make_stream(
+                content,
+                Type=Name.XObject,
+                Subtype=Name.Form,
+                BBox=[0, 0, width, height],
+                Matrix=[cos, sin, -sin, cos, *origin],
+                Resources=self._resources,
+            )
+        return self._forms[(box, rotate)]
+
+    def _add_xobject(self, page: pikepdf.Page, form: pikepdf.Stream) -> Name:
+        # Copy /Resources and its /XObject before adding: producers share them between pages, which
+        # would otherwise collect every page's form. A fixed name (not Name.random) keeps output stable.
+        resources = _direct_copy(page.obj.get(Name.Resources))
+        xobjects = _direct_copy(resources.get(Name.XObject))
+        name = Name.DocjobsWatermark
+        suffix = 0
+        while name in xobjects:
+            suffix += 1
+            name = Name(f"/DocjobsWatermark{suffix}")
+        xobjects[name] = form
+        resources[Name.XObject] = xobjects
+        page.obj.Resources = resources
+        return name
+
+
+def _open_states(page: pikepdf.Page) -> int:
+    """Graphics states on the stack after our `q` and the page's content (`Q` on none is a no-op)."""
+    depth = 1
+    for instruction in pikepdf.parse_content_stream(page, "q Q"):
+        depth = depth + 1 if instruction.operator == pikepdf.Operator("q") else max(0, depth - 1)
+    return depth
+
+
+def _direct_copy(value: pikepdf.Object | None) -> pikepdf.Dictionary:
+    """A shallow copy of a dictionary (empty if it is missing or not a dictionary)."""
+    return pikepdf.Dictionary(dict(value.items())) if isinstance(value, pikepdf.Dictionary) else pikepdf.Dictionary()

@@ -1,0 +1,93 @@
+"""`starter.py` and `worker.py` as scripts: JSON contract, exit codes, the bounded poller, clean stops."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pikepdf
+
+from tests.conftest import REPO, Env, StartWorker, WorkerProcess, run_starter
+
+
+def test_run_is_the_one_shot_main_job(env: Env, samples: Path, tmp_path: Path) -> None:
+    """`run` brings its own worker: it works on a task queue no other worker serves."""
+    out = tmp_path / "run.pdf"
+    code, payload, _ = run_starter(
+        env, "run", str(samples / "sample.pdf"), "--watermark", "RUN-CLI", "--out", str(out),
+        DOCJOBS_TASK_QUEUE="docjobs-run-only",
+    )  # fmt: skip
+    assert code == 0, payload
+    assert payload["state"] == "succeeded" and payload["wait_end"] == "terminal"
+    assert {"job_id", "stage", "failure_code", "failure_message", "input_sha256", "output_sha256"} <= payload.keys()
+    with pikepdf.open(out) as pdf:
+        assert len(pdf.pages) == 4
+
+
+def test_submit_status_fetch_audit(env: Env, main_worker: WorkerProcess, samples: Path, tmp_path: Path) -> None:
+    sample = str(samples / "sample.pdf")
+    code, first, _ = run_starter(env, "submit", sample, "--key", "cli-1", "--tenant", "acme")
+    assert (code, first) == (0, {"job_id": "acme/cli-1", "created": True})
+    code, again, _ = run_starter(env, "submit", sample, "--key", "cli-1", "--tenant", "acme")
+    assert (code, again) == (0, {"job_id": "acme/cli-1", "created": False})
+
+    code, waited, _ = run_starter(env, "wait", "acme/cli-1", "--timeout", "120")
+    assert (code, waited["state"]) == (0, "succeeded")
+    code, status, _ = run_starter(env, "status", "acme/cli-1")
+    assert (code, status["output_sha256"]) == (0, waited["output_sha256"])
+    assert status["tenant"] == "acme" and status["attempts"] == {"render": 1, "publish": 1}
+
+    out = tmp_path / "fetched.pdf"
+    code, fetched, _ = run_starter(env, "fetch", "acme/cli-1", "-o", str(out))
+    assert code == 0 and out.is_file() and fetched["output_sha256"] == status["output_sha256"]
+
+    audit = subprocess.run(
+        [sys.executable, "starter.py", "--json", "audit", "acme/cli-1"],
+        cwd=REPO, env=env.process_env(), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    events = [json.loads(line) for line in audit.stdout.splitlines()]
+    assert events[0]["event"] == "workflow_execution_started"
+    assert [e["stage"] for e in events if e["event"] == "activity_task_scheduled"] == ["render", "publish", "cleanup"]
+    assert events[-1]["event"] == "workflow_execution_completed"
+
+    code, missing, _ = run_starter(env, "status", "acme/no-such-job")
+    assert (code, missing["error"]) == (2, "job.not_found")
+
+
+def test_wait_budget_returns_the_job_id_with_exit_3(env: Env, main_worker: WorkerProcess, samples: Path) -> None:
+    submitted = run_starter(env, "submit", str(samples / "long.pdf"), "--policy", "preview", "--dpi", "300")[1]
+    code, payload, _ = run_starter(env, "wait", str(submitted["job_id"]), "--max-polls", "2")
+    assert code == 3
+    assert payload["job_id"] == submitted["job_id"] and payload["wait_end"] == "budget"
+    assert payload["state"] in ("queued", "processing")
+    code, payload, _ = run_starter(env, "wait", str(submitted["job_id"]), "--timeout", "1")
+    assert (code, payload["wait_end"]) == (3, "timeout")
+    assert run_starter(env, "cancel", str(submitted["job_id"]))[0] == 0  # the job goes on until told otherwise
+
+
+def test_ctrl_c_during_backoff_aborts_cleanly(env: Env, main_worker: WorkerProcess, samples: Path) -> None:
+    submitted = run_starter(env, "submit", str(samples / "long.pdf"), "--policy", "preview", "--dpi", "250")[1]
+    waiter = subprocess.Popen(
+        [sys.executable, "starter.py", "--json", "wait", str(submitted["job_id"]), "--timeout", "120"],
+        cwd=REPO, env=env.process_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(3)
+    waiter.send_signal(signal.SIGINT)
+    stdout, stderr = waiter.communicate(timeout=20)
+    assert waiter.returncode == 130, stderr
+    payload = json.loads(stdout.strip().splitlines()[-1])
+    assert (payload["error"], payload["job_id"]) == ("interrupted", submitted["job_id"])
+    assert "Traceback" not in stderr
+    assert run_starter(env, "cancel", str(submitted["job_id"]))[0] == 0
+
+
+def test_worker_stops_cleanly_on_sigterm(start_worker: StartWorker) -> None:
+    worker = start_worker("docjobs-sigterm")
+    started = time.monotonic()
+    assert worker.stop() == 0
+    assert time.monotonic() - started < 15
+    assert "worker stopped" in worker.log_path.read_text()

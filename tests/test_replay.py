@@ -1,0 +1,44 @@
+"""Determinism: recorded histories replay against the current workflow code without divergence.
+
+The committed histories in tests/histories/ were recorded from real jobs (succeeded, failed, canceled);
+a change to the workflow that would break jobs in flight fails here. Histories recorded in this session
+are replayed too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from docjobs.client import JobClient
+from docjobs.config import PolicyBook
+from docjobs.samples import make_garbage
+from tests.conftest import wait_terminal
+from workflows.document_job import DocumentJobWorkflow
+
+HISTORIES = Path(__file__).with_name("histories")
+
+
+def replayer() -> Replayer:
+    return Replayer(workflows=[DocumentJobWorkflow], data_converter=pydantic_data_converter)
+
+
+@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+async def test_committed_histories_replay(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    await replayer().replay_workflow(history)
+
+
+async def test_fresh_histories_replay(jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path) -> None:
+    make_garbage(tmp_path / "garbage.bin", size=999)
+    ok = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="replay-ok")
+    bad = await jobs.submit(tmp_path / "garbage.bin", policies.get("standard"), key="replay-bad")
+    for job_id in (ok.job_id, bad.job_id):
+        await wait_terminal(jobs, job_id)
+        history = await jobs.handle(job_id).fetch_history()
+        result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, result.replay_failure
