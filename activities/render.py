@@ -5,12 +5,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from docjobs.pdf.raster import watermark_raster
 from temporalio import activity
 
 from activities.lease import Lease, typed_failures
 from docjobs.models import RenderInput, RenderOutput, WatermarkMode
 from docjobs.pdf.inspect import inspect_pdf
+from docjobs.pdf.raster import watermark_raster
 from docjobs.pdf.watermark import watermark_structure
 from docjobs.storage import BlobStore, staging_key
 
