@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -80,21 +81,20 @@ def describe(status: JobStatus) -> str:
 
 def progress_printer(out: Output) -> Callable[[JobStatus], None]:
     """Prints a line to stderr whenever the state, stage or page progress changes."""
-    last: list[tuple[Any, ...]] = []
+    last = [""]
 
     def show(status: JobStatus) -> None:
-        progress = status.progress or {}
-        key = (status.state, status.stage, progress.get("pages_done"))
-        if last and last[-1] == key:
-            return
-        last.append(key)
         stage = f" {status.stage.value}" if status.stage and status.state is JobState.PROCESSING else ""
+        progress = status.progress or {}
         pages = ""
-        if progress.get("pages_total"):
-            done, total = int(progress.get("pages_done") or 0), int(progress["pages_total"] or 1)
-            bar = "#" * (20 * done // total)
-            pages = f" [{bar:<20}] page {done}/{total}"
-        out.progress(f"  {status.state.value}{stage}{pages}")
+        total = progress.get("pages_total")
+        if isinstance(total, int) and total > 0:
+            done = int(progress.get("pages_done") or 0)
+            pages = f" [{'#' * (20 * done // total):<20}] page {done}/{total}"
+        line = f"  {status.state.value}{stage}{pages}"
+        if line != last[0]:
+            last[0] = line
+            out.progress(line)
 
     return show
 
@@ -143,6 +143,9 @@ async def cmd_submit(args: argparse.Namespace, settings: Settings, out: Output) 
 async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     from worker import create_worker  # the in-process worker of the one-shot run
 
+    # Stage failures are the job's business (reported below), not tracebacks for the person at the terminal.
+    logging.getLogger("temporalio").setLevel(logging.ERROR)
+    logging.getLogger("docjobs").setLevel(logging.ERROR)
     client = await connect(settings)
     jobs = JobClient(client, settings)
     source = Path(args.file)

@@ -27,6 +27,7 @@ from docjobs.storage import FileBlobStore
 from workflows.document_job import DocumentJobWorkflow
 
 log = logging.getLogger("docjobs.worker")
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 
 def create_worker(client: Client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:
@@ -41,6 +42,9 @@ def create_worker(client: Client, settings: Settings, executor: ThreadPoolExecut
         activity_executor=executor,
         max_concurrent_activities=settings.activity_threads,
         graceful_shutdown_timeout=timedelta(seconds=5),
+        # Heartbeats carry page progress: send them often enough for a live progress bar.
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 
 
