@@ -40,10 +40,25 @@ class WatermarkPolicy(Frozen):
         return text
 
 
-class OcrPolicy(Frozen):
-    """Filled by the OCR issue; off until then."""
+class OcrMode(StrEnum):
+    OFF = "off"  # no OCR stage
+    SKIP = "skip"  # OCR only the pages that have no text
+    REDO = "redo"  # replace an existing OCR layer
+    FORCE = "force"  # rasterize and OCR every page
 
-    enabled: bool = False
+
+class OcrOutput(StrEnum):
+    PDF = "pdf"
+    PDFA = "pdfa"
+
+
+class OcrPolicy(Frozen):
+    mode: OcrMode = OcrMode.OFF
+    languages: tuple[str, ...] = ("eng",)
+    rotate_pages: bool = True
+    deskew: bool = True
+    output_type: OcrOutput = OcrOutput.PDF
+    tesseract_timeout: float = Field(default=180.0, gt=0)  # per page, seconds
 
 
 class RedactPolicy(Frozen):
