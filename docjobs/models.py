@@ -20,7 +20,9 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Unknown fields are ignored so that histories recorded by older code still replay (a removed field
+    # must not break jobs in flight); policy files are checked for unknown keys separately.
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class WatermarkMode(StrEnum):

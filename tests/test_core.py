@@ -141,6 +141,10 @@ def test_shipped_policies_and_versions(tmp_path: Path) -> None:
     bad.write_text('[policies.x.watermark]\ntext = "X"\nmode = "sideways"\n')
     with pytest.raises(ConfigError):
         PolicyBook.load(bad)
+    typo = tmp_path / "typo.toml"
+    typo.write_text('[policies.x.watermark]\ntext = "X"\nmdoe = "raster"\n')
+    with pytest.raises(ConfigError, match=r"watermark\.mdoe"):
+        PolicyBook.load(typo)
 
 
 def test_promotion_is_create_only(tmp_path: Path) -> None:
