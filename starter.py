@@ -32,7 +32,7 @@ from docjobs.client import JobClient, JobNotFound, NotReleased, connect
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.errors import DocJobError
-from docjobs.models import JobStatus, Policy
+from docjobs.models import JobStatus, OcrMode, Policy
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState
 
@@ -106,10 +106,12 @@ def choose_policy(args: argparse.Namespace, settings: Settings) -> Policy:
         for name, value in (("text", args.watermark), ("mode", args.mode), ("dpi", args.dpi))
         if value is not None
     }
-    if not overrides:
+    if not overrides and args.ocr is None:
         return policy
     body = policy.model_dump()
     body["watermark"].update(overrides)
+    if args.ocr is not None:
+        body["ocr"]["mode"] = args.ocr
     return Policy.model_validate(body)
 
 
@@ -141,7 +143,7 @@ async def cmd_submit(args: argparse.Namespace, settings: Settings, out: Output) 
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from worker import create_worker  # the in-process worker of the one-shot run
+    from worker import create_workers, running  # the in-process worker of the one-shot run
 
     # Stage failures are the job's business (reported below), not tracebacks for the person at the terminal.
     logging.getLogger("temporalio").setLevel(logging.ERROR)
@@ -151,7 +153,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> 
     source = Path(args.file)
     target = Path(args.out) if args.out else source.with_name(f"{source.stem}.docjobs.pdf")
     with ThreadPoolExecutor(max_workers=settings.activity_threads, thread_name_prefix="stage") as executor:
-        async with create_worker(client, settings, executor):
+        async with running(create_workers(client, settings, executor)):
             submitted = await jobs.submit(
                 source, choose_policy(args, settings), tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
             )
@@ -213,6 +215,13 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watermark", help="override the policy's watermark text")
     parser.add_argument("--mode", choices=["structure", "raster"], help="override the watermark mode")
     parser.add_argument("--dpi", type=int, help="override the raster DPI")
+    parser.add_argument(
+        "--ocr",
+        nargs="?",
+        const="skip",
+        choices=[mode.value for mode in OcrMode],
+        help="OCR the document (default mode: skip = only pages without text)",
+    )
     parser.add_argument("--tenant", default="default")
     parser.add_argument("--key", help="client idempotency key (job ID = TENANT/KEY)")
     parser.add_argument("--deadline", type=int, metavar="SECONDS", help="server-side deadline of the job")

@@ -1,6 +1,6 @@
 """Runs a docjobs worker: the job workflow (async) and the stage activities (threads, bounded).
 
-    python worker.py [--task-queue NAME]
+    python worker.py [--task-queue NAME] [--queue general] [--queue ocr]
 
 Stops cleanly on SIGTERM or Ctrl-C: it stops polling, lets running stages finish for a short grace
 period, then cancels them (their leases lapse and another worker takes over).
@@ -12,51 +12,83 @@ import argparse
 import asyncio
 import logging
 import signal
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.ocr import OcrActivities
 from activities.publish import PublishActivities
 from activities.render import RenderActivities
 from docjobs.client import connect
 from docjobs.config import ConfigError, Settings
-from docjobs.storage import FileBlobStore
 from workflows.document_job import DocumentJobWorkflow
 
 log = logging.getLogger("docjobs.worker")
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 
-def create_worker(client: Client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:
-    store = FileBlobStore(settings.blob_root)
-    render = RenderActivities(store, settings.data_dir / "work")
-    publish = PublishActivities(store)
-    return Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=[DocumentJobWorkflow],
-        activities=[render.render, publish.publish, publish.cleanup],
-        activity_executor=executor,
-        max_concurrent_activities=settings.activity_threads,
-        graceful_shutdown_timeout=timedelta(seconds=5),
+QUEUES = ("general", "ocr")
+
+
+def create_workers(
+    client: Client, settings: Settings, executor: ThreadPoolExecutor, queues: Sequence[str] = QUEUES
+) -> list[Worker]:
+    """One worker per served task queue: `general` runs the workflow and the light stages, `ocr` the OCR stage."""
+    store = settings.blob_store()
+    workdir = settings.data_dir / "work"
+    common: dict[str, Any] = {
+        "activity_executor": executor,
+        "max_concurrent_activities": settings.activity_threads,
+        "graceful_shutdown_timeout": timedelta(seconds=5),
         # Heartbeats carry page progress: send them often enough for a live progress bar.
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-    )
+        "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+        "default_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+    }
+    workers = []
+    if "general" in queues:
+        render = RenderActivities(store, workdir)
+        publish = PublishActivities(store)
+        workers.append(
+            Worker(
+                client,
+                task_queue=settings.task_queue,
+                workflows=[DocumentJobWorkflow],
+                activities=[render.render, publish.publish, publish.cleanup],
+                **common,
+            )
+        )
+    if "ocr" in queues:
+        ocr = OcrActivities(store, workdir)
+        workers.append(Worker(client, task_queue=settings.ocr_task_queue, activities=[ocr.ocr], **common))
+    return workers
 
 
-async def serve(settings: Settings) -> None:
+@asynccontextmanager
+async def running(workers: list[Worker]) -> AsyncIterator[None]:
+    """Run the workers until the block ends, then shut them down together (draining running stages)."""
+    async with AsyncExitStack() as stack:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        yield
+
+
+async def serve(settings: Settings, queues: Sequence[str]) -> None:
     client = await connect(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     with ThreadPoolExecutor(max_workers=settings.activity_threads, thread_name_prefix="stage") as executor:
-        async with create_worker(client, settings, executor):
-            log.info("worker ready: task queue %s at %s", settings.task_queue, settings.address)
+        workers = create_workers(client, settings, executor, queues)
+        async with running(workers):
+            served = ", ".join(worker.task_queue for worker in workers)
+            log.info("worker ready: task queues %s at %s", served, settings.address)
             await stop.wait()
             log.info("stopping: draining running stages")
     log.info("worker stopped")
@@ -64,14 +96,21 @@ async def serve(settings: Settings) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Run a docjobs worker.")
-    parser.add_argument("--task-queue", help="task queue to serve (default: DOCJOBS_TASK_QUEUE or 'docjobs')")
+    parser.add_argument("--task-queue", help="general task queue (default: DOCJOBS_TASK_QUEUE or 'docjobs')")
+    parser.add_argument(
+        "--queue",
+        action="append",
+        choices=QUEUES,
+        help="serve only these queues (repeatable; default: all). The OCR queue is DOCJOBS_OCR_TASK_QUEUE or "
+        "the general queue's name + '-ocr'",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = Settings.from_env()
         if args.task_queue:
             settings = replace(settings, task_queue=args.task_queue)
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, args.queue or QUEUES))
     except ConfigError as error:
         log.error("%s", error)
         return 2

@@ -22,12 +22,13 @@ log = logging.getLogger("docjobs.activities")
 
 
 class Lease:
-    """Renews the activity's heartbeat every third of its timeout, carrying the latest progress."""
+    """Renews the activity's heartbeat at least every second (the SDK throttles what it sends), carrying the
+    latest progress; a cancel request or a lost lease comes back on these heartbeats within seconds."""
 
     def __init__(self, stage: str) -> None:
         info = activity.info()
         timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 30.0
-        self._interval = max(timeout / 3, 0.2)
+        self._interval = min(max(timeout / 3, 0.2), 1.0)
         self._details: dict[str, Any] = {"stage": stage, "pages_done": 0, "pages_total": None}
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the activity context lives in a contextvar

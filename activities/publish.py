@@ -8,7 +8,7 @@ from temporalio import activity
 
 from activities.lease import Lease, typed_failures
 from docjobs.models import CleanupInput, PublishInput, PublishOutput
-from docjobs.storage import BlobStore, artifact_key, job_prefix
+from docjobs.storage import BlobStore, artifact_key, job_prefix, text_key
 
 log = logging.getLogger("docjobs.activities")
 
@@ -22,8 +22,11 @@ class PublishActivities:
         """Promote the staged artifact to the job's final key; create-only, so a stale attempt can't replace it."""
         with typed_failures("publish") as attempt, Lease("publish"):
             self._store.verify(request.source, mismatch_code="source.digest_mismatch")
+            text = None
+            if request.text is not None:  # the searchable text goes first: an artifact is never without it
+                text, _ = self._store.promote(request.text, text_key(request.job_id))
             artifact, created = self._store.promote(request.staged, artifact_key(request.job_id))
-        return PublishOutput(artifact=artifact, attempt=attempt, already_published=not created)
+        return PublishOutput(artifact=artifact, text=text, attempt=attempt, already_published=not created)
 
     @activity.defn(name="cleanup")
     def cleanup(self, request: CleanupInput) -> int:

@@ -1,7 +1,8 @@
-"""The `render` stage: normalize the input and stamp the watermark (structure or raster mode)."""
+"""The `render` stage: normalize the input to PDF (scans become PDF pages) and stamp the watermark."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -9,7 +10,8 @@ from temporalio import activity
 
 from activities.lease import Lease, typed_failures
 from docjobs.models import RenderInput, RenderOutput, WatermarkMode
-from docjobs.pdf.inspect import inspect_pdf
+from docjobs.pdf.images import image_to_pdf
+from docjobs.pdf.inspect import inspect_pdf, sniff_kind
 from docjobs.pdf.raster import watermark_raster
 from docjobs.pdf.watermark import watermark_structure
 from docjobs.storage import BlobStore, staging_key
@@ -25,16 +27,25 @@ class RenderActivities:
         with typed_failures("render") as attempt, Lease("render") as lease:
             self._workdir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self._workdir, prefix="render-") as tmp:
-                source = Path(tmp) / "input.pdf"
+                source = Path(tmp) / "input"
+                normalized = Path(tmp) / "normalized.pdf"
                 output = Path(tmp) / "output.pdf"
                 self._store.fetch(request.source, source, mismatch_code="source.digest_mismatch")
-                inspect_pdf(source, max_pages=request.max_pages)
+                with source.open("rb") as head:
+                    kind = sniff_kind(head.read(16))
+                if kind in ("png", "jpeg", "tiff"):
+                    image_to_pdf(source, normalized)
+                else:
+                    source.rename(normalized)  # not a PDF either: inspection says which code
+                info = inspect_pdf(normalized, max_pages=request.max_pages)
                 watermark = request.watermark
-                if watermark.mode is WatermarkMode.STRUCTURE:
-                    info = watermark_structure(source, output, watermark.text, on_page=lease.progress)
+                if watermark is None:
+                    shutil.copyfile(normalized, output)
+                elif watermark.mode is WatermarkMode.STRUCTURE:
+                    info = watermark_structure(normalized, output, watermark.text, on_page=lease.progress)
                 else:
                     info = watermark_raster(
-                        source, output, watermark.text, dpi=watermark.dpi, on_page=lease.progress, workdir=Path(tmp)
+                        normalized, output, watermark.text, dpi=watermark.dpi, on_page=lease.progress, workdir=Path(tmp)
                     )
                 staged = self._store.put_file(staging_key(request.job_id, "render", attempt), output)
         return RenderOutput(

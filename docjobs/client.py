@@ -36,7 +36,7 @@ from docjobs.errors import DocJobError
 from docjobs.models import JobRequest, JobStatus, Policy, TransitionRecord
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.states import JobState, Stage, parse_state
-from docjobs.storage import FileBlobStore, sha256_file, source_key
+from docjobs.storage import sha256_file, source_key
 from workflows.document_job import DocumentJobWorkflow
 
 # Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
@@ -79,7 +79,7 @@ class JobClient:
     def __init__(self, client: Client, settings: Settings) -> None:
         self.client = client
         self.settings = settings
-        self.store = FileBlobStore(settings.blob_root)
+        self.store = settings.blob_store()
 
     async def submit(
         self,
@@ -113,6 +113,7 @@ class JobClient:
             deadline_seconds=deadline,
             accepted_at=datetime.now(UTC),
             timing=self.settings.timing,
+            ocr_task_queue=self.settings.ocr_task_queue,
         )
         try:
             await self.client.start_workflow(

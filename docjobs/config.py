@@ -9,11 +9,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
 from docjobs.models import ActivityTiming, Policy
+from docjobs.s3store import open_blob_store
+from docjobs.storage import BlobStore
 
 SHIPPED_POLICIES = Path(__file__).with_name("policies.toml")
 
@@ -47,11 +48,14 @@ class Settings:
     data_dir: Path
     temporal_address: str | None  # None: the embedded dev server
     namespace: str
-    task_queue: str
+    task_queue: str  # the workflow and the general stages
+    ocr_task_queue_override: str | None
     dev_server_port: int
     dev_server_ui_port: int
     retention: str  # how long closed jobs are kept: the idempotency window
     storage_url: str
+    storage_sse: str | None  # S3 server-side encryption: AES256, aws:kms
+    storage_kms_key_id: str | None
     policy_file: Path
     max_input_bytes: int
     timing: ActivityTiming
@@ -63,15 +67,20 @@ class Settings:
         return self.temporal_address is None
 
     @property
+    def ocr_task_queue(self) -> str:
+        """OCR stages have their own queue, so OCR workers scale on their own machines."""
+        return self.ocr_task_queue_override or f"{self.task_queue}-ocr"
+
+    @property
     def address(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.dev_server_port}"
 
-    @property
-    def blob_root(self) -> Path:
-        parsed = urlparse(self.storage_url)
-        if parsed.scheme != "file":
-            raise ConfigError("DOCJOBS_STORAGE_URL: only file:// is supported by this build")
-        return Path(parsed.path)
+    def blob_store(self) -> BlobStore:
+        """The blob store named by DOCJOBS_STORAGE_URL (`file:///path` or `s3://bucket/prefix`)."""
+        try:
+            return open_blob_store(self.storage_url, sse=self.storage_sse, kms_key_id=self.storage_kms_key_id)
+        except ValueError as error:
+            raise ConfigError(f"DOCJOBS_STORAGE_URL / DOCJOBS_STORAGE_SSE: {error}") from None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -81,16 +90,20 @@ class Settings:
             temporal_address=os.environ.get("DOCJOBS_TEMPORAL_ADDRESS") or None,
             namespace=os.environ.get("DOCJOBS_TEMPORAL_NAMESPACE") or "default",
             task_queue=os.environ.get("DOCJOBS_TASK_QUEUE") or "docjobs",
+            ocr_task_queue_override=os.environ.get("DOCJOBS_OCR_TASK_QUEUE") or None,
             dev_server_port=_env_int("DOCJOBS_TEMPORAL_PORT", 7233),
             dev_server_ui_port=_env_int("DOCJOBS_TEMPORAL_UI_PORT", 8233),
             retention=os.environ.get("DOCJOBS_RETENTION") or "720h",
             storage_url=os.environ.get("DOCJOBS_STORAGE_URL") or (data_dir / "blobs").as_uri(),
+            storage_sse=os.environ.get("DOCJOBS_STORAGE_SSE") or None,
+            storage_kms_key_id=os.environ.get("DOCJOBS_STORAGE_KMS_KEY_ID") or None,
             policy_file=Path(os.environ.get("DOCJOBS_POLICY_FILE") or SHIPPED_POLICIES),
             max_input_bytes=_env_int("DOCJOBS_MAX_INPUT_BYTES", 100 * 1024 * 1024),
             timing=ActivityTiming(
                 lease_seconds=_env_float("DOCJOBS_LEASE_SECONDS", 30.0),
                 base_seconds=_env_float("DOCJOBS_STAGE_BASE_SECONDS", 60.0),
                 per_page_seconds=_env_float("DOCJOBS_STAGE_PER_PAGE_SECONDS", 10.0),
+                ocr_per_page_seconds=_env_float("DOCJOBS_OCR_PER_PAGE_SECONDS", 60.0),
                 max_attempts=_env_int("DOCJOBS_MAX_ATTEMPTS", 5),
             ),
             activity_threads=_env_int("DOCJOBS_ACTIVITY_THREADS", max(2, os.cpu_count() or 2)),

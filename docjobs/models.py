@@ -49,7 +49,7 @@ class OcrMode(StrEnum):
     FORCE = "force"  # rasterize and OCR every page
 
 
-class OcrOutput(StrEnum):
+class OcrOutputType(StrEnum):
     PDF = "pdf"
     PDFA = "pdfa"
 
@@ -59,7 +59,7 @@ class OcrPolicy(Frozen):
     languages: tuple[str, ...] = ("eng",)
     rotate_pages: bool = True
     deskew: bool = True
-    output_type: OcrOutput = OcrOutput.PDF
+    output_type: OcrOutputType = OcrOutputType.PDF
     tesseract_timeout: float = Field(default=180.0, gt=0)  # per page, seconds
 
 
@@ -107,6 +107,7 @@ class ActivityTiming(Frozen):
     lease_seconds: float = Field(default=30.0, gt=0)  # heartbeat timeout: the lease
     base_seconds: float = Field(default=60.0, gt=0)  # start-to-close = base + per_page * pages
     per_page_seconds: float = Field(default=10.0, gt=0)
+    ocr_per_page_seconds: float = Field(default=60.0, gt=0)
     max_attempts: int = Field(default=5, ge=1)
 
 
@@ -120,6 +121,7 @@ class JobRequest(Frozen):
     deadline_seconds: int = Field(ge=1)
     accepted_at: datetime
     timing: ActivityTiming = ActivityTiming()
+    ocr_task_queue: str | None = None  # None: the workflow's own task queue
 
     @property
     def document_class(self) -> str:
@@ -129,7 +131,7 @@ class JobRequest(Frozen):
 class RenderInput(Frozen):
     job_id: str
     source: BlobRef
-    watermark: WatermarkPolicy
+    watermark: WatermarkPolicy | None  # None: normalize only, a later stage stamps
     max_pages: int
 
 
@@ -140,14 +142,31 @@ class RenderOutput(Frozen):
     attempt: int
 
 
+class OcrInput(Frozen):
+    job_id: str
+    source: BlobRef  # the accepted input, re-checked
+    staged: BlobRef  # the rendered (normalized) document to OCR
+    ocr: OcrPolicy
+    watermark: WatermarkPolicy | None  # stamped after OCR (structure mode), so it never hides a page's need for OCR
+
+
+class OcrOutput(Frozen):
+    staged: BlobRef
+    text: BlobRef  # the searchable text of every page (JSON), stored beside the artifact
+    pages_ocred: list[int]
+    attempt: int
+
+
 class PublishInput(Frozen):
     job_id: str
     source: BlobRef
     staged: BlobRef
+    text: BlobRef | None = None
 
 
 class PublishOutput(Frozen):
     artifact: BlobRef
+    text: BlobRef | None = None
     attempt: int
     already_published: bool
 
@@ -178,6 +197,8 @@ class JobStatus(BaseModel):
     artifact_key: str | None = None
     page_count: int = 0
     input_encryption: str | None = None
+    ocr_text_sha256: str | None = None
+    pages_ocred: list[int] = Field(default_factory=list)
     failure_code: str | None = None
     failure_message: str | None = None
     cancel_reason: str | None = None

@@ -39,13 +39,18 @@ def job_prefix(job_id: str) -> str:
     return f"jobs/{hashlib.sha256(job_id.encode()).hexdigest()[:32]}"
 
 
-def staging_key(job_id: str, stage: str, attempt: int) -> str:
+def staging_key(job_id: str, stage: str, attempt: int, suffix: str = ".pdf") -> str:
     """Unique per attempt (and per worker run of an attempt), so attempts never overwrite each other."""
-    return f"{job_prefix(job_id)}/staging/{stage}-a{attempt}-{uuid.uuid4().hex[:12]}.pdf"
+    return f"{job_prefix(job_id)}/staging/{stage}-a{attempt}-{uuid.uuid4().hex[:12]}{suffix}"
 
 
 def artifact_key(job_id: str) -> str:
     return f"{job_prefix(job_id)}/artifact.pdf"
+
+
+def text_key(job_id: str) -> str:
+    """The searchable text of every page (OCR), beside the artifact."""
+    return f"{job_prefix(job_id)}/text.json"
 
 
 class BlobStore(Protocol):
@@ -134,6 +139,8 @@ class FileBlobStore:
             raise DocJobError("publish.conflict") from None
 
     def delete_prefix(self, prefix: str) -> int:
+        if not prefix.strip("/"):
+            raise ValueError("refusing to delete the whole store")
         folder = self._path(prefix)
         if not folder.exists():
             return 0
@@ -145,4 +152,7 @@ class FileBlobStore:
         return self._path(key).is_file()
 
     def open(self, key: str) -> BinaryIO:
-        return self._path(key).open("rb")
+        try:
+            return self._path(key).open("rb")
+        except FileNotFoundError:
+            raise DocJobError("source.missing", "a stored blob is missing") from None

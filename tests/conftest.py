@@ -81,11 +81,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 class WorkerProcess:
     """`python worker.py` as a real child process (own process group, so it can be killed whole)."""
 
-    def __init__(self, env: Env, task_queue: str, log_path: Path) -> None:
+    def __init__(self, env: Env, task_queue: str, log_path: Path, *extra_args: str) -> None:
         self.log_path = log_path
         self.log = log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "worker.py"), "--task-queue", task_queue],
+            [sys.executable, str(REPO / "worker.py"), "--task-queue", task_queue, *extra_args],
             cwd=REPO,
             env=env.process_env(),
             stdout=self.log,
@@ -114,7 +114,7 @@ class WorkerProcess:
         return self.process.returncode
 
 
-StartWorker = Callable[[str], WorkerProcess]
+StartWorker = Callable[..., WorkerProcess]  # (task_queue, *extra worker.py args)
 
 
 @pytest.fixture(scope="session")
@@ -123,8 +123,8 @@ def start_worker(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     started: list[WorkerProcess] = []
     logs = tmp_path_factory.mktemp("worker-logs")
 
-    def start(task_queue: str) -> WorkerProcess:
-        worker = WorkerProcess(env, task_queue, logs / f"{task_queue}-{len(started)}.log")
+    def start(task_queue: str, *extra_args: str) -> WorkerProcess:
+        worker = WorkerProcess(env, task_queue, logs / f"{task_queue}-{len(started)}.log", *extra_args)
         started.append(worker)
         return worker
 

@@ -36,7 +36,8 @@ def test_worker_environment_is_docjobs_configuration(tmp_path: Path) -> None:
     with mock.patch.dict(os.environ, environment, clear=True):
         settings = Settings.from_env()
     assert settings.address == "temporal:7233" and not settings.embedded
-    assert str(settings.blob_root).startswith(environment["DOCJOBS_DATA_DIR"])
+    assert settings.storage_url.startswith(f"file://{environment['DOCJOBS_DATA_DIR']}/")
+    settings.blob_store()  # a usable store, not just a string
     mounted = {volume.split(":")[1] for volume in worker["volumes"]}
     assert environment["DOCJOBS_DATA_DIR"] in mounted  # blobs live on the shared volume
     assert worker["command"] == ["python", "worker.py"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import suppress
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -24,13 +25,17 @@ with workflow.unsafe.imports_passed_through():
         CleanupInput,
         JobRequest,
         JobStatus,
+        OcrInput,
+        OcrMode,
+        OcrOutput,
         PublishInput,
         PublishOutput,
         RenderInput,
         RenderOutput,
         TransitionRecord,
+        WatermarkMode,
     )
-    from docjobs.states import JobState, Stage, check_transition, is_terminal
+    from docjobs.states import JobState, Stage, check_transition
 
 
 class StageOutput(Protocol):
@@ -53,6 +58,16 @@ def failure_of(error: ActivityError) -> tuple[str, str, int | None]:
     if isinstance(cause, ActivityTimeoutError) or error.retry_state is RetryState.TIMEOUT:
         return "stage.timeout", FAILURE_CODES["stage.timeout"][1], None
     return "stage.retries_exhausted", FAILURE_CODES["stage.retries_exhausted"][1], None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The terminal state a job will be reported in, once its clean-up is done."""
+
+    state: JobState
+    code: str | None = None
+    message: str | None = None
+    cancel_reason: str | None = None
 
 
 @workflow.defn(name="DocumentJob")
@@ -101,41 +116,59 @@ class DocumentJobWorkflow:
         except asyncio.CancelledError:
             self._cancel_reason = "requested"
 
-        if not pipeline.done():
+        ending = Ending(JobState.CANCELED, cancel_reason=self._cancel_reason)
+        if pipeline.done():  # finished first: a late cancel or deadline does not undo a released result
+            ending = pipeline.result()
+        else:
             pipeline.cancel()
             with suppress(asyncio.CancelledError, ActivityError):
                 await pipeline
-        if not is_terminal(self._status.state):
-            self._finish(JobState.CANCELED, cancel_reason=self._cancel_reason)
-        # Staged attempts are never a deliverable: drop them whatever the outcome.
+        # Staged attempts are never a deliverable: drop them whatever the outcome, before the job is
+        # reported terminal, so that a terminal job has nothing left in flight.
         await workflow.execute_activity(
             "cleanup",
             CleanupInput(job_id=request.job_id),
             start_to_close_timeout=CLEANUP_TIMEOUT,
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
+        self._finish(ending)
         return self._status
 
-    async def _pipeline(self) -> None:
+    async def _pipeline(self) -> Ending:
         request = self._request
+        policy = request.policy
+        ocr_on = policy.ocr.mode is not OcrMode.OFF
+        # A structure watermark is text: stamped before OCR it would make every page look searchable, so
+        # with OCR it is stamped after it. A raster watermark flattens the page, so it always goes first.
+        stamp_first = not ocr_on or policy.watermark.mode is WatermarkMode.RASTER
         try:
-            rendered = await self._stage(
-                Stage.RENDER,
-                RenderInput(
-                    job_id=request.job_id,
-                    source=request.source,
-                    watermark=request.policy.watermark,
-                    max_pages=request.policy.max_pages,
-                ),
-                RenderOutput,
+            render = RenderInput(
+                job_id=request.job_id,
+                source=request.source,
+                watermark=policy.watermark if stamp_first else None,
+                max_pages=policy.max_pages,
             )
+            rendered = await self._stage(Stage.RENDER, render, RenderOutput)
             self._status.page_count = rendered.page_count
             self._status.input_encryption = rendered.input_encryption
-            publish = PublishInput(job_id=request.job_id, source=request.source, staged=rendered.staged)
+            staged, text = rendered.staged, None
+            if ocr_on:
+                ocr = OcrInput(
+                    job_id=request.job_id,
+                    source=request.source,
+                    staged=staged,
+                    ocr=policy.ocr,
+                    watermark=None if stamp_first else policy.watermark,
+                )
+                ocred = await self._stage(Stage.OCR, ocr, OcrOutput, task_queue=request.ocr_task_queue)
+                staged, text = ocred.staged, ocred.text
+                self._status.ocr_text_sha256 = text.sha256
+                self._status.pages_ocred = ocred.pages_ocred
+            publish = PublishInput(job_id=request.job_id, source=request.source, staged=staged, text=text)
             published = await self._stage(Stage.PUBLISH, publish, PublishOutput)
             self._status.output_sha256 = published.artifact.sha256
             self._status.artifact_key = published.artifact.key
-            self._finish(JobState.SUCCEEDED)
+            return Ending(JobState.SUCCEEDED)
         except ActivityError as error:
             if isinstance(error.cause, CancelledError):
                 raise  # the job is being canceled: `run` records that
@@ -143,17 +176,21 @@ class DocumentJobWorkflow:
             if attempt is not None and self._status.stage is not None:
                 self._status.attempts[self._status.stage.value] = attempt
             quarantine = outcome_of(code) is Outcome.QUARANTINE
-            self._finish(JobState.QUARANTINED if quarantine else JobState.FAILED, code=code, message=message)
+            return Ending(JobState.QUARANTINED if quarantine else JobState.FAILED, code=code, message=message)
 
-    async def _stage(self, stage: Stage, payload: Any, output_type: type[OutputT]) -> OutputT:
+    async def _stage(
+        self, stage: Stage, payload: Any, output_type: type[OutputT], *, task_queue: str | None = None
+    ) -> OutputT:
         self._transition(JobState.PROCESSING, stage)
         timing = self._request.timing
         pages = max(self._status.page_count, 1)
+        per_page = timing.ocr_per_page_seconds if stage is Stage.OCR else timing.per_page_seconds
         result: OutputT = await workflow.execute_activity(
             stage.value,
             payload,
             result_type=output_type,
-            start_to_close_timeout=timedelta(seconds=timing.base_seconds + timing.per_page_seconds * pages),
+            task_queue=task_queue,
+            start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),
             heartbeat_timeout=timedelta(seconds=timing.lease_seconds),
             retry_policy=RetryPolicy(
                 initial_interval=timedelta(seconds=1),
@@ -178,15 +215,8 @@ class DocumentJobWorkflow:
         )
         workflow.set_current_details(f"{state.value} ({stage.value})" if stage else state.value)
 
-    def _finish(
-        self,
-        state: JobState,
-        *,
-        code: str | None = None,
-        message: str | None = None,
-        cancel_reason: str | None = None,
-    ) -> None:
-        self._transition(state, self._status.stage)
-        self._status.failure_code = code
-        self._status.failure_message = message
-        self._status.cancel_reason = cancel_reason
+    def _finish(self, ending: Ending) -> None:
+        self._transition(ending.state, self._status.stage)
+        self._status.failure_code = ending.code
+        self._status.failure_message = ending.message
+        self._status.cancel_reason = ending.cancel_reason

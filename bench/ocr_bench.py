@@ -1,0 +1,112 @@
+"""OCR throughput: the same scan through the full docjobs pipeline versus the plain `ocrmypdf` command.
+
+    .venv/bin/python bench/ocr_bench.py [--pages 10] [--runs 2]
+
+Both sides get the same options (docjobs' own `ocrmypdf_args` for the `scan` policy) and run one after
+the other, alternating, on an embedded dev server in a throwaway data dir. docjobs' time is the job's
+wall time from submit to `succeeded` (render, OCR, watermark, publish, Temporal round trips); the plain
+command's is its process wall time. Prints a table with pages/second and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from docjobs.client import JobClient, connect
+from docjobs.config import PolicyBook, Settings
+from docjobs.devserver import stop_dev_server
+from docjobs.pdf.ocr import ocrmypdf_args
+from docjobs.poller import WaitEnd, wait_for_job
+from docjobs.scans import make_scan_pdf, scan_words
+from docjobs.states import JobState
+from worker import create_workers, running
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "ocrmypdf", *args, str(scan), str(out)], check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+async def docjobs_run(jobs: JobClient, scan: Path, policy_name: str, key: str) -> float:
+    policy = PolicyBook.load(jobs.settings.policy_file).get(policy_name)
+    started = time.perf_counter()
+    submitted = await jobs.submit(scan, policy, tenant="bench", key=key)
+    result = await wait_for_job(
+        lambda: jobs.status(submitted.job_id), timeout=1800, max_polls=100_000, initial_delay=0.05, max_delay=0.1
+    )
+    elapsed = time.perf_counter() - started
+    if result.end is not WaitEnd.TERMINAL or result.status is None or result.status.state is not JobState.SUCCEEDED:
+        raise SystemExit(f"docjobs job did not succeed: {result.status}")
+    return elapsed
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=2)
+    options = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="docjobs-bench-") as tmp:
+        folder = Path(tmp)
+        os.environ.update(
+            {
+                "DOCJOBS_DATA_DIR": str(folder / "data"),
+                "DOCJOBS_TEMPORAL_PORT": str(free_port()),
+                "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
+                "DOCJOBS_TASK_QUEUE": "docjobs-bench",
+            }
+        )
+        settings = Settings.from_env()
+        scan = folder / "scan.pdf"
+        make_scan_pdf(scan, scan_words(options.pages), ["upright"] * options.pages)
+        policy = PolicyBook.load(settings.policy_file).get("scan")
+        args = ocrmypdf_args(policy.ocr)
+        client = await connect(settings)
+        jobs = JobClient(client, settings)
+        plain: list[float] = []
+        pipeline: list[float] = []
+        try:
+            with ThreadPoolExecutor(max_workers=settings.activity_threads) as executor:
+                async with running(create_workers(client, settings, executor)):
+                    for run in range(options.runs):
+                        plain.append(await asyncio.to_thread(plain_ocrmypdf, scan, folder / f"plain-{run}.pdf", args))
+                        pipeline.append(await docjobs_run(jobs, scan, "scan", f"run-{run}"))
+        finally:
+            stop_dev_server(settings)
+
+    pages = options.pages
+    plain_rate = pages / statistics.median(plain)
+    docjobs_rate = pages / statistics.median(pipeline)
+    print(f"OCR benchmark: {pages}-page 300 dpi scan, {options.runs} run(s) each, {os.cpu_count()} CPUs")
+    print(f"ocrmypdf options: {' '.join(args)}")
+    print()
+    print("| runner | median seconds | pages/s | ratio |")
+    print("|---|---|---|---|")
+    for runner, seconds, rate in (
+        ("plain ocrmypdf", statistics.median(plain), plain_rate),
+        ("docjobs pipeline", statistics.median(pipeline), docjobs_rate),
+    ):
+        print(f"| {runner} | {seconds:.2f} | {rate:.2f} | {rate / plain_rate:.2f} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,672 @@
+"""PAdES signing and verification, the development signer, and the signed evidence envelope.
+
+Temporal-free: plain functions on files. poppler's `pdfsig` is the independent second opinion on every
+signature verdict (it exits 0 even on a digest mismatch, so its output is parsed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pikepdf
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from pyhanko.keys import load_certs_from_pemder_data, load_private_key_from_pemder_data
+from pyhanko.pdf_utils import generic
+from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+from pyhanko.sign.timestamps import DummyTimeStamper
+
+from docjobs import signing
+from docjobs.config import ConfigError
+from docjobs.errors import FAILURE_CODES, DocJobError
+from docjobs.evidence import Evidence, EvidenceCheck, canonical_json, sign_evidence, tool_versions, verify_evidence
+from docjobs.samples import make_encrypted_pdf, make_sample_pdf
+from docjobs.signing import (
+    DEV_CA_CN,
+    DEV_SIGNER_CN,
+    SignatureReport,
+    SignerConfig,
+    cert_pem,
+    ensure_dev_signer,
+    failure_code,
+    issue_signer,
+    key_pem,
+    make_ca,
+    sign_pdf,
+    verify_pdf,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+ENV_NAMES = (
+    "DOCJOBS_SIGNING_P12",
+    "DOCJOBS_SIGNING_P12_PASSPHRASE",
+    "DOCJOBS_SIGNING_KEY",
+    "DOCJOBS_SIGNING_CERT",
+    "DOCJOBS_SIGNING_CHAIN",
+    "DOCJOBS_TRUST_ROOTS",
+    "DOCJOBS_TSA_URL",
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# helpers and fixtures
+
+
+def pdfsig(path: Path) -> list[dict[str, str]]:
+    """poppler's view of every signature: `  - Key: value` lines, and bare lines (e.g. "Total document
+    signed") as keys with an empty value. -nocert: our test CAs are not in NSS's database (and no OCSP)."""
+    done = subprocess.run(["pdfsig", "-nocert", str(path)], capture_output=True, text=True, timeout=60, check=False)
+    signatures: list[dict[str, str]] = []
+    for line in done.stdout.splitlines():
+        if line.startswith("Signature #"):
+            signatures.append({})
+        elif line.startswith("  - ") and signatures:
+            key, _, value = line[4:].partition(": ")
+            signatures[-1][key.strip()] = value.strip()
+    return signatures
+
+
+def poppler_says_valid(sig: dict[str, str]) -> bool:
+    return sig.get("Signature Validation") == "Signature is Valid."
+
+
+def write_signer(
+    directory: Path, ca_name: str, signer_name: str, *, key: signing.PrivateKey | None = None
+) -> SignerConfig:
+    """A CA and a signer issued by it, as PEM files; the config trusts that CA."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = make_ca(ca_name)
+    signer_key, signer_cert = issue_signer(ca_key, ca_cert, signer_name, key=key)
+    (directory / "ca.pem").write_bytes(cert_pem(ca_cert))
+    (directory / "signer.pem").write_bytes(cert_pem(signer_cert))
+    (directory / "signer.key.pem").write_bytes(key_pem(signer_key))
+    return SignerConfig(
+        trust_roots=(directory / "ca.pem",),
+        key_path=directory / "signer.key.pem",
+        cert_path=directory / "signer.pem",
+    )
+
+
+def flip_byte(data: bytes, at: int) -> bytes:
+    changed = bytearray(data)
+    changed[at] ^= 0x01
+    return bytes(changed)
+
+
+def first_stream_offset(data: bytes) -> int:
+    """An offset inside the first stream's data: inside the first signed byte range, structure intact."""
+    return data.index(b"stream\n") + len(b"stream\n") + 8
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("signing")
+
+
+@pytest.fixture(scope="module")
+def dev(work: Path) -> SignerConfig:
+    return ensure_dev_signer(work / "data" / "signing")
+
+
+@pytest.fixture(scope="module")
+def untrusted(work: Path) -> SignerConfig:
+    """A second, unrelated CA (RSA signer key, so RSA-PSS evidence is exercised too)."""
+    return write_signer(
+        work / "untrusted", "untrusted test CA", "untrusted signer", key=rsa.generate_private_key(65537, 2048)
+    )
+
+
+@pytest.fixture(scope="module")
+def sample(work: Path) -> Path:
+    path = work / "sample.pdf"
+    make_sample_pdf(path, pages=3)
+    return path
+
+
+@pytest.fixture(scope="module")
+def signed(work: Path, sample: Path, dev: SignerConfig) -> tuple[Path, signing.SignInfo]:
+    out = work / "signed.pdf"
+    info = sign_pdf(sample, out, dev)
+    return out, info
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the development signer
+
+
+def test_dev_signer_is_created_once_and_reused(tmp_path: Path) -> None:
+    directory = tmp_path / "signing"
+    first = ensure_dev_signer(directory)
+    cert = (directory / "signer.pem").read_bytes()
+    second = ensure_dev_signer(directory)
+    assert second == first
+    assert (directory / "signer.pem").read_bytes() == cert  # not re-issued
+
+    assert stat.S_IMODE((directory / "signer.key.pem").stat().st_mode) == 0o600
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert not any(directory.glob("*ca*key*"))  # the CA key is never stored
+
+    ca = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
+    leaf = x509.load_pem_x509_certificate(cert)
+    assert ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == DEV_CA_CN
+    assert leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == DEV_SIGNER_CN
+    assert leaf.issuer == ca.subject
+    usage = leaf.extensions.get_extension_for_class(x509.KeyUsage).value
+    assert usage.digital_signature and usage.content_commitment and not usage.key_cert_sign
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert not leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert first.trust_roots == (directory / "ca.pem",)
+
+
+def test_dev_signer_race_between_threads_creates_one_ca(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every thread generates its own material (the barrier holds them until all have), then they race to
+    rename it into place: one wins, all end up with the winner's certificate, nothing is left behind."""
+    directory = tmp_path / "signing"
+    threads = 4
+    barrier = threading.Barrier(threads, timeout=30)
+    generate = signing._write_dev_material
+
+    def slow_generate(target: Path) -> None:
+        generate(target)
+        barrier.wait()
+
+    monkeypatch.setattr(signing, "_write_dev_material", slow_generate)
+
+    def run() -> bytes:
+        config = ensure_dev_signer(directory)
+        assert config.cert_path is not None
+        return config.cert_path.read_bytes() + (directory / "ca.pem").read_bytes()
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(run) for _ in range(threads)]
+        results = [future.result(timeout=60) for future in futures]  # re-raises a thread's failure
+    assert len(set(results)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["signing"]  # no staging directories left
+
+
+def test_dev_signer_race_between_processes(tmp_path: Path) -> None:
+    directory = tmp_path / "signing"
+    start_at = time.time() + 3  # both processes past their imports, then go together
+    script = (
+        "import sys, time; from pathlib import Path; from docjobs.signing import ensure_dev_signer\n"
+        "start = float(sys.argv[2]); time.sleep(max(0.0, start - time.time()))\n"
+        "c = ensure_dev_signer(Path(sys.argv[1])); print(c.cert_path.read_bytes().hex())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(directory), str(start_at)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=60)[0].strip() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0]
+    assert outputs[0] == outputs[1] == (directory / "signer.pem").read_bytes().hex()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["signing"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# configuration
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_from_env_defaults_to_the_dev_signer(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
+    config = SignerConfig.from_env(tmp_path)
+    assert config == ensure_dev_signer(tmp_path / "signing")
+    assert config.tsa_url is None and not config.visible
+
+
+def test_from_env_pkcs12(tmp_path: Path, clean_env: pytest.MonkeyPatch, sample: Path) -> None:
+    ca_key, ca_cert = make_ca("p12 test CA")
+    key, cert = issue_signer(ca_key, ca_cert, "p12 signer")
+    p12 = tmp_path / "signer.p12"
+    p12.write_bytes(
+        pkcs12.serialize_key_and_certificates(
+            b"signer", key, cert, None, serialization.BestAvailableEncryption(b"s3cret")
+        )
+    )
+    (tmp_path / "ca.pem").write_bytes(cert_pem(ca_cert))
+    clean_env.setenv("DOCJOBS_SIGNING_P12", str(p12))
+    clean_env.setenv("DOCJOBS_SIGNING_P12_PASSPHRASE", "s3cret")
+    clean_env.setenv("DOCJOBS_TRUST_ROOTS", str(tmp_path / "ca.pem"))
+    config = SignerConfig.from_env(tmp_path)
+    assert "s3cret" not in repr(config)
+    assert not (tmp_path / "signing").exists()  # no dev signer when a key is configured
+
+    info = sign_pdf(sample, tmp_path / "out.pdf", config)
+    assert info.signer_subject == "CN=p12 signer"
+    assert failure_code(verify_pdf(tmp_path / "out.pdf", config)) is None
+
+    clean_env.setenv("DOCJOBS_SIGNING_P12_PASSPHRASE", "wrong")
+    with pytest.raises(ConfigError, match="DOCJOBS_SIGNING_P12"):
+        sign_pdf(sample, tmp_path / "out2.pdf", SignerConfig.from_env(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"DOCJOBS_SIGNING_KEY": "key"}, "DOCJOBS_SIGNING_CERT"),
+        ({"DOCJOBS_SIGNING_KEY": "key", "DOCJOBS_SIGNING_CERT": "cert"}, "DOCJOBS_TRUST_ROOTS"),
+        ({"DOCJOBS_SIGNING_P12": "p12", "DOCJOBS_SIGNING_KEY": "key", "DOCJOBS_SIGNING_CERT": "cert"}, "either"),
+        ({"DOCJOBS_SIGNING_KEY": "missing", "DOCJOBS_SIGNING_CERT": "cert", "DOCJOBS_TRUST_ROOTS": "ca"}, "KEY"),
+        ({"DOCJOBS_TSA_URL": "ftp://tsa"}, "DOCJOBS_TSA_URL"),
+    ],
+)
+def test_from_env_rejects_incomplete_settings(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, settings: dict[str, str], message: str
+) -> None:
+    for name in ("key", "cert", "ca", "p12"):
+        (tmp_path / name).write_text("x")
+    for name, value in settings.items():
+        clean_env.setenv(name, value if "://" in value else str(tmp_path / value))
+    with pytest.raises(ConfigError, match=message):
+        SignerConfig.from_env(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# signing and verifying PDFs
+
+
+def test_signed_pdf_verifies(signed: tuple[Path, signing.SignInfo], sample: Path, dev: SignerConfig) -> None:
+    out, info = signed
+    assert info.level == "B-B" and info.certified and info.invalidated_signatures == 0
+    assert info.signer_subject == f"CN={DEV_SIGNER_CN}"
+    assert out.read_bytes().startswith(sample.read_bytes())  # an incremental update of the input
+
+    report = verify_pdf(out, dev)
+    assert (report.intact, report.valid, report.trusted, report.bottom_line) == (True, True, True, True)
+    assert report.coverage == "entire_file"
+    assert report.modification_level == "none" and report.docmdp_ok
+    assert report.signature_count == 1 and report.level == "B-B" and report.field_name == "docjobs"
+    assert report.signer_subject == info.signer_subject
+    assert report.certificate_sha256 == info.certificate_sha256
+    assert failure_code(report) is None and report.failure_code is None
+
+
+def test_pdfsig_agrees_the_signature_is_valid(signed: tuple[Path, signing.SignInfo]) -> None:
+    out, _ = signed
+    (sig,) = pdfsig(out)
+    assert poppler_says_valid(sig)
+    assert "Total document signed" in sig
+    assert sig["Signature Type"] == "ETSI.CAdES.detached"
+    assert sig["Signing Hash Algorithm"] == "SHA-256"
+    assert sig["Signer Certificate Common Name"] == DEV_SIGNER_CN
+
+
+def test_flipped_byte_breaks_the_signature(
+    work: Path, signed: tuple[Path, signing.SignInfo], dev: SignerConfig
+) -> None:
+    out, _ = signed
+    data = out.read_bytes()
+    tampered = work / "flipped.pdf"
+    tampered.write_bytes(flip_byte(data, first_stream_offset(data)))
+
+    report = verify_pdf(tampered, dev)
+    assert not report.intact and not report.bottom_line
+    assert failure_code(report) == "signature.invalid"
+    (sig,) = pdfsig(tampered)
+    assert not poppler_says_valid(sig)
+    assert sig["Signature Validation"] == "Digest Mismatch."
+
+
+def test_untrusted_signer(work: Path, sample: Path, untrusted: SignerConfig, dev: SignerConfig) -> None:
+    out = work / "untrusted.pdf"
+    sign_pdf(sample, out, untrusted)
+    report = verify_pdf(out, dev)
+    assert report.intact and report.valid and not report.trusted and not report.bottom_line
+    assert report.trust_problem is not None
+    assert failure_code(report) == "signature.untrusted"
+    assert failure_code(verify_pdf(out, untrusted)) is None  # the same file, trusting that CA
+    (sig,) = pdfsig(out)
+    assert poppler_says_valid(sig)  # cryptographically fine: only trust differs
+
+
+def test_update_appended_after_signing_is_caught(
+    work: Path, signed: tuple[Path, signing.SignInfo], dev: SignerConfig
+) -> None:
+    out, _ = signed
+    appended = work / "appended.pdf"
+    with out.open("rb") as infile:
+        writer: Any = IncrementalPdfFileWriter(infile)  # untyped methods below
+        writer.root["/Lang"] = generic.TextStringObject("en")
+        writer.update_root()
+        with appended.open("wb") as outfile:
+            writer.write(outfile)
+    assert appended.read_bytes().startswith(out.read_bytes())
+
+    report = verify_pdf(appended, dev)
+    assert report.intact and report.valid and report.trusted  # the signed revision itself is untouched
+    assert report.coverage == "entire_revision" and not report.bottom_line
+    assert report.modification_level == "other" and report.docmdp_ok is False
+    assert failure_code(report) == "signature.coverage"
+    (sig,) = pdfsig(appended)
+    assert poppler_says_valid(sig) and "Not total document signed" in sig
+
+
+def test_no_signature(sample: Path, dev: SignerConfig, work: Path) -> None:
+    report = verify_pdf(sample, dev)
+    assert report.signature_count == 0 and report.coverage == "none"
+    assert failure_code(report) == "signature.invalid"
+    garbage = work / "garbage.pdf"
+    garbage.write_bytes(b"%PDF-1.7\nnot really\n%%EOF\n")
+    assert failure_code(verify_pdf(garbage, dev)) == "signature.invalid"
+
+
+def test_signed_input_is_refused_unless_allowed(
+    work: Path, sample: Path, signed: tuple[Path, signing.SignInfo], untrusted: SignerConfig, dev: SignerConfig
+) -> None:
+    out, _ = signed
+    with pytest.raises(DocJobError) as refused:
+        sign_pdf(out, work / "twice.pdf", dev)
+    assert refused.value.code == "input.signed"
+    # Our own certification forbids any change: refused even when signatures are allowed.
+    with pytest.raises(DocJobError) as certified:
+        sign_pdf(out, work / "twice.pdf", dev, allow_existing_signatures=True)
+    assert certified.value.code == "input.signed"
+    assert not (work / "twice.pdf").exists()
+
+    approved = work / "approved.pdf"  # an input with someone else's approval signature
+    sign_pdf(sample, approved, untrusted, certify=False)
+    with pytest.raises(DocJobError) as again:
+        sign_pdf(approved, work / "resigned.pdf", dev)
+    assert again.value.code == "input.signed"
+
+    info = sign_pdf(approved, work / "resigned.pdf", dev, allow_existing_signatures=True)
+    assert info.invalidated_signatures == 1 and not info.certified and info.field_name == "docjobs-2"
+    report = verify_pdf(work / "resigned.pdf", dev)  # the last signature: ours
+    assert report.signature_count == 2 and report.field_name == "docjobs-2"
+    assert failure_code(report) is None
+    first, second = pdfsig(work / "resigned.pdf")
+    assert "Not total document signed" in first and "Total document signed" in second
+    assert poppler_says_valid(first) and poppler_says_valid(second)
+
+
+def test_encrypted_and_unreadable_inputs(work: Path, sample: Path, dev: SignerConfig) -> None:
+    permissions_only = work / "permissions-only.pdf"
+    make_encrypted_pdf(sample, permissions_only, user_password="", owner_password="owner")
+    out = work / "permissions-only.signed.pdf"
+    sign_pdf(permissions_only, out, dev)  # the update is encrypted like the input
+    assert failure_code(verify_pdf(out, dev)) is None
+    (sig,) = pdfsig(out)
+    assert poppler_says_valid(sig) and "Total document signed" in sig
+
+    locked = work / "locked.pdf"
+    make_encrypted_pdf(sample, locked, user_password="user", owner_password="owner")
+    with pytest.raises(DocJobError) as encrypted:
+        sign_pdf(locked, work / "locked.signed.pdf", dev)
+    assert encrypted.value.code == "input.encrypted"
+
+    junk = work / "junk.pdf"
+    junk.write_bytes(b"not a PDF at all")
+    with pytest.raises(DocJobError) as malformed:
+        sign_pdf(junk, work / "junk.signed.pdf", dev)
+    assert malformed.value.code == "input.malformed"
+    assert not list(work.glob("*.signing"))  # no temporary files left behind
+
+
+def test_visible_stamp_on_page_one(work: Path, sample: Path, dev: SignerConfig) -> None:
+    out = work / "visible.pdf"
+    sign_pdf(sample, out, dataclasses.replace(dev, visible=True, stamp_box=(40, 40, 300, 100)))
+    assert failure_code(verify_pdf(out, dev)) is None
+    with pikepdf.open(out) as pdf:
+        widgets = [a for a in pdf.pages[0].obj.get("/Annots", []) if a.get("/FT") == "/Sig"]
+        assert len(widgets) == 1
+        assert [float(v) for v in widgets[0].Rect] == [40, 40, 300, 100]
+        assert "/AP" in widgets[0]
+    (sig,) = pdfsig(out)
+    assert poppler_says_valid(sig) and "Total document signed" in sig
+
+
+def test_invisible_by_default(signed: tuple[Path, signing.SignInfo]) -> None:
+    out, _ = signed
+    with pikepdf.open(out) as pdf:
+        (field,) = [f for f in pdf.Root.AcroForm.Fields if f.get("/FT") == "/Sig"]
+        assert [float(v) for v in field.get("/Rect", [0, 0, 0, 0])] == [0, 0, 0, 0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# PAdES B-T against a local RFC 3161 TSA (no network)
+
+
+@pytest.fixture(scope="module")
+def local_tsa(work: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTP TSA on 127.0.0.1 (pyHanko's DummyTimeStamper behind http.server), with its own CA."""
+    ca_key, ca_cert = make_ca("test TSA CA")
+    tsa_key, tsa_cert = issue_signer(  # RSA: pyHanko's DummyTimeStamper signs with RSA only
+        ca_key,
+        ca_cert,
+        "test TSA",
+        key=rsa.generate_private_key(65537, 2048),
+        extended_key_usage=[ExtendedKeyUsageOID.TIME_STAMPING],
+    )
+    ca_path = work / "tsa-ca.pem"
+    ca_path.write_bytes(cert_pem(ca_cert))
+    stamper = DummyTimeStamper(
+        tsa_cert=next(iter(load_certs_from_pemder_data(cert_pem(tsa_cert)))),
+        tsa_key=load_private_key_from_pemder_data(key_pem(tsa_key), passphrase=None),
+    )
+    tsp: Any = importlib.import_module("asn1crypto.tsp")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            request = tsp.TimeStampReq.load(self.rfile.read(int(self.headers["Content-Length"])))
+            body = stamper.request_tsa_response(request).dump()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/timestamp-reply")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", ca_path
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_pades_b_t_with_a_timestamp(work: Path, sample: Path, dev: SignerConfig, local_tsa: tuple[str, Path]) -> None:
+    url, tsa_root = local_tsa
+    config = dataclasses.replace(dev, tsa_url=url, trust_roots=(*dev.trust_roots, tsa_root))
+    out = work / "b-t.pdf"
+    info = sign_pdf(sample, out, config)
+    assert info.level == "B-T"
+    report = verify_pdf(out, config)
+    assert report.level == "B-T" and report.timestamp_trusted and report.bottom_line
+    assert failure_code(report) is None
+    # The TSA's root not trusted: the signature itself is fine, the timestamp is not.
+    assert failure_code(verify_pdf(out, dev)) == "signature.untrusted"
+    (sig,) = pdfsig(out)
+    assert poppler_says_valid(sig) and "Total document signed" in sig
+
+
+def test_unreachable_tsa(work: Path, sample: Path, dev: SignerConfig) -> None:
+    if "signature.tsa_unavailable" not in FAILURE_CODES:
+        pytest.xfail("errors.py does not define signature.tsa_unavailable yet")
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(DocJobError) as raised:
+        sign_pdf(sample, work / "no-tsa.pdf", dataclasses.replace(dev, tsa_url=f"http://127.0.0.1:{port}/"))
+    assert raised.value.code == "signature.tsa_unavailable"
+    assert not (work / "no-tsa.pdf").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the evidence envelope
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def evidence(sample: Path, signed: tuple[Path, signing.SignInfo]) -> Evidence:
+    out, _ = signed
+    return Evidence(
+        job_id="acme/job-1",
+        tenant="acme",
+        document_class="standard",
+        policy={"name": "standard", "watermark": {"text": "CONFIDENTIAL — ü", "dpi": 150}},
+        policy_version="standard@0123456789ab",
+        input_sha256=sha256(sample),
+        output_sha256=sha256(out),
+        stage_attempts={"render": 1, "publish": 2},
+        tool_versions=tool_versions(),
+        terminal_state="succeeded",
+        completed_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2))),
+    )
+
+
+def test_evidence_envelope_round_trip(
+    evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, signing.SignInfo]
+) -> None:
+    out, _ = signed
+    envelope = sign_evidence(evidence, dev)
+    parsed = json.loads(envelope)
+    assert sorted(parsed) == ["algorithm", "certificate", "payload", "signature"]
+    assert parsed["algorithm"] == "ecdsa-p256-sha256"
+    assert envelope == canonical_json(parsed)  # the envelope itself is canonical: no whitespace, sorted keys
+    assert "CONFIDENTIAL — ü".encode() in envelope  # UTF-8, not \u-escaped
+    assert parsed["payload"]["completed_at"] == "2026-01-02T01:04:05Z"  # normalised to UTC
+    assert parsed["payload"]["ocr_text_sha256"] is None
+
+    check = verify_evidence(envelope, dev, artifact=out, source=sample)
+    assert check == EvidenceCheck(broken=[], evidence=evidence, signer_subject=f"CN={DEV_SIGNER_CN}")
+    assert check.ok
+
+
+def test_evidence_flipped_artifact_byte(
+    work: Path, evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, signing.SignInfo]
+) -> None:
+    out, _ = signed
+    tampered = work / "artifact-flipped.pdf"
+    tampered.write_bytes(flip_byte(out.read_bytes(), 100))
+    check = verify_evidence(sign_evidence(evidence, dev), dev, artifact=tampered, source=sample)
+    assert check.broken == ["output_sha256"] and not check.ok
+
+
+def test_evidence_digest_not_recorded(work: Path, evidence: Evidence, dev: SignerConfig, sample: Path) -> None:
+    check = verify_evidence(sign_evidence(evidence, dev), dev, ocr_text=sample)
+    assert check.broken == ["ocr_text_sha256"]  # a file given for a binding the evidence does not make
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda payload: payload.update(terminal_state="failed"),
+        lambda payload: payload["stage_attempts"].update(render=3),
+        lambda payload: payload.update(extra="ignored by the model, but signed"),
+    ],
+)
+def test_evidence_tampered_payload(
+    evidence: Evidence, dev: SignerConfig, tamper: Callable[[dict[str, Any]], None]
+) -> None:
+    envelope = json.loads(sign_evidence(evidence, dev))
+    tamper(envelope["payload"])
+    check = verify_evidence(json.dumps(envelope, indent=2).encode(), dev)
+    assert "signature" in check.broken and not check.ok
+
+
+def test_evidence_whitespace_does_not_matter(evidence: Evidence, dev: SignerConfig) -> None:
+    """The payload is re-canonicalized: re-indenting or reordering the envelope keeps it valid."""
+    envelope = json.loads(sign_evidence(evidence, dev))
+    assert verify_evidence(json.dumps(envelope, indent=2, ensure_ascii=True).encode(), dev).ok
+
+
+def test_evidence_from_an_untrusted_key(evidence: Evidence, untrusted: SignerConfig, dev: SignerConfig) -> None:
+    envelope = sign_evidence(evidence, untrusted)
+    assert json.loads(envelope)["algorithm"] == "rsa-pss-sha256"
+    assert verify_evidence(envelope, untrusted).ok  # genuine, for whoever trusts that CA
+    check = verify_evidence(envelope, dev)
+    assert check.broken == ["signature"]
+    assert check.problem == "the certificate does not chain to a configured trust root"
+
+
+def test_evidence_certificate_swapped(evidence: Evidence, untrusted: SignerConfig, dev: SignerConfig) -> None:
+    """A trusted certificate pasted next to a signature made by another key does not verify."""
+    envelope = json.loads(sign_evidence(evidence, untrusted))
+    assert dev.cert_path is not None
+    envelope["certificate"] = dev.cert_path.read_text()
+    envelope["algorithm"] = "ecdsa-p256-sha256"
+    assert verify_evidence(canonical_json(envelope), dev).broken == ["signature"]
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        b"not json",
+        b"{}",
+        b'{"payload": {}, "payload": {}, "signature": "", "algorithm": "", "certificate": ""}',
+        b'{"payload": {"x": NaN}, "signature": "", "algorithm": "", "certificate": ""}',
+    ],
+)
+def test_evidence_malformed_envelope(envelope: bytes, dev: SignerConfig) -> None:
+    assert verify_evidence(envelope, dev).broken == ["envelope"]
+
+
+def test_evidence_rejects_naive_time() -> None:
+    with pytest.raises(ValueError, match="timezone"):
+        Evidence(
+            job_id="j",
+            tenant="t",
+            document_class="c",
+            policy={},
+            policy_version="c@0",
+            input_sha256="0" * 64,
+            terminal_state="failed",
+            completed_at=datetime(2026, 1, 1),  # naive: the point of the test
+        )
+
+
+def test_tool_versions() -> None:
+    versions = tool_versions()
+    assert set(versions) >= {"python", "pikepdf", "pyhanko", "temporalio", "qpdf", "pdftoppm", "tesseract"}
+    assert versions["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert all(versions.values())
+    versions["python"] = "changed"
+    assert tool_versions()["python"] != "changed"  # a copy of the cached value
+
+
+def test_ec_key_on_another_curve_is_refused_for_evidence(tmp_path: Path, evidence: Evidence) -> None:
+    config = write_signer(tmp_path, "p384 CA", "p384 signer", key=ec.generate_private_key(ec.SECP384R1()))
+    with pytest.raises(ValueError, match="P-256"):
+        sign_evidence(evidence, config)
+
+
+def test_report_is_frozen() -> None:
+    report = SignatureReport(signature_count=0)
+    with pytest.raises(ValueError):
+        report.intact = True

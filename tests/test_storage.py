@@ -1,0 +1,448 @@
+"""One blob-store suite over both backends: a folder (`file://`) and S3 (`s3://`, a real moto server).
+
+The S3 backend talks HTTP to moto's standalone server on a free loopback port, configured the standard boto3
+way (AWS_ENDPOINT_URL, AWS_REGION, ...), exactly as a worker would be against a real bucket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3  # type: ignore[import-untyped]
+import pytest
+from botocore.exceptions import ClientError, IncompleteReadError  # type: ignore[import-untyped]
+from moto.server import ThreadedMotoServer
+
+from docjobs import s3store
+from docjobs.errors import DocJobError, Outcome
+from docjobs.models import BlobRef
+from docjobs.s3store import S3BlobStore, open_blob_store
+from docjobs.storage import BlobStore, FileBlobStore, artifact_key, job_prefix, staging_key
+
+BUCKET = "docjobs-test"
+REGION = "eu-west-1"
+MB = 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's S3 as a real HTTP server for the session, with the test bucket."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    admin = boto3.client(
+        "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="test", aws_secret_access_key="test"
+    )
+    admin.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    yield endpoint
+    server.stop()
+
+
+def aws_environment(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """Point boto3 at `endpoint` only through the environment, isolated from the host's AWS configuration."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_REGION", REGION)  # not AWS_DEFAULT_REGION: the store must honour AWS_REGION too
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+
+
+@pytest.fixture
+def s3(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A raw boto3 client on the moto server (the environment is set for the store too)."""
+    aws_environment(monkeypatch, moto_endpoint)
+    return boto3.client("s3", region_name=REGION)
+
+
+@dataclass
+class Backend:
+    name: str
+    store: BlobStore
+    tamper: Callable[[str, bytes], None]  # replace a stored blob's bytes behind the store's back
+
+
+@pytest.fixture(params=["file", "s3"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "file":
+        root = tmp_path / "blobs"
+
+        def tamper_file(key: str, data: bytes) -> None:
+            with (root / key).open("r+b") as handle:  # in place: a promoted artifact is a hard link
+                handle.write(data)
+                handle.truncate()
+
+        return Backend("file", open_blob_store(root.as_uri()), tamper_file)
+    client = request.getfixturevalue("s3")
+    prefix = f"run-{uuid.uuid4().hex[:12]}/blobs"
+
+    def tamper_s3(key: str, data: bytes) -> None:
+        # Same metadata digest as before: the store must hash the bytes, not trust the metadata.
+        head = client.head_object(Bucket=BUCKET, Key=f"{prefix}/{key}")
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=data, Metadata=head["Metadata"])
+
+    return Backend("s3", open_blob_store(f"s3://{BUCKET}/{prefix}"), tamper_s3)
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def read_blob(store: BlobStore, key: str) -> bytes:
+    with store.open(key) as handle:
+        return handle.read()
+
+
+def raises_code(code: str, call: Callable[[], object]) -> DocJobError:
+    with pytest.raises(DocJobError) as caught:
+        call()
+    assert caught.value.code == code, caught.value
+    return caught.value
+
+
+# --- the shared suite -----------------------------------------------------------------------------------
+
+
+def test_round_trip_with_digest(backend: Backend, tmp_path: Path) -> None:
+    data = b"%PDF-1.7\n" + os.urandom(300_000)
+    ref = backend.store.put_file("sources/abc", write(tmp_path / "in.pdf", data))
+    assert ref == BlobRef(key="sources/abc", sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    assert backend.store.exists("sources/abc")
+    assert not backend.store.exists("sources/other")
+    assert not backend.store.exists("sources")  # a folder is not a blob
+    backend.store.fetch(ref, tmp_path / "out.pdf", mismatch_code="source.digest_mismatch")
+    assert (tmp_path / "out.pdf").read_bytes() == data
+    backend.store.verify(ref, mismatch_code="source.digest_mismatch")
+    assert read_blob(backend.store, "sources/abc") == data
+    empty = backend.store.put_file("sources/empty", write(tmp_path / "empty", b""))
+    assert empty.size == 0
+    backend.store.verify(empty, mismatch_code="source.digest_mismatch")
+    again = backend.store.put_file("sources/abc", write(tmp_path / "v2.pdf", b"%PDF-replaced"))  # plain put replaces
+    assert read_blob(backend.store, "sources/abc") == b"%PDF-replaced"
+    backend.store.verify(again, mismatch_code="source.digest_mismatch")
+
+
+def test_missing_blob_is_source_missing(backend: Backend, tmp_path: Path) -> None:
+    ghost = BlobRef(key="sources/ghost", sha256="0" * 64, size=1)
+    raises_code(
+        "source.missing", lambda: backend.store.fetch(ghost, tmp_path / "x", mismatch_code="source.digest_mismatch")
+    )
+    raises_code("source.missing", lambda: backend.store.verify(ghost, mismatch_code="source.digest_mismatch"))
+    assert not (tmp_path / "x").exists()
+    raises_code("source.missing", lambda: backend.store.promote(ghost, artifact_key("t/ghost")))
+    assert not backend.store.exists(artifact_key("t/ghost"))
+
+
+def test_tampered_blob_is_detected(backend: Backend, tmp_path: Path) -> None:
+    data = b"%PDF-original" * 1000
+    ref = backend.store.put_file("sources/t", write(tmp_path / "in.pdf", data))
+    backend.tamper("sources/t", b"%PDF-tampered" * 1000)  # same size, different bytes
+    raises_code(
+        "source.digest_mismatch",
+        lambda: backend.store.fetch(ref, tmp_path / "out.pdf", mismatch_code="source.digest_mismatch"),
+    )
+    raises_code("source.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code="source.digest_mismatch"))
+    raises_code("artifact.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code="artifact.digest_mismatch"))
+    # a tampered staged artifact is never published
+    raises_code("artifact.digest_mismatch", lambda: backend.store.promote(ref, artifact_key("t/tampered")))
+    assert not backend.store.exists(artifact_key("t/tampered"))
+
+
+def test_promotion_is_create_only(backend: Backend, tmp_path: Path) -> None:
+    store = backend.store
+    first, second = write(tmp_path / "a.pdf", b"%PDF-first"), write(tmp_path / "b.pdf", b"%PDF-second")
+    winner = store.put_file(staging_key("t/k", "render", 1), first)
+    same = store.put_file(staging_key("t/k", "render", 2), first)
+    loser = store.put_file(staging_key("t/k", "render", 3), second)
+    final, created = store.promote(winner, artifact_key("t/k"))
+    assert created and final == BlobRef(key=artifact_key("t/k"), sha256=winner.sha256, size=winner.size)
+    assert store.promote(winner, artifact_key("t/k")) == (final, False)  # a retried publish: a no-op
+    assert store.promote(same, artifact_key("t/k")) == (final, False)  # same digest: a no-op
+    raises_code("publish.conflict", lambda: store.promote(loser, artifact_key("t/k")))
+    assert read_blob(store, artifact_key("t/k")) == b"%PDF-first"
+    store.verify(final, mismatch_code="artifact.digest_mismatch")
+    # the artifact does not depend on its staging blob
+    assert store.delete_prefix(f"{job_prefix('t/k')}/staging") == 3
+    store.verify(final, mismatch_code="artifact.digest_mismatch")
+
+
+def race_promotions(store: BlobStore, staged: list[BlobRef], final_key: str) -> dict[int, object]:
+    """Promote every staged blob to `final_key` at once, one thread each; the outcome (result or code) of each."""
+    barrier = threading.Barrier(len(staged))
+    outcomes: dict[int, object] = {}
+
+    def publish(n: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[n] = store.promote(staged[n], final_key)
+        except DocJobError as error:
+            outcomes[n] = error.code
+
+    threads = [threading.Thread(target=publish, args=(n,)) for n in range(len(staged))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return outcomes
+
+
+def test_racing_promotions_have_exactly_one_winner(backend: Backend, tmp_path: Path) -> None:
+    store = backend.store
+    for round_ in range(8):
+        job = f"t/race-{round_}"
+        contents = [f"%PDF-attempt-{n}-".encode() + os.urandom(200_000) for n in range(2)]
+        staged = [
+            store.put_file(staging_key(job, "render", n), write(tmp_path / f"r{round_}-{n}.pdf", contents[n]))
+            for n in range(2)
+        ]
+        outcomes = race_promotions(store, staged, artifact_key(job))
+        winners = [n for n, outcome in outcomes.items() if isinstance(outcome, tuple)]
+        assert len(winners) == 1, outcomes
+        (winner,) = winners
+        final = BlobRef(key=artifact_key(job), sha256=staged[winner].sha256, size=staged[winner].size)
+        assert outcomes[winner] == (final, True)
+        assert outcomes[1 - winner] == "publish.conflict"
+        assert read_blob(store, artifact_key(job)) == contents[winner]
+        store.verify(final, mismatch_code="artifact.digest_mismatch")
+
+
+def test_delete_prefix_removes_only_that_folder(backend: Backend, tmp_path: Path) -> None:
+    store = backend.store
+    blob = write(tmp_path / "b", b"blob")
+    inside = ["jobs/j1/staging/a.pdf", "jobs/j1/staging/b.pdf", "jobs/j1/staging/sub/c.pdf"]
+    outside = ["jobs/j1/artifact.pdf", "jobs/j1/staging-other/d.pdf", "jobs/j1/stagingx", "jobs/j2/staging/e.pdf"]
+    for key in inside + outside:
+        store.put_file(key, blob)
+    assert store.delete_prefix("jobs/j1/staging") == 3
+    assert [store.exists(key) for key in inside] == [False] * 3
+    assert [store.exists(key) for key in outside] == [True] * 4
+    assert store.delete_prefix("jobs/j1/staging") == 0
+    assert store.delete_prefix("jobs/none") == 0
+
+
+def test_keys_cannot_escape_the_store(backend: Backend, tmp_path: Path) -> None:
+    blob = write(tmp_path / "b", b"blob")
+    for key in ("../outside", "jobs/../../outside"):
+        with pytest.raises(ValueError):
+            backend.store.put_file(key, blob)
+
+
+def test_round_trip_timing(backend: Backend, tmp_path: Path, record_property: Callable[[str, object], None]) -> None:
+    """put + fetch of a 1 MB blob, median of 20 (reported, not asserted: it feeds the benchmark)."""
+    source = write(tmp_path / "1mb", os.urandom(MB))
+    times = []
+    for n in range(20):
+        start = time.perf_counter()
+        ref = backend.store.put_file(f"bench/{n}", source)
+        backend.store.fetch(ref, tmp_path / "fetched", mismatch_code="source.digest_mismatch")
+        times.append(time.perf_counter() - start)
+    median_ms = statistics.median(times) * 1000
+    record_property(f"round_trip_1mb_median_ms_{backend.name}", round(median_ms, 2))
+    print(f"\n{backend.name}: 1 MB put+fetch median of 20 = {median_ms:.2f} ms")
+
+
+# --- S3 only --------------------------------------------------------------------------------------------
+
+
+def s3_store(prefix: str = "", **options: Any) -> S3BlobStore:
+    return S3BlobStore(f"s3://{BUCKET}/{prefix or 'run-' + uuid.uuid4().hex[:12]}", **options)
+
+
+def test_s3_objects_are_private_and_carry_their_digest(s3: Any, tmp_path: Path) -> None:
+    prefix = f"private-{uuid.uuid4().hex[:8]}"
+    store = s3_store(prefix)
+    ref = store.put_file("sources/p", write(tmp_path / "p", b"%PDF-private"))
+    store.promote(ref, "jobs/p/artifact.pdf")
+    for key in (f"{prefix}/sources/p", f"{prefix}/jobs/p/artifact.pdf"):
+        assert s3.head_object(Bucket=BUCKET, Key=key)["Metadata"] == {"sha256": ref.sha256}
+        acl = s3.get_object_acl(Bucket=BUCKET, Key=key)
+        owner = {"ID": acl["Owner"]["ID"], "Type": "CanonicalUser"}
+        assert acl["Grants"] == [{"Grantee": owner, "Permission": "FULL_CONTROL"}]  # no AllUsers, no AuthenticatedUsers
+
+
+@pytest.mark.parametrize(("sse", "kms_key_id"), [("AES256", None), ("aws:kms", None), ("aws:kms", "alias/docjobs")])
+def test_s3_server_side_encryption_is_requested(s3: Any, tmp_path: Path, sse: str, kms_key_id: str | None) -> None:
+    prefix = f"sse-{uuid.uuid4().hex[:8]}"
+    store = open_blob_store(f"s3://{BUCKET}/{prefix}", sse=sse, kms_key_id=kms_key_id)
+    ref = store.put_file("staged", write(tmp_path / "s", b"%PDF-secret"))
+    store.promote(ref, "final")
+    for key in ("staged", "final"):
+        head = s3.head_object(Bucket=BUCKET, Key=f"{prefix}/{key}")
+        assert head["ServerSideEncryption"] == sse
+        assert head.get("SSEKMSKeyId") == kms_key_id
+
+
+def test_s3_unreachable_is_storage_unavailable(s3: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    prefix = f"unreachable-{uuid.uuid4().hex[:8]}"
+    good = s3_store(prefix)
+    ref = good.put_file("sources/u", write(tmp_path / "u", b"%PDF-u"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+    monkeypatch.setenv("AWS_RETRY_MODE", "standard")
+    store = s3_store(prefix)
+    calls: list[Callable[[], object]] = [
+        lambda: store.put_file("sources/u2", tmp_path / "u"),
+        lambda: store.fetch(ref, tmp_path / "f", mismatch_code="source.digest_mismatch"),
+        lambda: store.verify(ref, mismatch_code="source.digest_mismatch"),
+        lambda: store.promote(ref, "jobs/u/artifact.pdf"),
+        lambda: store.exists("sources/u"),
+        lambda: store.open("sources/u"),
+        lambda: store.delete_prefix("sources"),
+    ]
+    for call in calls:
+        error = raises_code("storage.unavailable", call)
+        assert error.outcome is Outcome.RETRY
+        assert "sources" not in str(error) and "127.0.0.1" not in str(error)  # no keys, no endpoint
+    assert not (tmp_path / "f").exists()
+
+
+def test_s3_open_missing_is_source_missing(s3: Any) -> None:
+    raises_code("source.missing", lambda: s3_store().open("sources/none"))
+
+
+def test_s3_delete_prefix_pages_and_batches(s3: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(s3store, "LIST_PAGE", 3)
+    monkeypatch.setattr(s3store, "DELETE_BATCH", 2)
+    store = s3_store()
+    blob = write(tmp_path / "b", b"x")
+    for n in range(7):
+        store.put_file(f"jobs/many/staging/{n}", blob)
+    store.put_file("jobs/many/artifact.pdf", blob)
+    assert store.delete_prefix("jobs/many/staging") == 7
+    assert store.exists("jobs/many/artifact.pdf")
+
+
+def test_open_blob_store_picks_the_backend(s3: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "with space"
+    file_store = open_blob_store(folder.as_uri())
+    assert isinstance(file_store, FileBlobStore) and file_store.root == folder  # percent-decoded
+    s3_backend = open_blob_store(f"s3://{BUCKET}/a/b/", sse="AES256")
+    assert isinstance(s3_backend, S3BlobStore) and (s3_backend.bucket, s3_backend.prefix) == (BUCKET, "a/b")
+    bare = open_blob_store(f"s3://{BUCKET}")
+    assert isinstance(bare, S3BlobStore) and bare.prefix == ""
+    for url in ("http://example.com/x", "/plain/path", "gs://bucket/x", "s3:///no-bucket", "s3://b/../x"):
+        with pytest.raises(ValueError):
+            open_blob_store(url)
+    with pytest.raises(ValueError):
+        open_blob_store(f"s3://{BUCKET}/x", sse="aws:fancy")
+    with pytest.raises(ValueError):
+        open_blob_store(f"s3://{BUCKET}/x", sse="AES256", kms_key_id="alias/k")
+
+
+# --- error mapping, with a scripted client (what moto cannot be made to answer) -------------------------
+
+
+def client_error(code: str, status: int, operation: str = "GetObject") -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation
+    )
+
+
+class ScriptedClient:
+    """Answers each call from a script: an exception to raise or a value to return, in order per method."""
+
+    def __init__(self, real: Any, **script: list[Any]) -> None:
+        self.real = real
+        self.script = script
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def call(**kwargs: Any) -> Any:
+            self.calls.append(name)
+            if self.script.get(name):
+                answer = self.script[name].pop(0)
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+            return getattr(self.real, name)(**kwargs)
+
+        return call
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (client_error("SlowDown", 503), "storage.unavailable"),
+        (client_error("InternalError", 500), "storage.unavailable"),
+        (client_error("AccessDenied", 403), "storage.unavailable"),
+        (client_error("NoSuchKey", 404), "source.missing"),
+    ],
+)
+def test_s3_error_mapping(s3: Any, tmp_path: Path, error: ClientError, code: str) -> None:
+    ref = BlobRef(key="sources/x", sha256="0" * 64, size=1)
+    store = s3_store(client=ScriptedClient(s3, get_object=[error]))
+    raises_code(code, lambda: store.verify(ref, mismatch_code="source.digest_mismatch"))
+
+
+def test_s3_unexpected_client_errors_are_not_disguised(s3: Any) -> None:
+    store = s3_store(client=ScriptedClient(s3, head_object=[client_error("InvalidArgument", 400, "HeadObject")]))
+    with pytest.raises(ClientError):
+        store.exists("sources/x")
+
+
+def test_s3_connection_lost_mid_body_is_not_a_digest_mismatch(s3: Any, tmp_path: Path) -> None:
+    class BrokenBody:
+        def read(self, size: int = -1) -> bytes:
+            raise IncompleteReadError(actual_bytes=1, expected_bytes=2)
+
+        def close(self) -> None:
+            pass
+
+    ref = BlobRef(key="sources/x", sha256="0" * 64, size=2)
+    store = s3_store(client=ScriptedClient(s3, get_object=[{"Body": BrokenBody()}, {"Body": BrokenBody()}]))
+    raises_code("storage.unavailable", lambda: store.fetch(ref, tmp_path / "f", mismatch_code="source.digest_mismatch"))
+    assert not (tmp_path / "f").exists()
+    with store.open("sources/x") as handle:
+        raises_code("storage.unavailable", handle.read)
+
+
+def test_s3_conditional_conflict_409_is_retried(s3: Any, tmp_path: Path) -> None:
+    conflict = client_error("ConditionalRequestConflict", 409, "PutObject")
+    store = s3_store(client=ScriptedClient(s3, put_object=[]))
+    staged = store.put_file("staged", write(tmp_path / "s", b"%PDF-s"))
+    store._client = ScriptedClient(s3, put_object=[conflict, conflict])
+    assert store.promote(staged, "final")[1] is True
+    assert store._client.calls.count("put_object") == 3
+
+
+def test_s3_overwrite_after_create_is_settled(s3: Any, tmp_path: Path) -> None:
+    """A store whose conditional create is not atomic: another writer replaced our object right after it."""
+    prefix = f"run-{uuid.uuid4().hex[:12]}"
+    store = s3_store(prefix)
+    ours = store.put_file("ours", write(tmp_path / "o", b"%PDF-ours"))
+    theirs = write(tmp_path / "t", b"%PDF-theirs")
+
+    def put_then_overwritten(**kwargs: Any) -> Any:
+        response = s3.put_object(**kwargs)
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}/final", Body=theirs.read_bytes())
+        return response
+
+    class Client(ScriptedClient):
+        def __getattr__(self, name: str) -> Any:
+            return put_then_overwritten if name == "put_object" else getattr(self.real, name)
+
+    store._client = Client(s3)
+    raises_code("publish.conflict", lambda: store.promote(ours, "final"))
