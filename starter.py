@@ -3,7 +3,7 @@
     python starter.py run FILE        one-shot: embedded server, in-process worker, submit, wait, write output
     python starter.py submit FILE     accept a document, print its job ID (created or already existing)
     python starter.py wait JOB_ID     the bounded poller
-    python starter.py status|cancel|fetch|audit JOB_ID
+    python starter.py status|cancel|fetch|audit|evidence|verify-evidence JOB_ID
     python starter.py server start|stop|status
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
@@ -32,8 +32,10 @@ from docjobs.client import JobClient, JobNotFound, NotReleased, connect
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.errors import DocJobError
+from docjobs.evidence import verify_evidence
 from docjobs.models import JobStatus, OcrMode, Policy
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
+from docjobs.signing import SignerConfig
 from docjobs.states import JobState
 
 EXIT_OK, EXIT_JOB_NOT_SUCCEEDED, EXIT_USAGE, EXIT_BUDGET, EXIT_PROTOCOL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -106,12 +108,14 @@ def choose_policy(args: argparse.Namespace, settings: Settings) -> Policy:
         for name, value in (("text", args.watermark), ("mode", args.mode), ("dpi", args.dpi))
         if value is not None
     }
-    if not overrides and args.ocr is None:
+    if not overrides and args.ocr is None and not args.no_sign:
         return policy
     body = policy.model_dump()
     body["watermark"].update(overrides)
     if args.ocr is not None:
         body["ocr"]["mode"] = args.ocr
+    if args.no_sign:
+        body["sign"]["enabled"] = False
     return Policy.model_validate(body)
 
 
@@ -148,6 +152,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> 
     # Stage failures are the job's business (reported below), not tracebacks for the person at the terminal.
     logging.getLogger("temporalio").setLevel(logging.ERROR)
     logging.getLogger("docjobs").setLevel(logging.ERROR)
+    logging.getLogger("pyhanko").setLevel(logging.CRITICAL)
     client = await connect(settings)
     jobs = JobClient(client, settings)
     source = Path(args.file)
@@ -187,6 +192,34 @@ async def cmd_fetch(args: argparse.Namespace, settings: Settings, out: Output) -
     return EXIT_OK
 
 
+async def cmd_evidence(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    status = await JobClient(await connect(settings), settings).evidence(args.job_id, Path(args.o))
+    payload = {"job_id": args.job_id, "path": args.o, "evidence_sha256": status.evidence_sha256}
+    out.result(payload, f"wrote {args.o}")
+    return EXIT_OK
+
+
+async def cmd_verify_evidence(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    """A job's stored evidence, or copies kept elsewhere (`--evidence FILE --artifact PDF`)."""
+    if args.evidence:
+        check = await asyncio.to_thread(  # pyHanko's validation runs its own event loop
+            verify_evidence,
+            Path(args.evidence).read_bytes(),
+            SignerConfig.from_env(settings.data_dir),
+            artifact=Path(args.artifact) if args.artifact else None,
+            source=Path(args.source) if args.source else None,
+            ocr_text=Path(args.text) if args.text else None,
+        )
+    elif args.job_id:
+        check = await JobClient(await connect(settings), settings).verify_evidence(args.job_id)
+    else:
+        raise ConfigError("give a JOB_ID, or --evidence FILE (with --artifact PDF)")
+    payload = {"job_id": args.job_id, "ok": check.ok, "broken": check.broken, "problem": check.problem}
+    text = "evidence verified: every binding holds" if check.ok else f"evidence broken: {', '.join(check.broken)}"
+    out.result(payload, text)
+    return EXIT_OK if check.ok else EXIT_JOB_NOT_SUCCEEDED
+
+
 async def cmd_audit(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     """The history as a readable timeline, or with `--json` as JSON lines (one object per event)."""
     for event in await JobClient(await connect(settings), settings).audit(args.job_id):
@@ -222,6 +255,7 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
         choices=[mode.value for mode in OcrMode],
         help="OCR the document (default mode: skip = only pages without text)",
     )
+    parser.add_argument("--no-sign", action="store_true", help="do not sign this job's output")
     parser.add_argument("--tenant", default="default")
     parser.add_argument("--key", help="client idempotency key (job ID = TENANT/KEY)")
     parser.add_argument("--deadline", type=int, metavar="SECONDS", help="server-side deadline of the job")
@@ -249,6 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
     fetch = commands.add_parser("fetch", help="write a succeeded job's artifact")
     fetch.add_argument("job_id")
     fetch.add_argument("-o", required=True, metavar="PATH")
+    evidence = commands.add_parser("evidence", help="write a job's signed evidence envelope")
+    evidence.add_argument("job_id")
+    evidence.add_argument("-o", required=True, metavar="FILE")
+    check = commands.add_parser("verify-evidence", help="check an evidence envelope and the digests it binds")
+    check.add_argument("job_id", nargs="?")
+    check.add_argument("--evidence", metavar="FILE", help="an envelope kept elsewhere")
+    check.add_argument("--artifact", metavar="PDF", help="the released PDF the envelope binds")
+    check.add_argument("--source", metavar="FILE", help="the input the envelope binds")
+    check.add_argument("--text", metavar="FILE", help="the OCR text (text.json) the envelope binds")
     server = commands.add_parser("server", help="the embedded Temporal dev server")
     server.add_argument("action", choices=["start", "stop", "status"])
     for sub in commands.choices.values():  # `--json` is accepted after the command too
@@ -264,6 +307,8 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "fetch": cmd_fetch,
     "audit": cmd_audit,
+    "evidence": cmd_evidence,
+    "verify-evidence": cmd_verify_evidence,
     "server": cmd_server,
 }
 

@@ -22,8 +22,10 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.evidence import EvidenceActivities
 from activities.ocr import OcrActivities
 from activities.publish import PublishActivities
+from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from docjobs.client import connect
 from docjobs.config import ConfigError, Settings
@@ -53,13 +55,22 @@ def create_workers(
     workers = []
     if "general" in queues:
         render = RenderActivities(store, workdir)
+        release = ReleaseActivities(store, workdir, settings.data_dir)
+        evidence = EvidenceActivities(store, workdir, settings.data_dir)
         publish = PublishActivities(store)
         workers.append(
             Worker(
                 client,
                 task_queue=settings.task_queue,
                 workflows=[DocumentJobWorkflow],
-                activities=[render.render, publish.publish, publish.cleanup],
+                activities=[
+                    render.render,
+                    release.sign,
+                    release.verify,
+                    publish.publish,
+                    evidence.evidence,
+                    publish.cleanup,
+                ],
                 **common,
             )
         )
@@ -106,6 +117,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pyhanko").setLevel(logging.CRITICAL)  # its warnings can quote PDF dictionaries
     try:
         settings = Settings.from_env()
         if args.task_queue:

@@ -33,10 +33,12 @@ from docjobs import search_attributes as sa
 from docjobs.config import Settings
 from docjobs.devserver import ensure_dev_server
 from docjobs.errors import DocJobError
+from docjobs.evidence import EvidenceCheck, verify_evidence
 from docjobs.models import JobRequest, JobStatus, Policy, TransitionRecord
 from docjobs.pdf.inspect import inspect_pdf
+from docjobs.signing import SignerConfig
 from docjobs.states import JobState, Stage, parse_state
-from docjobs.storage import sha256_file, source_key
+from docjobs.storage import artifact_key, sha256_file, source_key, text_key
 from workflows.document_job import DocumentJobWorkflow
 
 # Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
@@ -234,6 +236,37 @@ class JobClient:
             raise DocJobError("artifact.digest_mismatch")
         tmp_path.replace(out)
         return status
+
+    def _copy_blob(self, key: str, dest: Path) -> Path:
+        with self.store.open(key) as blob, dest.open("wb") as out:
+            shutil.copyfileobj(blob, out)
+        return dest
+
+    async def evidence(self, job_id: str, out: Path) -> JobStatus:
+        """Write the job's signed evidence envelope to `out`, checked against the digest the job recorded."""
+        status = await self.status(job_id)
+        if not status.evidence_key or not status.evidence_sha256:
+            raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
+        await asyncio.to_thread(self._copy_blob, status.evidence_key, out)
+        if sha256_file(out) != status.evidence_sha256:
+            raise DocJobError("artifact.digest_mismatch", "the stored evidence does not match its recorded digest")
+        return status
+
+    async def verify_evidence(self, job_id: str) -> EvidenceCheck:
+        """Check the envelope's signature and recompute every digest it binds from the stored blobs."""
+        status = await self.status(job_id)
+        if not status.evidence_key:
+            raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
+        signer = SignerConfig.from_env(self.settings.data_dir)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            envelope = self._copy_blob(status.evidence_key, folder / "evidence.json").read_bytes()
+            source = self._copy_blob(source_key(status.input_sha256), folder / "source")
+            artifact = self._copy_blob(artifact_key(job_id), folder / "artifact.pdf") if status.output_sha256 else None
+            text = self._copy_blob(text_key(job_id), folder / "text.json") if status.ocr_text_sha256 else None
+            return await asyncio.to_thread(
+                verify_evidence, envelope, signer, artifact=artifact, source=source, ocr_text=text
+            )
 
     async def audit(self, job_id: str) -> list[dict[str, Any]]:
         """The job's history as content-free events: what ran, when, which attempt, which failure code."""

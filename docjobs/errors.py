@@ -38,6 +38,11 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "signature.untrusted": (Outcome.QUARANTINE, "the output signature does not chain to a trusted root"),
     "signature.coverage": (Outcome.QUARANTINE, "the output signature does not cover the entire file"),
     "signature.tsa_unavailable": (Outcome.RETRY, "the timestamp authority could not be reached"),
+    **{
+        f"fidelity.{check}": (Outcome.QUARANTINE, "the output does not meet its contract")
+        for check in ("page_count", "geometry", "links", "qpdf", "reader", "text", "watermark")
+    },
+    "evidence.unavailable": (Outcome.QUARANTINE, "the signed evidence of the job could not be written"),
     "ocr.page_timeout": (Outcome.FAIL, "OCR did not produce text on some pages in time"),
     "ocr.invalid_output": (Outcome.QUARANTINE, "OCR produced an output that is not a valid PDF"),
     "ocr.failed": (Outcome.RETRY, "the OCR engine failed"),

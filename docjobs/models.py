@@ -70,9 +70,9 @@ class RedactPolicy(Frozen):
 
 
 class SignPolicy(Frozen):
-    """Filled by the release-gates issue; unsigned until then."""
-
-    enabled: bool = False
+    enabled: bool = False  # the shipped policies turn it on; `--no-sign` turns it off for a job
+    allow_signed_input: bool = False  # False: an already signed input fails `input.signed`
+    visible: bool = False
 
 
 class Policy(Frozen):
@@ -157,6 +157,38 @@ class OcrOutput(Frozen):
     attempt: int
 
 
+class SignInput(Frozen):
+    job_id: str
+    source: BlobRef
+    staged: BlobRef
+    sign: SignPolicy
+
+
+class SignOutput(Frozen):
+    staged: BlobRef
+    level: str
+    signer_subject: str
+    certificate_sha256: str
+    invalidated_signatures: int
+    attempt: int
+
+
+class VerifyInput(Frozen):
+    job_id: str
+    source: BlobRef
+    staged: BlobRef
+    signed: bool
+    text_layer_kept: bool  # structure mode: the input's text and links must still be there
+    watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
+    pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
+
+
+class VerifyOutput(Frozen):
+    signature: dict[str, str | bool | int | None] | None
+    fidelity_checks: list[str]
+    attempt: int
+
+
 class PublishInput(Frozen):
     job_id: str
     source: BlobRef
@@ -173,6 +205,23 @@ class PublishOutput(Frozen):
 
 class CleanupInput(Frozen):
     job_id: str
+
+
+class EvidenceInput(Frozen):
+    job_id: str
+    tenant: str
+    policy: Policy
+    policy_version: str
+    input_sha256: str
+    output_sha256: str | None
+    ocr_text_sha256: str | None
+    stage_attempts: dict[str, int]
+    terminal_state: JobState
+    completed_at: datetime
+
+
+class EvidenceOutput(Frozen):
+    evidence: BlobRef
 
 
 class TransitionRecord(Frozen):
@@ -199,6 +248,10 @@ class JobStatus(BaseModel):
     input_encryption: str | None = None
     ocr_text_sha256: str | None = None
     pages_ocred: list[int] = Field(default_factory=list)
+    signature: dict[str, str | bool | int | None] | None = None  # pyHanko's verdict on the released file
+    fidelity_checks: list[str] = Field(default_factory=list)
+    evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
+    evidence_sha256: str | None = None
     failure_code: str | None = None
     failure_message: str | None = None
     cancel_reason: str | None = None

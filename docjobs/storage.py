@@ -48,6 +48,11 @@ def artifact_key(job_id: str) -> str:
     return f"{job_prefix(job_id)}/artifact.pdf"
 
 
+def evidence_key(job_id: str) -> str:
+    """The signed evidence envelope of the job's terminal state."""
+    return f"{job_prefix(job_id)}/evidence.json"
+
+
 def text_key(job_id: str) -> str:
     """The searchable text of every page (OCR), beside the artifact."""
     return f"{job_prefix(job_id)}/text.json"

@@ -81,13 +81,21 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 class WorkerProcess:
     """`python worker.py` as a real child process (own process group, so it can be killed whole)."""
 
-    def __init__(self, env: Env, task_queue: str, log_path: Path, *extra_args: str) -> None:
+    def __init__(
+        self,
+        env: Env,
+        task_queue: str,
+        log_path: Path,
+        *extra_args: str,
+        script: Path = REPO / "worker.py",
+        **overrides: str,
+    ) -> None:
         self.log_path = log_path
         self.log = log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "worker.py"), "--task-queue", task_queue, *extra_args],
+            [sys.executable, str(script), "--task-queue", task_queue, *extra_args],
             cwd=REPO,
-            env=env.process_env(),
+            env=env.process_env(**overrides),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -114,7 +122,7 @@ class WorkerProcess:
         return self.process.returncode
 
 
-StartWorker = Callable[..., WorkerProcess]  # (task_queue, *extra worker.py args)
+StartWorker = Callable[..., WorkerProcess]  # (task_queue, *extra worker.py args, script=..., **env overrides)
 
 
 @pytest.fixture(scope="session")
@@ -123,8 +131,9 @@ def start_worker(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     started: list[WorkerProcess] = []
     logs = tmp_path_factory.mktemp("worker-logs")
 
-    def start(task_queue: str, *extra_args: str) -> WorkerProcess:
-        worker = WorkerProcess(env, task_queue, logs / f"{task_queue}-{len(started)}.log", *extra_args)
+    def start(task_queue: str, *extra_args: str, script: Path = REPO / "worker.py", **overrides: str) -> WorkerProcess:
+        log = logs / f"{task_queue}-{len(started)}.log"
+        worker = WorkerProcess(env, task_queue, log, *extra_args, script=script, **overrides)
         started.append(worker)
         return worker
 

@@ -39,7 +39,8 @@ def test_submit_status_fetch_audit(env: Env, main_worker: WorkerProcess, samples
     assert (code, waited["state"]) == (0, "succeeded")
     code, status, _ = run_starter(env, "status", "acme/cli-1")
     assert (code, status["output_sha256"]) == (0, waited["output_sha256"])
-    assert status["tenant"] == "acme" and status["attempts"] == {"render": 1, "publish": 1}
+    assert status["tenant"] == "acme"
+    assert status["attempts"] == {"render": 1, "sign": 1, "verify": 1, "publish": 1}
 
     out = tmp_path / "fetched.pdf"
     code, fetched, _ = run_starter(env, "fetch", "acme/cli-1", "-o", str(out))
@@ -51,7 +52,8 @@ def test_submit_status_fetch_audit(env: Env, main_worker: WorkerProcess, samples
     )  # fmt: skip
     events = [json.loads(line) for line in audit.stdout.splitlines()]
     assert events[0]["event"] == "workflow_execution_started"
-    assert [e["stage"] for e in events if e["event"] == "activity_task_scheduled"] == ["render", "publish", "cleanup"]
+    scheduled = [e["stage"] for e in events if e["event"] == "activity_task_scheduled"]
+    assert scheduled == ["render", "sign", "verify", "publish", "evidence", "cleanup"]
     assert events[-1]["event"] == "workflow_execution_completed"
 
     code, missing, _ = run_starter(env, "status", "acme/no-such-job")

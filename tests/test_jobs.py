@@ -49,7 +49,15 @@ async def test_structure_mode_keeps_the_document_and_stamps_every_page(
     submitted = await jobs.submit(source, with_watermark(policies.get("standard"), text="DOCJOBS-STRUCT"), key="s1")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
-    assert [r.state for r in status.transitions] == ["queued", "processing", "processing", "succeeded"]
+    steps = [(r.state.value, r.stage.value if r.stage else None) for r in status.transitions]
+    assert steps == [
+        ("queued", None),
+        ("processing", "render"),
+        ("processing", "sign"),
+        ("processing", "verify"),
+        ("processing", "publish"),
+        ("succeeded", "publish"),
+    ]
     out = await fetched(jobs, submitted.job_id, tmp_path)
     assert page_geometry(out) == page_geometry(source)
     assert subprocess.run(["qpdf", "--check", str(out)], capture_output=True).returncode == 0
@@ -58,7 +66,7 @@ async def test_structure_mode_keeps_the_document_and_stamps_every_page(
         assert "DOCJOBS-STRUCT" in text and page_word(number) in text
     with pikepdf.open(out) as pdf:
         assert any(annot.get("/Subtype") == "/Link" for annot in pdf.pages[0].get("/Annots", []))
-    assert job_files(env, submitted.job_id) == ["artifact.pdf"]  # staged attempts are cleaned up
+    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json"]  # staged attempts are cleaned up
 
 
 async def test_raster_mode_rebuilds_pages_with_the_same_geometry(
@@ -141,7 +149,7 @@ async def test_deadline_cancels_the_job_and_cleans_up(
     submitted = await jobs.submit(samples / "long.pdf", slow_policy(policies), key="deadline", deadline_seconds=3)
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "deadline_exceeded"), status
-    assert job_files(env, submitted.job_id) == []  # no artifact, no staging leftovers
+    assert job_files(env, submitted.job_id) == ["evidence.json"]  # no artifact, no staging leftovers
 
 
 async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, policies: PolicyBook, samples: Path) -> None:
@@ -151,7 +159,7 @@ async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, policies:
     assert (code, payload.get("cancel_requested")) == (0, True)
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "requested"), status
-    assert job_files(env, submitted.job_id) == []
+    assert job_files(env, submitted.job_id) == ["evidence.json"]  # only the signed record of the outcome
 
 
 async def test_killed_worker_loses_its_lease_and_another_finishes(
@@ -167,7 +175,7 @@ async def test_killed_worker_loses_its_lease_and_another_finishes(
     status = await wait_terminal(jobs, submitted.job_id, timeout=180)
     assert status.state is JobState.SUCCEEDED, status
     assert status.attempts["render"] >= 2  # the killed attempt's lease expired, a new attempt won
-    assert job_files(env, submitted.job_id) == ["artifact.pdf"]  # exactly one artifact, no leftovers
+    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json"]  # exactly one artifact, no leftovers
 
 
 async def test_changed_source_after_acceptance_is_quarantined(

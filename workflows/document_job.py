@@ -22,7 +22,10 @@ with workflow.unsafe.imports_passed_through():
     from docjobs import search_attributes as sa
     from docjobs.errors import FAILURE_CODES, Outcome, outcome_of
     from docjobs.models import (
+        BlobRef,
         CleanupInput,
+        EvidenceInput,
+        EvidenceOutput,
         JobRequest,
         JobStatus,
         OcrInput,
@@ -32,7 +35,11 @@ with workflow.unsafe.imports_passed_through():
         PublishOutput,
         RenderInput,
         RenderOutput,
+        SignInput,
+        SignOutput,
         TransitionRecord,
+        VerifyInput,
+        VerifyOutput,
         WatermarkMode,
     )
     from docjobs.states import JobState, Stage, check_transition
@@ -47,6 +54,7 @@ OutputT = TypeVar("OutputT", bound=StageOutput)
 # Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.
 NON_RETRYABLE_CODES = [code for code, (outcome, _) in FAILURE_CODES.items() if outcome is not Outcome.RETRY]
 CLEANUP_TIMEOUT = timedelta(minutes=2)
+RELEASE_GATES = "release-gates"  # workflow.patched marker: the sign and verify stages
 
 
 def failure_of(error: ActivityError) -> tuple[str, str, int | None]:
@@ -123,6 +131,8 @@ class DocumentJobWorkflow:
             pipeline.cancel()
             with suppress(asyncio.CancelledError, ActivityError):
                 await pipeline
+        if workflow.patched(RELEASE_GATES):
+            ending = await self._record_evidence(ending)
         # Staged attempts are never a deliverable: drop them whatever the outcome, before the job is
         # reported terminal, so that a terminal job has nothing left in flight.
         await workflow.execute_activity(
@@ -164,6 +174,8 @@ class DocumentJobWorkflow:
                 staged, text = ocred.staged, ocred.text
                 self._status.ocr_text_sha256 = text.sha256
                 self._status.pages_ocred = ocred.pages_ocred
+            if workflow.patched(RELEASE_GATES):  # histories recorded before the gates existed replay without them
+                staged = await self._release_gates(staged, ocr_on)
             publish = PublishInput(job_id=request.job_id, source=request.source, staged=staged, text=text)
             published = await self._stage(Stage.PUBLISH, publish, PublishOutput)
             self._status.output_sha256 = published.artifact.sha256
@@ -177,6 +189,60 @@ class DocumentJobWorkflow:
                 self._status.attempts[self._status.stage.value] = attempt
             quarantine = outcome_of(code) is Outcome.QUARANTINE
             return Ending(JobState.QUARANTINED if quarantine else JobState.FAILED, code=code, message=message)
+
+    async def _record_evidence(self, ending: Ending) -> Ending:
+        """The signed envelope binding the job's digests and terminal state; a job without one is not released."""
+        status = self._status
+        request = self._request
+        evidence = EvidenceInput(
+            job_id=request.job_id,
+            tenant=request.tenant,
+            policy=request.policy,
+            policy_version=request.policy_version,
+            input_sha256=request.source.sha256,
+            output_sha256=status.output_sha256 if ending.state is JobState.SUCCEEDED else None,
+            ocr_text_sha256=status.ocr_text_sha256,
+            stage_attempts=dict(status.attempts),
+            terminal_state=ending.state,
+            completed_at=workflow.now(),
+        )
+        try:
+            recorded = await workflow.execute_activity(
+                "evidence",
+                evidence,
+                result_type=EvidenceOutput,
+                start_to_close_timeout=CLEANUP_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NON_RETRYABLE_CODES),
+            )
+        except ActivityError:
+            if ending.state is not JobState.SUCCEEDED:
+                return ending
+            return Ending(JobState.QUARANTINED, "evidence.unavailable", FAILURE_CODES["evidence.unavailable"][1])
+        status.evidence_key = recorded.evidence.key
+        status.evidence_sha256 = recorded.evidence.sha256
+        return ending
+
+    async def _release_gates(self, staged: BlobRef, ocr_on: bool) -> BlobRef:
+        """Sign (when the policy says so) and verify: nothing reaches `publish` that did not pass both."""
+        request = self._request
+        policy = request.policy
+        if policy.sign.enabled:
+            sign = SignInput(job_id=request.job_id, source=request.source, staged=staged, sign=policy.sign)
+            staged = (await self._stage(Stage.SIGN, sign, SignOutput)).staged
+        structure = policy.watermark.mode is WatermarkMode.STRUCTURE
+        verify = VerifyInput(
+            job_id=request.job_id,
+            source=request.source,
+            staged=staged,
+            signed=policy.sign.enabled,
+            text_layer_kept=structure and policy.ocr.mode in (OcrMode.OFF, OcrMode.SKIP),
+            watermark_text=policy.watermark.text if structure else None,
+            pages_may_turn=ocr_on,
+        )
+        verified = await self._stage(Stage.VERIFY, verify, VerifyOutput)
+        self._status.signature = verified.signature
+        self._status.fidelity_checks = verified.fidelity_checks
+        return staged
 
     async def _stage(
         self, stage: Stage, payload: Any, output_type: type[OutputT], *, task_queue: str | None = None

@@ -1,0 +1,61 @@
+"""The `evidence` step: a signed envelope binding what a job did, written once per terminal job."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from temporalio import activity
+
+from activities.lease import typed_failures
+from docjobs.errors import DocJobError
+from docjobs.evidence import Evidence, sign_evidence, tool_versions
+from docjobs.models import BlobRef, EvidenceInput, EvidenceOutput
+from docjobs.signing import SignerConfig
+from docjobs.storage import BlobStore, evidence_key, sha256_file, staging_key
+
+
+class EvidenceActivities:
+    def __init__(self, store: BlobStore, workdir: Path, data_dir: Path) -> None:
+        self._store = store
+        self._workdir = workdir
+        self._data_dir = data_dir
+
+    @activity.defn(name="evidence")
+    def evidence(self, request: EvidenceInput) -> EvidenceOutput:
+        with typed_failures("evidence") as attempt:
+            evidence = Evidence(
+                job_id=request.job_id,
+                tenant=request.tenant,
+                document_class=request.policy.name,
+                policy=request.policy.model_dump(mode="json"),
+                policy_version=request.policy_version,
+                input_sha256=request.input_sha256,
+                output_sha256=request.output_sha256,
+                ocr_text_sha256=request.ocr_text_sha256,
+                stage_attempts=request.stage_attempts,
+                tool_versions=tool_versions(),
+                terminal_state=request.terminal_state.value,
+                completed_at=request.completed_at,
+            )
+            envelope = sign_evidence(evidence, SignerConfig.from_env(self._data_dir))
+            self._workdir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=self._workdir, prefix="evidence-") as tmp:
+                path = Path(tmp) / "evidence.json"
+                path.write_bytes(envelope)
+                staged = self._store.put_file(staging_key(request.job_id, "evidence", attempt, ".json"), path)
+            final = evidence_key(request.job_id)
+            try:
+                ref, _ = self._store.promote(staged, final)
+            except DocJobError as error:
+                if error.code != "publish.conflict":
+                    raise
+                ref = self._existing(final)  # an earlier attempt already wrote it: the first envelope stands
+        return EvidenceOutput(evidence=ref)
+
+    def _existing(self, key: str) -> BlobRef:
+        with tempfile.TemporaryDirectory(dir=self._workdir, prefix="evidence-") as tmp:
+            path = Path(tmp) / "existing.json"
+            with self._store.open(key) as blob:
+                path.write_bytes(blob.read())
+            return BlobRef(key=key, sha256=sha256_file(path), size=path.stat().st_size)

@@ -1,0 +1,125 @@
+"""Release gates end to end: a succeeded job is signed, verified and checked against its contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from docjobs.client import JobClient
+from docjobs.config import PolicyBook
+from docjobs.models import Policy
+from docjobs.signing import cert_pem, ensure_dev_signer, issue_signer, key_pem, make_ca
+from docjobs.states import JobState
+from docjobs.storage import artifact_key
+from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
+from tests.test_jobs import job_files
+
+
+def pdfsig(path: Path) -> str:
+    """poppler's independent verifier; it exits 0 even on a digest mismatch, so its words are what count."""
+    return subprocess.run(["pdfsig", "-nocert", str(path)], capture_output=True, text=True).stdout
+
+
+async def test_succeeded_means_signed_verified_and_checked(
+    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="release-ok")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.signature is not None
+    assert status.signature["bottom_line"] is True and status.signature["coverage"] == "entire_file"
+    assert "DEVELOPMENT ONLY" in str(status.signature["signer_subject"])
+    assert {"page_count", "geometry", "links", "qpdf_check", "second_reader", "text_kept"} <= set(
+        status.fidelity_checks
+    )
+    assert "watermark_every_page" in status.fidelity_checks
+    out = tmp_path / "signed.pdf"
+    await jobs.fetch(submitted.job_id, out)
+    report = pdfsig(out)
+    assert "Signature Validation: Signature is Valid." in report
+    assert "Total document signed" in report and "Not total document signed" not in report
+
+
+async def test_no_sign_skips_the_signature_but_not_the_checks(
+    jobs: JobClient, policies: PolicyBook, samples: Path
+) -> None:
+    body = policies.get("standard").model_dump()
+    body["sign"]["enabled"] = False
+    submitted = await jobs.submit(samples / "sample.pdf", Policy.model_validate(body), key="release-unsigned")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.signature is None and "sign" not in status.attempts
+    assert "page_count" in status.fidelity_checks
+
+
+async def test_untrusted_signer_is_quarantined(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    ca_key, ca_cert = make_ca("some other CA")
+    key, cert = issue_signer(ca_key, ca_cert, "a signer nobody here trusts")
+    (tmp_path / "key.pem").write_bytes(key_pem(key))
+    (tmp_path / "cert.pem").write_bytes(cert_pem(cert))
+    trusted = ensure_dev_signer(Path(env.vars["DOCJOBS_DATA_DIR"]) / "signing").trust_roots
+    queue = "docjobs-untrusted"
+    start_worker(
+        queue,
+        DOCJOBS_SIGNING_KEY=str(tmp_path / "key.pem"),
+        DOCJOBS_SIGNING_CERT=str(tmp_path / "cert.pem"),
+        DOCJOBS_TRUST_ROOTS=":".join(str(path) for path in trusted),
+    )
+    on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
+    submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="release-untrusted")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.QUARANTINED, "signature.untrusted"), status
+    assert job_files(env, submitted.job_id) == ["evidence.json"]  # nothing released, nothing staged left
+
+
+async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker
+) -> None:
+    queue = "docjobs-faulty"
+    start_worker(queue, script=REPO / "tests" / "fault_worker.py")
+    on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
+    submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="release-faulty")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.QUARANTINED, "fidelity.page_count"), status
+    assert status.output_sha256 is None
+    assert job_files(env, submitted.job_id) == ["evidence.json"]  # only the signed record of the outcome
+    assert status.failure_message == "the output does not have the input's page count"
+
+
+async def test_evidence_is_signed_and_names_the_broken_binding(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="evidence")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED and status.evidence_key, status
+    assert run_starter(env, "verify-evidence", submitted.job_id)[:2] == (
+        0,
+        {"job_id": submitted.job_id, "ok": True, "broken": [], "problem": None},
+    )
+
+    envelope, artifact = tmp_path / "evidence.json", tmp_path / "artifact.pdf"
+    assert run_starter(env, "evidence", submitted.job_id, "-o", str(envelope))[0] == 0
+    await jobs.fetch(submitted.job_id, artifact)
+    payload = json.loads(envelope.read_bytes())["payload"]
+    assert (payload["job_id"], payload["terminal_state"]) == (submitted.job_id, "succeeded")
+    assert payload["output_sha256"] == status.output_sha256 and payload["input_sha256"] == status.input_sha256
+    elsewhere = ("verify-evidence", "--evidence", str(envelope), "--artifact", str(artifact))
+    assert run_starter(env, *elsewhere)[0] == 0
+
+    forged = json.loads(envelope.read_bytes())
+    forged["payload"]["terminal_state"] = "failed"
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    code, result, _ = run_starter(env, "verify-evidence", "--evidence", str(tmp_path / "forged.json"))
+    broken = result["broken"]
+    assert code == 1 and isinstance(broken, list) and "signature" in broken
+
+    stored = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / artifact_key(submitted.job_id)
+    flipped = bytearray(stored.read_bytes())
+    flipped[200] ^= 0x01  # inside the first revision: covered by the signature
+    stored.write_bytes(bytes(flipped))
+    code, result, _ = run_starter(env, "verify-evidence", submitted.job_id)
+    assert (code, result["broken"]) == (1, ["output_sha256"])
+    assert "Signature is Valid." not in pdfsig(stored)
