@@ -9,10 +9,12 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.lease import Lease, typed_failures
+from docjobs.errors import DocJobError
 from docjobs.models import RenderInput, RenderOutput, WatermarkMode
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf, sniff_kind
 from docjobs.pdf.raster import watermark_raster
+from docjobs.pdf.signatures import signature_count, void_certification
 from docjobs.pdf.watermark import watermark_structure
 from docjobs.storage import BlobStore, staging_key
 
@@ -38,6 +40,9 @@ class RenderActivities:
                 else:
                     source.rename(normalized)  # not a PDF either: inspection says which code
                 info = inspect_pdf(normalized, max_pages=request.max_pages)
+                signatures = signature_count(normalized)
+                if signatures and not request.allow_signed_input:
+                    raise DocJobError("input.signed")
                 watermark = request.watermark
                 if watermark is None:
                     shutil.copyfile(normalized, output)
@@ -47,7 +52,13 @@ class RenderActivities:
                     info = watermark_raster(
                         normalized, output, watermark.text, dpi=watermark.dpi, on_page=lease.progress, workdir=Path(tmp)
                     )
+                if signatures:
+                    void_certification(output)
                 staged = self._store.put_file(staging_key(request.job_id, "render", attempt), output)
         return RenderOutput(
-            staged=staged, page_count=info.page_count, input_encryption=info.encryption.value, attempt=attempt
+            staged=staged,
+            page_count=info.page_count,
+            input_encryption=info.encryption.value,
+            attempt=attempt,
+            invalidated_signatures=signatures,
         )

@@ -133,6 +133,7 @@ class RenderInput(Frozen):
     source: BlobRef
     watermark: WatermarkPolicy | None  # None: normalize only, a later stage stamps
     max_pages: int
+    allow_signed_input: bool = False  # False: an input with signatures fails `input.signed`
 
 
 class RenderOutput(Frozen):
@@ -140,6 +141,7 @@ class RenderOutput(Frozen):
     page_count: int
     input_encryption: str
     attempt: int
+    invalidated_signatures: int = 0  # signatures of an (allowed) signed input that processing voids
 
 
 class OcrInput(Frozen):
@@ -249,6 +251,7 @@ class JobStatus(BaseModel):
     ocr_text_sha256: str | None = None
     pages_ocred: list[int] = Field(default_factory=list)
     signature: dict[str, str | bool | int | None] | None = None  # pyHanko's verdict on the released file
+    invalidated_signatures: int = 0  # the input's own signatures, voided by processing (when allowed)
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None

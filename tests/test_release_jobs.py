@@ -123,3 +123,24 @@ async def test_evidence_is_signed_and_names_the_broken_binding(
     code, result, _ = run_starter(env, "verify-evidence", submitted.job_id)
     assert (code, result["broken"]) == (1, ["output_sha256"])
     assert "Signature is Valid." not in pdfsig(stored)
+
+
+async def test_signed_input_fails_unless_the_policy_allows_it(
+    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    first = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="to-be-resigned")
+    assert (await wait_terminal(jobs, first.job_id)).state is JobState.SUCCEEDED
+    signed = tmp_path / "already-signed.pdf"
+    await jobs.fetch(first.job_id, signed)
+
+    refused = await jobs.submit(signed, policies.get("standard"), key="signed-input")
+    status = await wait_terminal(jobs, refused.job_id)
+    assert (status.state, status.failure_code) == (JobState.FAILED, "input.signed"), status
+    assert status.attempts == {"render": 1}
+
+    body = policies.get("standard").model_dump()
+    body["sign"]["allow_signed_input"] = True
+    allowed = await jobs.submit(signed, Policy.model_validate(body), key="signed-input-allowed")
+    status = await wait_terminal(jobs, allowed.job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.invalidated_signatures == 1

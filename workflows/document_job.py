@@ -157,10 +157,12 @@ class DocumentJobWorkflow:
                 source=request.source,
                 watermark=policy.watermark if stamp_first else None,
                 max_pages=policy.max_pages,
+                allow_signed_input=policy.sign.allow_signed_input,
             )
             rendered = await self._stage(Stage.RENDER, render, RenderOutput)
             self._status.page_count = rendered.page_count
             self._status.input_encryption = rendered.input_encryption
+            self._status.invalidated_signatures = rendered.invalidated_signatures
             staged, text = rendered.staged, None
             if ocr_on:
                 ocr = OcrInput(

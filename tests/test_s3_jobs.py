@@ -1,0 +1,54 @@
+"""A whole job on the S3 backend: moto's S3 server on loopback, a worker and a client configured by env."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import boto3  # type: ignore[import-untyped]
+import pytest
+
+from docjobs.client import JobClient
+from docjobs.config import PolicyBook
+from docjobs.states import JobState
+from docjobs.storage import job_prefix
+from tests.conftest import Env, StartWorker, run_starter, wait_terminal
+from tests.test_storage import BUCKET, REGION, aws_environment, moto_endpoint
+
+__all__ = ["moto_endpoint"]  # the session fixture, shared with the storage suite
+
+
+async def test_job_on_s3_publishes_once_and_leaves_no_staging(
+    jobs: JobClient,
+    env: Env,
+    policies: PolicyBook,
+    samples: Path,
+    start_worker: StartWorker,
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    aws_environment(monkeypatch, moto_endpoint)
+    prefix = f"e2e-{uuid.uuid4().hex[:8]}"
+    storage = {
+        "DOCJOBS_STORAGE_URL": f"s3://{BUCKET}/{prefix}",
+        **{name: value for name, value in os.environ.items() if name.startswith("AWS_")},
+    }
+    queue = "docjobs-s3"
+    start_worker(queue, **storage)
+    on_s3 = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue, **storage))
+    submitted = await on_s3.submit(samples / "sample.pdf", policies.get("standard"), key="on-s3")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, status
+
+    listing = boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/")
+    keys = sorted(item["Key"].removeprefix(f"{prefix}/") for item in listing["Contents"])
+    folder = job_prefix(submitted.job_id)
+    assert keys == [f"{folder}/artifact.pdf", f"{folder}/evidence.json", f"sources/{status.input_sha256}"]
+
+    out = tmp_path / "from-s3.pdf"
+    await on_s3.fetch(submitted.job_id, out)
+    assert out.stat().st_size > 0
+    code, payload, _ = run_starter(Env({**env.vars, **storage}), "verify-evidence", submitted.job_id)
+    assert (code, payload["ok"]) == (0, True)
