@@ -75,6 +75,16 @@ def describe(status: JobStatus) -> str:
     if status.output_sha256:
         lines.append(f"  output sha256: {status.output_sha256}")
     lines.append(f"  policy {status.policy_version}, {status.watermark_mode.value} mode, {status.page_count} page(s)")
+    if status.ocr_text_sha256:
+        ocred = ", ".join(str(page) for page in status.pages_ocred) or "none (text already there)"
+        lines.append(f"  OCR: pages {ocred}; text sha256 {status.ocr_text_sha256}")
+    if status.signature:
+        verdict = "valid" if status.signature.get("bottom_line") else "NOT valid"
+        lines.append(f"  signature: {verdict}, coverage {status.signature.get('coverage')}")
+    if status.fidelity_checks:
+        lines.append(f"  checked: {', '.join(status.fidelity_checks)}")
+    if status.evidence_sha256:
+        lines.append(f"  evidence sha256: {status.evidence_sha256}")
     for record in status.transitions:
         stage = f" ({record.stage.value})" if record.stage else ""
         lines.append(f"  {record.at.isoformat()}  {record.state.value}{stage}")

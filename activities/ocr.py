@@ -43,13 +43,14 @@ class OcrActivities:
                         on_page=lease.progress,
                         should_stop=activity.is_cancelled,
                         tag=request.job_id,
+                        input_validated=True,  # render validated it, and its digest is checked
                     )
                 except OcrCanceled:
                     raise CancelledError("OCR stopped: the stage was canceled or lost its lease") from None
                 output = searchable
                 if request.watermark is not None:
                     output = Path(tmp) / "stamped.pdf"
-                    watermark_structure(searchable, output, request.watermark.text)
+                    watermark_structure(searchable, output, request.watermark.text, check_streams=False)
                 text_file = Path(tmp) / "text.json"
                 text_file.write_text(json.dumps({"pages": list(result.page_texts)}, ensure_ascii=False))
                 text = self._store.put_file(staging_key(request.job_id, "ocr-text", attempt, ".json"), text_file)

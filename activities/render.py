@@ -47,7 +47,9 @@ class RenderActivities:
                 if watermark is None:
                     shutil.copyfile(normalized, output)
                 elif watermark.mode is WatermarkMode.STRUCTURE:
-                    info = watermark_structure(normalized, output, watermark.text, on_page=lease.progress)
+                    info = watermark_structure(
+                        normalized, output, watermark.text, on_page=lease.progress, check_streams=False
+                    )
                 else:
                     info = watermark_raster(
                         normalized, output, watermark.text, dpi=watermark.dpi, on_page=lease.progress, workdir=Path(tmp)

@@ -2,10 +2,11 @@
 
     .venv/bin/python bench/ocr_bench.py [--pages 10] [--runs 2]
 
-Both sides get the same options (docjobs' own `ocrmypdf_args` for the `scan` policy) and run one after
-the other, alternating, on an embedded dev server in a throwaway data dir. docjobs' time is the job's
-wall time from submit to `succeeded` (render, OCR, watermark, publish, Temporal round trips); the plain
-command's is its process wall time. Prints a table with pages/second and the ratio.
+Both sides get the same options (docjobs' own `ocrmypdf_args` for the `scan` policy; signing off: OCR
+only) and run one after the other, alternating, on an embedded dev server in a throwaway data dir.
+docjobs' time is the job's wall time from submit to `succeeded` (render, OCR, watermark, verify,
+publish, Temporal round trips); the plain command's is its process wall time. Prints a table with
+pages/second, the ratio, and the median time of each docjobs stage.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from docjobs.client import JobClient, connect
 from docjobs.config import PolicyBook, Settings
 from docjobs.devserver import stop_dev_server
+from docjobs.models import Policy
 from docjobs.pdf.ocr import ocrmypdf_args
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.scans import make_scan_pdf, scan_words
@@ -46,17 +49,21 @@ def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> float:
     return time.perf_counter() - started
 
 
-async def docjobs_run(jobs: JobClient, scan: Path, policy_name: str, key: str) -> float:
-    policy = PolicyBook.load(jobs.settings.policy_file).get(policy_name)
+async def docjobs_run(jobs: JobClient, scan: Path, policy: Policy, key: str) -> tuple[float, dict[str, float]]:
     started = time.perf_counter()
     submitted = await jobs.submit(scan, policy, tenant="bench", key=key)
     result = await wait_for_job(
-        lambda: jobs.status(submitted.job_id), timeout=1800, max_polls=100_000, initial_delay=0.05, max_delay=0.1
+        lambda: jobs.status(submitted.job_id), timeout=1800, max_polls=100_000, initial_delay=0.25, max_delay=0.5
     )
     elapsed = time.perf_counter() - started
     if result.end is not WaitEnd.TERMINAL or result.status is None or result.status.state is not JobState.SUCCEEDED:
         raise SystemExit(f"docjobs job did not succeed: {result.status}")
-    return elapsed
+    steps = result.status.transitions
+    stages = {
+        str(before.stage.value if before.stage else before.state.value): (after.at - before.at).total_seconds()
+        for before, after in pairwise(steps)
+    }
+    return elapsed, stages
 
 
 async def main() -> None:
@@ -78,18 +85,25 @@ async def main() -> None:
         settings = Settings.from_env()
         scan = folder / "scan.pdf"
         make_scan_pdf(scan, scan_words(options.pages), ["upright"] * options.pages)
-        policy = PolicyBook.load(settings.policy_file).get("scan")
+        # OCR only: the scan policy without the signature (the verify gate still runs).
+        body = PolicyBook.load(settings.policy_file).get("scan").model_dump()
+        body["sign"]["enabled"] = False
+        policy = Policy.model_validate(body)
         args = ocrmypdf_args(policy.ocr)
         client = await connect(settings)
         jobs = JobClient(client, settings)
         plain: list[float] = []
         pipeline: list[float] = []
+        stage_times: dict[str, list[float]] = {}
         try:
             with ThreadPoolExecutor(max_workers=settings.activity_threads) as executor:
                 async with running(create_workers(client, settings, executor)):
                     for run in range(options.runs):
                         plain.append(await asyncio.to_thread(plain_ocrmypdf, scan, folder / f"plain-{run}.pdf", args))
-                        pipeline.append(await docjobs_run(jobs, scan, "scan", f"run-{run}"))
+                        elapsed, stages = await docjobs_run(jobs, scan, policy, f"run-{run}")
+                        pipeline.append(elapsed)
+                        for stage, seconds in stages.items():
+                            stage_times.setdefault(stage, []).append(seconds)
         finally:
             stop_dev_server(settings)
 
@@ -106,6 +120,11 @@ async def main() -> None:
         ("docjobs pipeline", statistics.median(pipeline), docjobs_rate),
     ):
         print(f"| {runner} | {seconds:.2f} | {rate:.2f} | {rate / plain_rate:.2f} |")
+    print()
+    print(
+        "docjobs stages (median seconds): "
+        + ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in stage_times.items())
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -18,7 +19,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import boto3  # type: ignore[import-untyped]
 import pytest
+from moto.server import ThreadedMotoServer
 
 from docjobs.client import JobClient, connect
 from docjobs.config import PolicyBook, Settings
@@ -31,10 +34,43 @@ REPO = Path(__file__).resolve().parent.parent
 LEASE_SECONDS = 3
 
 
+BUCKET = "docjobs-test"
+REGION = "eu-west-1"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's S3 as a real HTTP server on loopback for the session, with the test bucket."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    admin = boto3.client(
+        "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="test", aws_secret_access_key="test"
+    )
+    admin.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    yield endpoint
+    server.stop()
+
+
+def aws_environment(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """Point boto3 at `endpoint` only through the environment, isolated from the host's AWS configuration."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_REGION", REGION)  # not AWS_DEFAULT_REGION: the store must honour AWS_REGION too
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
 
 
 @dataclass

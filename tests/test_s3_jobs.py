@@ -13,10 +13,7 @@ from docjobs.client import JobClient
 from docjobs.config import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import job_prefix
-from tests.conftest import Env, StartWorker, run_starter, wait_terminal
-from tests.test_storage import BUCKET, REGION, aws_environment, moto_endpoint
-
-__all__ = ["moto_endpoint"]  # the session fixture, shared with the storage suite
+from tests.conftest import BUCKET, REGION, Env, StartWorker, aws_environment, run_starter, wait_terminal
 
 
 async def test_job_on_s3_publishes_once_and_leaves_no_staging(

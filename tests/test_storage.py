@@ -7,14 +7,12 @@ way (AWS_ENDPOINT_URL, AWS_REGION, ...), exactly as a worker would be against a 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
-import socket
 import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,52 +20,15 @@ from typing import Any
 import boto3  # type: ignore[import-untyped]
 import pytest
 from botocore.exceptions import ClientError, IncompleteReadError  # type: ignore[import-untyped]
-from moto.server import ThreadedMotoServer
 
 from docjobs import s3store
 from docjobs.errors import DocJobError, Outcome
 from docjobs.models import BlobRef
 from docjobs.s3store import S3BlobStore, open_blob_store
 from docjobs.storage import BlobStore, FileBlobStore, artifact_key, job_prefix, staging_key
+from tests.conftest import BUCKET, REGION, aws_environment, free_port
 
-BUCKET = "docjobs-test"
-REGION = "eu-west-1"
 MB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """moto's S3 as a real HTTP server for the session, with the test bucket."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    admin = boto3.client(
-        "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="test", aws_secret_access_key="test"
-    )
-    admin.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-    yield endpoint
-    server.stop()
-
-
-def aws_environment(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
-    """Point boto3 at `endpoint` only through the environment, isolated from the host's AWS configuration."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    monkeypatch.setenv("AWS_REGION", REGION)  # not AWS_DEFAULT_REGION: the store must honour AWS_REGION too
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
 
 
 @pytest.fixture

@@ -74,8 +74,14 @@ def inspect_pdf(path: Path, *, max_pages: int | None = None) -> PdfInfo:
 
 
 @contextmanager
-def open_checked(path: Path, *, max_pages: int | None = None) -> Iterator[tuple[pikepdf.Pdf, PdfInfo]]:
-    """Open `path` with pikepdf after the checks of `inspect_pdf`; the Pdf is closed on exit."""
+def open_checked(
+    path: Path, *, max_pages: int | None = None, check_streams: bool = True
+) -> Iterator[tuple[pikepdf.Pdf, PdfInfo]]:
+    """Open `path` with pikepdf after the checks of `inspect_pdf`; the Pdf is closed on exit.
+
+    `check_streams=False` skips decoding every stream, for a file that an earlier step of the same job
+    already validated this way (the costliest check on large scans; the verify gate re-checks the output).
+    """
     with path.open("rb") as file:
         head = file.read(_WINDOW)
         file.seek(max(0, os.fstat(file.fileno()).st_size - _WINDOW))
@@ -99,7 +105,8 @@ def open_checked(path: Path, *, max_pages: int | None = None) -> Iterator[tuple[
             raise DocJobError("input.empty")
         if max_pages is not None and info.page_count > max_pages:
             raise DocJobError("input.too_large", f"the input has more than {max_pages} pages")
-        _check_syntax(pdf)
+        if check_streams:
+            _check_syntax(pdf)
         _check_geometry(pdf)
         yield pdf, info
     finally:

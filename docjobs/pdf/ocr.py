@@ -157,6 +157,7 @@ def run_ocr(
     should_stop: Callable[[], bool] | None = None,
     jobs: int | None = None,
     tag: str | None = None,
+    input_validated: bool = False,
 ) -> OcrResult:
     """OCR the PDF `src` into `dst` as `policy` says. `dst` is written only on success.
 
@@ -165,6 +166,9 @@ def run_ocr(
     the caller can heartbeat there; when it returns True the OCR processes are killed and
     OcrCanceled is raised. `jobs` is OCRmyPDF's page parallelism (default: the CPU count). `tag` is
     put in the OCR processes' environment as DOCJOBS_OCR_TAG (default: a random value).
+    `input_validated`: `src` already passed the full stream check (see `open_checked`) earlier in the job.
+    The output gets a structural check here (it opens, same page count); its streams are decoded by the
+    release gate that re-reads the final document anyway.
 
     Raises DocJobError: input.* for an input that cannot be OCR'd, tool.missing, ocr.failed,
     ocr.invalid_output, ocr.page_timeout; OcrCanceled; ValueError if the policy's mode is off.
@@ -177,7 +181,7 @@ def run_ocr(
     with tempfile.TemporaryDirectory(dir=workdir, prefix="ocr-") as tmp_name:
         tmp = Path(tmp_name)
         clean = tmp / "input.pdf"
-        with open_checked(src) as (pdf, info):
+        with open_checked(src, check_streams=not input_validated) as (pdf, info):
             pdf.save(clean, encryption=False)  # decrypted (permissions-only), as validated
         total = info.page_count
         before = _page_texts(pdftotext, clean, total, "input.malformed")
@@ -447,7 +451,7 @@ def _check_output(output: Path, pages: int) -> None:
     if not output.is_file():
         raise DocJobError("ocr.invalid_output", "the OCR engine reported success but wrote no PDF")
     try:
-        with open_checked(output) as (_, info):
+        with open_checked(output, check_streams=False) as (_, info):
             count = info.page_count
     except DocJobError as error:
         raise DocJobError("ocr.invalid_output", f"the OCR output is not a valid PDF ({error.code})") from None

@@ -56,10 +56,14 @@ def text_width_em(encoded: bytes) -> float:
     return sum(_HELVETICA_ASCII[c - 32] if 32 <= c <= 126 else 1000 for c in encoded) / 1000
 
 
-def watermark_structure(src: Path, dst: Path, text: str, *, on_page: ProgressFn | None = None) -> PdfInfo:
-    """Stamp `text` on every page of `src` into an unencrypted `dst`; returns the input's info."""
+def watermark_structure(
+    src: Path, dst: Path, text: str, *, on_page: ProgressFn | None = None, check_streams: bool = True
+) -> PdfInfo:
+    """Stamp `text` on every page of `src` into an unencrypted `dst`; returns the input's info.
+
+    `check_streams=False` when `src` was already fully validated (see `open_checked`)."""
     encoded = encode_text(text)
-    with open_checked(src) as (pdf, info):
+    with open_checked(src, check_streams=check_streams) as (pdf, info):
         stamper = _Stamper(pdf, encoded)
         for number, page in enumerate(pdf.pages, start=1):
             stamper.stamp(page)
