@@ -6,9 +6,10 @@ import os
 import shutil
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -17,30 +18,29 @@ from docjobs.s3store import open_blob_store
 from docjobs.storage import BlobStore
 
 SHIPPED_POLICIES = Path(__file__).with_name("policies.toml")
+NumberT = TypeVar("NumberT", int, float)
 
 
 class ConfigError(Exception):
     """A setting or policy file that cannot be used; the message names the setting."""
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_number(name: str, default: NumberT, kind: Callable[[str], NumberT]) -> NumberT:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        return kind(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be an integer") from None
+        raise ConfigError(f"{name} must be a number ({kind.__name__})") from None
+
+
+def _env_int(name: str, default: int) -> int:
+    return _env_number(name, default, int)
 
 
 def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number") from None
+    return _env_number(name, default, float)
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ class SignerConfig:
         With the development signer (`ensure_dev_signer(data_dir / "signing")`), DOCJOBS_TRUST_ROOTS adds
         roots to its CA and DOCJOBS_TSA_URL still applies.
         """
-        env = {name: os.environ.get(name) or None for name in _ENV_NAMES}
+        env = {name: os.environ.get(name) or None for name in ENV_NAMES}
         roots = _paths(env["DOCJOBS_TRUST_ROOTS"])
         tsa_url = env["DOCJOBS_TSA_URL"]
         if tsa_url is not None and not tsa_url.startswith(("http://", "https://")):
@@ -154,7 +154,7 @@ class SignerConfig:
         )
 
 
-_ENV_NAMES = (
+ENV_NAMES = (
     "DOCJOBS_SIGNING_P12",
     "DOCJOBS_SIGNING_P12_PASSPHRASE",
     "DOCJOBS_SIGNING_KEY",

@@ -43,6 +43,7 @@ from docjobs.samples import make_encrypted_pdf, make_sample_pdf
 from docjobs.signing import (
     DEV_CA_CN,
     DEV_SIGNER_CN,
+    ENV_NAMES,
     SignatureReport,
     SignerConfig,
     cert_pem,
@@ -56,15 +57,6 @@ from docjobs.signing import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-ENV_NAMES = (
-    "DOCJOBS_SIGNING_P12",
-    "DOCJOBS_SIGNING_P12_PASSPHRASE",
-    "DOCJOBS_SIGNING_KEY",
-    "DOCJOBS_SIGNING_CERT",
-    "DOCJOBS_SIGNING_CHAIN",
-    "DOCJOBS_TRUST_ROOTS",
-    "DOCJOBS_TSA_URL",
-)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
