@@ -25,13 +25,20 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
+SAMPLES := $(DATA_DIR)/samples
+
+# Generated once: the same bytes again make the same jobs, so a second `make demo` reuses them.
+$(SAMPLES)/sample.pdf: | deps
+	$(PY) -m docjobs.samples $@ --pages 4
+
+$(SAMPLES)/scan.pdf: | deps
+	$(PY) -m docjobs.scans $@ --pages 3
+
 # The main job on the embedded defaults: a generated sample through both watermark modes, and a scan via OCR.
-demo: deps
-	$(PY) -m docjobs.samples $(DATA_DIR)/samples/sample.pdf --pages 4
-	$(PY) starter.py run $(DATA_DIR)/samples/sample.pdf --out out/sample.watermarked.pdf
-	$(PY) starter.py run $(DATA_DIR)/samples/sample.pdf --policy preview --out out/sample.preview.pdf
-	$(PY) -m docjobs.scans $(DATA_DIR)/samples/scan.pdf --pages 3
-	$(PY) starter.py run $(DATA_DIR)/samples/scan.pdf --policy scan --out out/scan.searchable.pdf
+demo: deps $(SAMPLES)/sample.pdf $(SAMPLES)/scan.pdf
+	$(PY) starter.py run $(SAMPLES)/sample.pdf --out out/sample.watermarked.pdf
+	$(PY) starter.py run $(SAMPLES)/sample.pdf --policy preview --out out/sample.preview.pdf
+	$(PY) starter.py run $(SAMPLES)/scan.pdf --policy scan --out out/scan.searchable.pdf
 	@echo "outputs in out/; Temporal Web UI: http://127.0.0.1:8233 ; stop the dev server with 'make stop'"
 
 lint: deps

@@ -72,6 +72,7 @@ def main() -> None:
         folder = Path(tmp)
         document = folder / "doc.pdf"
         make_sample_pdf(document, pages=10)
+        size_kb = document.stat().st_size / 1024
         signer = ensure_dev_signer(folder / "signing")
         sign_ms = median_ms(runs, lambda: sign_pdf(document, folder / "signed.pdf", signer))
         verify_ms = median_ms(runs, lambda: verify_pdf(folder / "signed.pdf", signer))
@@ -103,7 +104,6 @@ def main() -> None:
         finally:
             server.stop()
 
-    size_kb = document.stat().st_size / 1024
     print(f"Release benchmark: 10-page PDF ({size_kb:.0f} KiB), median of {runs} runs, {os.cpu_count()} CPUs")
     print()
     print("| step | median ms |")

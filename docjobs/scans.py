@@ -150,7 +150,7 @@ def make_scan_pdf(
     """An image-only PDF (no text layer), one losslessly stored page image per page (img2pdf)."""
     images = make_scan_pages(words_per_page, dpi=dpi, transforms=transforms)
     layout = img2pdf.get_fixed_dpi_layout_fun((dpi, dpi))
-    path.write_bytes(img2pdf.convert([_png(image, dpi) for image in images], layout_fun=layout))
+    path.write_bytes(img2pdf.convert([_png(image, dpi) for image in images], layout_fun=layout, nodate=True))
 
 
 def make_scan_tiff(

@@ -137,7 +137,7 @@ def _img2pdf(images: list[bytes], frames: list[_Frame]) -> bytes | None:
         return width, height, width, height
 
     try:
-        pdf = img2pdf.convert(images, layout_fun=layout, rotation=img2pdf.Rotation.auto)
+        pdf = img2pdf.convert(images, layout_fun=layout, rotation=img2pdf.Rotation.auto, nodate=True)
     except (
         _LayoutMismatch,
         img2pdf.AlphaChannelError,
