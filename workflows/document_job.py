@@ -131,18 +131,26 @@ class DocumentJobWorkflow:
             pipeline.cancel()
             with suppress(asyncio.CancelledError, ActivityError):
                 await pipeline
+        # Once the outcome is decided, a late cancel request must not cut the wrap-up short.
+        wrap_up = asyncio.create_task(self._wrap_up(ending))
+        try:
+            await asyncio.shield(wrap_up)
+        except asyncio.CancelledError:
+            await wrap_up
+        return self._status
+
+    async def _wrap_up(self, ending: Ending) -> None:
+        """Record the evidence, drop every staged attempt, then report the terminal state (in that order, so
+        that a job reported terminal has nothing left in flight)."""
         if workflow.patched(RELEASE_GATES):
             ending = await self._record_evidence(ending)
-        # Staged attempts are never a deliverable: drop them whatever the outcome, before the job is
-        # reported terminal, so that a terminal job has nothing left in flight.
         await workflow.execute_activity(
             "cleanup",
-            CleanupInput(job_id=request.job_id),
+            CleanupInput(job_id=self._request.job_id),
             start_to_close_timeout=CLEANUP_TIMEOUT,
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
         self._finish(ending)
-        return self._status
 
     async def _pipeline(self) -> Ending:
         request = self._request
