@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import (
     SearchAttributePair,
@@ -39,6 +39,7 @@ from docjobs.pdf.inspect import inspect_pdf
 from docjobs.signing import SignerConfig
 from docjobs.states import JobState, Stage, parse_state
 from docjobs.storage import artifact_key, sha256_file, source_key, text_key
+from docjobs.timeline import narrate
 from workflows.document_job import DocumentJobWorkflow
 
 # Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
@@ -272,12 +273,39 @@ class JobClient:
         """The job's history as content-free events: what ran, when, which attempt, which failure code."""
         await self.status(job_id)
         events: list[dict[str, Any]] = []
+        stages: dict[int, str] = {}  # scheduled event ID -> stage, so every activity event names its stage
         async for event in self.handle(job_id).fetch_history_events():
-            events.append(_describe_event(event))
+            events.append(_describe_event(event, stages))
         return events
 
+    async def timeline(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's story in plain words: history, then what is running right now."""
+        status = await self.status(job_id)
+        events = await self.audit(job_id)
+        description = await self.handle(job_id).describe()
+        pending = [
+            {
+                "stage": activity.activity_type.name,
+                "attempt": activity.attempt,
+                "worker": activity.last_worker_identity,
+                "last_heartbeat": activity.last_heartbeat_time.ToDatetime(tzinfo=UTC).isoformat()
+                if activity.HasField("last_heartbeat_time")
+                else None,
+            }
+            for activity in description.raw_description.pending_activities
+        ]
+        return narrate(events, pending, status)
 
-def _describe_event(event: Any) -> dict[str, Any]:
+
+def _failure(failure: Any) -> str:
+    """A failure as a code: the application's stable code, or the kind of timeout (the lease is `heartbeat`)."""
+    if failure.HasField("timeout_failure_info"):
+        kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type).removeprefix("TIMEOUT_TYPE_").lower()
+        return f"timeout.{kind}"
+    return str(failure.application_failure_info.type or failure.WhichOneof("failure_info") or "unknown")
+
+
+def _describe_event(event: Any, stages: dict[int, str]) -> dict[str, Any]:
     kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
     entry: dict[str, Any] = {
         "event_id": event.event_id,
@@ -289,14 +317,17 @@ def _describe_event(event: Any) -> dict[str, Any]:
     if attributes is None:
         return entry
     if kind == "activity_task_scheduled":
-        entry["stage"] = attributes.activity_type.name
+        stages[event.event_id] = entry["stage"] = attributes.activity_type.name
+    elif kind.startswith("activity_task_"):
+        entry["stage"] = stages.get(attributes.scheduled_event_id)
     if kind == "activity_task_started":
         entry["attempt"] = attributes.attempt
         entry["worker"] = attributes.identity
+        if attributes.HasField("last_failure"):
+            entry["previous_attempt_failure"] = _failure(attributes.last_failure)
     if hasattr(attributes, "failure") and attributes.HasField("failure"):
-        failure = attributes.failure
-        entry["failure_code"] = failure.application_failure_info.type or failure.WhichOneof("failure_info")
-        entry["message"] = failure.message
+        entry["failure_code"] = _failure(attributes.failure)
+        entry["message"] = attributes.failure.message
     if kind == "workflow_execution_signaled":
         entry["signal"] = attributes.signal_name
     if kind == "upsert_workflow_search_attributes":

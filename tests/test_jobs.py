@@ -175,6 +175,11 @@ async def test_killed_worker_loses_its_lease_and_another_finishes(
     status = await wait_terminal(jobs, submitted.job_id, timeout=180)
     assert status.state is JobState.SUCCEEDED, status
     assert status.attempts["render"] >= 2  # the killed attempt's lease expired, a new attempt won
+    story = [entry["text"] for entry in await jobs.timeline(submitted.job_id)]
+    assert any(
+        "attempt 1 of render stopped renewing its lease; attempt 2 of render started" in line for line in story
+    ), story
+    assert story[-1].startswith("succeeded; artifact released")
     assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json"]  # exactly one artifact, no leftovers
 
 
