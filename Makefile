@@ -7,7 +7,7 @@ SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils
 SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test deps system-deps lint stop clean
+.PHONY: demo test deps system-deps lint stop clean serve
 
 deps: system-deps $(VENV)/.installed
 
@@ -40,6 +40,10 @@ demo: deps $(SAMPLES)/sample.pdf $(SAMPLES)/scan.pdf
 	$(PY) starter.py run $(SAMPLES)/sample.pdf --policy preview --out out/sample.preview.pdf
 	$(PY) starter.py run $(SAMPLES)/scan.pdf --policy scan --out out/scan.searchable.pdf
 	@echo "outputs in out/; Temporal Web UI: http://127.0.0.1:8233 ; stop the dev server with 'make stop'"
+
+# The HTTP API on the embedded defaults, with an in-process worker (create a tenant: starter.py tenant add NAME).
+serve: deps
+	$(PY) starter.py serve --with-worker
 
 lint: deps
 	$(VENV)/bin/ruff check .

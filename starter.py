@@ -3,8 +3,11 @@
     python starter.py run FILE        one-shot: embedded server, in-process worker, submit, wait, write output
     python starter.py submit FILE     accept a document, print its job ID (created or already existing)
     python starter.py wait JOB_ID     the bounded poller
-    python starter.py status|cancel|fetch|audit|evidence|verify-evidence JOB_ID
+    python starter.py status|cancel|fetch|audit|timeline|evidence|verify-evidence JOB_ID
+    python starter.py jobs [--state S] [--older-than DURATION] [--tenant T]
     python starter.py server start|stop|status
+    python starter.py serve [--host H] [--port P] [--with-worker]   the HTTP API
+    python starter.py tenant add NAME   create an API tenant and print its key (once)
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
 succeeded), 1 job ended failed/canceled/quarantined (or has no artifact), 2 bad usage, configuration,
@@ -22,6 +25,7 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,8 @@ from docjobs.evidence import verify_evidence
 from docjobs.models import JobStatus, OcrMode, Policy
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
 from docjobs.signing import SignerConfig
-from docjobs.states import JobState
+from docjobs.states import JobState, parse_state
+from docjobs.tenants import TenantExists, add_tenant, tenants_file
 
 EXIT_OK, EXIT_JOB_NOT_SUCCEEDED, EXIT_USAGE, EXIT_BUDGET, EXIT_PROTOCOL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
@@ -112,21 +117,14 @@ def progress_printer(out: Output) -> Callable[[JobStatus], None]:
 
 
 def choose_policy(args: argparse.Namespace, settings: Settings) -> Policy:
-    policy = PolicyBook.load(settings.policy_file).get(args.policy)
-    overrides = {
-        name: value
-        for name, value in (("text", args.watermark), ("mode", args.mode), ("dpi", args.dpi))
-        if value is not None
-    }
-    if not overrides and args.ocr is None and not args.no_sign:
-        return policy
-    body = policy.model_dump()
-    body["watermark"].update(overrides)
-    if args.ocr is not None:
-        body["ocr"]["mode"] = args.ocr
-    if args.no_sign:
-        body["sign"]["enabled"] = False
-    return Policy.model_validate(body)
+    return PolicyBook.load(settings.policy_file).resolve(
+        args.policy,
+        watermark=args.watermark,
+        mode=args.mode,
+        dpi=args.dpi,
+        ocr=args.ocr,
+        sign=False if args.no_sign else None,
+    )
 
 
 async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace, out: Output) -> int:
@@ -241,6 +239,38 @@ async def cmd_audit(args: argparse.Namespace, settings: Settings, out: Output) -
     return EXIT_OK
 
 
+async def cmd_jobs(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    """Jobs through visibility: what is active, what is old, whose."""
+    found = await JobClient(await connect(settings), settings).list_jobs(
+        state=parse_state(args.state) if args.state else None,
+        tenant=args.tenant,
+        older_than=parse_duration(args.older_than) if args.older_than else None,
+        limit=args.limit,
+    )
+    lines = [
+        f"{job.job_id}  {job.state or '?'}{f' ({job.stage})' if job.stage else ''}  "
+        f"{job.document_class or ''}  started {job.started_at.isoformat() if job.started_at else '?'}"
+        for job in found
+    ]
+    out.result({"jobs": [job.model_dump(mode="json") for job in found]}, "\n".join(lines) or "no jobs")
+    return EXIT_OK
+
+
+async def cmd_timeline(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    story = await JobClient(await connect(settings), settings).timeline(args.job_id)
+    text = "\n".join(entry["text"] for entry in story)
+    out.result({"job_id": args.job_id, "timeline": story}, text)
+    return EXIT_OK
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `15m`, `2h`, `1d`."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit():
+        raise ConfigError(f"not a duration: {text!r} (use e.g. 90s, 15m, 2h, 1d)")
+    return timedelta(seconds=int(text[:-1]) * units[text[-1]])
+
+
 async def cmd_server(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     if args.action == "stop":
         stopped = await asyncio.to_thread(stop_dev_server, settings)
@@ -249,6 +279,39 @@ async def cmd_server(args: argparse.Namespace, settings: Settings, out: Output) 
     server = await asyncio.to_thread(ensure_dev_server, settings)
     payload = {"address": server.address, "ui_url": server.ui_url, "pid": server.pid, "started": server.started}
     out.result(payload, f"Temporal dev server at {server.address}, Web UI {server.ui_url} (pid {server.pid})")
+    return EXIT_OK
+
+
+async def cmd_serve(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    import uvicorn
+
+    from docjobs.api import create_app
+
+    client = await connect(settings)
+    jobs = JobClient(client, settings)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, jobs), host=args.host, port=args.port))
+    out.progress(f"docjobs API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
+    if args.with_worker:
+        from worker import create_workers, running
+
+        with ThreadPoolExecutor(max_workers=settings.activity_threads, thread_name_prefix="stage") as executor:
+            async with running(create_workers(client, settings, executor)):
+                await server.serve()
+    else:
+        await server.serve()
+    out.result({"served": True, "host": args.host, "port": args.port}, "API stopped")
+    return EXIT_OK
+
+
+async def cmd_tenant(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    path = tenants_file(settings)
+    try:
+        key = await asyncio.to_thread(add_tenant, path, args.name)
+    except TenantExists:
+        return fail(out, EXIT_USAGE, "tenant.exists", f"tenant {args.name!r} already exists", tenant=args.name)
+    payload = {"tenant": args.name, "api_key": key, "tenants_file": str(path)}
+    text = f"tenant {args.name} created; its API key (shown only this once):\n{key}"
+    out.result(payload, text)
     return EXIT_OK
 
 
@@ -293,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
     fetch = commands.add_parser("fetch", help="write a succeeded job's artifact")
     fetch.add_argument("job_id")
     fetch.add_argument("-o", required=True, metavar="PATH")
+    listing = commands.add_parser("jobs", help="list jobs through Temporal visibility")
+    listing.add_argument("--state", choices=[state.value for state in JobState])
+    listing.add_argument("--older-than", metavar="DURATION", help="started before now minus e.g. 15m, 2h, 1d")
+    listing.add_argument("--tenant")
+    listing.add_argument("--limit", type=int, default=100)
+    commands.add_parser("timeline", help="a job's story in plain words").add_argument("job_id")
     evidence = commands.add_parser("evidence", help="write a job's signed evidence envelope")
     evidence.add_argument("job_id")
     evidence.add_argument("-o", required=True, metavar="FILE")
@@ -304,6 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--text", metavar="FILE", help="the OCR text (text.json) the envelope binds")
     server = commands.add_parser("server", help="the embedded Temporal dev server")
     server.add_argument("action", choices=["start", "stop", "status"])
+    serve = commands.add_parser("serve", help="the HTTP API (needs a worker, or --with-worker)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--with-worker", action="store_true", help="also run a worker in this process")
+    tenant = commands.add_parser("tenant", help="API tenants and their keys")
+    tenant.add_argument("action", choices=["add"])
+    tenant.add_argument("name")
     for sub in commands.choices.values():  # `--json` is accepted after the command too
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     return parser
@@ -318,8 +394,12 @@ COMMANDS = {
     "fetch": cmd_fetch,
     "audit": cmd_audit,
     "evidence": cmd_evidence,
+    "jobs": cmd_jobs,
+    "timeline": cmd_timeline,
     "verify-evidence": cmd_verify_evidence,
     "server": cmd_server,
+    "serve": cmd_serve,
+    "tenant": cmd_tenant,
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -34,18 +35,19 @@ from docjobs.config import Settings
 from docjobs.devserver import ensure_dev_server
 from docjobs.errors import DocJobError
 from docjobs.evidence import EvidenceCheck, verify_evidence
-from docjobs.models import JobRequest, JobStatus, Policy, TransitionRecord
+from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.signing import SignerConfig
 from docjobs.states import JobState, Stage, parse_state
 from docjobs.storage import artifact_key, sha256_file, source_key, text_key
 from docjobs.timeline import narrate
-from workflows.document_job import DocumentJobWorkflow
+from workflows.document_job import WORKFLOW_TYPE, DocumentJobWorkflow
 
 # Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
 # itself times the workflow out, so not even a wedged workflow can stay active forever.
 DEADLINE_GRACE = timedelta(minutes=10)
 QUERY_TIMEOUT = timedelta(seconds=5)
+SAFE_QUERY_VALUE = re.compile(r"[A-Za-z0-9_.@-]+")  # what may be put in a visibility query unquoted-safe
 
 
 class JobNotFound(Exception):
@@ -215,6 +217,39 @@ class JobClient:
                     status.progress = {
                         key: value for key, value in details[0].items() if key in ("stage", "pages_done", "pages_total")
                     }
+
+    async def list_jobs(
+        self,
+        *,
+        state: JobState | None = None,
+        tenant: str | None = None,
+        older_than: timedelta | None = None,
+        limit: int = 100,
+    ) -> list[JobSummary]:
+        """Jobs through Temporal visibility (newest first), filtered by the search attributes."""
+        clauses = [f'WorkflowType = "{WORKFLOW_TYPE}"']
+        if tenant is not None:
+            if not SAFE_QUERY_VALUE.fullmatch(tenant):
+                raise ValueError("a tenant name may only hold letters, digits and . _ @ -")
+            clauses.append(f'{sa.TENANT.name} = "{tenant}"')
+        if state is not None:
+            clauses.append(f'{sa.STATE.name} = "{state.value}"')
+        if older_than is not None:
+            clauses.append(f'StartTime < "{(datetime.now(UTC) - older_than).isoformat()}"')
+        found: list[JobSummary] = []
+        async for execution in self.client.list_workflows(" AND ".join(clauses), limit=limit):
+            attributes = execution.typed_search_attributes
+            found.append(
+                JobSummary(
+                    job_id=execution.id,
+                    state=attributes.get(sa.STATE),
+                    stage=attributes.get(sa.STAGE) or None,
+                    tenant=attributes.get(sa.TENANT),
+                    document_class=attributes.get(sa.DOCUMENT_CLASS),
+                    started_at=execution.start_time,
+                )
+            )
+        return found
 
     async def cancel(self, job_id: str) -> None:
         await self.status(job_id)  # raises JobNotFound for an unknown ID

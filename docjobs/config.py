@@ -58,6 +58,7 @@ class Settings:
     storage_kms_key_id: str | None
     policy_file: Path
     max_input_bytes: int
+    max_upload_bytes: int  # HTTP uploads (413 beyond it)
     timing: ActivityTiming
     activity_threads: int
     temporal_bin: str | None = field(default=None)
@@ -99,6 +100,7 @@ class Settings:
             storage_kms_key_id=os.environ.get("DOCJOBS_STORAGE_KMS_KEY_ID") or None,
             policy_file=Path(os.environ.get("DOCJOBS_POLICY_FILE") or SHIPPED_POLICIES),
             max_input_bytes=_env_int("DOCJOBS_MAX_INPUT_BYTES", 100 * 1024 * 1024),
+            max_upload_bytes=_env_int("DOCJOBS_MAX_UPLOAD_BYTES", 20 * 1024 * 1024),
             timing=ActivityTiming(
                 lease_seconds=_env_float("DOCJOBS_LEASE_SECONDS", 30.0),
                 base_seconds=_env_float("DOCJOBS_STAGE_BASE_SECONDS", 60.0),
@@ -156,6 +158,33 @@ class PolicyBook:
         except ValueError as exc:
             raise ConfigError(f"invalid policy in {path}: {exc}") from None
         return cls(policies, raw.get("default", "standard"))
+
+    def resolve(
+        self,
+        name: str | None,
+        *,
+        watermark: str | None = None,
+        mode: str | None = None,
+        dpi: int | None = None,
+        ocr: str | None = None,
+        sign: bool | None = None,
+    ) -> Policy:
+        """A named policy with ad-hoc overrides (an override makes a new policy version, hence a new job).
+
+        Raises ConfigError for an unknown name, pydantic's ValidationError for an invalid override."""
+        policy = self.get(name)
+        watermark_changes = {
+            key: value for key, value in (("text", watermark), ("mode", mode), ("dpi", dpi)) if value is not None
+        }
+        if not watermark_changes and ocr is None and sign is None:
+            return policy
+        body = policy.model_dump()
+        body["watermark"].update(watermark_changes)
+        if ocr is not None:
+            body["ocr"]["mode"] = ocr
+        if sign is not None:
+            body["sign"]["enabled"] = sign
+        return Policy.model_validate(body)
 
     def get(self, name: str | None) -> Policy:
         chosen = name or self.default

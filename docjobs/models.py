@@ -262,3 +262,14 @@ class JobStatus(BaseModel):
     deadline_at: datetime
     transitions: list[TransitionRecord] = Field(default_factory=list)
     progress: dict[str, int | str | None] | None = None  # live page progress of the running stage (client side)
+
+
+class JobSummary(BaseModel):
+    """One line of a job listing, from visibility (search attributes), without asking any worker."""
+
+    job_id: str
+    state: str | None
+    stage: str | None
+    tenant: str | None
+    document_class: str | None
+    started_at: datetime | None

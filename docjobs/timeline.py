@@ -47,9 +47,10 @@ def _line(event: dict[str, Any]) -> str | None:
         return f"the job's deadline was reached at {at}"
     if kind in ("workflow_execution_cancel_requested", "workflow_execution_signaled"):
         return f"cancel requested at {at}"
-    if kind == "upsert_workflow_search_attributes":
-        state = event.get("attributes", {}).get("DocjobsState", "").strip('"')
-        new_stage = event.get("attributes", {}).get("DocjobsStage", "").strip('"')
+    attributes = event.get("attributes", {})
+    if kind == "upsert_workflow_search_attributes" and "DocjobsState" in attributes:
+        state = attributes["DocjobsState"].strip('"')
+        new_stage = attributes.get("DocjobsStage", "").strip('"')
         return f"now {state}" + (f" ({new_stage})" if new_stage and state == "processing" else "") + f" at {at}"
     return None
 

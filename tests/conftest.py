@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 import pytest
@@ -228,7 +229,7 @@ async def wait_for_pages(jobs: JobClient, job_id: str, pages: int = 1, timeout: 
     raise AssertionError(f"{job_id} made no progress in {timeout} s")
 
 
-def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) -> tuple[int, dict[str, object], str]:
+def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) -> tuple[int, dict[str, Any], str]:
     """Run `starter.py --json ...`; returns (exit code, last-line JSON, stderr)."""
     done = subprocess.run(
         [sys.executable, str(REPO / "starter.py"), "--json", *args],

@@ -93,3 +93,24 @@ def test_worker_stops_cleanly_on_sigterm(start_worker: StartWorker) -> None:
     assert worker.stop() == 0
     assert time.monotonic() - started < 15
     assert "worker stopped" in worker.log_path.read_text()
+
+
+def test_operator_listing_and_timeline(env: Env, main_worker: WorkerProcess, samples: Path) -> None:
+    assert run_starter(env, "submit", str(samples / "sample.pdf"), "--tenant", "ops", "--key", "listed")[0] == 0
+    assert run_starter(env, "wait", "ops/listed", "--timeout", "120")[0] == 0
+    deadline = time.monotonic() + 20  # visibility is eventually consistent
+    while True:
+        code, listing, _ = run_starter(env, "jobs", "--tenant", "ops", "--state", "succeeded")
+        found = {job["job_id"]: job for job in listing["jobs"]}
+        if "ops/listed" in found or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert code == 0 and found["ops/listed"]["document_class"] == "standard"
+    assert run_starter(env, "jobs", "--tenant", "ops", "--older-than", "1d")[1] == {"jobs": []}
+    assert run_starter(env, "jobs", "--older-than", "soon")[1]["error"] == "config"
+
+    code, story, _ = run_starter(env, "timeline", "ops/listed")
+    lines = [entry["text"] for entry in story["timeline"]]
+    assert code == 0 and lines[0].startswith("job accepted at")
+    assert any(line.startswith("attempt 1 of render started") for line in lines)
+    assert lines[-1].startswith("succeeded; artifact released")

@@ -177,3 +177,15 @@ def test_tampered_blob_is_detected(tmp_path: Path) -> None:
     assert error.value.code == "source.digest_mismatch"
     with pytest.raises(ValueError):
         store.put_file("../escape", source)
+
+
+def test_policy_overrides_make_a_new_version() -> None:
+    book = PolicyBook.load(SHIPPED_POLICIES)
+    standard = book.get("standard")
+    assert book.resolve("standard") == standard
+    changed = book.resolve("standard", watermark="DRAFT", mode="raster", dpi=72, ocr="force", sign=False)
+    assert (changed.watermark.text, changed.watermark.mode, changed.watermark.dpi) == ("DRAFT", "raster", 72)
+    assert (changed.ocr.mode, changed.sign.enabled, changed.name) == ("force", False, "standard")
+    assert changed.version != standard.version
+    with pytest.raises(ValueError):
+        book.resolve("standard", mode="sideways")

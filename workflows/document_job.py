@@ -54,6 +54,7 @@ OutputT = TypeVar("OutputT", bound=StageOutput)
 # Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.
 NON_RETRYABLE_CODES = [code for code, (outcome, _) in FAILURE_CODES.items() if outcome is not Outcome.RETRY]
 CLEANUP_TIMEOUT = timedelta(minutes=2)
+WORKFLOW_TYPE = "DocumentJob"
 RELEASE_GATES = "release-gates"  # workflow.patched marker: the sign and verify stages
 
 
@@ -78,7 +79,7 @@ class Ending:
     cancel_reason: str | None = None
 
 
-@workflow.defn(name="DocumentJob")
+@workflow.defn(name=WORKFLOW_TYPE)
 class DocumentJobWorkflow:
     @workflow.init
     def __init__(self, request: JobRequest) -> None:

@@ -1,0 +1,107 @@
+"""Tenants of the HTTP API and their API keys.
+
+A key is a random 32-byte token (URL-safe base64), shown once when the tenant is created; only its sha256
+is stored, in a JSON file (`DOCJOBS_TENANTS_FILE`, default `$DOCJOBS_DATA_DIR/tenants.json`). A tenant
+name is also the first segment of its job IDs (`TENANT/KEY`), so it can never contain a `/`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import tempfile
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from docjobs.config import ConfigError, Settings
+
+TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class TenantExists(Exception):
+    pass
+
+
+def tenants_file(settings: Settings) -> Path:
+    configured = os.environ.get("DOCJOBS_TENANTS_FILE")
+    return Path(configured).resolve() if configured else settings.data_dir / "tenants.json"
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {"tenants": {}}
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot read the tenants file {path}: {error}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("tenants"), dict):
+        raise ConfigError(f"the tenants file {path} has no 'tenants' object")
+    return raw
+
+
+def add_tenant(path: Path, name: str) -> str:
+    """Create tenant `name` and return its API key (the only time it is ever available)."""
+    if not TENANT_NAME.match(name):
+        raise ConfigError("a tenant name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with (path.parent / f".{path.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        book = _read(path)
+        if name in book["tenants"]:
+            raise TenantExists(name)
+        key = secrets.token_urlsafe(32)
+        book["tenants"][name] = {"key_sha256": key_digest(key), "created_at": datetime.now(UTC).isoformat()}
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump(book, out, indent=2, sort_keys=True)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp_name, 0o600)
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+    return key
+
+
+class TenantBook:
+    """Key digest -> tenant, re-read whenever the file changes (a tenant added while serving counts at once)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._by_digest: dict[str, str] = {}
+
+    def _refresh(self) -> None:
+        try:
+            stat = self.path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            stamp = (0, 0)
+        with self._lock:
+            if stamp == self._stamp:
+                return
+            book = _read(self.path)
+            self._by_digest = {
+                str(entry["key_sha256"]): name
+                for name, entry in book["tenants"].items()
+                if isinstance(entry, dict) and "key_sha256" in entry
+            }
+            self._stamp = stamp
+
+    def authenticate(self, key: str) -> str | None:
+        """The tenant whose key this is, or None."""
+        self._refresh()
+        return self._by_digest.get(key_digest(key))

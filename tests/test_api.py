@@ -1,0 +1,360 @@
+"""The HTTP API through a real uvicorn socket on loopback, against the session's dev server and worker."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import hypothesis
+import pytest
+import schemathesis
+import uvicorn
+from schemathesis import Case
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.result import Ok
+from temporalio.service import RPCError
+
+from docjobs.api import create_app
+from docjobs.client import JobClient
+from docjobs.samples import make_sample_pdf
+from docjobs.tenants import TenantBook, add_tenant
+from tests.conftest import REPO, Env, WorkerProcess, free_port, run_starter
+
+LIMIT = 512 * 1024  # the server's upload limit in these tests
+
+
+@dataclass
+class Api:
+    base: str
+    host: str
+    port: int
+    keys: dict[str, str]
+
+    def auth(self, tenant: str = "acme") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[tenant]}"}
+
+
+@pytest.fixture(scope="module")
+def api(env: Env, main_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    """The app served by uvicorn in a background thread (its own event loop and Temporal connection)."""
+    tenants_path = tmp_path_factory.mktemp("api") / "tenants.json"
+    keys = {name: add_tenant(tenants_path, name) for name in ("acme", "globex")}
+    app = create_app(env.settings(), tenants=TenantBook(tenants_path), upload_limit=LIMIT)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
+        time.sleep(0.05)
+    yield Api(f"http://127.0.0.1:{port}", "127.0.0.1", port, keys)
+    server.should_exit = True
+    thread.join(timeout=20)
+
+
+@pytest.fixture
+async def http(api: Api) -> AsyncIterator[httpx.AsyncClient]:
+    limits = httpx.Limits(max_connections=100)
+    async with httpx.AsyncClient(base_url=api.base, timeout=60, limits=limits) as client:
+        yield client
+
+
+def pdf_bytes(folder: Path, marker: str, pages: int = 2) -> bytes:
+    path = folder / f"{uuid.uuid4().hex}.pdf"
+    make_sample_pdf(path, pages=pages, marker=marker)
+    return path.read_bytes()
+
+
+async def wait_api_terminal(http: httpx.AsyncClient, api: Api, job_id: str, timeout: float = 180) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = await http.get(f"/v1/jobs/{job_id}", headers=api.auth())
+        assert response.status_code == 200, response.text
+        body: dict[str, object] = response.json()
+        if body["state"] in ("succeeded", "failed", "canceled", "quarantined"):
+            assert "Retry-After" not in response.headers
+            return body
+        assert response.headers["Retry-After"].isdigit()
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{job_id} did not end in {timeout} s")
+
+
+async def test_fifty_concurrent_uploads_with_one_key_make_one_job(
+    api: Api, http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    body = pdf_bytes(tmp_path, "one key")
+    key = f"same-{uuid.uuid4().hex[:8]}"
+    headers = {**api.auth(), "Idempotency-Key": key, "Content-Type": "application/pdf"}
+    responses = await asyncio.gather(*(http.post("/v1/jobs", content=body, headers=headers) for _ in range(50)))
+    codes = sorted(response.status_code for response in responses)
+    assert codes == [200] * 49 + [202], [r.text for r in responses if r.status_code not in (200, 202)]
+    assert {response.json()["job_id"] for response in responses} == {f"acme/{key}"}
+    created = next(response for response in responses if response.status_code == 202)
+    assert created.headers["Location"] == created.json()["status_url"] == f"/v1/jobs/acme/{key}"
+
+
+async def test_fifty_concurrent_uploads_without_key_make_one_job(
+    api: Api, http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """Multipart with a policy part: same bytes and policy -> the derived ID is the same for everyone."""
+    body = pdf_bytes(tmp_path, "no key")
+    policy = json.dumps({"name": "standard", "watermark": f"AUTO-{uuid.uuid4().hex[:6]}"})
+
+    async def upload() -> httpx.Response:
+        files = {"file": ("doc.bin", body)}
+        return await http.post("/v1/jobs", files=files, data={"policy": policy}, headers=api.auth())
+
+    responses = await asyncio.gather(*(upload() for _ in range(50)))
+    codes = sorted(response.status_code for response in responses)
+    assert codes == [200] * 49 + [202], [r.text for r in responses if r.status_code not in (200, 202)]
+    ids = {response.json()["job_id"] for response in responses}
+    assert len(ids) == 1 and ids.pop().startswith("acme/auto-")
+
+
+async def exists(jobs: JobClient, job_id: str) -> bool:
+    try:
+        await jobs.handle(job_id).describe()
+    except RPCError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("linger", [0.0, 5.0], ids=["closes-at-once", "closes-once-accepted"])
+async def test_a_client_that_disconnects_after_the_body_and_retries_gets_the_same_job(
+    api: Api, http: httpx.AsyncClient, jobs: JobClient, tmp_path: Path, linger: float
+) -> None:
+    """Closed at once, the server may never see the upload complete; closed later, the job exists already.
+
+    Either way the retry answers with the one job of that key, and a further retry is a repeat (200).
+    """
+    body = pdf_bytes(tmp_path, f"disconnect {linger}")
+    key = f"gone-{uuid.uuid4().hex[:8]}"
+    job_id = f"acme/{key}"
+    head = (
+        f"POST /v1/jobs HTTP/1.1\r\nHost: {api.host}:{api.port}\r\nAuthorization: Bearer {api.keys['acme']}\r\n"
+        f"Idempotency-Key: {key}\r\nContent-Type: application/pdf\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((api.host, api.port)) as raw:
+        raw.sendall(head + body)
+        deadline = time.monotonic() + linger
+        while time.monotonic() < deadline and not await exists(jobs, job_id):
+            await asyncio.sleep(0.05)
+        raw.shutdown(socket.SHUT_RDWR)  # leave without reading a single byte of the answer
+    if linger:
+        assert await exists(jobs, job_id), "the server did not finish the upload it had received"
+    retry = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": key})
+    assert retry.status_code == (200 if linger else retry.status_code) and retry.status_code in (200, 202)
+    assert retry.json()["job_id"] == job_id
+    again = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": key})
+    assert (again.status_code, again.json()["job_id"]) == (200, job_id)
+
+
+async def test_job_lifecycle_listing_and_tenant_isolation(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    body = pdf_bytes(tmp_path, "lifecycle")
+    key = f"life-{uuid.uuid4().hex[:8]}"
+    created = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": key})
+    assert created.status_code == 202, created.text
+    job_id = created.json()["job_id"]
+    status = await wait_api_terminal(http, api, job_id)
+    assert status["state"] == "succeeded", status
+    assert status["input_sha256"] == hashlib.sha256(body).hexdigest()
+    assert {"stage", "attempts", "output_sha256", "failure_code", "transitions"} <= status.keys()
+    assert "artifact_key" not in status
+
+    artifact = await http.get(f"/v1/jobs/{job_id}/artifact", headers=api.auth())
+    assert artifact.status_code == 200 and artifact.headers["content-type"] == "application/pdf"
+    digest = hashlib.sha256(artifact.content).hexdigest()
+    assert digest == status["output_sha256"] == artifact.headers["X-Docjobs-Sha256"]
+    evidence = await http.get(f"/v1/jobs/{job_id}/evidence", headers=api.auth())
+    assert evidence.status_code == 200 and json.loads(evidence.content)
+    ended = await http.post(f"/v1/jobs/{job_id}/cancel", headers=api.auth())
+    assert (ended.status_code, ended.json()["code"]) == (409, "job.ended")
+
+    deadline = time.monotonic() + 20  # visibility is eventually consistent
+    while True:
+        listed = await http.get("/v1/jobs", params={"state": "succeeded"}, headers=api.auth())
+        assert listed.status_code == 200
+        if job_id in {job["job_id"] for job in listed.json()["jobs"]}:
+            break
+        assert time.monotonic() < deadline, listed.json()
+        await asyncio.sleep(0.5)
+    assert all(job["state"] == "succeeded" for job in listed.json()["jobs"])
+
+    other = api.auth("globex")
+    for method, path in (
+        ("GET", f"/v1/jobs/{job_id}"),
+        ("GET", f"/v1/jobs/{job_id}/artifact"),
+        ("GET", f"/v1/jobs/{job_id}/evidence"),
+        ("POST", f"/v1/jobs/{job_id}/cancel"),
+    ):
+        response = await http.request(method, path, headers=other)
+        assert (response.status_code, response.json()["code"]) == (404, "job.not_found"), path
+    theirs = await http.get("/v1/jobs", headers=other)
+    assert job_id not in {job["job_id"] for job in theirs.json()["jobs"]}
+    # The same key from another tenant is another job: the tenant comes from the API key only.
+    mine = await http.post("/v1/jobs", content=body, headers={**other, "Idempotency-Key": key})
+    assert (mine.status_code, mine.json()["job_id"]) == (202, f"globex/{key}")
+
+
+async def test_cancel_a_running_job(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    body = pdf_bytes(tmp_path, "cancel me", pages=30)
+    created = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": uuid.uuid4().hex})
+    job_id = created.json()["job_id"]
+    cancel = await http.post(f"/v1/jobs/{job_id}/cancel", headers=api.auth())
+    assert cancel.status_code == 202, cancel.text
+    assert cancel.json() == {"job_id": job_id, "cancel_requested": True}
+    status = await wait_api_terminal(http, api, job_id)
+    assert (status["state"], status["cancel_reason"]) == ("canceled", "requested")
+    artifact = await http.get(f"/v1/jobs/{job_id}/artifact", headers=api.auth())
+    assert (artifact.status_code, artifact.json()["code"]) == (409, "job.not_released")
+
+
+async def test_errors_have_a_status_and_a_stable_code(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    body = pdf_bytes(tmp_path, "errors")
+
+    async def code_of(response: httpx.Response) -> tuple[int, str]:
+        payload = response.json()
+        assert set(payload) == {"code", "message"}
+        assert "errors" not in payload["message"]  # no content in messages
+        return response.status_code, payload["code"]
+
+    assert await code_of(await http.post("/v1/jobs", content=body)) == (401, "auth.required")
+    bad = {"Authorization": "Bearer not-a-key"}
+    assert await code_of(await http.post("/v1/jobs", content=body, headers=bad)) == (401, "auth.invalid")
+    assert await code_of(await http.get("/v1/jobs/acme/x", headers={"Authorization": "Basic eDp5"})) == (
+        401,
+        "auth.invalid",
+    )
+    text = b"errors: just some text, not a document" * 10
+    fake = {**api.auth(), "Content-Type": "application/pdf"}  # the header lies: the content decides
+    assert await code_of(await http.post("/v1/jobs", content=text, headers=fake)) == (415, "input.unsupported")
+    big = b"%PDF-1.7\n" + b"0" * LIMIT
+    assert await code_of(await http.post("/v1/jobs", content=big, headers=api.auth())) == (413, "input.too_large")
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: the server must cut the stream itself
+        yield b"%PDF-1.7\n"
+        for _ in range(LIMIT // 65536 + 2):
+            yield b"0" * 65536
+
+    response = await http.post("/v1/jobs", content=chunked(), headers=api.auth())
+    assert await code_of(response) == (413, "input.too_large")
+    multipart_big = await http.post("/v1/jobs", files={"file": ("x", big)}, headers=api.auth())
+    assert await code_of(multipart_big) == (413, "input.too_large")
+
+    unknown = await http.post("/v1/jobs", content=body, params={"policy": "nope"}, headers=api.auth())
+    assert await code_of(unknown) == (422, "policy.unknown")
+    unknown_part = await http.post(
+        "/v1/jobs", files={"file": ("x", body)}, data={"policy": '{"name": "nope"}'}, headers=api.auth()
+    )
+    assert await code_of(unknown_part) == (422, "policy.unknown")
+    invalid_part = await http.post(
+        "/v1/jobs", files={"file": ("x", body)}, data={"policy": '{"mode": "sideways"}'}, headers=api.auth()
+    )
+    assert await code_of(invalid_part) == (422, "policy.invalid")
+    bad_key = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": "a/b"})
+    assert await code_of(bad_key) == (422, "idempotency.invalid")
+
+    key = f"conflict-{uuid.uuid4().hex[:8]}"
+    keyed = {**api.auth(), "Idempotency-Key": key}
+    assert (await http.post("/v1/jobs", content=body, headers=keyed)).status_code == 202
+    other_body = pdf_bytes(tmp_path, "errors, other bytes")
+    conflict = await http.post("/v1/jobs", content=other_body, headers=keyed)
+    assert await code_of(conflict) == (422, "idempotency.conflict")
+    other_policy = await http.post("/v1/jobs", content=body, params={"policy": "preview"}, headers=keyed)
+    assert await code_of(other_policy) == (422, "idempotency.conflict")
+
+    assert await code_of(await http.get("/v1/jobs/acme/never-made", headers=api.auth())) == (404, "job.not_found")
+    assert await code_of(await http.get("/v1/jobs", params={"state": "limbo"}, headers=api.auth())) == (
+        422,
+        "request.invalid",
+    )
+
+
+async def test_a_failed_job_is_still_the_same_job_on_repeat(api: Api, http: httpx.AsyncClient) -> None:
+    broken = b"\x89PNG\r\n\x1a\n" + uuid.uuid4().bytes + b"not really an image"
+    headers = {**api.auth(), "Idempotency-Key": f"broken-{uuid.uuid4().hex[:8]}"}
+    created = await http.post("/v1/jobs", content=broken, headers=headers)
+    assert created.status_code == 202, created.text
+    job_id = created.json()["job_id"]
+    status = await wait_api_terminal(http, api, job_id)
+    assert status["state"] == "failed" and status["failure_code"]
+    again = await http.post("/v1/jobs", content=broken, headers=headers)
+    assert (again.status_code, again.json()) == (200, created.json())
+    artifact = await http.get(f"/v1/jobs/{job_id}/artifact", headers=api.auth())
+    assert (artifact.status_code, artifact.json()["code"]) == (409, "job.not_released")
+
+
+async def test_openapi_is_served(http: httpx.AsyncClient) -> None:
+    schema = (await http.get("/openapi.json")).json()
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/artifact"} <= schema["paths"].keys()
+
+
+def test_cli_tenant_add_and_serve(env: Env, main_worker: WorkerProcess, tmp_path: Path) -> None:
+    """`tenant add` prints the key once and stores only its digest; `serve` answers with that key."""
+    tenants = str(tmp_path / "tenants.json")
+    code, added, _ = run_starter(env, "tenant", "add", "initech", DOCJOBS_TENANTS_FILE=tenants)
+    assert code == 0 and added["tenant"] == "initech"
+    key = str(added["api_key"])
+    stored = (tmp_path / "tenants.json").read_text()
+    assert key not in stored and hashlib.sha256(key.encode()).hexdigest() in stored
+    code, again, _ = run_starter(env, "tenant", "add", "initech", DOCJOBS_TENANTS_FILE=tenants)
+    assert (code, again["error"]) == (2, "tenant.exists")
+    code, bad, _ = run_starter(env, "tenant", "add", "no/slash", DOCJOBS_TENANTS_FILE=tenants)
+    assert (code, bad["error"]) == (2, "config")
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "starter.py"), "serve", "--port", str(port)],
+        cwd=REPO,
+        env=env.process_env(DOCJOBS_TENANTS_FILE=tenants),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/v1/jobs", headers={"Authorization": f"Bearer {key}"})
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, "serve did not come up"
+                time.sleep(0.2)
+        assert response.status_code == 200 and "jobs" in response.json()
+    finally:
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 130  # the CLI contract for an interrupt
+
+
+def test_schemathesis_finds_no_server_error(api: Api) -> None:
+    """Generated requests (valid key, random everything else) against the served schema: never a 5xx."""
+    schema = schemathesis.openapi.from_url(f"{api.base}/openapi.json")
+    results = list(schema.get_all_operations())
+    operations = [result.ok() for result in results if isinstance(result, Ok)]
+    assert len(operations) == len(results) == 6
+    calls: list[int] = []
+    for operation in operations:
+
+        @hypothesis.given(case=operation.as_strategy())
+        @hypothesis.settings(
+            max_examples=20, deadline=None, database=None, suppress_health_check=list(hypothesis.HealthCheck)
+        )
+        def check(case: Case[Any]) -> None:
+            response = case.call_and_validate(headers=api.auth(), checks=[not_a_server_error], timeout=60)
+            calls.append(response.status_code)
+
+        check()
+    assert len(calls) >= 6 * 5 and all(code < 500 for code in calls)
