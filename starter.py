@@ -36,12 +36,10 @@ from docjobs.client import JobClient, JobNotFound, NotReleased, connect
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.errors import DocJobError
-from docjobs.evidence import verify_evidence
 from docjobs.models import JobStatus, OcrMode, Policy
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
-from docjobs.signing import SignerConfig
 from docjobs.states import JobState, parse_state
-from docjobs.tenants import TenantExists, add_tenant, tenants_file
+from docjobs.tenants import TenantExists, add_tenant, set_callback, tenants_file
 
 EXIT_OK, EXIT_JOB_NOT_SUCCEEDED, EXIT_USAGE, EXIT_BUDGET, EXIT_PROTOCOL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
@@ -209,6 +207,9 @@ async def cmd_evidence(args: argparse.Namespace, settings: Settings, out: Output
 
 async def cmd_verify_evidence(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     """A job's stored evidence, or copies kept elsewhere (`--evidence FILE --artifact PDF`)."""
+    from docjobs.evidence import verify_evidence  # pyHanko is heavy: loaded by the commands that need it
+    from docjobs.signing import SignerConfig
+
     if args.evidence:
         check = await asyncio.to_thread(  # pyHanko's validation runs its own event loop
             verify_evidence,
@@ -311,6 +312,10 @@ async def cmd_tenant(args: argparse.Namespace, settings: Settings, out: Output) 
         return fail(out, EXIT_USAGE, "tenant.exists", f"tenant {args.name!r} already exists", tenant=args.name)
     payload = {"tenant": args.name, "api_key": key, "tenants_file": str(path)}
     text = f"tenant {args.name} created; its API key (shown only this once):\n{key}"
+    if args.callback:
+        secret = await asyncio.to_thread(set_callback, path, args.name, args.callback)
+        payload |= {"callback_url": args.callback, "webhook_secret": secret}
+        text += f"\nterminal-state events go to {args.callback}, signed (HMAC-SHA256) with this secret:\n{secret}"
     out.result(payload, text)
     return EXIT_OK
 
@@ -380,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     tenant = commands.add_parser("tenant", help="API tenants and their keys")
     tenant.add_argument("action", choices=["add"])
     tenant.add_argument("name")
+    tenant.add_argument("--callback", metavar="URL", help="POST a signed event here on every terminal state")
     for sub in commands.choices.values():  # `--json` is accepted after the command too
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     return parser
@@ -404,7 +410,8 @@ COMMANDS = {
 
 
 def fail(out: Output, code: int, error: str, message: str, **extra: Any) -> int:
-    out.result({"error": error, "message": message, **extra}, f"error: {error}: {message}")
+    job = f" (job {extra['job_id']})" if extra.get("job_id") else ""
+    out.result({"error": error, "message": message, **extra}, f"error: {error}: {message}{job}")
     return code
 
 

@@ -23,12 +23,14 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.evidence import EvidenceActivities
+from activities.notify import NotifyActivities
 from activities.ocr import OcrActivities
 from activities.publish import PublishActivities
 from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from docjobs.client import connect
 from docjobs.config import ConfigError, Settings
+from docjobs.tenants import tenants_file
 from workflows.document_job import DocumentJobWorkflow
 
 log = logging.getLogger("docjobs.worker")
@@ -57,6 +59,7 @@ def create_workers(
         render = RenderActivities(store, workdir)
         release = ReleaseActivities(store, workdir, settings.data_dir)
         evidence = EvidenceActivities(store, workdir, settings.data_dir)
+        notify = NotifyActivities(tenants_file(settings))
         publish = PublishActivities(store)
         workers.append(
             Worker(
@@ -70,6 +73,7 @@ def create_workers(
                     publish.publish,
                     evidence.evidence,
                     publish.cleanup,
+                    notify.notify,
                 ],
                 **common,
             )

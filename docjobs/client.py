@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -34,19 +34,21 @@ from docjobs import search_attributes as sa
 from docjobs.config import Settings
 from docjobs.devserver import ensure_dev_server
 from docjobs.errors import DocJobError
-from docjobs.evidence import EvidenceCheck, verify_evidence
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
 from docjobs.pdf.inspect import inspect_pdf
-from docjobs.signing import SignerConfig
 from docjobs.states import JobState, Stage, parse_state
 from docjobs.storage import artifact_key, sha256_file, source_key, text_key
 from docjobs.timeline import narrate
+
+if TYPE_CHECKING:
+    from docjobs.evidence import EvidenceCheck
 from workflows.document_job import WORKFLOW_TYPE, DocumentJobWorkflow
 
 # Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
 # itself times the workflow out, so not even a wedged workflow can stay active forever.
 DEADLINE_GRACE = timedelta(minutes=10)
 QUERY_TIMEOUT = timedelta(seconds=5)
+STAGE_NAMES = frozenset(stage.value for stage in Stage)
 SAFE_QUERY_VALUE = re.compile(r"[A-Za-z0-9_.@-]+")  # what may be put in a visibility query unquoted-safe
 
 
@@ -210,6 +212,8 @@ class JobClient:
     async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
         """Attempt numbers and page progress of the stages running right now (from pending activities)."""
         for pending in raw.pending_activities:
+            if pending.activity_type.name not in STAGE_NAMES:
+                continue  # wrap-up steps (evidence, clean-up, notify) are not stages
             status.attempts[pending.activity_type.name] = pending.attempt
             if pending.heartbeat_details.payloads:
                 details = await self.client.data_converter.decode(pending.heartbeat_details.payloads)
@@ -290,6 +294,9 @@ class JobClient:
 
     async def verify_evidence(self, job_id: str) -> EvidenceCheck:
         """Check the envelope's signature and recompute every digest it binds from the stored blobs."""
+        from docjobs.evidence import verify_evidence  # pyHanko is heavy: only the commands that verify load it
+        from docjobs.signing import SignerConfig
+
         status = await self.status(job_id)
         if not status.evidence_key:
             raise NotReleased(f"the job is {status.state.value} and has no evidence yet")

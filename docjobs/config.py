@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from docjobs.models import ActivityTiming, Policy
-from docjobs.s3store import open_blob_store
 from docjobs.storage import BlobStore
 
 SHIPPED_POLICIES = Path(__file__).with_name("policies.toml")
@@ -78,6 +77,8 @@ class Settings:
 
     def blob_store(self) -> BlobStore:
         """The blob store named by DOCJOBS_STORAGE_URL (`file:///path` or `s3://bucket/prefix`)."""
+        from docjobs.s3store import open_blob_store  # boto3 loads only where a store is opened
+
         try:
             return open_blob_store(self.storage_url, sse=self.storage_sse, kms_key_id=self.storage_kms_key_id)
         except ValueError as error:

@@ -46,6 +46,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "ocr.page_timeout": (Outcome.FAIL, "OCR did not produce text on some pages in time"),
     "ocr.invalid_output": (Outcome.QUARANTINE, "OCR produced an output that is not a valid PDF"),
     "ocr.failed": (Outcome.RETRY, "the OCR engine failed"),
+    "notify.failed": (Outcome.RETRY, "the tenant's callback did not accept the event"),
     "stage.retries_exhausted": (Outcome.FAIL, "a stage kept failing after all retries"),
     "stage.timeout": (Outcome.FAIL, "a stage did not finish within its time budget"),
     "workflow.terminated": (Outcome.FAIL, "the job was terminated by an operator"),

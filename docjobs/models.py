@@ -226,6 +226,19 @@ class EvidenceOutput(Frozen):
     evidence: BlobRef
 
 
+class NotifyInput(Frozen):
+    """The terminal event sent to a tenant's callback: codes and digests only, never content."""
+
+    job_id: str
+    tenant: str
+    state: JobState
+    failure_code: str | None
+    cancel_reason: str | None
+    input_sha256: str
+    output_sha256: str | None
+    evidence_sha256: str | None
+
+
 class TransitionRecord(Frozen):
     state: JobState
     stage: Stage | None = None
@@ -255,6 +268,7 @@ class JobStatus(BaseModel):
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None
+    notification: str | None = None  # the tenant callback: "delivered", "no callback", "failed"
     failure_code: str | None = None
     failure_message: str | None = None
     cancel_reason: str | None = None

@@ -15,6 +15,7 @@ import re
 import secrets
 import tempfile
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,18 +50,13 @@ def _read(path: Path) -> dict[str, Any]:
     return raw
 
 
-def add_tenant(path: Path, name: str) -> str:
-    """Create tenant `name` and return its API key (the only time it is ever available)."""
-    if not TENANT_NAME.match(name):
-        raise ConfigError("a tenant name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit")
+def _update(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Read, change and atomically replace the tenants file, under a lock (0600: it holds webhook secrets)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with (path.parent / f".{path.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         book = _read(path)
-        if name in book["tenants"]:
-            raise TenantExists(name)
-        key = secrets.token_urlsafe(32)
-        book["tenants"][name] = {"key_sha256": key_digest(key), "created_at": datetime.now(UTC).isoformat()}
+        change(book)
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         try:
             with os.fdopen(fd, "w") as out:
@@ -72,7 +68,44 @@ def add_tenant(path: Path, name: str) -> str:
         except BaseException:
             Path(tmp_name).unlink(missing_ok=True)
             raise
+
+
+def add_tenant(path: Path, name: str) -> str:
+    """Create tenant `name` and return its API key (the only time it is ever available)."""
+    if not TENANT_NAME.match(name):
+        raise ConfigError("a tenant name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit")
+    key = secrets.token_urlsafe(32)
+
+    def add(book: dict[str, Any]) -> None:
+        if name in book["tenants"]:
+            raise TenantExists(name)
+        book["tenants"][name] = {"key_sha256": key_digest(key), "created_at": datetime.now(UTC).isoformat()}
+
+    _update(path, add)
     return key
+
+
+def set_callback(path: Path, name: str, url: str) -> str:
+    """Register the tenant's callback URL; returns the new HMAC secret its events are signed with."""
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError("a callback URL must be http(s)")
+    secret = secrets.token_urlsafe(32)
+
+    def register(book: dict[str, Any]) -> None:
+        if name not in book["tenants"]:
+            raise ConfigError(f"no tenant {name!r}")
+        book["tenants"][name].update({"callback_url": url, "webhook_secret": secret})
+
+    _update(path, register)
+    return secret
+
+
+def callback_of(path: Path, name: str) -> tuple[str, str] | None:
+    """(callback URL, HMAC secret) of a tenant, or None when it registered none."""
+    entry = _read(path)["tenants"].get(name)
+    if not isinstance(entry, dict) or "callback_url" not in entry:
+        return None
+    return str(entry["callback_url"]), str(entry["webhook_secret"])
 
 
 class TenantBook:

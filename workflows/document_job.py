@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         EvidenceOutput,
         JobRequest,
         JobStatus,
+        NotifyInput,
         OcrInput,
         OcrMode,
         OcrOutput,
@@ -56,6 +57,9 @@ NON_RETRYABLE_CODES = [code for code, (outcome, _) in FAILURE_CODES.items() if o
 CLEANUP_TIMEOUT = timedelta(minutes=2)
 WORKFLOW_TYPE = "DocumentJob"
 RELEASE_GATES = "release-gates"  # workflow.patched marker: the sign and verify stages
+NOTIFICATIONS = "notifications"  # workflow.patched marker: the tenant callback after the terminal state
+NOTIFY_TIMEOUT = timedelta(seconds=30)
+NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is recorded
 
 
 def failure_of(error: ActivityError) -> tuple[str, str, int | None]:
@@ -152,6 +156,38 @@ class DocumentJobWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
         self._finish(ending)
+        if workflow.patched(NOTIFICATIONS):
+            await self._notify()
+
+    async def _notify(self) -> None:
+        """Tell the tenant's callback (if any) about the terminal state; a failed delivery is only recorded."""
+        status = self._status
+        event = NotifyInput(
+            job_id=status.job_id,
+            tenant=status.tenant,
+            state=status.state,
+            failure_code=status.failure_code,
+            cancel_reason=status.cancel_reason,
+            input_sha256=status.input_sha256,
+            output_sha256=status.output_sha256,
+            evidence_sha256=status.evidence_sha256,
+        )
+        try:
+            delivered: str = await workflow.execute_activity(
+                "notify",
+                event,
+                result_type=str,
+                start_to_close_timeout=NOTIFY_TIMEOUT,
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=60),
+                    maximum_attempts=NOTIFY_ATTEMPTS,
+                ),
+            )
+            status.notification = "no callback" if delivered == "no callback" else "delivered"
+        except ActivityError:
+            status.notification = "failed"
 
     async def _pipeline(self) -> Ending:
         request = self._request
