@@ -264,18 +264,22 @@ class JobClient:
         status = await self.status(job_id)
         if status.state is not JobState.SUCCEEDED or not status.artifact_key or not status.output_sha256:
             raise NotReleased(f"the job is {status.state.value}: only a succeeded job has an artifact")
+        await asyncio.to_thread(self._export, status.artifact_key, status.output_sha256, out)
+        return status
+
+    def _export(self, key: str, sha256: str, out: Path) -> None:
+        """Copy a blob to `out` only if it still has the digest the job recorded (never a partial or wrong file)."""
         out.parent.mkdir(parents=True, exist_ok=True)
         with (
             tempfile.NamedTemporaryFile(dir=out.parent, prefix=".fetch-", delete=False) as tmp,
-            self.store.open(status.artifact_key) as blob,
+            self.store.open(key) as blob,
         ):
             shutil.copyfileobj(blob, tmp)
         tmp_path = Path(tmp.name)
-        if sha256_file(tmp_path) != status.output_sha256:
+        if sha256_file(tmp_path) != sha256:
             tmp_path.unlink()
-            raise DocJobError("artifact.digest_mismatch")
+            raise DocJobError("artifact.digest_mismatch", "the stored file does not match its recorded digest")
         tmp_path.replace(out)
-        return status
 
     def _copy_blob(self, key: str, dest: Path) -> Path:
         with self.store.open(key) as blob, dest.open("wb") as out:
@@ -287,9 +291,7 @@ class JobClient:
         status = await self.status(job_id)
         if not status.evidence_key or not status.evidence_sha256:
             raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
-        await asyncio.to_thread(self._copy_blob, status.evidence_key, out)
-        if sha256_file(out) != status.evidence_sha256:
-            raise DocJobError("artifact.digest_mismatch", "the stored evidence does not match its recorded digest")
+        await asyncio.to_thread(self._export, status.evidence_key, status.evidence_sha256, out)
         return status
 
     async def verify_evidence(self, job_id: str) -> EvidenceCheck:
