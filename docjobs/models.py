@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from docjobs.pdf.watermark import encode_text
 from docjobs.states import JobState, Stage
@@ -63,10 +64,55 @@ class OcrPolicy(Frozen):
     tesseract_timeout: float = Field(default=180.0, gt=0)  # per page, seconds
 
 
-class RedactPolicy(Frozen):
-    """Filled by the redaction issue; nothing is redacted until then."""
+class RedactRegion(Frozen):
+    """A rectangle to black out, in PDF points in the page's default user space (see docjobs/pdf/regions.py)."""
 
-    patterns: tuple[str, ...] = ()
+    page: int = Field(ge=1)  # 1-based
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+    @model_validator(mode="after")
+    def _positive_area(self) -> RedactRegion:
+        if not (self.x0 < self.x1 and self.y0 < self.y1):
+            raise ValueError("a region needs x0 < x1 and y0 < y1")
+        return self
+
+
+BUILTIN_PATTERN_NAMES = ("ssn", "phone", "email", "dob", "mrn")
+
+
+class RedactPolicy(Frozen):
+    """What to remove for real: built-in named patterns, custom regexes and explicit regions."""
+
+    patterns: tuple[str, ...] = ()  # built-in pattern names (BUILTIN_PATTERN_NAMES)
+    regexes: tuple[str, ...] = ()  # custom regular expressions (Python syntax)
+    regions: tuple[RedactRegion, ...] = ()
+    mrn_format: str = r"\bMRN[-: #]*\d{6,10}\b"  # the medical record number format of the organization
+    fallback_dpi: int = Field(default=200, ge=72, le=600)  # pages that cannot be rewritten are burned in at it
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.patterns or self.regexes or self.regions)
+
+    @field_validator("patterns")
+    @classmethod
+    def _known_patterns(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(names) - set(BUILTIN_PATTERN_NAMES))
+        if unknown:
+            raise ValueError(f"unknown built-in pattern(s) {unknown}; known: {list(BUILTIN_PATTERN_NAMES)}")
+        return names
+
+    @field_validator("regexes", "mrn_format")
+    @classmethod
+    def _compiles(cls, value: tuple[str, ...] | str) -> tuple[str, ...] | str:
+        for regex in (value,) if isinstance(value, str) else value:
+            try:
+                re.compile(regex)
+            except re.error as error:
+                raise ValueError(f"not a valid regular expression: {error}") from None
+        return value
 
 
 class SignPolicy(Frozen):
