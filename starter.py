@@ -36,7 +36,7 @@ from docjobs.client import JobClient, JobNotFound, NotReleased, connect
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.errors import DocJobError
-from docjobs.models import JobStatus, OcrMode, Policy
+from docjobs.models import BUILTIN_PATTERN_NAMES, JobStatus, OcrMode, Policy, RedactionSummary
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
 from docjobs.tenants import TenantExists, add_tenant, set_callback, tenants_file
@@ -81,6 +81,8 @@ def describe(status: JobStatus) -> str:
     if status.ocr_text_sha256:
         ocred = ", ".join(str(page) for page in status.pages_ocred) or "none (text already there)"
         lines.append(f"  OCR: pages {ocred}; text sha256 {status.ocr_text_sha256}")
+    if status.redaction:
+        lines.append(f"  redaction: {redaction_line(status.redaction)}")
     if status.signature:
         verdict = "valid" if status.signature.get("bottom_line") else "NOT valid"
         lines.append(f"  signature: {verdict}, coverage {status.signature.get('coverage')}")
@@ -92,6 +94,21 @@ def describe(status: JobStatus) -> str:
         stage = f" ({record.stage.value})" if record.stage else ""
         lines.append(f"  {record.at.isoformat()}  {record.state.value}{stage}")
     return "\n".join(lines)
+
+
+def redaction_line(summary: RedactionSummary) -> str:
+    """Counts per pattern, pages and fallbacks in one line (the values themselves are never known here)."""
+    totals: dict[str, int] = {}
+    for page in summary.pages:
+        for pattern, count in page.matches.items():
+            totals[pattern] = totals.get(pattern, 0) + count
+    found = ", ".join(f"{pattern} x{count}" for pattern, count in sorted(totals.items())) or "no pattern matches"
+    line = f"{found} on {len(summary.pages)} page(s)"
+    if summary.document:
+        line += "; document-level: " + ", ".join(f"{kind} x{count}" for kind, count in sorted(summary.document.items()))
+    if summary.fallback_pages:
+        line += f"; burned in (raster fallback): pages {', '.join(map(str, summary.fallback_pages))}"
+    return line + f"; gate: {' + '.join(summary.gate)} found nothing"
 
 
 def progress_printer(out: Output) -> Callable[[JobStatus], None]:
@@ -122,6 +139,8 @@ def choose_policy(args: argparse.Namespace, settings: Settings) -> Policy:
         dpi=args.dpi,
         ocr=args.ocr,
         sign=False if args.no_sign else None,
+        redact=args.redact,
+        redact_regions=args.redact_region,
     )
 
 
@@ -334,6 +353,22 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
         help="OCR the document (default mode: skip = only pages without text)",
     )
     parser.add_argument("--no-sign", action="store_true", help="do not sign this job's output")
+    parser.add_argument(
+        "--redact",
+        action="append",
+        default=[],
+        metavar="NAME_OR_REGEX",
+        help=f"remove every match for real (repeatable): a built-in pattern ({', '.join(BUILTIN_PATTERN_NAMES)}) "
+        "or a regular expression",
+    )
+    parser.add_argument(
+        "--redact-region",
+        action="append",
+        default=[],
+        metavar="PAGE:X0,Y0,X1,Y1",
+        help="remove everything in this rectangle (repeatable; page from 1, PDF points in the page's unrotated "
+        "coordinates, origin bottom-left)",
+    )
     parser.add_argument("--tenant", default="default")
     parser.add_argument("--key", help="client idempotency key (job ID = TENANT/KEY)")
     parser.add_argument("--deadline", type=int, metavar="SECONDS", help="server-side deadline of the job")

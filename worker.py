@@ -26,6 +26,7 @@ from activities.evidence import EvidenceActivities
 from activities.notify import NotifyActivities
 from activities.ocr import OcrActivities
 from activities.publish import PublishActivities
+from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from docjobs.client import connect
@@ -61,6 +62,7 @@ def create_workers(
         evidence = EvidenceActivities(store, workdir, settings.data_dir)
         notify = NotifyActivities(tenants_file(settings))
         publish = PublishActivities(store)
+        redact = RedactActivities(store, workdir)
         workers.append(
             Worker(
                 client,
@@ -68,6 +70,7 @@ def create_workers(
                 workflows=[DocumentJobWorkflow],
                 activities=[
                     render.render,
+                    redact.redact,
                     release.sign,
                     release.verify,
                     publish.publish,

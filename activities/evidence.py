@@ -33,6 +33,7 @@ class EvidenceActivities:
                 input_sha256=request.input_sha256,
                 output_sha256=request.output_sha256,
                 ocr_text_sha256=request.ocr_text_sha256,
+                redaction_summary_sha256=request.redaction_summary_sha256,
                 stage_attempts=request.stage_attempts,
                 tool_versions=tool_versions(),
                 terminal_state=request.terminal_state.value,

@@ -6,7 +6,6 @@ OCRmyPDF process group (tesseract and ghostscript included) within seconds.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from temporalio.exceptions import CancelledError
 
 from activities.lease import Lease, typed_failures
 from docjobs.models import OcrInput, OcrOutput
-from docjobs.pdf.ocr import OcrCanceled, run_ocr
+from docjobs.pdf.ocr import OcrCanceled, run_ocr, text_json
 from docjobs.pdf.watermark import watermark_structure
 from docjobs.storage import BlobStore, staging_key
 
@@ -52,7 +51,7 @@ class OcrActivities:
                     output = Path(tmp) / "stamped.pdf"
                     watermark_structure(searchable, output, request.watermark.text, check_streams=False)
                 text_file = Path(tmp) / "text.json"
-                text_file.write_text(json.dumps({"pages": list(result.page_texts)}, ensure_ascii=False))
+                text_file.write_text(text_json(result.page_texts))
                 text = self._store.put_file(staging_key(request.job_id, "ocr-text", attempt, ".json"), text_file)
                 staged = self._store.put_file(staging_key(request.job_id, "ocr", attempt), output)
         return OcrOutput(staged=staged, text=text, pages_ocred=list(result.pages_ocred), attempt=attempt)

@@ -14,6 +14,8 @@ from docjobs.models import BlobRef, SignInput, SignOutput, VerifyInput, VerifyOu
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import sniff_kind
+from docjobs.pdf.redact_gate import check_redaction
+from docjobs.pdf.redact_patterns import compile_patterns
 from docjobs.signing import SignerConfig, sign_pdf, verify_pdf
 from docjobs.storage import BlobStore, staging_key
 
@@ -82,4 +84,9 @@ class ReleaseActivities:
                     watermark_text=request.watermark_text,
                     pages_may_turn=request.pages_may_turn,
                 )
+                if request.redact is not None:  # on the bytes to be released: no pattern may match any more
+                    gate = check_redaction(output, frozenset(), compile_patterns(request.redact), {})
+                    if not gate.clean:
+                        raise DocJobError("redaction.leak")
+                    checks.append("redaction_patterns")
         return VerifyOutput(signature=signature, fidelity_checks=checks, attempt=attempt)

@@ -6,14 +6,14 @@ import os
 import shutil
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from docjobs.models import ActivityTiming, Policy
+from docjobs.models import BUILTIN_PATTERN_NAMES, ActivityTiming, Policy, RedactRegion
 from docjobs.storage import BlobStore
 
 SHIPPED_POLICIES = Path(__file__).with_name("policies.toml")
@@ -22,6 +22,21 @@ NumberT = TypeVar("NumberT", int, float)
 
 class ConfigError(Exception):
     """A setting or policy file that cannot be used; the message names the setting."""
+
+
+def parse_region(spec: str) -> RedactRegion:
+    """`PAGE:X0,Y0,X1,Y1` (page from 1, PDF points in the page's default user space) as a region."""
+    page, _, box = spec.partition(":")
+    corners = box.split(",")
+    try:
+        if len(corners) != 4:
+            raise ValueError
+        x0, y0, x1, y1 = (float(value) for value in corners)
+        return RedactRegion(page=int(page), x0=min(x0, x1), y0=min(y0, y1), x1=max(x0, x1), y1=max(y0, y1))
+    except ValueError:
+        raise ConfigError(
+            f"a redaction region is PAGE:X0,Y0,X1,Y1 with a page >= 1 and an area, not {spec!r}"
+        ) from None
 
 
 def _env_number(name: str, default: NumberT, kind: Callable[[str], NumberT]) -> NumberT:
@@ -169,15 +184,18 @@ class PolicyBook:
         dpi: int | None = None,
         ocr: str | None = None,
         sign: bool | None = None,
+        redact: Sequence[str] = (),
+        redact_regions: Sequence[str] = (),
     ) -> Policy:
         """A named policy with ad-hoc overrides (an override makes a new policy version, hence a new job).
 
+        `redact` adds built-in pattern names or regexes, `redact_regions` adds `PAGE:X0,Y0,X1,Y1` regions.
         Raises ConfigError for an unknown name, pydantic's ValidationError for an invalid override."""
         policy = self.get(name)
         watermark_changes = {
             key: value for key, value in (("text", watermark), ("mode", mode), ("dpi", dpi)) if value is not None
         }
-        if not watermark_changes and ocr is None and sign is None:
+        if not watermark_changes and ocr is None and sign is None and not redact and not redact_regions:
             return policy
         body = policy.model_dump()
         body["watermark"].update(watermark_changes)
@@ -185,6 +203,10 @@ class PolicyBook:
             body["ocr"]["mode"] = ocr
         if sign is not None:
             body["sign"]["enabled"] = sign
+        for pattern in redact:
+            kind = "patterns" if pattern in BUILTIN_PATTERN_NAMES else "regexes"
+            body["redact"][kind] = (*body["redact"][kind], pattern)
+        body["redact"]["regions"] = (*body["redact"]["regions"], *map(parse_region, redact_regions))
         return Policy.model_validate(body)
 
     def get(self, name: str | None) -> Policy:

@@ -20,6 +20,12 @@ from docjobs.states import JobState, Stage
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 
+def canonical_sha256(model: BaseModel) -> str:
+    """SHA-256 of a model's canonical JSON (sorted keys, no spaces): equal content, equal digest."""
+    canonical = json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 class Frozen(BaseModel):
     # Unknown fields are ignored so that histories recorded by older code still replay (a removed field
     # must not break jobs in flight); policy files are checked for unknown keys separately.
@@ -135,8 +141,7 @@ class Policy(Frozen):
     @property
     def version(self) -> str:
         """`name@digest` of the canonical policy: an override makes a new version, so a new job."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return f"{self.name}@{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
+        return f"{self.name}@{canonical_sha256(self)[:12]}"
 
 
 class BlobRef(Frozen):
@@ -221,12 +226,53 @@ class SignOutput(Frozen):
     attempt: int
 
 
+class RedactInput(Frozen):
+    job_id: str
+    source: BlobRef  # the accepted input, re-checked
+    staged: BlobRef  # the document to redact (after OCR, so patterns match OCR text)
+    redact: RedactPolicy
+    watermark: WatermarkPolicy | None  # stamped after redaction, so a region never cuts into it
+    rebuild_text: bool = False  # the job has an OCR text blob: rebuild it from the redacted file
+
+
+class PageRedaction(Frozen):
+    """What was done on one page: counts and codes only, never the matched values."""
+
+    page: int
+    matches: dict[str, int] = Field(default_factory=dict)  # pattern name -> matches located on the page
+    regions: int = 0  # opaque boxes drawn (matched runs and explicit regions)
+    glyphs_removed: int = 0
+    images_redacted: int = 0
+    annotations_removed: int = 0
+    fallback: str | None = None  # why the page was burned in at the fallback DPI instead of rewritten
+
+
+class RedactionSummary(Frozen):
+    pages: list[PageRedaction] = Field(default_factory=list)  # only pages where something was redacted
+    document: dict[str, int] = Field(default_factory=dict)  # document-level scrub: item kind -> removed
+    fallback_pages: list[int] = Field(default_factory=list)
+    gate: list[str] = Field(default_factory=list)  # the independent extractors that found nothing left
+
+    @property
+    def sha256(self) -> str:
+        """Digest of the canonical summary, bound into the evidence."""
+        return canonical_sha256(self)
+
+
+class RedactOutput(Frozen):
+    staged: BlobRef
+    text: BlobRef | None = None  # the rebuilt OCR text blob (when asked)
+    summary: RedactionSummary
+    attempt: int
+
+
 class VerifyInput(Frozen):
     job_id: str
     source: BlobRef
     staged: BlobRef
     signed: bool
     text_layer_kept: bool  # structure mode: the input's text and links must still be there
+    redact: RedactPolicy | None = None  # re-searched on the released bytes: no pattern may match
     watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
     pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
 
@@ -263,6 +309,7 @@ class EvidenceInput(Frozen):
     input_sha256: str
     output_sha256: str | None
     ocr_text_sha256: str | None
+    redaction_summary_sha256: str | None = None
     stage_attempts: dict[str, int]
     terminal_state: JobState
     completed_at: datetime
@@ -309,6 +356,7 @@ class JobStatus(BaseModel):
     input_encryption: str | None = None
     ocr_text_sha256: str | None = None
     pages_ocred: list[int] = Field(default_factory=list)
+    redaction: RedactionSummary | None = None  # counts per pattern per page and fallback pages, never values
     signature: dict[str, str | bool | int | None] | None = None  # pyHanko's verdict on the released file
     invalidated_signatures: int = 0  # the input's own signatures, voided by processing (when allowed)
     fidelity_checks: list[str] = Field(default_factory=list)

@@ -1,10 +1,14 @@
-"""A worker whose `render` stage drops the last page: the test double that a fidelity gate must catch.
+"""A worker with one deliberately broken stage: the test double that a release gate must catch.
 
-python tests/fault_worker.py --task-queue QUEUE     (same flags as worker.py)
+    DOCJOBS_FAULT=drop-last-page python tests/fault_worker.py --task-queue QUEUE   (same flags as worker.py)
+
+`drop-last-page` (the default): `render` drops the document's last page (the fidelity gate must catch it).
+`box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import worker
 from activities.render import RenderActivities
 from docjobs.models import RenderInput, RenderOutput
+from docjobs.pdf import redact
+from docjobs.pdf.redact_content import ContentRemoval
+from docjobs.pdf.regions import Rect
 from docjobs.storage import staging_key
 
 
@@ -34,6 +41,21 @@ class PageDroppingRender(RenderActivities):
         return rendered.model_copy(update={"staged": staged})
 
 
+def remove_nothing(pdf: pikepdf.Pdf, page_number: int, regions: list[Rect]) -> ContentRemoval:
+    return ContentRemoval(glyphs_removed=0, images_redacted=0)
+
+
+def keep_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> int:
+    return 0
+
+
 if __name__ == "__main__":
-    setattr(worker, "RenderActivities", PageDroppingRender)  # noqa: B010 - swap the stage in, keep the rest
+    fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
+    if fault == "drop-last-page":
+        setattr(worker, "RenderActivities", PageDroppingRender)  # noqa: B010 - swap the stage in, keep the rest
+    elif fault == "box-only-redaction":
+        setattr(redact, "remove_content", remove_nothing)  # noqa: B010
+        setattr(redact, "_remove_annotations", keep_annotations)  # noqa: B010
+    else:
+        raise SystemExit(f"unknown DOCJOBS_FAULT {fault!r}")
     raise SystemExit(worker.main())

@@ -34,6 +34,8 @@ with workflow.unsafe.imports_passed_through():
         OcrOutput,
         PublishInput,
         PublishOutput,
+        RedactInput,
+        RedactOutput,
         RenderInput,
         RenderOutput,
         SignInput,
@@ -60,6 +62,17 @@ RELEASE_GATES = "release-gates"  # workflow.patched marker: the sign and verify 
 NOTIFICATIONS = "notifications"  # workflow.patched marker: the tenant callback after the terminal state
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is recorded
+
+
+def watermark_stage(mode: WatermarkMode, *, ocr_on: bool, redact_on: bool) -> Stage:
+    """The stage that stamps the watermark: the last one that changes content, so nothing cuts into it and
+    a structure stamp (text) never makes a page look searchable to OCR. A raster stamp before OCR is the
+    exception: it flattens the page, which OCR then reads (and redaction burns its boxes into)."""
+    if mode is WatermarkMode.RASTER and ocr_on:
+        return Stage.RENDER
+    if redact_on:
+        return Stage.REDACT
+    return Stage.OCR if ocr_on else Stage.RENDER
 
 
 def failure_of(error: ActivityError) -> tuple[str, str, int | None]:
@@ -193,14 +206,13 @@ class DocumentJobWorkflow:
         request = self._request
         policy = request.policy
         ocr_on = policy.ocr.mode is not OcrMode.OFF
-        # A structure watermark is text: stamped before OCR it would make every page look searchable, so
-        # with OCR it is stamped after it. A raster watermark flattens the page, so it always goes first.
-        stamp_first = not ocr_on or policy.watermark.mode is WatermarkMode.RASTER
+        redact_on = policy.redact.enabled
+        stamp_at = watermark_stage(policy.watermark.mode, ocr_on=ocr_on, redact_on=redact_on)
         try:
             render = RenderInput(
                 job_id=request.job_id,
                 source=request.source,
-                watermark=policy.watermark if stamp_first else None,
+                watermark=policy.watermark if stamp_at is Stage.RENDER else None,
                 max_pages=policy.max_pages,
                 allow_signed_input=policy.sign.allow_signed_input,
             )
@@ -215,12 +227,25 @@ class DocumentJobWorkflow:
                     source=request.source,
                     staged=staged,
                     ocr=policy.ocr,
-                    watermark=None if stamp_first else policy.watermark,
+                    watermark=policy.watermark if stamp_at is Stage.OCR else None,
                 )
                 ocred = await self._stage(Stage.OCR, ocr, OcrOutput, task_queue=request.ocr_task_queue)
                 staged, text = ocred.staged, ocred.text
                 self._status.ocr_text_sha256 = text.sha256
                 self._status.pages_ocred = ocred.pages_ocred
+            if redact_on:  # only policies with redaction run it: no earlier history has this stage to replay
+                redact = RedactInput(
+                    job_id=request.job_id,
+                    source=request.source,
+                    staged=staged,
+                    redact=policy.redact,
+                    watermark=policy.watermark if stamp_at is Stage.REDACT else None,
+                    rebuild_text=text is not None,
+                )
+                redacted = await self._stage(Stage.REDACT, redact, RedactOutput)
+                staged, text = redacted.staged, redacted.text or text
+                self._status.ocr_text_sha256 = text.sha256 if text else None
+                self._status.redaction = redacted.summary
             if workflow.patched(RELEASE_GATES):  # histories recorded before the gates existed replay without them
                 staged = await self._release_gates(staged, ocr_on)
             publish = PublishInput(job_id=request.job_id, source=request.source, staged=staged, text=text)
@@ -249,6 +274,7 @@ class DocumentJobWorkflow:
             input_sha256=request.source.sha256,
             output_sha256=status.output_sha256 if ending.state is JobState.SUCCEEDED else None,
             ocr_text_sha256=status.ocr_text_sha256,
+            redaction_summary_sha256=status.redaction.sha256 if status.redaction else None,
             stage_attempts=dict(status.attempts),
             terminal_state=ending.state,
             completed_at=workflow.now(),
@@ -282,7 +308,9 @@ class DocumentJobWorkflow:
             source=request.source,
             staged=staged,
             signed=policy.sign.enabled,
-            text_layer_kept=structure and policy.ocr.mode in (OcrMode.OFF, OcrMode.SKIP),
+            # Redaction removes text and links on purpose: its own stage checks what stays (and the gate).
+            text_layer_kept=structure and policy.ocr.mode in (OcrMode.OFF, OcrMode.SKIP) and not policy.redact.enabled,
+            redact=policy.redact if policy.redact.enabled else None,
             watermark_text=policy.watermark.text if structure else None,
             pages_may_turn=ocr_on,
         )

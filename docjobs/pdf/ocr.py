@@ -174,7 +174,7 @@ def run_ocr(
     ocr.invalid_output, ocr.page_timeout; OcrCanceled; ValueError if the policy's mode is off.
     """
     args = ocrmypdf_args(policy, jobs=jobs)
-    pdftotext, pdftoppm = _tool("pdftotext"), _tool("pdftoppm")
+    pdftotext, pdftoppm = tool("pdftotext"), tool("pdftoppm")
     if find_spec("ocrmypdf") is None:
         log.error("OCRmyPDF is not installed in this worker's Python environment")
         raise DocJobError("tool.missing", "OCRmyPDF is not installed")
@@ -184,7 +184,7 @@ def run_ocr(
         with open_checked(src, check_streams=not input_validated) as (pdf, info):
             pdf.save(clean, encryption=False)  # decrypted (permissions-only), as validated
         total = info.page_count
-        before = _page_texts(pdftotext, clean, total, "input.malformed")
+        before = page_texts(pdftotext, clean, total, "input.malformed")
         expected = [n for n, text in enumerate(before, 1) if policy.mode is not OcrMode.SKIP or not text.strip()]
         if not expected and not _wants_pdfa(policy):
             shutil.copyfile(clean, dst)
@@ -236,7 +236,7 @@ def run_ocr(
         )
 
         _check_output(output, total)
-        after = _page_texts(pdftotext, output, total, "ocr.invalid_output")
+        after = page_texts(pdftotext, output, total, "ocr.invalid_output")
         ocred = sorted(report.ocr_pages)
         if not ocred and expected:
             log.warning("OCR engine reported no OCR'd pages; assuming the %d pages that needed OCR", len(expected))
@@ -409,7 +409,7 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _tool(name: str) -> str:
+def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         log.error("%s (poppler-utils) is not installed on this worker", name)
@@ -417,7 +417,12 @@ def _tool(name: str) -> str:
     return path
 
 
-def _page_texts(pdftotext: str, pdf: Path, pages: int, code: str) -> list[str]:
+def text_json(texts: Sequence[str]) -> str:
+    """The searchable-text blob stored beside an artifact: one string per page."""
+    return json.dumps({"pages": list(texts)}, ensure_ascii=False)
+
+
+def page_texts(pdftotext: str, pdf: Path, pages: int, code: str) -> list[str]:
     """`pdftotext -raw` of every page (poppler ends each page with a form feed)."""
     try:
         result = subprocess.run(

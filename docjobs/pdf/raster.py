@@ -66,7 +66,7 @@ def watermark_raster(
         pdf.save(clean, encryption=False)
         out = pikepdf.new()
         for number, page in enumerate(pdf.pages, start=1):
-            image = _render(pdftoppm, clean, number, dpi, Path(tmp))
+            image = render_page(pdftoppm, clean, number, dpi, Path(tmp))
             _stamp(image, text)
             _add_page(out, page, image, dpi)
             if on_page is not None:
@@ -83,7 +83,8 @@ def _check_pixels(pdf: pikepdf.Pdf, dpi: int) -> None:
             raise DocJobError("input.too_large", f"a page is too large to rasterise at {dpi} dpi")
 
 
-def _render(pdftoppm: str, pdf: Path, number: int, dpi: int, tmp: Path) -> Image.Image:
+def render_page(pdftoppm: str, pdf: Path, number: int, dpi: int, tmp: Path) -> Image.Image:
+    """Page `number` (from 1) of `pdf` as poppler shows it (CropBox, upright) at `dpi`, in its own process."""
     prefix = tmp / "page"
     command = [pdftoppm, "-r", str(dpi), "-f", str(number), "-l", str(number), "-cropbox", "-singlefile"]
     try:
@@ -132,6 +133,22 @@ def _fitting_font(text: str, width: int, height: int) -> ImageFont.FreeTypeFont 
 
 
 def _add_page(out: pikepdf.Pdf, source: pikepdf.Page, image: Image.Image, dpi: int) -> None:
+    resources, contents = image_content(out, source, image, dpi)
+    page = pikepdf.Dictionary(Type=Name.Page, Resources=resources, Contents=contents)
+    for key in _KEPT_PAGE_KEYS:
+        if key in source.obj:
+            value = source.obj[key]  # copied as direct objects: `source` belongs to another Pdf
+            page[key] = pikepdf.Array(list(value)) if isinstance(value, pikepdf.Array) else value
+    if rotation(source):
+        page.Rotate = rotation(source)
+    out.pages.append(pikepdf.Page(page))
+
+
+def image_content(
+    out: pikepdf.Pdf, source: pikepdf.Page, image: Image.Image, dpi: int
+) -> tuple[pikepdf.Dictionary, pikepdf.Stream]:
+    """/Resources and /Contents (in `out`) that draw `image`, an upright rendering of `source` at `dpi`,
+    exactly over the visible area of a page with `source`'s boxes and rotation."""
     rotate = rotation(source)
     if rotate:
         image = image.transpose(_UNROTATE[rotate])
@@ -159,18 +176,7 @@ def _add_page(out: pikepdf.Pdf, source: pikepdf.Page, image: Image.Image, dpi: i
         Filter=Name.FlateDecode,
     )
     content = f"q {width:.4f} 0 0 {height:.4f} {left:.4f} {bottom:.4f} cm /Im0 Do Q\n".encode()
-    page = pikepdf.Dictionary(
-        Type=Name.Page,
-        Resources=pikepdf.Dictionary(XObject=pikepdf.Dictionary(Im0=xobject)),
-        Contents=out.make_stream(content),
-    )
-    for key in _KEPT_PAGE_KEYS:
-        if key in source.obj:
-            value = source.obj[key]  # copied as direct objects: `source` belongs to another Pdf
-            page[key] = pikepdf.Array(list(value)) if isinstance(value, pikepdf.Array) else value
-    if rotate:
-        page.Rotate = rotate
-    out.pages.append(pikepdf.Page(page))
+    return pikepdf.Dictionary(XObject=pikepdf.Dictionary(Im0=xobject)), out.make_stream(content)
 
 
 def _is_gray(image: Image.Image) -> bool:

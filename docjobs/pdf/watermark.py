@@ -101,7 +101,7 @@ class _Stamper:
         name = self._add_xobject(page, form)
         # Pop ours and every state the original content left pushed (sloppy producers leave some),
         # so the form is drawn in default user space.
-        pops = b"Q\n" * _open_states(page)
+        pops = b"Q\n" * open_states(page)
         page.contents_add(self._push, prepend=True)
         mark = b"/Artifact <</Type /Pagination /Subtype /Watermark>> BDC\n"
         page.contents_add(self._pdf.make_stream(b"\n" + pops + mark + name.unparse() + b" Do\nEMC\n"))
@@ -137,8 +137,8 @@ class _Stamper:
     def _add_xobject(self, page: pikepdf.Page, form: pikepdf.Stream) -> Name:
         # Copy /Resources and its /XObject before adding: producers share them between pages, which
         # would otherwise collect every page's form. A fixed name (not Name.random) keeps output stable.
-        resources = _direct_copy(page.obj.get(Name.Resources))
-        xobjects = _direct_copy(resources.get(Name.XObject))
+        resources = direct_copy(page.obj.get(Name.Resources))
+        xobjects = direct_copy(resources.get(Name.XObject))
         name = Name.DocjobsWatermark
         suffix = 0
         while name in xobjects:
@@ -150,7 +150,7 @@ class _Stamper:
         return name
 
 
-def _open_states(page: pikepdf.Page) -> int:
+def open_states(page: pikepdf.Page) -> int:
     """Graphics states on the stack after our `q` and the page's content (`Q` on none is a no-op)."""
     depth = 1
     for instruction in pikepdf.parse_content_stream(page, "q Q"):
@@ -158,6 +158,6 @@ def _open_states(page: pikepdf.Page) -> int:
     return depth
 
 
-def _direct_copy(value: pikepdf.Object | None) -> pikepdf.Dictionary:
+def direct_copy(value: pikepdf.Object | None) -> pikepdf.Dictionary:
     """A shallow copy of a dictionary (empty if it is missing or not a dictionary)."""
     return pikepdf.Dictionary(dict(value.items())) if isinstance(value, pikepdf.Dictionary) else pikepdf.Dictionary()

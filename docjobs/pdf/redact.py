@@ -1,0 +1,174 @@
+"""True redaction: what matches a pattern or lies in a region is removed from the file, then proven gone.
+
+The steps, each its own module: locate the matches to character boxes (`redact_locate`), remove the glyphs
+and image pixels under every region from the content (`redact_content`), remove the annotations and form
+fields there, draw an opaque box, scrub the document-level copies (metadata, bookmarks, attachments,
+scripts, form values: `redact_scrub`), burn in the pages that could not be rewritten safely, and finally
+re-read the result with two independent extractors (`redact_gate`). A leak found by the gate is a
+`redaction.leak` (the job is quarantined); the summary carries counts and codes, never the matched values.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pikepdf
+from pikepdf import Name
+
+from docjobs.errors import DocJobError
+from docjobs.models import PageRedaction, RedactionSummary, RedactPolicy, RedactRegion
+from docjobs.pdf.inspect import ProgressFn, open_checked
+from docjobs.pdf.raster import image_content, render_page
+from docjobs.pdf.redact_content import remove_content
+from docjobs.pdf.redact_gate import check_redaction
+from docjobs.pdf.redact_locate import locate
+from docjobs.pdf.redact_patterns import compile_patterns
+from docjobs.pdf.redact_scrub import scrub_document
+from docjobs.pdf.regions import PageRegions, Rect, UnsafePage
+from docjobs.pdf.watermark import open_states
+
+BOX_COLOR = "0 g"  # opaque black
+
+
+def redact_pdf(
+    src: Path, dst: Path, policy: RedactPolicy, *, workdir: Path, on_page: ProgressFn | None = None
+) -> RedactionSummary:
+    """Redact `src` into `dst` as `policy` says; raises `redaction.leak` when the gate finds anything left."""
+    patterns = compile_patterns(policy)
+    located = locate(src, patterns)
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="redact-") as tmp:
+        boxed = Path(tmp) / "boxed.pdf"
+        with open_checked(src, check_streams=False) as (pdf, info):
+            regions = _merge_regions(located.regions, policy.regions, info.page_count)
+            pages: list[PageRedaction] = []
+            unsafe: dict[int, str] = {}
+            for number, page in enumerate(pdf.pages, start=1):
+                rects = regions.get(number, [])
+                if rects:
+                    pages.append(_redact_page(pdf, number, page, rects, unsafe))
+                if on_page is not None:
+                    on_page(number, info.page_count)
+            scrub = scrub_document(pdf, patterns, located.values)
+            pdf.save(boxed, encryption=False, deterministic_id=True)
+        if unsafe:
+            _burn_in(boxed, dst, sorted(unsafe), policy.fallback_dpi, Path(tmp))
+        else:
+            shutil.copyfile(boxed, dst)
+    pages = [
+        page.model_copy(update={"matches": located.counts.get(page.page, {}), "fallback": unsafe.get(page.page)})
+        for page in pages
+    ]
+    gate = check_redaction(dst, located.values, patterns, regions)
+    if not gate.clean:
+        kinds = ", ".join(sorted({leak.kind for leak in gate.leaks}))
+        raise DocJobError("redaction.leak", f"{len(gate.leaks)} trace(s) of redacted content remain ({kinds})")
+    return RedactionSummary(
+        pages=pages,
+        document={kind: count for kind, count in scrub.counts.items() if count},
+        fallback_pages=sorted(unsafe),
+        gate=list(gate.extractors),
+    )
+
+
+def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_count: int) -> PageRegions:
+    regions: PageRegions = {page: list(rects) for page, rects in found.items()}
+    for region in explicit:
+        if region.page > page_count:
+            raise DocJobError(
+                "redaction.region_outside", f"a redaction region names page {region.page} of {page_count}"
+            )
+        regions.setdefault(region.page, []).append(Rect(region.x0, region.y0, region.x1, region.y1))
+    return regions
+
+
+def _redact_page(
+    pdf: pikepdf.Pdf, number: int, page: pikepdf.Page, rects: list[Rect], unsafe: dict[int, str]
+) -> PageRedaction:
+    glyphs = images = 0
+    try:
+        removal = remove_content(pdf, number, rects)
+        glyphs, images = removal.glyphs_removed, removal.images_redacted
+    except UnsafePage as verdict:  # burned in after the save; the box drawn below is part of the pixels
+        unsafe[number] = verdict.reason
+    annotations = _remove_annotations(pdf, page, rects)
+    _draw_boxes(pdf, page, rects)
+    return PageRedaction(
+        page=number, regions=len(rects), glyphs_removed=glyphs, images_redacted=images, annotations_removed=annotations
+    )
+
+
+def _annotation_rect(annotation: pikepdf.Object) -> Rect | None:
+    try:
+        x0, y0, x1, y1 = (float(value) for value in annotation.Rect)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return Rect.spanning(x0, y0, x1, y1)
+
+
+def _remove_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> int:
+    """Drop annotations and form-field widgets that touch a region (their text and appearance are content)."""
+    annotations = page.obj.get(Name.Annots)
+    if not isinstance(annotations, pikepdf.Array):
+        return 0
+    kept, gone, removed = [], set(), 0
+    for annotation in annotations:
+        box = _annotation_rect(annotation)
+        if box is not None and any(box.intersects(rect) for rect in rects):
+            removed += 1
+            if annotation.is_indirect:
+                gone.add(annotation.objgen)
+        else:
+            kept.append(annotation)
+    if not removed:
+        return 0
+    # A popup shows its parent's text: it goes with its parent.
+    page.obj.Annots = pikepdf.Array(
+        [a for a in kept if not (isinstance(a.get(Name.Parent), pikepdf.Dictionary) and a.Parent.objgen in gone)]
+    )
+    acroform = pdf.Root.get(Name.AcroForm)
+    if isinstance(acroform, pikepdf.Dictionary) and isinstance(acroform.get(Name.Fields), pikepdf.Array):
+        acroform.Fields = _prune_fields(acroform.Fields, gone)
+    return removed
+
+
+def _prune_fields(fields: pikepdf.Array, gone: set[tuple[int, int]]) -> pikepdf.Array:
+    """The form's field tree without the removed widgets (and without fields left with no widget)."""
+    kept = []
+    for field in fields:
+        if field.objgen in gone:
+            continue
+        kids = field.get(Name.Kids)
+        if isinstance(kids, pikepdf.Array):
+            field.Kids = _prune_fields(kids, gone)
+            if len(field.Kids) == 0:
+                continue
+        kept.append(field)
+    return pikepdf.Array(kept)
+
+
+def _draw_boxes(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> None:
+    """Opaque boxes over the regions, drawn last and in default user space (every state the page left
+    pushed is popped first), so they show where content was removed."""
+    pops = b"Q\n" * open_states(page)
+    boxes = " ".join(f"{r.x0:.3f} {r.y0:.3f} {r.x1 - r.x0:.3f} {r.y1 - r.y0:.3f} re" for r in rects)
+    page.contents_add(pdf.make_stream(b"q\n"), prepend=True)
+    page.contents_add(pdf.make_stream(b"\n" + pops + f"q {BOX_COLOR} {boxes} f Q\n".encode()))
+
+
+def _burn_in(boxed: Path, dst: Path, numbers: list[int], dpi: int, tmp: Path) -> None:
+    """Replace each page in `numbers` by its rendering at `dpi` (boxes included): nothing of its content
+    survives but pixels. The page object stays, so links and bookmarks to it still resolve."""
+    pdftoppm = shutil.which("pdftoppm")
+    if pdftoppm is None:
+        raise DocJobError("tool.missing", "pdftoppm (poppler-utils) is not installed")
+    with pikepdf.open(boxed) as pdf:
+        for number in numbers:
+            page = pdf.pages[number - 1]
+            image = render_page(pdftoppm, boxed, number, dpi, tmp)
+            page.obj.Resources, page.obj.Contents = image_content(pdf, page, image, dpi)
+            for key in (Name.Annots, Name.Group, Name.StructParents):
+                if key in page.obj:
+                    del page.obj[key]
+        pdf.save(dst, encryption=False, deterministic_id=True)
