@@ -29,7 +29,7 @@ from starlette.requests import ClientDisconnect
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.client import JobClient, JobNotFound, connect
-from docjobs.config import PolicyBook, Settings
+from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.errors import DocJobError
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy
 from docjobs.pdf.inspect import sniff_kind
@@ -81,6 +81,8 @@ class PolicyPart(BaseModel):
     watermark: str | None = None
     mode: str | None = None
     ocr: str | None = None
+    redact: list[str] = []  # built-in pattern names or regexes, as `--redact`
+    redact_regions: list[str] = []  # `PAGE:X0,Y0,X1,Y1`, as `--redact-region`
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -100,8 +102,15 @@ def effective_policy(book: PolicyBook, part: PolicyPart) -> Policy:
     if part.name is not None and part.name not in book.policies:
         raise ApiError(422, "policy.unknown", "no policy of that name is configured")
     try:
-        return book.resolve(part.name, watermark=part.watermark, mode=part.mode, ocr=part.ocr)
-    except ValidationError:
+        return book.resolve(
+            part.name,
+            watermark=part.watermark,
+            mode=part.mode,
+            ocr=part.ocr,
+            redact=part.redact,
+            redact_regions=part.redact_regions,
+        )
+    except (ValidationError, ConfigError):
         raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
 
 
@@ -269,7 +278,10 @@ def create_app(
                             "required": ["file"],
                             "properties": {
                                 "file": {"type": "string", "format": "binary"},
-                                "policy": {"type": "string", "description": "JSON: name, watermark, mode, ocr"},
+                                "policy": {
+                                    "type": "string",
+                                    "description": "JSON: name, watermark, mode, ocr, redact, redact_regions",
+                                },
                             },
                         }
                     },
