@@ -22,7 +22,10 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 import pytest
+from google.protobuf.message import Message
 from moto.server import ThreadedMotoServer
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
 
 from docjobs.client import JobClient, connect
 from docjobs.config import PolicyBook, Settings
@@ -227,6 +230,34 @@ async def wait_for_pages(jobs: JobClient, job_id: str, pages: int = 1, timeout: 
         assert status.state.value in ("queued", "processing"), status
         await asyncio.sleep(0.2)
     raise AssertionError(f"{job_id} made no progress in {timeout} s")
+
+
+def _payloads(message: Message) -> Iterator[Payload]:
+    """Every Payload inside a protobuf message, at any depth (repeated, map and nested fields)."""
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            items = list(value.values())
+        elif field.label == field.LABEL_REPEATED:
+            items = list(value)
+        else:
+            items = [value]
+        for item in items:
+            if isinstance(item, Payload):
+                yield item
+            elif isinstance(item, Message):
+                yield from _payloads(item)
+
+
+async def history_payload_text(client: Client, job_id: str) -> str:
+    """Every payload of the job's history, decoded through the client's codec (if any), as one text."""
+    history = await client.get_workflow_handle(job_id).fetch_history()
+    payloads = [payload for event in history.events for payload in _payloads(event)]
+    codec = client.data_converter.payload_codec
+    if codec is not None:
+        payloads = await codec.decode(payloads)
+    return "\n".join(payload.data.decode("utf-8", "replace") for payload in payloads)
 
 
 def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) -> tuple[int, dict[str, Any], str]:
