@@ -7,7 +7,7 @@ SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils
 SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test deps system-deps lint stop clean serve
+.PHONY: demo test deps system-deps lint stop clean serve secrets
 
 deps: system-deps $(VENV)/.installed
 
@@ -44,6 +44,14 @@ demo: deps $(SAMPLES)/sample.pdf $(SAMPLES)/scan.pdf
 # The HTTP API on the embedded defaults, with an in-process worker (create a tenant: starter.py tenant add NAME).
 serve: deps
 	$(PY) starter.py serve --with-worker
+
+# The secrets of the compose `full` profile, in ops/secrets/ (gitignored): a payload codec key and a
+# DEVELOPMENT signer shared by every worker. Existing ones are kept.
+secrets: deps
+	@umask 077; [ -s ops/secrets/codec_keys ] || \
+		$(PY) -c "import base64,os;print('k1:'+base64.b64encode(os.urandom(32)).decode())" > ops/secrets/codec_keys
+	@$(PY) -c "from pathlib import Path; from docjobs.signing import ensure_dev_signer; ensure_dev_signer(Path('ops/secrets/signing'))"
+	@echo "ops/secrets/: codec_keys, signing/ (DEVELOPMENT signer; its CA: ops/secrets/signing/ca.pem)"
 
 lint: deps
 	$(VENV)/bin/ruff check .

@@ -112,7 +112,7 @@ async def serve(settings: Settings, queues: Sequence[str]) -> None:
     log.info("worker stopped")
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Run a docjobs worker.")
     parser.add_argument("--task-queue", help="general task queue (default: DOCJOBS_TASK_QUEUE or 'docjobs')")
     parser.add_argument(
@@ -122,7 +122,11 @@ def main() -> int:
         help="serve only these queues (repeatable; default: all). The OCR queue is DOCJOBS_OCR_TASK_QUEUE or "
         "the general queue's name + '-ocr'",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pyhanko").setLevel(logging.CRITICAL)  # its warnings can quote PDF dictionaries
     try:
