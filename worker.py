@@ -1,6 +1,6 @@
 """Runs a docjobs worker: the job workflow (async) and the stage activities (threads, bounded).
 
-    python worker.py [--task-queue NAME] [--queue general] [--queue ocr]
+    python worker.py [--task-queue NAME] [--queue general] [--queue ocr] [--metrics-port N]
 
 Stops cleanly on SIGTERM or Ctrl-C: it stops polling, lets running stages finish for a short grace
 period, then cancels them (their leases lapse and another worker takes over).
@@ -23,6 +23,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.evidence import EvidenceActivities
+from activities.metrics import LeaseExpiries
 from activities.notify import NotifyActivities
 from activities.ocr import OcrActivities
 from activities.publish import PublishActivities
@@ -31,6 +32,8 @@ from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from docjobs.client import connect
 from docjobs.config import ConfigError, Settings
+from docjobs.job_gauges import active_job_gauges
+from docjobs.metrics import metrics_runtime
 from docjobs.tenants import tenants_file
 from workflows.document_job import DocumentJobWorkflow
 
@@ -54,6 +57,7 @@ def create_workers(
         # Heartbeats carry page progress: send them often enough for a live progress bar.
         "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
         "default_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+        "interceptors": [LeaseExpiries(client)] if settings.metrics_port else [],
     }
     workers = []
     if "general" in queues:
@@ -97,15 +101,19 @@ async def running(workers: list[Worker]) -> AsyncIterator[None]:
 
 
 async def serve(settings: Settings, queues: Sequence[str]) -> None:
-    client = await connect(settings)
+    runtime = metrics_runtime(settings)
+    client = await connect(settings, runtime)
+    gauges = runtime.metric_meter if runtime is not None and "general" in queues else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     with ThreadPoolExecutor(max_workers=settings.activity_threads, thread_name_prefix="stage") as executor:
         workers = create_workers(client, settings, executor, queues)
-        async with running(workers):
+        async with running(workers), active_job_gauges(client, settings, gauges):
             served = ", ".join(worker.task_queue for worker in workers)
+            if runtime is not None:
+                log.info("metrics at http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
             log.info("worker ready: task queues %s at %s", served, settings.address)
             await stop.wait()
             log.info("stopping: draining running stages")
@@ -122,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve only these queues (repeatable; default: all). The OCR queue is DOCJOBS_OCR_TASK_QUEUE or "
         "the general queue's name + '-ocr'",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port (default: DOCJOBS_METRICS_PORT; host DOCJOBS_METRICS_HOST)",
+    )
     return parser
 
 
@@ -133,6 +146,8 @@ def main() -> int:
         settings = Settings.from_env()
         if args.task_queue:
             settings = replace(settings, task_queue=args.task_queue)
+        if args.metrics_port is not None:
+            settings = replace(settings, metrics_port=args.metrics_port or None)
         asyncio.run(serve(settings, args.queue or QUEUES))
     except ConfigError as error:
         log.error("%s", error)

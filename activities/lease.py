@@ -1,4 +1,4 @@
-"""The lease an activity holds while it works: heartbeats with progress details, and typed failures.
+"""The lease an activity holds while it works: heartbeats with progress details, typed failures, metrics.
 
 A side thread renews the lease while the worker process lives, so one long page cannot lose it; a killed
 worker stops renewing and the server hands the stage to another worker after the heartbeat timeout.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,7 +17,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from activities.metrics import outcome_after_failure, record_attempt
 from docjobs.errors import DocJobError, Outcome
+from docjobs.models import JobShape
 
 log = logging.getLogger("docjobs.activities")
 
@@ -56,22 +59,32 @@ class Lease:
 
 
 @contextmanager
-def typed_failures(stage: str) -> Iterator[int]:
+def typed_failures(stage: str, shape: JobShape | None = None) -> Iterator[int]:
     """Turn failures into `ApplicationError`s typed by their stable code; yields the attempt number.
 
     Deterministic codes are non-retryable; the attempt rides along so the job can record it. Unexpected
-    exceptions are logged by type only (their messages may quote document content) and retried.
+    exceptions are logged by type only (their messages may quote document content) and retried. Every
+    attempt's outcome and duration go to the metrics, labelled with the job's `shape`.
     """
     attempt = activity.info().attempt
+    started = time.monotonic()
+    outcome, code = "succeeded", None
     try:
         yield attempt
     except DocJobError as error:
         log.warning("stage %s attempt %d failed: %s", stage, attempt, error.code)
-        raise ApplicationError(
-            error.message, attempt, type=error.code, non_retryable=error.outcome is not Outcome.RETRY
-        ) from None
-    except (CancelledError, ApplicationError):
+        retryable = error.outcome is Outcome.RETRY
+        outcome, code = outcome_after_failure(retryable=retryable), error.code
+        raise ApplicationError(error.message, attempt, type=error.code, non_retryable=not retryable) from None
+    except CancelledError:
+        outcome = "canceled"
+        raise
+    except ApplicationError as error:
+        outcome = outcome_after_failure(retryable=not error.non_retryable)
         raise
     except Exception as error:  # noqa: BLE001 - any other failure is transient until proven otherwise
         log.error("stage %s attempt %d raised %s", stage, attempt, type(error).__name__)
+        outcome = outcome_after_failure(retryable=True)
         raise ApplicationError("an unexpected worker error", attempt, type="internal.error") from None
+    finally:
+        record_attempt(stage, shape, outcome, time.monotonic() - started, code)

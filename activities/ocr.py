@@ -26,7 +26,7 @@ class OcrActivities:
 
     @activity.defn(name="ocr")
     def ocr(self, request: OcrInput) -> OcrOutput:
-        with typed_failures("ocr") as attempt, Lease("ocr") as lease:
+        with typed_failures("ocr", request.shape) as attempt, Lease("ocr") as lease:
             self._store.verify(request.source, mismatch_code="source.digest_mismatch")
             self._workdir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self._workdir, prefix="ocr-") as tmp:

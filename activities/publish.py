@@ -20,7 +20,7 @@ class PublishActivities:
     @activity.defn(name="publish")
     def publish(self, request: PublishInput) -> PublishOutput:
         """Promote the staged artifact to the job's final key; create-only, so a stale attempt can't replace it."""
-        with typed_failures("publish") as attempt, Lease("publish"):
+        with typed_failures("publish", request.shape) as attempt, Lease("publish"):
             self._store.verify(request.source, mismatch_code="source.digest_mismatch")
             text = None
             if request.text is not None:  # the searchable text goes first: an artifact is never without it

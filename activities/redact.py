@@ -29,7 +29,7 @@ class RedactActivities:
 
     @activity.defn(name="redact")
     def redact(self, request: RedactInput) -> RedactOutput:
-        with typed_failures("redact") as attempt, Lease("redact") as lease:
+        with typed_failures("redact", request.shape) as attempt, Lease("redact") as lease:
             self._store.verify(request.source, mismatch_code="source.digest_mismatch")
             self._workdir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self._workdir, prefix="redact-") as tmp:

@@ -36,7 +36,7 @@ class ReleaseActivities:
 
     @activity.defn(name="sign")
     def sign(self, request: SignInput) -> SignOutput:
-        with typed_failures("sign") as attempt, Lease("sign"):
+        with typed_failures("sign", request.shape) as attempt, Lease("sign"):
             self._store.verify(request.source, mismatch_code="source.digest_mismatch")
             self._workdir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self._workdir, prefix="sign-") as tmp:
@@ -59,7 +59,7 @@ class ReleaseActivities:
     @activity.defn(name="verify")
     def verify(self, request: VerifyInput) -> VerifyOutput:
         """Nothing is released unless the signature (if any) and every fidelity check pass: else quarantine."""
-        with typed_failures("verify") as attempt, Lease("verify"):
+        with typed_failures("verify", request.shape) as attempt, Lease("verify"):
             self._workdir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self._workdir, prefix="verify-") as tmp:
                 source = self._fetch(request.source, Path(tmp) / "input", mismatch_code="source.digest_mismatch")

@@ -26,7 +26,7 @@ class RenderActivities:
 
     @activity.defn(name="render")
     def render(self, request: RenderInput) -> RenderOutput:
-        with typed_failures("render") as attempt, Lease("render") as lease:
+        with typed_failures("render", request.shape) as attempt, Lease("render") as lease:
             self._workdir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self._workdir, prefix="render-") as tmp:
                 source = Path(tmp) / "input"

@@ -28,6 +28,7 @@ from temporalio.common import (
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs import search_attributes as sa
@@ -75,11 +76,16 @@ def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, policy
     return f"{tenant}/auto-{digest}"
 
 
-async def connect(settings: Settings) -> Client:
-    """Connect to the configured cluster, or to the embedded dev server (started on first use)."""
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+    """Connect to the configured cluster, or to the embedded dev server (started on first use).
+
+    `runtime`: the Temporal runtime of the client and its workers (e.g. one serving metrics); else the default.
+    """
     if settings.embedded:
         await asyncio.to_thread(ensure_dev_server, settings)
-    return await Client.connect(settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter)
+    return await Client.connect(
+        settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter, runtime=runtime
+    )
 
 
 class JobClient:
@@ -228,10 +234,17 @@ class JobClient:
         state: JobState | None = None,
         tenant: str | None = None,
         older_than: timedelta | None = None,
-        limit: int = 100,
+        running_only: bool = False,
+        limit: int | None = 100,
     ) -> list[JobSummary]:
-        """Jobs through Temporal visibility (newest first), filtered by the search attributes."""
+        """Jobs through Temporal visibility (newest first), filtered by the search attributes.
+
+        `running_only` leaves out workflows that ended outside the job's logic (terminated, timed out): their
+        state attribute still says where they were. `limit=None` lists every match.
+        """
         clauses = [f'WorkflowType = "{WORKFLOW_TYPE}"']
+        if running_only:
+            clauses.append('ExecutionStatus = "Running"')
         if tenant is not None:
             if not SAFE_QUERY_VALUE.fullmatch(tenant):
                 raise ValueError("a tenant name may only hold letters, digits and . _ @ -")

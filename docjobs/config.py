@@ -76,6 +76,9 @@ class Settings:
     timing: ActivityTiming
     activity_threads: int
     temporal_bin: str | None = field(default=None)
+    metrics_host: str = "127.0.0.1"  # where `worker.py --metrics-port` listens (0.0.0.0 in a container)
+    metrics_port: int | None = None  # None: no metrics endpoint
+    metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges
 
     @property
     def embedded(self) -> bool:
@@ -126,6 +129,9 @@ class Settings:
             ),
             activity_threads=_env_int("DOCJOBS_ACTIVITY_THREADS", max(2, os.cpu_count() or 2)),
             temporal_bin=os.environ.get("DOCJOBS_TEMPORAL_BIN") or None,
+            metrics_host=os.environ.get("DOCJOBS_METRICS_HOST") or "127.0.0.1",
+            metrics_port=_env_int("DOCJOBS_METRICS_PORT", 0) or None,
+            metrics_refresh_seconds=_env_float("DOCJOBS_METRICS_REFRESH_SECONDS", 15.0),
         )
 
     def find_temporal_bin(self) -> str:

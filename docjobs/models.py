@@ -179,8 +179,21 @@ class JobRequest(Frozen):
         return self.policy.name
 
 
-class RenderInput(Frozen):
+class JobShape(Frozen):
+    """What a stage's metrics are labelled with: low-cardinality facts about its job, never its identity."""
+
+    watermark_mode: WatermarkMode | None = None  # None: scheduled by a workflow that did not send it yet
+    page_count: int = Field(default=0, ge=0)  # 0: not known (the input could not be counted at acceptance)
+
+
+class StageInput(Frozen):
+    """What every stage gets: its job, and the job's shape (filled in by the workflow when it schedules it)."""
+
     job_id: str
+    shape: JobShape = JobShape()
+
+
+class RenderInput(StageInput):
     source: BlobRef
     watermark: WatermarkPolicy | None  # None: normalize only, a later stage stamps
     max_pages: int
@@ -195,8 +208,7 @@ class RenderOutput(Frozen):
     invalidated_signatures: int = 0  # signatures of an (allowed) signed input that processing voids
 
 
-class OcrInput(Frozen):
-    job_id: str
+class OcrInput(StageInput):
     source: BlobRef  # the accepted input, re-checked
     staged: BlobRef  # the rendered (normalized) document to OCR
     ocr: OcrPolicy
@@ -210,8 +222,7 @@ class OcrOutput(Frozen):
     attempt: int
 
 
-class SignInput(Frozen):
-    job_id: str
+class SignInput(StageInput):
     source: BlobRef
     staged: BlobRef
     sign: SignPolicy
@@ -226,8 +237,7 @@ class SignOutput(Frozen):
     attempt: int
 
 
-class RedactInput(Frozen):
-    job_id: str
+class RedactInput(StageInput):
     source: BlobRef  # the accepted input, re-checked
     staged: BlobRef  # the document to redact (after OCR, so patterns match OCR text)
     redact: RedactPolicy
@@ -266,8 +276,7 @@ class RedactOutput(Frozen):
     attempt: int
 
 
-class VerifyInput(Frozen):
-    job_id: str
+class VerifyInput(StageInput):
     source: BlobRef
     staged: BlobRef
     signed: bool
@@ -283,8 +292,7 @@ class VerifyOutput(Frozen):
     attempt: int
 
 
-class PublishInput(Frozen):
-    job_id: str
+class PublishInput(StageInput):
     source: BlobRef
     staged: BlobRef
     text: BlobRef | None = None

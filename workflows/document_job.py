@@ -11,7 +11,7 @@ import asyncio
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -21,12 +21,14 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 with workflow.unsafe.imports_passed_through():
     from docjobs import search_attributes as sa
     from docjobs.errors import FAILURE_CODES, Outcome, outcome_of
+    from docjobs.metrics import JOBS_TERMINAL, failure_family
     from docjobs.models import (
         BlobRef,
         CleanupInput,
         EvidenceInput,
         EvidenceOutput,
         JobRequest,
+        JobShape,
         JobStatus,
         NotifyInput,
         OcrInput,
@@ -40,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         RenderOutput,
         SignInput,
         SignOutput,
+        StageInput,
         TransitionRecord,
         VerifyInput,
         VerifyOutput,
@@ -320,15 +323,16 @@ class DocumentJobWorkflow:
         return staged
 
     async def _stage(
-        self, stage: Stage, payload: Any, output_type: type[OutputT], *, task_queue: str | None = None
+        self, stage: Stage, payload: StageInput, output_type: type[OutputT], *, task_queue: str | None = None
     ) -> OutputT:
         self._transition(JobState.PROCESSING, stage)
         timing = self._request.timing
         pages = max(self._status.page_count, 1)
         per_page = timing.ocr_per_page_seconds if stage is Stage.OCR else timing.per_page_seconds
+        shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
         result: OutputT = await workflow.execute_activity(
             stage.value,
-            payload,
+            payload.model_copy(update={"shape": shape}),
             result_type=output_type,
             task_queue=task_queue,
             start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),
@@ -361,3 +365,12 @@ class DocumentJobWorkflow:
         self._status.failure_code = ending.code
         self._status.failure_message = ending.message
         self._status.cancel_reason = ending.cancel_reason
+        # Metrics add no commands (replay-safe, no patch) and are not emitted again during replay.
+        workflow.metric_meter().create_counter(JOBS_TERMINAL, "jobs that reached each terminal state").add(
+            1,
+            {
+                "state": ending.state.value,
+                "document_class": self._request.document_class,
+                "failure_family": failure_family(ending.code),
+            },
+        )
