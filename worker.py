@@ -1,6 +1,6 @@
 """Runs a docjobs worker: the job workflow (async) and the stage activities (threads, bounded).
 
-    python worker.py [--task-queue NAME] [--queue general] [--queue ocr]
+    python worker.py [--task-queue NAME] [--queue general] [--queue ocr] [--log-format text|json]
 
 Stops cleanly on SIGTERM or Ctrl-C: it stops polling, lets running stages finish for a short grace
 period, then cancels them (their leases lapse and another worker takes over).
@@ -30,6 +30,7 @@ from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from docjobs.client import connect
 from docjobs.config import ConfigError, Settings
+from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.tenants import tenants_file
 from workflows.document_job import DocumentJobWorkflow
 
@@ -95,6 +96,7 @@ async def running(workers: list[Worker]) -> AsyncIterator[None]:
 
 async def serve(settings: Settings, queues: Sequence[str]) -> None:
     client = await connect(settings)
+    identify(client.identity)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -119,9 +121,12 @@ def main() -> int:
         help="serve only these queues (repeatable; default: all). The OCR queue is DOCJOBS_OCR_TASK_QUEUE or "
         "the general queue's name + '-ocr'",
     )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="log lines (default: DOCJOBS_LOG_FORMAT or text)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pyhanko").setLevel(logging.CRITICAL)  # its warnings can quote PDF dictionaries
+    try:
+        configure_logging(args.log_format or default_log_format())
+    except ConfigError as error:
+        parser.error(str(error))
     try:
         settings = Settings.from_env()
         if args.task_queue:
