@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from temporalio.service import RPCError
 
 from docjobs.client import JobClient, JobNotFound, NotReleased, connect
+from docjobs.codec import PayloadDecryptionError
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.errors import DocJobError
@@ -463,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(out, EXIT_JOB_NOT_SUCCEEDED, "job.not_released", str(error), job_id=job_id)
     except ProtocolError as error:
         return fail(out, EXIT_PROTOCOL, "protocol", str(error), job_id=job_id)
+    except PayloadDecryptionError as error:  # this process lacks the key that sealed the job's payloads
+        return fail(out, EXIT_USAGE, "codec.undecryptable", str(error), job_id=job_id)
     except (RPCError, RuntimeError, OSError) as error:
         return fail(out, EXIT_USAGE, "unavailable", f"{type(error).__name__}: {error}", job_id=job_id)
 

@@ -28,10 +28,11 @@ from docjobs.codec_server import create_codec_app
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.states import JobState
 from docjobs.storage import source_key
-from tests.conftest import Env, StartWorker, free_port, wait_terminal, with_watermark
+from tests.conftest import Env, StartWorker, free_port, run_starter, wait_terminal, with_watermark
 
 OLD = CodecKey("2025-a", bytes(range(32)))
 NEW = CodecKey("2026-b", bytes(range(32, 64)))
+UNKNOWN = CodecKey("2027-c", bytes(range(64, 96)))
 UI_ORIGIN = "http://localhost:8233"
 TOKEN = "codec-test-token"
 
@@ -162,6 +163,7 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     submitted = await jobs.submit(samples / "sample.pdf", policy, key="codec-secret")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status.failure_code
+    await jobs.handle(submitted.job_id).result()  # the state is final before the workflow's wrap-up ends
 
     plain_client = await Client.connect(settings.address, namespace=settings.namespace)  # no codec
     history = await plain_client.get_workflow_handle(submitted.job_id).fetch_history()
@@ -216,6 +218,11 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
             "/encode", content=json_format.MessageToJson(Payloads(payloads=[plain("x")])), headers=auth
         )
         assert json_format.Parse(sealed.text, Payloads()).payloads[0].metadata["encoding"] == ENCODING
+
+    code, shown_status, _ = run_starter(env, "status", submitted.job_id, DOCJOBS_CODEC_KEYS=keys["DOCJOBS_CODEC_KEYS"])
+    assert (code, shown_status["input_sha256"]) == (0, status.input_sha256)
+    code, refused_status, _ = run_starter(env, "status", submitted.job_id, DOCJOBS_CODEC_KEYS=entry(UNKNOWN))
+    assert (code, refused_status["error"]) == (2, "codec.undecryptable") and "'2026-b'" in refused_status["message"]
 
     shown = subprocess.run(
         [
