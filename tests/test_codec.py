@@ -7,15 +7,15 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
-import threading
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload, Payloads
@@ -24,11 +24,10 @@ from temporalio.client import Client
 
 from docjobs.client import JobClient, connect
 from docjobs.codec import ENCODING, CodecKey, EncryptionCodec, PayloadDecryptionError
-from docjobs.codec_server import create_codec_app
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.states import JobState
 from docjobs.storage import source_key
-from tests.conftest import Env, StartWorker, free_port, run_starter, wait_terminal, with_watermark
+from tests.conftest import REPO, Env, StartWorker, free_port, run_starter, wait_terminal, with_watermark
 
 OLD = CodecKey("2025-a", bytes(range(32)))
 NEW = CodecKey("2026-b", bytes(range(32, 64)))
@@ -134,20 +133,27 @@ def payloads_in(message: Message, path: str = "") -> Iterator[tuple[str, Payload
 
 @pytest.fixture
 def codec_endpoint(env: Env) -> Iterator[str]:
-    """The codec app under uvicorn on a free loopback port, with a bearer token."""
-    settings = env.settings(DOCJOBS_CODEC_KEYS=f"{entry(NEW)},{entry(OLD)}", DOCJOBS_CODEC_TOKEN=TOKEN)
+    """`starter.py codec-server` as a real process on a free loopback port, with a bearer token."""
     port = free_port()
-    config = uvicorn.Config(create_codec_app(settings, cors_origin=UI_ORIGIN), port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the codec endpoint did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "starter.py"), "codec-server", "--port", str(port), "--cors-origin", UI_ORIGIN],
+        cwd=REPO,
+        env=env.process_env(DOCJOBS_CODEC_KEYS=f"{entry(NEW)},{entry(OLD)}", DOCJOBS_CODEC_TOKEN=TOKEN),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.options(endpoint)
+            break
+        except httpx.TransportError:
+            assert server.poll() is None and time.monotonic() < deadline, "the codec endpoint did not start"
+            time.sleep(0.1)
+    yield endpoint
+    server.send_signal(signal.SIGINT)
+    assert server.wait(timeout=30) == 130
 
 
 async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
