@@ -97,6 +97,6 @@ class EncryptionCodec(PayloadCodec):
             raise PayloadDecryptionError(f"payload encrypted with unknown key ID {key_id!r}: configure that key")
         try:
             plain = cipher.decrypt(payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:], None)
-        except InvalidTag:
+        except (InvalidTag, ValueError):  # a forged or truncated payload, or another secret under this ID
             raise PayloadDecryptionError(f"payload failed authentication with key ID {key_id!r}") from None
         return Payload.FromString(plain)

@@ -49,7 +49,7 @@ def create_codec_app(settings: Settings, *, cors_origin: str = DEFAULT_UI_ORIGIN
         authorization: Annotated[str | None, Header()] = None,
         x_namespace: Annotated[str | None, Header()] = None,
     ) -> None:
-        if token is not None and not hmac.compare_digest(authorization or "", f"Bearer {token}"):
+        if token is not None and not hmac.compare_digest((authorization or "").encode(), f"Bearer {token}".encode()):
             raise _Refused(403, "codec.forbidden", "a valid bearer token is required")
         if x_namespace is not None and x_namespace != settings.namespace:
             raise _Refused(403, "codec.namespace", "this codec serves another namespace")

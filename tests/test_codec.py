@@ -71,7 +71,10 @@ async def test_undecryptable_payloads_name_the_key_not_the_content() -> None:
     tampered.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
     with pytest.raises(PayloadDecryptionError, match="failed authentication with key ID '2025-a'") as forged:
         await EncryptionCodec([OLD]).decode([tampered])
-    assert "secret" not in str(unknown.value) + str(forged.value)
+    tampered.data = sealed.data[:5]
+    with pytest.raises(PayloadDecryptionError, match="failed authentication with key ID '2025-a'") as truncated:
+        await EncryptionCodec([OLD]).decode([tampered])
+    assert "secret" not in str(unknown.value) + str(forged.value) + str(truncated.value)
 
 
 def settings_with(monkeypatch: pytest.MonkeyPatch, **variables: str) -> Settings:
@@ -214,8 +217,13 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
         allowed = {name.strip().lower() for name in preflight.headers["access-control-allow-headers"].split(",")}
         assert {"content-type", "x-namespace", "authorization"} <= allowed
 
-        for wrong in ({}, {"Authorization": "Bearer not-the-token"}):
-            refused = await http.post("/decode", content=body, headers={"Content-Type": "application/json", **wrong})
+        wrong_tokens: list[dict[bytes, bytes]] = [
+            {},
+            {b"Authorization": b"Bearer not-the-token"},
+            {b"Authorization": "Bearer caf\u00e9".encode()},  # not ASCII: still a plain 403
+        ]
+        for wrong in wrong_tokens:
+            refused = await http.post("/decode", content=body, headers={b"Content-Type": b"application/json", **wrong})
             assert refused.status_code == 403 and refused.json()["code"] == "codec.forbidden"
         other = await http.post("/decode", content=body, headers={**auth, "X-Namespace": "elsewhere"})
         assert other.status_code == 403
