@@ -7,6 +7,7 @@
     python starter.py jobs [--state S] [--older-than DURATION] [--tenant T]
     python starter.py server start|stop|status
     python starter.py serve [--host H] [--port P] [--with-worker]   the HTTP API
+    python starter.py codec-server [--host H] [--port P] [--cors-origin URL]   decrypts payloads for the Web UI/CLI
     python starter.py tenant add NAME   create an API tenant and print its key (once)
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
@@ -27,19 +28,24 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
 from docjobs.client import JobClient, JobNotFound, NotReleased, connect
+from docjobs.codec import PayloadDecryptionError
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.errors import DocJobError
+from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format
 from docjobs.models import BUILTIN_PATTERN_NAMES, JobStatus, OcrMode, Policy, RedactionSummary
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
 from docjobs.tenants import TenantExists, add_tenant, set_callback, tenants_file
+
+if TYPE_CHECKING:
+    import uvicorn
 
 EXIT_OK, EXIT_JOB_NOT_SUCCEEDED, EXIT_USAGE, EXIT_BUDGET, EXIT_PROTOCOL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
@@ -302,14 +308,20 @@ async def cmd_server(args: argparse.Namespace, settings: Settings, out: Output) 
     return EXIT_OK
 
 
-async def cmd_serve(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+def http_server(app: Any, args: argparse.Namespace) -> uvicorn.Server:
+    """A uvicorn server whose logs (access lines included) go through the process's docjobs logging."""
     import uvicorn
 
+    return uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_config=None))
+
+
+async def cmd_serve(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     from docjobs.api import create_app
 
+    configure_logging(args.log_format or default_log_format())  # before connecting: the SDK's logs too
     client = await connect(settings)
     jobs = JobClient(client, settings)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, jobs), host=args.host, port=args.port))
+    server = http_server(create_app(settings, jobs), args)
     out.progress(f"docjobs API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
     if args.with_worker:
         from worker import create_workers, running
@@ -320,6 +332,17 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings, out: Output) -
     else:
         await server.serve()
     out.result({"served": True, "host": args.host, "port": args.port}, "API stopped")
+    return EXIT_OK
+
+
+async def cmd_codec_server(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    from docjobs.codec_server import create_codec_app
+
+    configure_logging(args.log_format or default_log_format())
+    server = http_server(create_codec_app(settings, cors_origin=args.cors_origin), args)
+    out.progress(f"docjobs codec endpoint on http://{args.host}:{args.port} (Web UI origin {args.cors_origin})")
+    await server.serve()
+    out.result({"served": True, "host": args.host, "port": args.port}, "codec endpoint stopped")
     return EXIT_OK
 
 
@@ -417,6 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--with-worker", action="store_true", help="also run a worker in this process")
+    codec = commands.add_parser("codec-server", help="the remote codec endpoint of the Web UI and CLI")
+    codec.add_argument("--host", default="127.0.0.1")
+    codec.add_argument("--port", type=int, default=8089)
+    codec.add_argument("--cors-origin", default="http://localhost:8233", metavar="URL", help="the Web UI's origin")
+    for long_running in (serve, codec):
+        long_running.add_argument("--log-format", choices=LOG_FORMATS, help="default: DOCJOBS_LOG_FORMAT or text")
     tenant = commands.add_parser("tenant", help="API tenants and their keys")
     tenant.add_argument("action", choices=["add"])
     tenant.add_argument("name")
@@ -440,6 +469,7 @@ COMMANDS = {
     "verify-evidence": cmd_verify_evidence,
     "server": cmd_server,
     "serve": cmd_serve,
+    "codec-server": cmd_codec_server,
     "tenant": cmd_tenant,
 }
 
@@ -469,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(out, EXIT_JOB_NOT_SUCCEEDED, "job.not_released", str(error), job_id=job_id)
     except ProtocolError as error:
         return fail(out, EXIT_PROTOCOL, "protocol", str(error), job_id=job_id)
+    except PayloadDecryptionError as error:  # this process lacks the key that sealed the job's payloads
+        return fail(out, EXIT_USAGE, "codec.undecryptable", str(error), job_id=job_id)
     except (RPCError, RuntimeError, OSError) as error:
         return fail(out, EXIT_USAGE, "unavailable", f"{type(error).__name__}: {error}", job_id=job_id)
 

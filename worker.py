@@ -1,6 +1,6 @@
 """Runs a docjobs worker: the job workflow (async) and the stage activities (threads, bounded).
 
-    python worker.py [--task-queue NAME] [--queue general] [--queue ocr] [--metrics-port N]
+    python worker.py [--task-queue NAME] [--queue general] [--queue ocr] [--metrics-port N] [--log-format text|json]
 
 Stops cleanly on SIGTERM or Ctrl-C: it stops polling, lets running stages finish for a short grace
 period, then cancels them (their leases lapse and another worker takes over).
@@ -33,6 +33,7 @@ from activities.render import RenderActivities
 from docjobs.client import connect
 from docjobs.config import ConfigError, Settings
 from docjobs.job_gauges import active_job_gauges
+from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.metrics import metrics_runtime
 from docjobs.tenants import tenants_file
 from workflows.document_job import DocumentJobWorkflow
@@ -103,6 +104,7 @@ async def running(workers: list[Worker]) -> AsyncIterator[None]:
 async def serve(settings: Settings, queues: Sequence[str]) -> None:
     runtime = metrics_runtime(settings)
     client = await connect(settings, runtime)
+    identify(client.identity)
     gauges = runtime.metric_meter if runtime is not None and "general" in queues else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -135,13 +137,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="serve Prometheus metrics on this port (default: DOCJOBS_METRICS_PORT; host DOCJOBS_METRICS_HOST)",
     )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="log lines (default: DOCJOBS_LOG_FORMAT or text)")
     return parser
 
 
 def main() -> int:
-    args = build_parser().parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pyhanko").setLevel(logging.CRITICAL)  # its warnings can quote PDF dictionaries
+    parser = build_parser()
+    args = parser.parse_args()
+    try:
+        configure_logging(args.log_format or default_log_format())
+    except ConfigError as error:
+        parser.error(str(error))
     try:
         settings = Settings.from_env()
         if args.task_queue:

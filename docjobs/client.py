@@ -9,6 +9,7 @@ still running or already ended (even failed or canceled), for as long as the nam
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import re
 import shutil
@@ -27,6 +28,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
@@ -76,15 +78,22 @@ def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, policy
     return f"{tenant}/auto-{digest}"
 
 
+def data_converter(settings: Settings) -> DataConverter:
+    """Pydantic JSON payloads, encrypted when codec keys are configured (docjobs/codec.py)."""
+    codec = settings.payload_codec()
+    return dataclasses.replace(pydantic_data_converter, payload_codec=codec) if codec else pydantic_data_converter
+
+
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     """Connect to the configured cluster, or to the embedded dev server (started on first use).
 
+    Every docjobs process (worker, CLI, API, tests) connects here, so all of them share one data converter.
     `runtime`: the Temporal runtime of the client and its workers (e.g. one serving metrics); else the default.
     """
     if settings.embedded:
         await asyncio.to_thread(ensure_dev_server, settings)
     return await Client.connect(
-        settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter, runtime=runtime
+        settings.address, namespace=settings.namespace, data_converter=data_converter(settings), runtime=runtime
     )
 
 

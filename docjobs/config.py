@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from docjobs.codec import CodecKey, EncryptionCodec, parse_keys
 from docjobs.models import BUILTIN_PATTERN_NAMES, ActivityTiming, Policy, RedactRegion
 from docjobs.storage import BlobStore
 
@@ -57,6 +58,26 @@ def _env_float(name: str, default: float) -> float:
     return _env_number(name, default, float)
 
 
+def _codec_keys() -> tuple[CodecKey, ...]:
+    """Payload encryption keys from DOCJOBS_CODEC_KEYS_FILE (preferred: no secret in the environment) or
+    DOCJOBS_CODEC_KEYS; errors name the variable, never a key."""
+    inline = os.environ.get("DOCJOBS_CODEC_KEYS") or None
+    path = os.environ.get("DOCJOBS_CODEC_KEYS_FILE") or None
+    if inline and path:
+        raise ConfigError("set DOCJOBS_CODEC_KEYS or DOCJOBS_CODEC_KEYS_FILE, not both")
+    name = "DOCJOBS_CODEC_KEYS_FILE" if path else "DOCJOBS_CODEC_KEYS"
+    try:
+        text = Path(path).read_text() if path else inline or ""
+        keys = parse_keys(text)
+    except OSError as error:
+        raise ConfigError(f"{name}: cannot read the key file ({error.strerror})") from None
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}") from None
+    if (inline or path) and not keys:
+        raise ConfigError(f"{name} is set but holds no key")
+    return keys
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path
@@ -79,6 +100,8 @@ class Settings:
     metrics_host: str = "127.0.0.1"  # where `worker.py --metrics-port` listens (0.0.0.0 in a container)
     metrics_port: int | None = None  # None: no metrics endpoint
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges
+    codec_keys: tuple[CodecKey, ...] = field(default=(), repr=False)  # the first one encrypts
+    codec_token: str | None = field(default=None, repr=False)  # bearer token the codec server demands
 
     @property
     def embedded(self) -> bool:
@@ -92,6 +115,10 @@ class Settings:
     @property
     def address(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.dev_server_port}"
+
+    def payload_codec(self) -> EncryptionCodec | None:
+        """The encryption codec of every payload, or None (plain JSON) when no key is configured."""
+        return EncryptionCodec(self.codec_keys) if self.codec_keys else None
 
     def blob_store(self) -> BlobStore:
         """The blob store named by DOCJOBS_STORAGE_URL (`file:///path` or `s3://bucket/prefix`)."""
@@ -132,6 +159,8 @@ class Settings:
             metrics_host=os.environ.get("DOCJOBS_METRICS_HOST") or "127.0.0.1",
             metrics_port=_env_int("DOCJOBS_METRICS_PORT", 0) or None,
             metrics_refresh_seconds=_env_float("DOCJOBS_METRICS_REFRESH_SECONDS", 15.0),
+            codec_keys=_codec_keys(),
+            codec_token=os.environ.get("DOCJOBS_CODEC_TOKEN") or None,
         )
 
     def find_temporal_bin(self) -> str:

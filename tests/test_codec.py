@@ -1,0 +1,261 @@
+"""Encrypted history: the codec itself, its configuration, and a real job whose history the server only
+ever saw as ciphertext, readable again through the codec endpoint (over HTTP, as the Web UI and CLI use it).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.history.v1 import History
+from temporalio.client import Client
+
+from docjobs.client import JobClient, connect
+from docjobs.codec import ENCODING, CodecKey, EncryptionCodec, PayloadDecryptionError
+from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.states import JobState
+from docjobs.storage import source_key
+from tests.conftest import REPO, Env, StartWorker, free_port, run_starter, wait_terminal, with_watermark
+
+OLD = CodecKey("2025-a", bytes(range(32)))
+NEW = CodecKey("2026-b", bytes(range(32, 64)))
+UNKNOWN = CodecKey("2027-c", bytes(range(64, 96)))
+UI_ORIGIN = "http://localhost:8233"
+TOKEN = "codec-test-token"
+
+
+def entry(key: CodecKey) -> str:
+    return f"{key.key_id}:{base64.b64encode(key.secret).decode()}"
+
+
+def plain(text: str) -> Payload:
+    return Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(text).encode())
+
+
+async def test_round_trip_seals_the_whole_payload() -> None:
+    codec = EncryptionCodec([NEW, OLD])
+    original = plain("confidential words")
+    first, second = await codec.encode([original, original])
+    assert first.metadata["encoding"] == ENCODING and first.metadata["encryption-key-id"] == b"2026-b"
+    assert b"confidential" not in first.SerializeToString() and b"json/plain" not in first.data
+    assert first.data[:12] != second.data[:12]  # a fresh nonce each time
+    assert await codec.decode([first, second]) == [original, original]
+    assert await codec.decode([original]) == [original]  # written before encryption was switched on
+
+
+async def test_rotation_keeps_old_histories_readable() -> None:
+    sealed_before = (await EncryptionCodec([OLD]).encode([plain("before rotation")]))[0]
+    rotated = EncryptionCodec([NEW, OLD])
+    assert await rotated.decode([sealed_before]) == [plain("before rotation")]
+    assert (await rotated.encode([plain("after")]))[0].metadata["encryption-key-id"] == b"2026-b"
+
+
+async def test_undecryptable_payloads_name_the_key_not_the_content() -> None:
+    sealed = (await EncryptionCodec([OLD]).encode([plain("secret words")]))[0]
+    with pytest.raises(PayloadDecryptionError, match="unknown key ID '2025-a'") as unknown:
+        await EncryptionCodec([NEW]).decode([sealed])
+    tampered = Payload()
+    tampered.CopyFrom(sealed)
+    tampered.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
+    with pytest.raises(PayloadDecryptionError, match="failed authentication with key ID '2025-a'") as forged:
+        await EncryptionCodec([OLD]).decode([tampered])
+    tampered.data = sealed.data[:5]
+    with pytest.raises(PayloadDecryptionError, match="failed authentication with key ID '2025-a'") as truncated:
+        await EncryptionCodec([OLD]).decode([tampered])
+    assert "secret" not in str(unknown.value) + str(forged.value) + str(truncated.value)
+
+
+def settings_with(monkeypatch: pytest.MonkeyPatch, **variables: str) -> Settings:
+    for name in ("DOCJOBS_CODEC_KEYS", "DOCJOBS_CODEC_KEYS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    return Settings.from_env()
+
+
+def test_keys_from_the_environment_or_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert settings_with(monkeypatch).payload_codec() is None  # no keys: plain JSON payloads
+    assert settings_with(monkeypatch, DOCJOBS_CODEC_KEYS=f"{entry(NEW)}, {entry(OLD)}").codec_keys == (NEW, OLD)
+    key_file = tmp_path / "codec.keys"
+    key_file.write_text(f"{entry(NEW)}\n{entry(OLD)}\n")
+    assert settings_with(monkeypatch, DOCJOBS_CODEC_KEYS_FILE=str(key_file)).codec_keys == (NEW, OLD)
+    assert base64.b64encode(NEW.secret).decode() not in repr(settings_with(monkeypatch, DOCJOBS_CODEC_KEYS=entry(NEW)))
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({"DOCJOBS_CODEC_KEYS": "no-colon-here"}, "DOCJOBS_CODEC_KEYS: entry 1 is not KEY_ID:BASE64KEY"),
+        ({"DOCJOBS_CODEC_KEYS": "k1:not*base64!"}, "DOCJOBS_CODEC_KEYS: the key of 'k1' is not standard base64"),
+        ({"DOCJOBS_CODEC_KEYS": "k1:c2hvcnQ="}, "DOCJOBS_CODEC_KEYS: the key of 'k1' must be 32 bytes, not 5"),
+        ({"DOCJOBS_CODEC_KEYS": f"{entry(OLD)},{entry(OLD)}"}, "key ID '2025-a' is configured twice"),
+        ({"DOCJOBS_CODEC_KEYS": " , "}, "DOCJOBS_CODEC_KEYS is set but holds no key"),
+        ({"DOCJOBS_CODEC_KEYS_FILE": "/nonexistent/codec.keys"}, "DOCJOBS_CODEC_KEYS_FILE: cannot read the key file"),
+        ({"DOCJOBS_CODEC_KEYS": entry(OLD), "DOCJOBS_CODEC_KEYS_FILE": "x"}, "not both"),
+    ],
+)
+def test_malformed_keys_are_config_errors(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        settings_with(monkeypatch, **variables)
+    assert expected in str(error.value)
+    assert "c2hvcnQ" not in str(error.value) and base64.b64encode(OLD.secret).decode() not in str(error.value)
+
+
+def payloads_in(message: Message, path: str = "") -> Iterator[tuple[str, Payload]]:
+    """Every Payload inside a protobuf message (maps and repeated fields included), with its field path."""
+    if isinstance(message, Payload):
+        yield path, message
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            items = [(f"{path}.{field.name}[{key}]", item) for key, item in value.items()]
+            items = [(where, item) for where, item in items if isinstance(item, Message)]
+        elif field.is_repeated:
+            items = [(f"{path}.{field.name}[{index}]", item) for index, item in enumerate(value)]
+        else:
+            items = [(f"{path}.{field.name}", value)]
+        for where, item in items:
+            yield from payloads_in(item, where)
+
+
+@pytest.fixture
+def codec_endpoint(env: Env) -> Iterator[str]:
+    """`starter.py codec-server` as a real process on a free loopback port, with a bearer token."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "starter.py"), "codec-server", "--port", str(port), "--cors-origin", UI_ORIGIN],
+        cwd=REPO,
+        env=env.process_env(DOCJOBS_CODEC_KEYS=f"{entry(NEW)},{entry(OLD)}", DOCJOBS_CODEC_TOKEN=TOKEN),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.options(endpoint)
+            break
+        except httpx.TransportError:
+            assert server.poll() is None and time.monotonic() < deadline, "the codec endpoint did not start"
+            time.sleep(0.1)
+    yield endpoint
+    server.send_signal(signal.SIGINT)
+    assert server.wait(timeout=30) == 130
+
+
+async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
+    env: Env, start_worker: StartWorker, policies: PolicyBook, samples: Path, codec_endpoint: str
+) -> None:
+    queue = "codec-test"
+    keys = {"DOCJOBS_CODEC_KEYS": f"{entry(NEW)},{entry(OLD)}", "DOCJOBS_TASK_QUEUE": queue}
+    start_worker(queue, **keys)
+    settings = env.settings(**keys)
+    jobs = JobClient(await connect(settings), settings)
+    sentinel = f"CODEC-SENTINEL-{os.getpid()}"
+    policy = with_watermark(policies.get("standard"), text=sentinel)
+    submitted = await jobs.submit(samples / "sample.pdf", policy, key="codec-secret")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, status.failure_code
+    await jobs.handle(submitted.job_id).result()  # the state is final before the workflow's wrap-up ends
+
+    plain_client = await Client.connect(settings.address, namespace=settings.namespace)  # no codec
+    history = await plain_client.get_workflow_handle(submitted.job_id).fetch_history()
+    raw = History(events=history.events)
+    found = list(payloads_in(raw))
+    # Left in the clear by Temporal itself: search attributes (the server indexes them) and the SDK's patch
+    # markers (a `workflow.patched` ID from the workflow code). Everything else must be sealed, memo included.
+    clear_by_design = (".search_attributes.", ".details[patch-data].")
+    sealable = [(where, payload) for where, payload in found if not any(s in where for s in clear_by_design)]
+    assert any(".memo.fields[request]" in where for where, _ in sealable)
+    kinds = {where.split(".")[2] for where, _ in sealable}  # .events[i].<kind>_attributes.…
+    assert {"workflow_execution_started_event_attributes", "activity_task_scheduled_event_attributes"} <= kinds
+    assert {"activity_task_completed_event_attributes", "workflow_execution_completed_event_attributes"} <= kinds
+    unsealed = [where for where, payload in sealable if payload.metadata.get("encoding") != ENCODING]
+    assert unsealed == [], unsealed
+    secrets = [status.input_sha256, source_key(status.input_sha256), policy.version, sentinel]
+    raw_bytes = raw.SerializeToString()
+    assert [secret for secret in secrets if secret.encode() in raw_bytes] == []
+
+    body = json_format.MessageToJson(Payloads(payloads=[payload for _, payload in sealable]))
+    auth = {"Authorization": f"Bearer {TOKEN}", "X-Namespace": settings.namespace, "Origin": UI_ORIGIN}
+    async with httpx.AsyncClient(base_url=codec_endpoint) as http:
+        decoded = await http.post("/decode", content=body, headers={**auth, "Content-Type": "application/json"})
+        assert decoded.status_code == 200, decoded.text
+        assert decoded.headers["access-control-allow-origin"] == UI_ORIGIN
+        opened = json_format.Parse(decoded.text, Payloads()).payloads
+        clear = b"".join(payload.data for payload in opened)
+        assert all(secret.encode() in clear for secret in secrets)
+        assert {payload.metadata["encoding"] for payload in opened} <= {b"json/plain", b"binary/null"}
+
+        preflight = await http.options(
+            "/decode",
+            headers={
+                "Origin": UI_ORIGIN,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type,x-namespace,authorization",
+            },
+        )
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == UI_ORIGIN
+        assert preflight.headers["access-control-allow-credentials"] == "true"
+        allowed = {name.strip().lower() for name in preflight.headers["access-control-allow-headers"].split(",")}
+        assert {"content-type", "x-namespace", "authorization"} <= allowed
+
+        wrong_tokens: list[dict[bytes, bytes]] = [
+            {},
+            {b"Authorization": b"Bearer not-the-token"},
+            {b"Authorization": "Bearer caf\u00e9".encode()},  # not ASCII: still a plain 403
+        ]
+        for wrong in wrong_tokens:
+            refused = await http.post("/decode", content=body, headers={b"Content-Type": b"application/json", **wrong})
+            assert refused.status_code == 403 and refused.json()["code"] == "codec.forbidden"
+        other = await http.post("/decode", content=body, headers={**auth, "X-Namespace": "elsewhere"})
+        assert other.status_code == 403
+
+        sealed = await http.post(
+            "/encode", content=json_format.MessageToJson(Payloads(payloads=[plain("x")])), headers=auth
+        )
+        assert json_format.Parse(sealed.text, Payloads()).payloads[0].metadata["encoding"] == ENCODING
+
+    code, shown_status, _ = run_starter(env, "status", submitted.job_id, DOCJOBS_CODEC_KEYS=keys["DOCJOBS_CODEC_KEYS"])
+    assert (code, shown_status["input_sha256"]) == (0, status.input_sha256)
+    code, refused_status, _ = run_starter(env, "status", submitted.job_id, DOCJOBS_CODEC_KEYS=entry(UNKNOWN))
+    assert (code, refused_status["error"]) == (2, "codec.undecryptable") and "'2026-b'" in refused_status["message"]
+
+    shown = subprocess.run(
+        [
+            settings.find_temporal_bin(),
+            "workflow",
+            "show",
+            "--workflow-id",
+            submitted.job_id,
+            "--address",
+            settings.address,
+            "--codec-endpoint",
+            codec_endpoint,
+            "--codec-auth",
+            f"Bearer {TOKEN}",
+            "--detailed",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert status.input_sha256 in shown.stdout and sentinel in shown.stdout
