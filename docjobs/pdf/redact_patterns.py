@@ -28,10 +28,10 @@ _DOB_LABEL = r"\b(?:DOB|D\.O\.B\.?|Date\s+of\s+birth|Birth\s*date|Born(?:\s+on)?
 BUILTIN_PATTERNS: dict[str, re.Pattern[str]] = {
     # Area 000, 666 and 9xx are never issued; group 00 and serial 0000 neither. Hyphens or spaces. Bounded
     # by digits, not words, so the number is still found in text whose spaces were squeezed out.
-    "ssn": re.compile(r"(?<![\d-])(?!000|666|9)\d{3}(?:\s*-\s*|\s)(?!00)\d{2}(?:\s*-\s*|\s)(?!0000)\d{4}(?![\d-])"),
+    "ssn": re.compile(r"(?<!\d)(?<!\d-)(?!000|666|9)\d{3}(?:\s*-\s*|\s)(?!00)\d{2}(?:\s*-\s*|\s)(?!0000)\d{4}(?!-?\d)"),
     # North American numbers: (555) 123-4567, 555-123-4567, 555.123.4567, +1 555 123 4567.
     "phone": re.compile(
-        r"(?<![\d+])(?:\+?1[\s.-]?)?(?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[\s.-])\d{3}[\s.-]\d{4}(?![\d-])",
+        r"(?<![\d+])(?<!\d-)(?:\+?1[\s.-]?)?(?:\([2-9]\d{2}\)\s?|[2-9]\d{2}[\s.-])\d{3}[\s.-]\d{4}(?!-?\d)",
     ),
     "email": re.compile(r"(?<![\w.%+-])[\w.%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])"),
     # A date of birth is a date near its label; only the date is removed.
@@ -105,3 +105,18 @@ def _squeezable(text: str, index: int) -> bool:
     if before.isdigit() and after.isdigit():
         return True
     return not before.isalnum() or not after.isalnum()
+
+
+def squeeze(text: str) -> str:
+    """`text` without any whitespace, case-folded: how a value is compared with extracted text."""
+    return "".join(text.split()).casefold()
+
+
+def sensitive_kinds(text: str, patterns: Sequence[NamedPattern], values: frozenset[str]) -> set[str]:
+    """What in `text` is sensitive: "pattern:<name>" for each pattern that matches, "value" when a known
+    value appears in it (whitespace and case ignored). Empty when nothing does."""
+    kinds = {f"pattern:{match.pattern}" for match in find_matches_loose(text, patterns)}
+    squeezed = squeeze(text)
+    if any(value and value in squeezed for value in map(squeeze, values)):
+        kinds.add("value")
+    return kinds
