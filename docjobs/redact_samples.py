@@ -40,6 +40,7 @@ EMAIL_PREFIX, EMAIL_SUFFIX = "Contact ", " today"
 NEIGHBOURS = ("Patient", "Alpha", "file", "Contact", "today")
 
 OFFSET_MEDIABOX = (50.0, 50.0, 662.0, 842.0)
+OFFSET_CROPBOX = (60.0, 60.0, 652.0, 832.0)  # a viewer shows less than the MediaBox
 FORM_MATRIX = (1.0, 0.0, 0.0, 1.0, 100.0, -200.0)  # the Form XObject draws its lines moved by this
 VERA_TTF = Path(reportlab.__file__ or "").parent / "fonts" / "Vera.ttf"
 _FIXED_DATE = datetime(2024, 1, 1, tzinfo=UTC)
@@ -127,9 +128,11 @@ def make_rotate90(path: Path) -> None:
 
 
 def make_offset_mediabox(path: Path) -> None:
-    """A MediaBox that does not start at 0,0; the text is drawn inside it."""
+    """A MediaBox that does not start at 0,0 and a smaller CropBox; the text is drawn inside both."""
     x0, y0 = OFFSET_MEDIABOX[:2]
-    _save(_new_pdf(_lines_content(LINE_X + x0, SSN_Y + y0), mediabox=OFFSET_MEDIABOX), path)
+    pdf = _new_pdf(_lines_content(LINE_X + x0, SSN_Y + y0), mediabox=OFFSET_MEDIABOX)
+    pdf.pages[0].obj.CropBox = Array(OFFSET_CROPBOX)
+    _save(pdf, path)
 
 
 def make_kerned(path: Path) -> None:
