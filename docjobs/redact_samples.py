@@ -113,6 +113,8 @@ def _new_pdf(
 
 def _save(pdf: pikepdf.Pdf, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if "/ID" in pdf.trailer:
+        del pdf.trailer.ID  # a generator's random file ID would survive deterministic_id
     pdf.save(path, deterministic_id=True)
 
 
@@ -396,7 +398,7 @@ def make_scanned(path: Path) -> None:
     """The value lines as pixels only (a 300 dpi scan, no text layer): only OCR can find them."""
     words = [*SSN_PREFIX.split(), SSN, *SSN_SUFFIX.split(), *EMAIL_PREFIX.split(), EMAIL, *EMAIL_SUFFIX.split()]
     make_scan_pdf(path, [words], dpi=300)
-    with pikepdf.open(path, allow_overwriting_input=True) as pdf:  # img2pdf's file ID is random
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
         _save(pdf, path)
 
 

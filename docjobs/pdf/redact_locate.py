@@ -26,9 +26,10 @@ from typing import Any
 
 from pdfminer.converter import PDFPageAggregator
 from pdfminer.layout import LTChar, LTContainer, LTPage
+from pdfminer.pdffont import PDFFont, PDFType1Font
 from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
 from pdfminer.pdfpage import PDFPage
-from pdfminer.pdftypes import dict_value, resolve1
+from pdfminer.pdftypes import dict_value, int_value, list_value, resolve1
 from pdfminer.psparser import PSLiteral
 from pdfminer.utils import decode_text
 
@@ -73,7 +74,7 @@ def locate(pdf_path: Path, patterns: list[NamedPattern]) -> Located:
     counts: dict[int, dict[str, int]] = {}
     values: set[str] = set()
     with pdf_path.open("rb") as stream:
-        manager = PDFResourceManager()
+        manager = _Fonts()
         device = _Collector(manager, laparams=None)
         interpreter = _Interpreter(manager, device)
         for number, page in enumerate(PDFPage.get_pages(stream), 1):
@@ -241,6 +242,19 @@ class _Collector(PDFPageAggregator):
             if span is not None:
                 span.glyphs.append(glyph)
         return advance
+
+
+class _Fonts(PDFResourceManager):
+    """pdfminer takes the widths of the 14 standard fonts from its own metrics even when the font gives
+    /Widths (as it must for a custom encoding, e.g. a ligature glyph); a wrong width moves every later
+    glyph of the line. The PDF's own /Widths win here, as they do in a viewer."""
+
+    def get_font(self, objid: object, spec: Any) -> PDFFont:
+        font = super().get_font(objid, spec)
+        if isinstance(font, PDFType1Font) and isinstance(spec, dict) and "Widths" in spec:
+            first = int_value(spec.get("FirstChar", 0))
+            font.widths = {first + i: resolve1(width) for i, width in enumerate(list_value(spec["Widths"]))}
+        return font
 
 
 class _Interpreter(PDFPageInterpreter):
