@@ -4,7 +4,8 @@ Each fixture puts a fake US SSN and/or e-mail address (never real data) next to 
 the same line, so a test can check both that the value is gone and that its neighbours survived. The page
 text is written as raw content streams where the way it is drawn matters (kerned TJ arrays, one value split
 over two text objects, a Form XObject, a ligature glyph), and the document-level places (Info, XMP,
-outlines, named destinations, attachments, JavaScript, form fields, annotations) are built with pikepdf.
+outlines, named destinations, attachments, JavaScript, form fields, annotations, structure tree) are built
+with pikepdf.
 Output is deterministic: the same code writes the same bytes.
 
 `python -m docjobs.redact_samples DIR` writes every fixture as DIR/<name>.pdf, plus the benchmark document.
@@ -224,15 +225,41 @@ def make_ligature(path: Path) -> None:
 
 
 def make_actual_text(path: Path) -> None:
-    """The SSN exists only as /ActualText of a marked-content span; the glyphs show asterisks."""
-    masked = "*" * len(SSN)
-    content = b"BT /F1 12 Tf 72 700 Td (%s) Tj /Span << /ActualText (%s) >> BDC (%s) Tj EMC (%s) Tj ET\n" % (
+    """The values exist only as /ActualText of marked content; the glyphs show asterisks. The SSN's
+    property list is inline, the e-mail's is named in the page's /Properties resource."""
+    ssn_mask, email_mask = _escape("*" * len(SSN)), _escape("*" * len(EMAIL))
+    content = b"BT /F1 12 Tf 72 700 Td (%s) Tj /Span << /ActualText (%s) >> BDC (%s) Tj EMC (%s) Tj\n" % (
         _escape(SSN_PREFIX),
         _escape(SSN),
-        _escape(masked),
+        ssn_mask,
         _escape(SSN_SUFFIX),
+    ) + b"0 -20 Td (%s) Tj /Span /MC0 BDC (%s) Tj EMC (%s) Tj ET\n" % (
+        _escape(EMAIL_PREFIX),
+        email_mask,
+        _escape(EMAIL_SUFFIX),
     )
-    _save(_new_pdf(content), path)
+    pdf = _new_pdf(content)
+    pdf.pages[0].obj.Resources.Properties = Dictionary(MC0=Dictionary(ActualText=String(EMAIL)))
+    _save(pdf, path)
+
+
+def make_structure(path: Path) -> None:
+    """A tagged page whose structure elements carry the values as /ActualText and /Alt (read aloud by
+    screen readers, extracted by tools) while the page itself shows only the neighbour words."""
+    pdf = _neighbour_page()
+    page = pdf.pages[0].obj
+    paragraph = pdf.make_indirect(Dictionary(Type=Name.StructElem, S=Name.P, Pg=page, ActualText=String(SSN)))
+    figure = pdf.make_indirect(
+        Dictionary(Type=Name.StructElem, S=Name.Figure, Pg=page, Alt=String(f"photo of {EMAIL}"), T=String("photo"))
+    )
+    document = pdf.make_indirect(Dictionary(Type=Name.StructElem, S=Name.Document, K=Array([paragraph, figure])))
+    paragraph.P = document
+    figure.P = document
+    root = pdf.make_indirect(Dictionary(Type=Name.StructTreeRoot, K=document))
+    document.P = root
+    pdf.Root.StructTreeRoot = root
+    pdf.Root.MarkInfo = Dictionary(Marked=True)
+    _save(pdf, path)
 
 
 def _neighbour_page() -> pikepdf.Pdf:
@@ -458,7 +485,7 @@ FIXTURES: dict[str, FixtureSpec] = {
         make_form_xobject, _BOTH, NEIGHBOURS, "text", (LINE_X + FORM_MATRIX[4], SSN_Y + FORM_MATRIX[5])
     ),
     "ligature": FixtureSpec(make_ligature, (LIGATURE_EMAIL,), ("Contact", "today"), "text"),
-    "actual_text": FixtureSpec(make_actual_text, (SSN,), ("Patient", "Alpha", "file"), "text"),
+    "actual_text": FixtureSpec(make_actual_text, _BOTH, NEIGHBOURS, "text"),
     "cid_font": FixtureSpec(make_cid_font, _BOTH, NEIGHBOURS, "text", (LINE_X, SSN_Y)),
     "annotation": FixtureSpec(make_annotation, _BOTH, NEIGHBOURS, "document"),
     "metadata": FixtureSpec(make_metadata, _BOTH, NEIGHBOURS, "document"),
@@ -466,6 +493,7 @@ FIXTURES: dict[str, FixtureSpec] = {
     "attachment": FixtureSpec(make_attachment, _BOTH, NEIGHBOURS, "document"),
     "javascript": FixtureSpec(make_javascript, _BOTH, NEIGHBOURS, "document"),
     "form": FixtureSpec(make_form, _BOTH, NEIGHBOURS, "document"),
+    "structure": FixtureSpec(make_structure, _BOTH, NEIGHBOURS, "document"),
     "scanned": FixtureSpec(make_scanned, _BOTH, NEIGHBOURS, "image"),
     "type3": FixtureSpec(make_type3, (SSN,), ("Patient", "Alpha", "file"), "type3"),
 }

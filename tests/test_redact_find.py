@@ -33,6 +33,7 @@ from docjobs.pdf.redact_patterns import (
     find_matches_loose,
 )
 from docjobs.pdf.redact_scrub import scrub_document
+from docjobs.pdf.redact_sites import SITE_KINDS
 from docjobs.pdf.regions import PageRegions, Rect
 from docjobs.redact_samples import (
     EMAIL,
@@ -227,10 +228,12 @@ def test_locate_joins_kerned_split_and_ligature_text(fixtures: Path) -> None:
 
 
 def test_locate_reports_actual_text_with_the_box_of_its_glyphs(fixtures: Path) -> None:
+    """Inline and named (/Properties) property lists both count; the region is the masked glyphs."""
     located = locate(fixtures / "actual_text.pdf", PATTERNS)
-    (rect,) = located.regions[1]
-    left = 72 + text_width(SSN_PREFIX)
-    assert_close(Rect(rect.x0, 0, rect.x1, 0), Rect(left - PAD, 0, left + text_width("*" * len(SSN)) + PAD, 0))
+    ssn_rect, email_rect = sorted(located.regions[1], key=lambda rect: -rect.y0)
+    for rect, prefix, value in ((ssn_rect, SSN_PREFIX, SSN), (email_rect, EMAIL_PREFIX, EMAIL)):
+        left = 72 + text_width(prefix)
+        assert_close(Rect(rect.x0, 0, rect.x1, 0), Rect(left - PAD, 0, left + text_width("*" * len(value)) + PAD, 0))
 
 
 def test_locate_custom_regex_spans_the_neighbours_it_asks_for(fixtures: Path) -> None:
@@ -259,6 +262,7 @@ EXPECTED_SCRUB = {
     "attachment": {"attachment": 5},  # 2 name-tree entries, their 2 /AF entries, the FileAttachment pin
     "javascript": {"javascript": 3},  # name tree, /OpenAction, link /AA
     "form": {"form": 3},  # ssn field, contact field, its widget
+    "structure": {"structure": 2},  # the paragraph's /ActualText, the figure's /Alt
 }
 SURVIVORS = {
     "annotation": [],
@@ -267,6 +271,7 @@ SURVIVORS = {
     "attachment": ["readme.txt", "nothing to see"],
     "javascript": ["var ready = true;"],
     "form": ["Alpha"],
+    "structure": ["/StructTreeRoot", "/Figure"],
 }
 
 
@@ -354,7 +359,7 @@ def test_scrub_uses_values_found_on_the_pages(fixtures: Path, tmp_path: Path) ->
 # --- gate -------------------------------------------------------------------------------------------------
 
 ALLOWED_KINDS = {"value", "in_region", "unreadable", *(f"pattern:{p.name}" for p in PATTERNS)}
-ALLOWED_KINDS |= {"metadata", "outline", "destination", "attachment", "javascript", "form", "annotation"}
+ALLOWED_KINDS |= set(SITE_KINDS)
 
 
 def gate(path: Path, located: Located) -> GateReport:

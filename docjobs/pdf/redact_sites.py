@@ -8,7 +8,8 @@ Kinds: "metadata" (Info entries, the XMP packet), "outline" (bookmarks), "destin
 destinations and references to them), "attachment" (embedded files and FileAttachment annotations, their
 names, descriptions and decompressed bytes), "javascript" (document scripts, /OpenAction, /AA actions),
 "form" (AcroForm field values and their widget appearances), "annotation" (/Contents, /T, rich text and
-appearance streams of other annotations).
+appearance streams of other annotations), "structure" (/ActualText, /Alt, /E and /T of tagged-PDF
+structure elements: what a screen reader speaks).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import pikepdf
 from pikepdf import Dictionary, Name
 
+SITE_KINDS = ("metadata", "outline", "destination", "attachment", "javascript", "form", "annotation", "structure")
 MAX_XOBJECT_DEPTH = 8  # nested forms in an appearance stream; deeper is not worth following
 
 
@@ -44,6 +46,7 @@ def document_sites(pdf: pikepdf.Pdf) -> list[Site]:
         *_document_actions(pdf),
         *_form_fields(pdf),
         *_annotations(pdf),
+        *_structure(pdf),
     ]
 
 
@@ -251,13 +254,11 @@ def _form_fields(pdf: pikepdf.Pdf) -> Iterator[Site]:
 def _field_clearer(form: pikepdf.Object, field: pikepdf.Object, widgets: list[pikepdf.Object]) -> Callable[[], None]:
     """Clear the value, drop the appearances that show it and let the viewer draw them again (empty)."""
 
+    clearers = [_keys_deleter(field, ("/V", "/DV")), *(_deleter(widget, "/AP") for widget in widgets)]
+
     def clear() -> None:
-        for key in ("/V", "/DV"):
-            if key in field:
-                del field[key]
-        for widget in widgets:
-            if "/AP" in widget:
-                del widget["/AP"]
+        for clearer in clearers:
+            clearer()
         form.NeedAppearances = True
 
     return clear
@@ -303,26 +304,17 @@ def _annotation_sites(page: pikepdf.Object, annotation: pikepdf.Object, number: 
         yield Site("attachment", number, texts, _array_remover(page, "/Annots", annotation))
     dest_texts = _link_texts(annotation)
     if dest_texts:
-        yield Site("destination", number, dest_texts, _link_clearer(annotation))
+        yield Site("destination", number, dest_texts, _keys_deleter(annotation, ("/Dest", "/A")))
     yield from _additional_actions(annotation, number)
 
 
 def _annotation_text_clearer(annotation: pikepdf.Object, keys: tuple[str, ...]) -> Callable[[], None]:
+    clear_keys = _keys_deleter(annotation, keys)
+
     def clear() -> None:
-        for key in keys:
-            if key in annotation:
-                del annotation[key]
+        clear_keys()
         if annotation.get("/Subtype") == Name.FreeText and "/AP" in annotation:
             del annotation["/AP"]  # it shows the cleared /Contents
-
-    return clear
-
-
-def _link_clearer(annotation: pikepdf.Object) -> Callable[[], None]:
-    def clear() -> None:
-        for key in ("/Dest", "/A"):
-            if key in annotation:
-                del annotation[key]
 
     return clear
 
@@ -344,10 +336,35 @@ def _same(a: pikepdf.Object, b: pikepdf.Object) -> bool:
     return bool(a.unparse() == b.unparse())
 
 
+def _structure(pdf: pikepdf.Pdf) -> Iterator[Site]:
+    root = pdf.Root.get("/StructTreeRoot")
+    pending: list[pikepdf.Object] = [root] if isinstance(root, Dictionary) else []
+    seen: set[tuple[int, int]] = set()
+    keys = ("/ActualText", "/Alt", "/E", "/T")
+    while pending:
+        element = pending.pop()
+        if isinstance(element, pikepdf.Array):
+            pending += list(element)
+            continue
+        if not isinstance(element, Dictionary) or (element.is_indirect and element.objgen in seen):
+            continue
+        seen.add(element.objgen)
+        if "/K" in element:
+            pending.append(element.K)
+        texts = tuple(object_text(element[key]) for key in keys if key in element)
+        if texts:
+            yield Site("structure", None, texts, _keys_deleter(element, keys))
+
+
 def _deleter(holder: pikepdf.Object, key: str) -> Callable[[], None]:
+    return _keys_deleter(holder, (key,))
+
+
+def _keys_deleter(holder: pikepdf.Object, keys: tuple[str, ...]) -> Callable[[], None]:
     def delete() -> None:
-        if key in holder:
-            del holder[key]
+        for key in keys:
+            if key in holder:
+                del holder[key]
 
     return delete
 
