@@ -31,6 +31,7 @@ from docjobs.pdf.redact_patterns import (
     compile_patterns,
     find_matches,
     find_matches_loose,
+    value_pattern,
 )
 from docjobs.pdf.redact_scrub import scrub_document
 from docjobs.pdf.redact_sites import SITE_KINDS
@@ -243,6 +244,39 @@ def test_locate_custom_regex_spans_the_neighbours_it_asks_for(fixtures: Path) ->
     (rect,) = located.regions[1]
     left = 72 + text_width("Patient ")
     assert_close(Rect(rect.x0, 0, rect.x1, 0), Rect(left - PAD, 0, left + text_width("Alpha SSN") + PAD, 0))
+
+
+def make_plain_at(directory: Path) -> Path:
+    path = directory / "plain.pdf"
+    FIXTURES["plain"].make(path)
+    return path
+
+
+def test_locate_finds_text_drawn_turned_inside_the_content(tmp_path: Path) -> None:
+    """Text set upright by its text matrix (running bottom to top) is read along its own direction."""
+    path = tmp_path / "turned.pdf"
+    with pikepdf.open(make_plain_at(tmp_path)) as pdf:
+        pdf.pages[0].obj.Contents = pdf.make_stream(b"BT /F1 12 Tf 0 1 -1 0 300 100 Tm (SSN 078-05-1120 ok) Tj ET")
+        pdf.save(path)
+    located = locate(path, PATTERNS)
+    assert located.counts == {1: {"ssn": 1}}
+    (rect,) = located.regions[1]
+    bottom = 100 + text_width("SSN ")
+    assert_close(Rect(0, rect.y0, 0, rect.y1), Rect(0, bottom - PAD, 0, bottom + text_width(SSN) + PAD))
+    assert 300 - FONT_SIZE - 2 < rect.x0 < rect.x1 < 300 + 5
+    assert [leak.kind for leak in check_redaction(path, frozenset(), NO_PATTERNS, located.regions).leaks] == [
+        "in_region"
+    ]
+
+
+def test_value_pattern_finds_every_occurrence_of_a_found_value() -> None:
+    text = "DOB: 03/14/1975; seen 03/14/1975 and 03 / 14/1975, not 03/14/1976"
+    dob = compile_patterns(RedactPolicy(patterns=("dob",)))
+    found = {text[m.start : m.end] for m in find_matches(text, dob)}
+    assert found == {"03/14/1975"}
+    everywhere = find_matches(text, [value_pattern(found)])
+    assert [text[m.start : m.end] for m in everywhere] == ["03/14/1975", "03/14/1975", "03 / 14/1975"]
+    assert find_matches(text, [value_pattern(())]) == []
 
 
 def test_bench_document_has_its_matches_on_every_page(tmp_path: Path) -> None:

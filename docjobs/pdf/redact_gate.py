@@ -102,12 +102,15 @@ def _pdftotext_pages(pdf_path: Path, boxes: list[tuple[Rect, int]]) -> list[tupl
     None when pdftotext cannot read the file."""
     if shutil.which("pdftotext") is None:
         raise DocJobError("tool.missing")
-    result = subprocess.run(
-        ["pdftotext", "-q", "-bbox", "-enc", "UTF-8", str(pdf_path), "-"],
-        capture_output=True,
-        timeout=PDFTOTEXT_TIMEOUT,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            ["pdftotext", "-q", "-bbox", "-enc", "UTF-8", str(pdf_path), "-"],
+            capture_output=True,
+            timeout=PDFTOTEXT_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise DocJobError("redaction.failed", "the redaction check timed out") from None
     if result.returncode != 0:
         return None
     root = ElementTree.fromstring(result.stdout)
