@@ -313,8 +313,16 @@ def make_metadata(path: Path) -> None:
     _save(pdf, path)
 
 
+def _link(rect: list[int], **target: pikepdf.Object) -> Dictionary:
+    link = Dictionary(Type=Name.Annot, Subtype=Name.Link, Rect=Array(rect), Border=Array([0, 0, 0]))
+    for key, value in target.items():
+        link[f"/{key}"] = value
+    return link
+
+
 def make_outline(path: Path) -> None:
-    """Bookmarks whose titles hold the values, and a named destination named after the SSN."""
+    """Bookmarks whose titles hold the values, a named destination named after the SSN, a link to it, a
+    mailto: link with the e-mail and a harmless link."""
     pdf = _neighbour_page()
     with pdf.open_outline() as outline:
         outline.root.append(pikepdf.OutlineItem("Summary", 0))
@@ -324,6 +332,10 @@ def make_outline(path: Path) -> None:
     destinations[f"patient-{SSN}"] = Array([pdf.pages[0].obj, Name.Fit])
     destinations["summary"] = Array([pdf.pages[0].obj, Name.Fit])
     pdf.Root.Names = Dictionary(Dests=destinations.obj)
+    to_patient = _link([72, 560, 200, 580], Dest=String(f"patient-{SSN}"))
+    mail = _link([72, 530, 200, 550], A=Dictionary(S=Name.URI, URI=String(f"mailto:{EMAIL}")))
+    to_summary = _link([72, 500, 200, 520], Dest=String("summary"))
+    pdf.pages[0].obj.Annots = pdf.make_indirect(Array([pdf.make_indirect(a) for a in (to_patient, mail, to_summary)]))
     _save(pdf, path)
 
 
@@ -364,13 +376,7 @@ def make_javascript(path: Path) -> None:
     scripts["harmless"] = _javascript(pdf, "var ready = true;")
     pdf.Root.Names = Dictionary(JavaScript=scripts.obj)
     pdf.Root.OpenAction = _javascript(pdf, f'app.alert("{EMAIL}");')
-    link = Dictionary(
-        Type=Name.Annot,
-        Subtype=Name.Link,
-        Rect=Array([72, 560, 200, 580]),
-        Border=Array([0, 0, 0]),
-        AA=Dictionary(E=_javascript(pdf, f'this.info = "{SSN}";')),
-    )
+    link = _link([72, 560, 200, 580], AA=Dictionary(E=_javascript(pdf, f'this.info = "{SSN}";')))
     pdf.pages[0].obj.Annots = pdf.make_indirect(Array([pdf.make_indirect(link)]))
     _save(pdf, path)
 

@@ -292,7 +292,7 @@ def test_bench_document_has_its_matches_on_every_page(tmp_path: Path) -> None:
 EXPECTED_SCRUB = {
     "annotation": {"annotation": 3},  # note /Contents+/T, FreeText /Contents, FreeText appearance
     "metadata": {"metadata": 3},  # /Author, /Subject, XMP
-    "outline": {"outline": 2, "destination": 1},
+    "outline": {"outline": 2, "destination": 1, "link": 2},
     "attachment": {"attachment": 5},  # 2 name-tree entries, their 2 /AF entries, the FileAttachment pin
     "javascript": {"javascript": 3},  # name tree, /OpenAction, link /AA
     "form": {"form": 3},  # ssn field, contact field, its widget

@@ -5,7 +5,8 @@ walk the same list, so a place the scrubber knows how to clean is a place the ga
 the strings it holds (read by pikepdf, never recorded) and a `remove` that deletes or clears that place.
 
 Kinds: "metadata" (Info entries, the XMP packet), "outline" (bookmarks), "destination" (named
-destinations and references to them), "attachment" (embedded files and FileAttachment annotations, their
+destinations), "link" (what a link annotation points at: a destination name, a URI such as mailto:),
+"attachment" (embedded files and FileAttachment annotations, their
 names, descriptions and decompressed bytes), "javascript" (document scripts, /OpenAction, /AA actions),
 "form" (AcroForm field values and their widget appearances), "annotation" (/Contents, /T, rich text and
 appearance streams of other annotations), "structure" (/ActualText, /Alt, /E and /T of tagged-PDF
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 import pikepdf
 from pikepdf import Dictionary, Name
 
-SITE_KINDS = ("metadata", "outline", "destination", "attachment", "javascript", "form", "annotation", "structure")
+SITE_KINDS = (
+    *("metadata", "outline", "destination", "link", "attachment", "javascript", "form", "annotation", "structure"),
+)
 MAX_XOBJECT_DEPTH = 8  # nested forms in an appearance stream; deeper is not worth following
 
 
@@ -133,7 +136,7 @@ def _outline_clearer(item: pikepdf.Object) -> Callable[[], None]:
 
 
 def _link_texts(holder: pikepdf.Object) -> tuple[str, ...]:
-    """Named-destination names and scripts a link, bookmark or action points at."""
+    """Named-destination names, URIs and scripts a link, bookmark or action points at."""
     texts: list[str] = []
     dest = holder.get("/Dest")
     if isinstance(dest, pikepdf.String | Name):
@@ -145,7 +148,7 @@ def _link_texts(holder: pikepdf.Object) -> tuple[str, ...]:
 
 
 def _action_texts(action: pikepdf.Object) -> list[str]:
-    """Script text and destination names of an action and the actions chained after it (/Next)."""
+    """Script text, URI and destination name of an action and of the actions chained after it (/Next)."""
     texts: list[str] = []
     pending: list[pikepdf.Object] = [action]
     for _ in range(64):  # a /Next chain can loop
@@ -157,7 +160,7 @@ def _action_texts(action: pikepdf.Object) -> list[str]:
             continue
         if not isinstance(current, Dictionary):
             continue
-        for key in ("/JS", "/D"):
+        for key in ("/JS", "/D", "/URI"):
             value = current.get(key)
             if isinstance(value, pikepdf.String | Name | pikepdf.Stream):
                 texts.append(object_text(value))
@@ -304,7 +307,7 @@ def _annotation_sites(page: pikepdf.Object, annotation: pikepdf.Object, number: 
         yield Site("attachment", number, texts, _array_remover(page, "/Annots", annotation))
     dest_texts = _link_texts(annotation)
     if dest_texts:
-        yield Site("destination", number, dest_texts, _keys_deleter(annotation, ("/Dest", "/A")))
+        yield Site("link", number, dest_texts, _keys_deleter(annotation, ("/Dest", "/A")))
     yield from _additional_actions(annotation, number)
 
 
