@@ -120,8 +120,7 @@ def _glyphs(layout: LTPage, to_user: Matrix) -> list[_Glyph]:
         norm = math.hypot(dx, dy) or 1.0
         dx, dy = dx / norm, dy / norm
         box = _box(char, to_user)
-        corners = ((box.x0, box.y0), (box.x1, box.y1), (box.x0, box.y1), (box.x1, box.y0))
-        along = min(x * dx + y * dy for x, y in corners)
+        along = min(x * dx + y * dy for x in (box.x0, box.x1) for y in (box.y0, box.y1))
         glyphs.append(
             _Glyph(
                 text=text,
@@ -182,10 +181,9 @@ def _chars(item: Any) -> Iterable[LTChar]:
 
 
 def _box(char: LTChar, to_user: Matrix) -> Rect:
-    corners = [_apply(to_user, x, y) for x, y in ((char.x0, char.y0), (char.x1, char.y1), (char.x0, char.y1))]
-    corners.append(_apply(to_user, char.x1, char.y0))
-    xs, ys = [x for x, _ in corners], [y for _, y in corners]
-    return Rect(min(xs), min(ys), max(xs), max(ys))
+    """The glyph's box in user space. The page matrix only moves and turns by quarter turns, so two
+    opposite corners map to two opposite corners."""
+    return Rect.spanning(*_apply(to_user, char.x0, char.y0), *_apply(to_user, char.x1, char.y1))
 
 
 def _union(rects: Iterable[Rect]) -> Rect:
