@@ -47,6 +47,8 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "ocr.invalid_output": (Outcome.QUARANTINE, "OCR produced an output that is not a valid PDF"),
     "ocr.failed": (Outcome.RETRY, "the OCR engine failed"),
     "notify.failed": (Outcome.RETRY, "the tenant's callback did not accept the event"),
+    "redaction.leak": (Outcome.QUARANTINE, "redacted content is still present in the output"),
+    "redaction.failed": (Outcome.RETRY, "redaction failed"),
     "stage.retries_exhausted": (Outcome.FAIL, "a stage kept failing after all retries"),
     "stage.timeout": (Outcome.FAIL, "a stage did not finish within its time budget"),
     "workflow.terminated": (Outcome.FAIL, "the job was terminated by an operator"),
