@@ -240,6 +240,9 @@ def test_form_shared_by_two_pages_is_copied_for_the_redacted_page(tmp_path: Path
         Resources=pikepdf.Dictionary(XObject=pikepdf.Dictionary(Inner=inner)),
     )  # fmt: skip
     resources.XObject = pikepdf.Dictionary(Outer=outer)
+    pdf.Root.Pages.Resources = pdf.pages[0].Resources  # inherited by both pages from the page tree
+    for page in pdf.pages:
+        del page.obj.Resources
     before, after, [removal] = _redact(tmp_path, pdf, {1: [(SSN,)]})
     assert removal.glyphs_removed == len(SSN)
     _assert_redacted(before, after, [SSN], page=1)
@@ -439,11 +442,28 @@ def test_inline_image_under_a_region_makes_the_page_unsafe(tmp_path: Path) -> No
     ],
 )  # fmt: skip
 def test_fonts_without_exact_metrics_make_the_page_unsafe(font: pikepdf.Dictionary, reason: str) -> None:
-    pdf = _pdf(b"BT /X 12 Tf 72 700 Td (Some words 123-45-6789) Tj ET")
+    """Glyphs of such a font lie somewhere on their baseline: a region on that line is refused, a
+    region on another line is not (and the Helvetica line after a new Td is judged exactly again)."""
+    pdf = _pdf(b"BT /X 12 Tf 72 700 Td (Some words 123-45-6789) Tj /F1 12 Tf 0 -100 Td (Plain line) Tj ET")
     pdf.pages[0].Resources.Font.X = pdf.make_indirect(font)
+    if reason != "vertical_text":
+        assert remove_content(pdf, 1, [Rect(70, 595, 96, 612)]).glyphs_removed == 5  # "Plain"
     with pytest.raises(UnsafePage) as caught:
-        remove_content(pdf, 1, [Rect(150, 695, 250, 712)])
+        remove_content(pdf, 1, [Rect(400, 695, 450, 712)])
     assert caught.value.reason == reason
+
+
+def test_tiling_pattern_showing_text_makes_the_page_unsafe() -> None:
+    pdf = _pdf(b"/Pattern cs /P0 scn 0 0 612 792 re f BT /F1 12 Tf 72 700 Td (Text) Tj ET")
+    cell = pdf.make_stream(
+        b"BT /F1 8 Tf 0 2 Td (SSN 123-45-6789) Tj ET",
+        Type=Name.Pattern, PatternType=1, PaintType=1, TilingType=1, BBox=[0, 0, 100, 10], XStep=100, YStep=10,
+        Resources=pdf.pages[0].Resources,
+    )  # fmt: skip
+    pdf.pages[0].Resources.Pattern = pikepdf.Dictionary(P0=cell)
+    with pytest.raises(UnsafePage) as caught:
+        remove_content(pdf, 1, [Rect(72, 695, 100, 712)])
+    assert caught.value.reason == "pattern_content"
 
 
 def test_unparsable_content_makes_the_page_unsafe() -> None:

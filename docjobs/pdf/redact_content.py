@@ -8,16 +8,17 @@ word spacing included), so every other glyph keeps its position and stays extrac
 XObjects under a region get their pixels overwritten (see redact_images). Edited forms and images
 become page-private copies, so other pages that draw them are untouched.
 
-Where a glyph under a region cannot be removed exactly (a Type3 glyph, an unknown width, an
-unsupported encoding, vertical text, an inline image, unparsable content), UnsafePage is raised with
-a short stable reason and the page is left as it was: the caller rasterizes it instead. Nothing is
-ever silently left under a region.
+Where content under a region cannot be removed exactly, UnsafePage is raised with a short stable
+reason and the page is left as it was; the caller rasterizes it instead. Reasons: type3_font,
+unknown_widths, unsupported_encoding, vertical_text, zero_font_size (a glyph under a region, or
+possibly under one, that cannot be removed exactly), inline_image, image_undecodable, pattern_content
+(a tiling pattern that shows text or images), form_cycle, unparsable_content. Nothing is ever
+silently left under a region.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -28,6 +29,7 @@ from docjobs.pdf.redact_fonts import UNKNOWN_FONT, FontModel, font_model
 from docjobs.pdf.redact_geometry import IDENTITY, Matrix, corners, multiply, quad_hits, strip_hits, translate
 from docjobs.pdf.redact_images import copy_stream, redact_image
 from docjobs.pdf.redact_resources import Instruction, MarkedContent, ResourceScope
+from docjobs.pdf.redact_stream import make_instruction, matrix_of, matrix_operand, numbers, parse_instructions
 from docjobs.pdf.regions import Rect, UnsafePage
 
 _ZERO_WIDTH_BOX = 0.01  # em: a glyph without advance still gets a box, so it cannot hide under a region
@@ -49,7 +51,7 @@ def remove_content(pdf: pikepdf.Pdf, page_number: int, regions: list[Rect]) -> C
     walker = _Walker(pdf, regions)
     try:
         scope = ResourceScope(page.obj, _inherited_resources(page.obj))
-        rewritten = walker.rewrite(_parse(page), scope, _GraphicsState(ctm=IDENTITY), base_depth=0)
+        rewritten = walker.rewrite(parse_instructions(page), scope, _GraphicsState(ctm=IDENTITY), base_depth=0)
         if rewritten is not None:
             page.obj[Name.Contents] = pdf.make_stream(pikepdf.unparse_content_stream(rewritten))
     except UnsafePage:
@@ -96,6 +98,7 @@ class _Walker:
         self._fonts: dict[tuple[int, int], FontModel] = {}
         self._marks: list[MarkedContent] = []  # open marked content, across form boundaries
         self._forms_open: set[tuple[int, int]] = set()
+        self._patterns_checked: set[tuple[int, int]] = set()
 
     def rewrite(
         self, instructions: list[Instruction], scope: ResourceScope, state: _GraphicsState, base_depth: int
@@ -115,22 +118,22 @@ class _Walker:
             elif operator == "Q":
                 state = saved.pop() if saved else state
             elif operator == "cm":
-                state = dataclasses.replace(state, ctm=multiply(_matrix(instruction), state.ctm))
+                state = dataclasses.replace(state, ctm=multiply(matrix_operand(instruction), state.ctm))
             elif operator == "Tf":
                 state = self._set_font(list(instruction.operands), state, scope)
             elif operator in ("Tc", "Tw", "Tz", "TL", "Ts"):
-                state = _with_text_parameter(state, operator, *_numbers(list(instruction.operands), 1))
+                state = _with_text_parameter(state, operator, *numbers(list(instruction.operands), 1))
             elif operator == "gs":
                 state = self._set_extgstate(list(instruction.operands), state, scope)
             elif operator == "BT":
                 text = _TextPosition()
             elif operator in ("Td", "TD"):
-                tx, ty = _numbers(list(instruction.operands), 2)
+                tx, ty = numbers(list(instruction.operands), 2)
                 if operator == "TD":
                     state = dataclasses.replace(state, leading=-ty)
                 text.move_line(tx, ty)
             elif operator == "Tm":
-                text.matrix = text.line = _matrix(instruction)
+                text.matrix = text.line = matrix_operand(instruction)
                 text.lost = None
             elif operator == "T*":
                 text.move_line(0, -state.leading)
@@ -143,9 +146,11 @@ class _Walker:
             elif operator == "Do":
                 renamed = self._draw(list(instruction.operands), state, scope)
                 if renamed is not None:
-                    out.append(_op("Do", renamed))
+                    out.append(make_instruction("Do", renamed))
                     changed = True
                     continue
+            elif operator in ("scn", "SCN") and instruction.operands and isinstance(instruction.operands[-1], Name):
+                self._check_pattern(scope.get(Name.Pattern, instruction.operands[-1]))
             elif operator in ("BDC", "BMC"):
                 self._marks.append(MarkedContent(out, len(out), scope))
             elif operator == "EMC" and len(self._marks) > base_depth:
@@ -161,7 +166,7 @@ class _Walker:
         if len(operands) != 2:
             raise UnsafePage("unparsable_content")
         font = self._font(scope.get(Name.Font, operands[0]))
-        return dataclasses.replace(state, font=font, size=_numbers(operands[1:], 1)[0])
+        return dataclasses.replace(state, font=font, size=numbers(operands[1:], 1)[0])
 
     def _set_extgstate(
         self, operands: list[pikepdf.Object], state: _GraphicsState, scope: ResourceScope
@@ -172,7 +177,7 @@ class _Walker:
             return state
         if len(font) != 2:
             raise UnsafePage("unparsable_content")
-        return dataclasses.replace(state, font=self._font(font[0]), size=_numbers([font[1]], 1)[0])
+        return dataclasses.replace(state, font=self._font(font[0]), size=numbers([font[1]], 1)[0])
 
     def _font(self, font: pikepdf.Object | None) -> FontModel:
         if font is None or not font.is_indirect:
@@ -193,18 +198,18 @@ class _Walker:
         if operator == '"':
             if len(operands) != 3:
                 raise UnsafePage("unparsable_content")
-            word_spacing, char_spacing = _numbers(operands[:2], 2)
+            word_spacing, char_spacing = numbers(operands[:2], 2)
             state = dataclasses.replace(state, word_spacing=word_spacing, char_spacing=char_spacing)
-            prefix = [_op("Tw", operands[0]), _op("Tc", operands[1])]
+            prefix = [make_instruction("Tw", operands[0]), make_instruction("Tc", operands[1])]
             operands = operands[2:]
         if operator in ("'", '"'):
             text.move_line(0, -state.leading)
-            prefix.append(_op("T*"))
+            prefix.append(make_instruction("T*"))
         if len(operands) != 1:
             raise UnsafePage("unparsable_content")
         items = list(operands[0]) if operator == "TJ" and isinstance(operands[0], pikepdf.Array) else [operands[0]]
         kept = self._show_items(items, state, text)
-        return state, None if kept is None else [*prefix, _op("TJ", pikepdf.Array(kept))]
+        return state, None if kept is None else [*prefix, make_instruction("TJ", pikepdf.Array(kept))]
 
     def _show_items(
         self, items: list[pikepdf.Object], state: _GraphicsState, text: _TextPosition
@@ -303,13 +308,13 @@ class _Walker:
         if key in self._forms_open:
             raise UnsafePage("form_cycle")
         matrix = form.get(Name.Matrix)
-        form_matrix = _matrix_of(list(matrix)) if isinstance(matrix, pikepdf.Array) else IDENTITY
+        form_matrix = matrix_of(list(matrix)) if isinstance(matrix, pikepdf.Array) else IDENTITY
         copy = copy_stream(self.pdf, form, b"")
         scope = ResourceScope(copy, form.get(Name.Resources, parent.resources))
         self._forms_open.add(key)
         try:
             inner = dataclasses.replace(state, ctm=multiply(form_matrix, state.ctm))
-            rewritten = self.rewrite(_parse(form), scope, inner, base_depth=len(self._marks))
+            rewritten = self.rewrite(parse_instructions(form), scope, inner, base_depth=len(self._marks))
         finally:
             self._forms_open.discard(key)
         if rewritten is None and not scope.changed:
@@ -317,8 +322,22 @@ class _Walker:
         copy.write(pikepdf.unparse_content_stream(rewritten) if rewritten is not None else form.read_bytes())
         return copy
 
+    def _check_pattern(self, pattern: pikepdf.Object | None) -> None:
+        """A tiling pattern repeats its own content wherever it paints, which this walker does not
+        follow: one that shows text or draws images makes the page unsafe (shadings and plain hatching
+        patterns carry nothing to redact)."""
+        if not isinstance(pattern, pikepdf.Stream) or pattern.get(Name.PatternType) != 1:
+            return
+        if pattern.objgen not in self._patterns_checked:
+            self._patterns_checked.add(pattern.objgen)
+            if any(str(instruction.operator) in _DRAWS_CONTENT for instruction in parse_instructions(pattern)):
+                raise UnsafePage("pattern_content")
+
     def _under_regions(self, quad: list[tuple[float, float]]) -> bool:
         return any(quad_hits(quad, rect) for rect in self.regions)
+
+
+_DRAWS_CONTENT = {"Tj", "TJ", "'", '"', "Do", "INLINE IMAGE"}
 
 
 def _with_text_parameter(state: _GraphicsState, operator: str, value: float) -> _GraphicsState:
@@ -345,41 +364,6 @@ def _removed_displacement(width: float | None, is_space: bool, state: _GraphicsS
     return (width + spacing / state.size) * 1000
 
 
-def _parse(owner: pikepdf.Page | pikepdf.Stream) -> list[Instruction]:
-    """The content stream's instructions. The parser skips what it cannot read (an unterminated string
-    drops the rest of the stream), so a stream it had to repair is refused rather than rewritten."""
-    page = owner if isinstance(owner, pikepdf.Page) else pikepdf.Page(pikepdf.Dictionary(Contents=owner))
-    tokens = _BadTokens()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            page.get_filtered_contents(tokens)
-            instructions = list(pikepdf.parse_content_stream(owner))
-        except (pikepdf.PdfError, pikepdf.PdfParsingError):
-            raise UnsafePage("unparsable_content") from None
-    unreadable = any(
-        operand is None
-        for instruction in instructions
-        if isinstance(instruction, pikepdf.ContentStreamInstruction)
-        for operand in instruction.operands
-    )
-    if caught or tokens.found or unreadable:
-        raise UnsafePage("unparsable_content")
-    return instructions
-
-
-class _BadTokens(pikepdf.TokenFilter):
-    """Notes whether the tokenizer met anything it could not read."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found = False
-
-    def handle_token(self, token: pikepdf.Token = ...) -> pikepdf.Token:  # type: ignore[assignment]
-        self.found |= token.type_ == pikepdf.TokenType.bad
-        return token
-
-
 def _inherited_resources(page: pikepdf.Dictionary) -> pikepdf.Object | None:
     """/Resources of the page, or of the nearest /Pages ancestor that carries it."""
     node: pikepdf.Object | None = page
@@ -390,25 +374,3 @@ def _inherited_resources(page: pikepdf.Dictionary) -> pikepdf.Object | None:
             return node[Name.Resources]
         node = node.get(Name.Parent)
     return None
-
-
-def _numbers(operands: list[pikepdf.Object], count: int) -> list[float]:
-    if len(operands) != count:
-        raise UnsafePage("unparsable_content")
-    try:
-        return [float(value) for value in operands]
-    except (TypeError, ValueError):
-        raise UnsafePage("unparsable_content") from None
-
-
-def _matrix(instruction: pikepdf.ContentStreamInstruction) -> Matrix:
-    return _matrix_of(list(instruction.operands))
-
-
-def _matrix_of(values: list[pikepdf.Object]) -> Matrix:
-    a, b, c, d, e, f = _numbers(values, 6)
-    return (a, b, c, d, e, f)
-
-
-def _op(operator: str, *operands: pikepdf.Object) -> pikepdf.ContentStreamInstruction:
-    return pikepdf.ContentStreamInstruction(list(operands), pikepdf.Operator(operator))
