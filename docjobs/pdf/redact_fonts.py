@@ -71,11 +71,14 @@ def font_model(font: pikepdf.Object | None) -> FontModel:
     if not isinstance(font, pikepdf.Dictionary):
         return UNKNOWN_FONT
     subtype = font.get(Name.Subtype)
-    if subtype == Name.Type0:
-        return _composite(font)
-    if subtype == Name.Type3:
-        return _type3(font)
-    return _simple(font)
+    try:
+        if subtype == Name.Type0:
+            return _composite(font)
+        if subtype == Name.Type3:
+            return _type3(font)
+        return _simple(font)
+    except (TypeError, ValueError, KeyError, IndexError):  # a malformed entry: no metric is trusted
+        return UNKNOWN_FONT
 
 
 def _simple(font: pikepdf.Dictionary) -> FontModel:

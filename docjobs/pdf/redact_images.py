@@ -124,10 +124,10 @@ def _ink(image: pikepdf.Stream, components: int, bits: int, *, opaque: bool) -> 
     top = (1 << bits) - 1
     space = image.get(Name.ColorSpace)
     family = str(space[0] if isinstance(space, pikepdf.Array) and len(space) else space)
-    if opaque:
-        values = [top if image.get(Name.ImageMask) is None else 0]
-    elif image.get(Name.ImageMask, False):
-        values = [0]
+    if image.get(Name.ImageMask, False):
+        values = [0]  # a stencil or explicit mask: 0 paints
+    elif opaque:
+        values = [top]  # a soft mask: fully opaque
     elif family == "/Indexed" and isinstance(space, pikepdf.Array):
         values = [_darkest_index(space, top)]
     elif family in _SUBTRACTIVE or family == "/DeviceN" or components == 4:
@@ -203,6 +203,15 @@ def _paint(data: bytearray, width: int, components: int, bits: int, values: list
             start = row * row_bytes + first * len(pixel)
             data[start : start + (end - first) * len(pixel)] = pixel * (end - first)
         return
+    pixel_bits = components * bits
+    if 8 % pixel_bits == 0:  # whole pixels per byte (1-bit scans): fill byte runs, not samples
+        pattern = 0
+        for _ in range(8 // pixel_bits):
+            for value in values:
+                pattern = (pattern << bits) | value
+        for row, first, end in spans:
+            _fill_bits(data, row * row_bytes * 8 + first * pixel_bits, row * row_bytes * 8 + end * pixel_bits, pattern)
+        return
     for row, first, end in spans:
         for column in range(first, end):
             for component, value in enumerate(values):
@@ -210,3 +219,19 @@ def _paint(data: bytearray, width: int, components: int, bits: int, values: list
                 shift = 8 - bits - bit % 8
                 mask = ((1 << bits) - 1) << shift
                 data[bit // 8] = (data[bit // 8] & ~mask) | (value << shift)
+
+
+def _fill_bits(data: bytearray, start: int, stop: int, pattern: int) -> None:
+    """Set bits start..stop (offsets from the first byte's high bit) to those of a repeating byte."""
+
+    def set_bit(offset: int) -> None:
+        bit = 0x80 >> (offset % 8)
+        data[offset // 8] = (data[offset // 8] & ~bit) | (pattern & bit)
+
+    head = min(stop, (start + 7) // 8 * 8)
+    tail = max(head, stop // 8 * 8)
+    for offset in range(start, head):
+        set_bit(offset)
+    data[head // 8 : tail // 8] = bytes([pattern]) * ((tail - head) // 8)
+    for offset in range(tail, stop):
+        set_bit(offset)
