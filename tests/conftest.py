@@ -22,6 +22,7 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 import pytest
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from google.protobuf.message import Message
 from moto.server import ThreadedMotoServer
 from temporalio.api.common.v1 import Payload
@@ -239,7 +240,7 @@ def _payloads(message: Message) -> Iterator[Payload]:
             continue
         if field.message_type.GetOptions().map_entry:
             items = list(value.values())
-        elif field.label == field.LABEL_REPEATED:
+        elif isinstance(value, RepeatedCompositeFieldContainer):
             items = list(value)
         else:
             items = [value]

@@ -10,6 +10,7 @@ re-read the result with two independent extractors (`redact_gate`). A leak found
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,9 +23,9 @@ from docjobs.models import PageRedaction, RedactionSummary, RedactPolicy, Redact
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.raster import image_content, render_page
 from docjobs.pdf.redact_content import remove_content
-from docjobs.pdf.redact_gate import check_redaction
+from docjobs.pdf.redact_gate import check_redaction, page_box, poppler_words
 from docjobs.pdf.redact_locate import locate
-from docjobs.pdf.redact_patterns import compile_patterns
+from docjobs.pdf.redact_patterns import NamedPattern, compile_patterns, value_pattern
 from docjobs.pdf.redact_scrub import scrub_document
 from docjobs.pdf.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.watermark import open_states
@@ -38,6 +39,12 @@ def redact_pdf(
     """Redact `src` into `dst` as `policy` says; raises `redaction.leak` when the gate finds anything left."""
     patterns = compile_patterns(policy)
     located = locate(src, patterns)
+    if _contextual_matches(located.counts, patterns):
+        # A date of birth is found next to its label; the same date elsewhere is the same secret. The counts
+        # stay those of the named patterns.
+        located = dataclasses.replace(
+            locate(src, [*patterns, value_pattern(located.values)]), counts=located.counts, values=located.values
+        )
     with tempfile.TemporaryDirectory(dir=workdir, prefix="redact-") as tmp:
         boxed = Path(tmp) / "boxed.pdf"
         with open_checked(src, check_streams=False) as (pdf, info):
@@ -64,12 +71,52 @@ def redact_pdf(
     if not gate.clean:
         kinds = ", ".join(sorted({leak.kind for leak in gate.leaks}))
         raise DocJobError("redaction.leak", f"{len(gate.leaks)} trace(s) of redacted content remain ({kinds})")
+    _check_text_kept(src, dst, regions, set(unsafe))
     return RedactionSummary(
         pages=pages,
         document={kind: count for kind, count in scrub.counts.items() if count},
         fallback_pages=sorted(unsafe),
         gate=list(gate.extractors),
     )
+
+
+def _contextual_matches(counts: dict[int, dict[str, int]], patterns: list[NamedPattern]) -> bool:
+    """Whether a pattern that may match a value only in some contexts (a label before it: `dob`, and any
+    custom regex) matched anything."""
+    contextual = {pattern.name for pattern in patterns if pattern.name == "dob" or pattern.name.startswith("custom")}
+    return any(contextual & set(page) for page in counts.values())
+
+
+def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int]) -> None:
+    """Every word poppler reads outside the regions is still there, at the same place (within half a point),
+    except on burned-in pages (recorded as such). Removal must never move or lose the neighbours."""
+    with pikepdf.open(src) as before, pikepdf.open(dst) as after:
+        boxes_before, boxes_after = [page_box(p) for p in before.pages], [page_box(p) for p in after.pages]
+        # Annotation appearances are read as page text too; the annotations themselves are judged elsewhere.
+        annotated = {
+            number: [box for annotation in page.obj.get(Name.Annots, []) if (box := _annotation_rect(annotation))]
+            for number, page in enumerate(before.pages, start=1)
+        }
+    words_before, words_after = poppler_words(src, boxes_before), poppler_words(dst, boxes_after)
+    if words_before is None or words_after is None:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the redacted file")
+    for (number, was), (_, now) in zip(words_before, words_after, strict=True):
+        if number in burned:
+            continue
+        kept: dict[str, list[Rect]] = {}
+        for word in now:
+            kept.setdefault(word.text, []).append(word.box)
+        for word in was:
+            if any(word.box.intersects(region) for region in [*regions.get(number, ()), *annotated[number]]):
+                continue
+            if not any(_same_place(word.box, box) for box in kept.get(word.text, ())):
+                raise DocJobError(
+                    "fidelity.text", f"text outside the redaction regions moved or vanished on page {number}"
+                )
+
+
+def _same_place(a: Rect, b: Rect, tolerance: float = 0.5) -> bool:
+    return all(abs(p - q) <= tolerance for p, q in ((a.x0, b.x0), (a.y0, b.y0), (a.x1, b.x1), (a.y1, b.y1)))
 
 
 def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_count: int) -> PageRegions:
@@ -128,8 +175,9 @@ def _remove_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect])
         [a for a in kept if not (isinstance(a.get(Name.Parent), pikepdf.Dictionary) and a.Parent.objgen in gone)]
     )
     acroform = pdf.Root.get(Name.AcroForm)
-    if isinstance(acroform, pikepdf.Dictionary) and isinstance(acroform.get(Name.Fields), pikepdf.Array):
-        acroform.Fields = _prune_fields(acroform.Fields, gone)
+    fields = acroform.get(Name.Fields) if isinstance(acroform, pikepdf.Dictionary) else None
+    if isinstance(acroform, pikepdf.Dictionary) and isinstance(fields, pikepdf.Array):
+        acroform.Fields = _prune_fields(fields, gone)
     return removed
 
 
