@@ -203,6 +203,27 @@ def test_quote_operators_keep_their_state(tmp_path: Path) -> None:
     _assert_redacted(before, after, [SSN])
 
 
+def test_font_set_by_an_extgstate(tmp_path: Path) -> None:
+    pdf = _pdf(b"/GS0 gs BT 72 700 Td (Member 123-45-6789 active) Tj ET")
+    pdf.pages[0].Resources.ExtGState = pikepdf.Dictionary(
+        GS0=pikepdf.Dictionary(Type=Name.ExtGState, Font=[pdf.pages[0].Resources.Font.F2, 14])
+    )
+    before = _save(pdf, tmp_path / "before.pdf")
+    assert remove_content(pdf, 1, [_region(before, SSN)]).glyphs_removed == len(SSN)
+    after = _save(pdf, tmp_path / "after.pdf")
+    # pdfminer ignores a font set by `gs`; poppler shows and extracts it
+    assert [word[0] for word in _words(after)] == ["Member", "active"]
+    assert _words(after) == [word for word in _words(before) if word[0] != SSN]
+    _assert_structure(before, after)
+
+
+def test_a_region_over_nothing_leaves_the_page_as_it_was() -> None:
+    pdf = _pdf(b"BT /F1 12 Tf 72 700 Td (Member 123-45-6789 active) Tj ET")
+    contents, resources = pdf.pages[0].Contents, pdf.pages[0].Resources
+    assert remove_content(pdf, 1, [Rect(300, 300, 400, 400)]) == ContentRemoval(0, 0)
+    assert pdf.pages[0].Contents.objgen == contents.objgen and pdf.pages[0].Resources.objgen == resources.objgen
+
+
 def test_rotated_text_matrix(tmp_path: Path) -> None:
     pdf = _pdf(b"BT /F1 12 Tf 0 1 -1 0 300 150 Tm (Patient 123-45-6789 Record) Tj ET")
     before, after, [removal] = _redact(tmp_path, pdf, {1: [(SSN,)]})
