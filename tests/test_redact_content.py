@@ -203,6 +203,27 @@ def test_quote_operators_keep_their_state(tmp_path: Path) -> None:
     _assert_redacted(before, after, [SSN])
 
 
+def test_font_set_by_an_extgstate(tmp_path: Path) -> None:
+    pdf = _pdf(b"/GS0 gs BT 72 700 Td (Member 123-45-6789 active) Tj ET")
+    pdf.pages[0].Resources.ExtGState = pikepdf.Dictionary(
+        GS0=pikepdf.Dictionary(Type=Name.ExtGState, Font=[pdf.pages[0].Resources.Font.F2, 14])
+    )
+    before = _save(pdf, tmp_path / "before.pdf")
+    assert remove_content(pdf, 1, [_region(before, SSN)]).glyphs_removed == len(SSN)
+    after = _save(pdf, tmp_path / "after.pdf")
+    # pdfminer ignores a font set by `gs`; poppler shows and extracts it
+    assert [word[0] for word in _words(after)] == ["Member", "active"]
+    assert _words(after) == [word for word in _words(before) if word[0] != SSN]
+    _assert_structure(before, after)
+
+
+def test_a_region_over_nothing_leaves_the_page_as_it_was() -> None:
+    pdf = _pdf(b"BT /F1 12 Tf 72 700 Td (Member 123-45-6789 active) Tj ET")
+    contents, resources = pdf.pages[0].Contents, pdf.pages[0].Resources
+    assert remove_content(pdf, 1, [Rect(300, 300, 400, 400)]) == ContentRemoval(0, 0)
+    assert pdf.pages[0].Contents.objgen == contents.objgen and pdf.pages[0].Resources.objgen == resources.objgen
+
+
 def test_rotated_text_matrix(tmp_path: Path) -> None:
     pdf = _pdf(b"BT /F1 12 Tf 0 1 -1 0 300 150 Tm (Patient 123-45-6789 Record) Tj ET")
     before, after, [removal] = _redact(tmp_path, pdf, {1: [(SSN,)]})
@@ -336,12 +357,23 @@ def _image(pdf: pikepdf.Pdf, kind: str) -> pikepdf.Stream:
         value for y in range(height) for x in range(width) for value in (x * 5, y * 6, 255 - x * 5)
     ))  # fmt: skip
     common = {"Type": Name.XObject, "Subtype": Name.Image, "Width": width, "Height": height}
-    if kind == "jpeg":
+    if kind in ("jpeg", "jpeg_cmyk"):
         jpeg = io.BytesIO()
-        gradient.save(jpeg, "JPEG", quality=90)
+        cmyk = kind == "jpeg_cmyk"
+        (gradient.convert("CMYK") if cmyk else gradient).save(jpeg, "JPEG", quality=90)
+        # Pillow writes Adobe (inverted) CMYK, which PDF producers declare with an inverting /Decode.
+        extra = {"Decode": [1, 0] * 4} if cmyk else {}
         return pdf.make_stream(
-            jpeg.getvalue(), **common, ColorSpace=Name.DeviceRGB, BitsPerComponent=8, Filter=Name.DCTDecode
-        )
+            jpeg.getvalue(), **common, **extra, BitsPerComponent=8, Filter=Name.DCTDecode,
+            ColorSpace=Name.DeviceCMYK if cmyk else Name.DeviceRGB,
+        )  # fmt: skip
+    if kind == "indexed_4bit":
+        palette = bytes(channel for index in range(16) for channel in (255 - index * 8, index * 16, 128))
+        samples = bytes(((x // 4 % 16) << 4) | (y // 3 % 16) for y in range(height) for x in range(0, width, 2))
+        return pdf.make_stream(
+            samples, **common, BitsPerComponent=4,
+            ColorSpace=pikepdf.Array([Name.Indexed, Name.DeviceRGB, 15, pikepdf.String(palette)]),
+        )  # fmt: skip
     if kind == "gray_1bit_inverted":
         bits = gradient.convert("L").point(lambda v: 255 if v > 100 else 0).convert("1")
         data = bytes(255 - byte for byte in bits.tobytes())  # stored inverted; /Decode [1 0] undoes it
@@ -371,7 +403,9 @@ def _render(path: Path, page: int, tmp_path: Path) -> Image.Image:
         return rendered.convert("RGB")
 
 
-@pytest.mark.parametrize("kind", ["flate_rgb", "jpeg", "gray_1bit_inverted", "stencil_mask", "soft_mask"])
+@pytest.mark.parametrize(
+    "kind", ["flate_rgb", "jpeg", "jpeg_cmyk", "indexed_4bit", "gray_1bit_inverted", "stencil_mask", "soft_mask"]
+)
 def test_rendered_image_is_black_under_the_region_only(tmp_path: Path, kind: str) -> None:
     """Rendered by poppler, the redacted page is black under the region and unchanged elsewhere; the
     other page drawing the same image is unchanged everywhere."""

@@ -54,13 +54,24 @@ def _painted(
     if not spans:
         return None
     data, components, bits, decoded_by_pillow = _samples(image, width, height)
-    values = _ink(image, components, bits, opaque=opaque)
-    _paint(data, width, components, bits, values, spans)
-    copy = copy_stream(pdf, image, zlib.compress(bytes(data)), filter=Name.FlateDecode)
+    copy = copy_stream(pdf, image, b"")
     if decoded_by_pillow:
         copy[Name.BitsPerComponent] = bits
         if not copy.get(Name.ImageMask, False) and _components(copy.get(Name.ColorSpace)) != components:
             copy[Name.ColorSpace] = Name.DeviceGray if components == 1 else Name.DeviceRGB
+    space = copy.get(Name.ColorSpace)
+    if isinstance(space, pikepdf.Array) and len(space) == 4 and space[0] == Name.Indexed:
+        # A palette need not hold black: the copy stores the colours themselves instead.
+        data, components = (
+            _expand_palette(data, width, height, bits, space, copy.get(Name.Decode)),
+            _components(space[1]),
+        )
+        bits = 8
+        copy[Name.ColorSpace], copy[Name.BitsPerComponent] = space[1], bits
+        if Name.Decode in copy:
+            del copy[Name.Decode]
+    _paint(data, width, components, bits, _ink(copy, components, bits, opaque=opaque), spans)
+    copy.write(zlib.compress(bytes(data)), filter=Name.FlateDecode)
     return copy
 
 
@@ -128,8 +139,6 @@ def _ink(image: pikepdf.Stream, components: int, bits: int, *, opaque: bool) -> 
         values = [0]  # a stencil or explicit mask: 0 paints
     elif opaque:
         values = [top]  # a soft mask: fully opaque
-    elif family == "/Indexed" and isinstance(space, pikepdf.Array):
-        values = [_darkest_index(space, top)]
     elif family in _SUBTRACTIVE or family == "/DeviceN" or components == 4:
         values = [top] * components
     else:
@@ -140,20 +149,32 @@ def _ink(image: pikepdf.Stream, components: int, bits: int, *, opaque: bool) -> 
     return values
 
 
-def _darkest_index(space: pikepdf.Array, top: int) -> int:
-    """The palette entry closest to black (index 0 when the palette cannot be judged)."""
+def _expand_palette(
+    data: bytearray, width: int, height: int, bits: int, space: pikepdf.Array, decode: pikepdf.Object | None
+) -> bytearray:
+    """Indexed samples as 8-bit samples of the palette's base colour space."""
     try:
         base, high, lookup = space[1], int(space[2]), space[3]
         table = lookup.read_bytes() if isinstance(lookup, pikepdf.Stream) else bytes(lookup)
-    except (IndexError, TypeError, ValueError):
-        return 0
+    except (TypeError, ValueError, pikepdf.PdfError):
+        raise UnsafePage("image_undecodable") from None
     size = _components(base)
-    family = str(base[0] if isinstance(base, pikepdf.Array) and len(base) else base)
-    if not size or len(table) < size * (min(high, top) + 1):
-        return 0
-    sign = -1 if family in _SUBTRACTIVE or size == 4 else 1
-    entries = range(min(high, top) + 1)
-    return min(entries, key=lambda index: sign * sum(table[index * size : (index + 1) * size]))
+    if not size or len(table) < size * (high + 1):
+        raise UnsafePage("image_undecodable")
+    top = (1 << bits) - 1
+    inverted = isinstance(decode, pikepdf.Array) and len(decode) == 2 and float(decode[0]) > float(decode[1])
+    colours = [
+        table[i * size : (i + 1) * size] for i in (min(top - n if inverted else n, high) for n in range(top + 1))
+    ]
+    row_bytes = (width * bits + 7) // 8
+    per_byte = 8 // bits
+    shifts = [8 - bits * (k + 1) for k in range(per_byte)]
+    expanded = bytearray()
+    for row in range(height):
+        packed = data[row * row_bytes : (row + 1) * row_bytes]
+        indices = packed if bits == 8 else bytes((byte >> shift) & top for byte in packed for shift in shifts)
+        expanded += b"".join(map(colours.__getitem__, indices[:width]))
+    return expanded
 
 
 def _spans(ctm: Matrix, width: int, height: int, regions: list[Rect]) -> Spans:
