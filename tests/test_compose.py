@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import subprocess
@@ -37,20 +38,10 @@ _SOURCES = [
     REPO / "worker.py",
     REPO / "starter.py",
 ]
-# Read by branches not merged yet (worker metrics, JSON logs, payload codec). TODO after the merge: delete this
-# allow-list; config.py (or the modules that read them) then supply these names.
-_PENDING_SETTINGS = {
-    "DOCJOBS_METRICS_HOST",
-    "DOCJOBS_METRICS_PORT",
-    "DOCJOBS_LOG_FORMAT",
-    "DOCJOBS_CODEC_KEYS",
-    "DOCJOBS_CODEC_KEYS_FILE",
-}
 KNOWN_SETTINGS = (
     set(re.findall(r'"(DOCJOBS_[A-Z_]+)"', Path(config.__file__).read_text()))
     | set(signing.ENV_NAMES)
     | {name for path in _SOURCES for name in _ENV_READ.findall(path.read_text())}
-    | _PENDING_SETTINGS
 )
 
 
@@ -147,9 +138,11 @@ def test_docjobs_services_set_only_settings_docjobs_reads() -> None:
 
 
 @pytest.mark.parametrize("name", CLUSTER_CLIENTS)
-def test_cluster_services_share_the_minio_bucket_and_nothing_local(name: str) -> None:
+def test_cluster_services_share_the_minio_bucket_and_nothing_local(name: str, tmp_path: Path) -> None:
     env = environment(name)
-    with mock.patch.dict(os.environ, env, clear=True):
+    secret = tmp_path / "docjobs_codec_keys"  # what compose mounts at /run/secrets/docjobs_codec_keys
+    secret.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    with mock.patch.dict(os.environ, {**env, "DOCJOBS_CODEC_KEYS_FILE": str(secret)}, clear=True):
         settings = Settings.from_env()
         store = settings.blob_store()
     assert settings.address == "temporal:7233" and not settings.embedded
@@ -193,12 +186,8 @@ def test_general_workers_share_one_signer_and_the_tenants() -> None:
 def test_worker_commands_parse_with_the_worker_flags(name: str, queue: str) -> None:
     command = SERVICES[name]["command"]
     assert command[:2] == ["python", "worker.py"]
-    args, unknown = worker.build_parser().parse_known_args(command[2:])
-    assert args.queue == [queue]
-    # --metrics-port comes with the metrics branch; until it is merged worker.py does not know the flag, so the
-    # only flag allowed to be unknown is exactly that one. TODO after the merge: parse_args and args.metrics_port.
-    assert unknown in ([], ["--metrics-port", str(METRICS_PORT)])
-    assert option(command, "--metrics-port") == str(METRICS_PORT)
+    args = worker.build_parser().parse_args(command[2:])
+    assert (args.queue, args.metrics_port) == ([queue], METRICS_PORT)
     assert environment(name)["DOCJOBS_METRICS_HOST"] == "0.0.0.0"
     assert environment(name)["DOCJOBS_LOG_FORMAT"] == "json"
 
@@ -223,13 +212,12 @@ def test_the_ui_decodes_through_the_published_codec_server() -> None:
     assert endpoint.hostname == "localhost"  # the browser calls it
     assert ui["TEMPORAL_CODEC_PASS_ACCESS_TOKEN"] == "false"
     command = SERVICES["docjobs-codec"]["command"]
-    # `codec-server` comes with the codec branch, so its flags are checked as text. TODO after the merge: parse
-    # them with starter.build_parser().
-    assert command[:3] == ["python", "starter.py", "codec-server"]
-    assert option(command, "--host") == "0.0.0.0"
-    assert published("docjobs-codec")[int(option(command, "--port"))] == endpoint.port
-    assert option(command, "--cors-origin") == f"http://localhost:{published('temporal-ui')[8080]}"
-    assert ui["TEMPORAL_CORS_ORIGINS"] == option(command, "--cors-origin")
+    assert command[:2] == ["python", "starter.py"]
+    args = starter.build_parser().parse_args(command[2:])
+    assert (args.command, args.host) == ("codec-server", "0.0.0.0")
+    assert published("docjobs-codec")[args.port] == endpoint.port
+    assert args.cors_origin == f"http://localhost:{published('temporal-ui')[8080]}"
+    assert ui["TEMPORAL_CORS_ORIGINS"] == args.cors_origin
     assert SERVICES["docjobs-codec"]["secrets"] == ["docjobs_codec_keys"]
     assert environment("docjobs-codec")["DOCJOBS_CODEC_KEYS_FILE"] == "/run/secrets/docjobs_codec_keys"
 
@@ -258,8 +246,6 @@ def test_prometheus_scrapes_every_worker_service() -> None:
         "./ops/prometheus/alerts.yml": "/etc/prometheus/alerts.yml",
     }
     assert published("prometheus") == {9090: 9090}
-    if not PROMETHEUS_CONFIG.is_file():
-        pytest.skip("ops/prometheus/ comes with the metrics branch; nothing to check against before its merge")
     assert (REPO / "ops/prometheus/alerts.yml").is_file()
     prometheus = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     targets = _scrape_targets(prometheus)
