@@ -160,6 +160,7 @@ async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace
     if result.end is not WaitEnd.TERMINAL:
         payload = status_payload(result.status) if result.status else {"job_id": job_id, "state": None}
         payload["wait_end"] = result.end.value
+        await jobs.note_wait_ended(job_id, result.end.value)
         out.result(payload, f"still running after the caller's budget ({result.end.value}); job ID: {job_id}")
         return EXIT_BUDGET
     assert result.status is not None

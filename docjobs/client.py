@@ -14,6 +14,7 @@ import hashlib
 import re
 import shutil
 import tempfile
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -276,6 +277,12 @@ class JobClient:
                 )
             )
         return found
+
+    async def note_wait_ended(self, job_id: str, end: str) -> None:
+        """Record in the job's history that a caller stopped waiting (`end`: budget or timeout), so the timeline
+        can tell; best effort: the job may have ended meanwhile, and the caller's answer does not depend on it."""
+        with suppress(RPCError):
+            await self.handle(job_id).signal("caller_wait_ended", end)
 
     async def cancel(self, job_id: str) -> None:
         await self.status(job_id)  # raises JobNotFound for an unknown ID

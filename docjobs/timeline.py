@@ -45,6 +45,8 @@ def _line(event: dict[str, Any]) -> str | None:
         return f"{stage} stopped at {at} (canceled)"
     if kind == "timer_fired":
         return f"the job's deadline was reached at {at}"
+    if kind == "workflow_execution_signaled" and event.get("signal") == "caller_wait_ended":
+        return f"the caller's wait ended at {at}; the job went on"
     if kind in ("workflow_execution_cancel_requested", "workflow_execution_signaled"):
         return f"cancel requested at {at}"
     attributes = event.get("attributes", {})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pikepdf
 
+from docjobs.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, run_starter
 
 
@@ -117,3 +118,17 @@ def test_operator_listing_and_timeline(env: Env, main_worker: WorkerProcess, sam
     assert code == 0 and lines[0].startswith("job accepted at")
     assert any(line.startswith("attempt 1 of render started") for line in lines)
     assert lines[-1].startswith("succeeded; artifact released")
+
+
+async def test_timeline_tells_when_the_callers_wait_ended(env: Env, jobs: JobClient, samples: Path) -> None:
+    unserved = "docjobs-nobody-serves"  # the job stays queued
+    submit = ("submit", str(samples / "sample.pdf"), "--key", "waited-out")
+    assert run_starter(env, *submit, DOCJOBS_TASK_QUEUE=unserved)[0] == 0
+    code, payload, _ = run_starter(env, "wait", "default/waited-out", "--timeout", "1", DOCJOBS_TASK_QUEUE=unserved)
+    assert (code, payload["wait_end"], payload["job_id"]) == (3, "timeout", "default/waited-out")
+    code, story, _ = run_starter(env, "timeline", "default/waited-out")
+    lines = [entry["text"] for entry in story["timeline"]]
+    assert code == 0 and any(line.startswith("the caller's wait ended at") for line in lines), lines
+    assert not any(line.startswith("cancel requested") for line in lines)
+    assert lines[-1] == "still queued; no artifact released yet"
+    await jobs.handle("default/waited-out").terminate("test clean-up: no worker serves its queue")

@@ -63,6 +63,7 @@ CLEANUP_TIMEOUT = timedelta(minutes=2)
 WORKFLOW_TYPE = "DocumentJob"
 RELEASE_GATES = "release-gates"  # workflow.patched marker: the sign and verify stages
 NOTIFICATIONS = "notifications"  # workflow.patched marker: the tenant callback after the terminal state
+CALLER_WAIT_ENDED = "caller_wait_ended"  # signal: a caller's poll budget ended (history only, not an outcome)
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is recorded
 
@@ -131,6 +132,10 @@ class DocumentJobWorkflow:
     def cancel(self) -> None:
         """Same as a Temporal cancel request: end the job `canceled` with reason `requested`."""
         self._cancel_reason = self._cancel_reason or "requested"
+
+    @workflow.signal(name=CALLER_WAIT_ENDED)
+    def caller_wait_ended(self, end: str) -> None:
+        """A caller stopped waiting (its poll budget ran out). Only recorded, for the timeline: the job goes on."""
 
     @workflow.run
     async def run(self, request: JobRequest) -> JobStatus:
