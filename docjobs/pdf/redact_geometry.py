@@ -52,6 +52,9 @@ def quad_hits(quad: list[Point], rect: Rect) -> bool:
 
     A degenerate parallelogram (a zero-width glyph, a zero font size) has no area; it counts as under
     the rectangle when it touches it at all, so nothing without area slips through."""
+    xs, ys = [x for x, _ in quad], [y for _, y in quad]
+    if max(xs) < rect.x0 or min(xs) > rect.x1 or max(ys) < rect.y0 or min(ys) > rect.y1:
+        return False  # apart on an axis of the page: most glyphs, decided without the full test
     (x0, y0), (x1, y1), (x2, y2) = quad[0], quad[1], quad[2]
     degenerate = abs((x1 - x0) * (y2 - y1) - (y1 - y0) * (x2 - x1)) < _EPSILON
     rect_points = [(rect.x0, rect.y0), (rect.x1, rect.y0), (rect.x1, rect.y1), (rect.x0, rect.y1)]
