@@ -49,6 +49,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "notify.failed": (Outcome.RETRY, "the tenant's callback did not accept the event"),
     "redaction.leak": (Outcome.QUARANTINE, "redacted content is still present in the output"),
     "redaction.failed": (Outcome.RETRY, "redaction failed"),
+    "redaction.region_outside": (Outcome.FAIL, "a redaction region names a page the document does not have"),
     "stage.retries_exhausted": (Outcome.FAIL, "a stage kept failing after all retries"),
     "stage.timeout": (Outcome.FAIL, "a stage did not finish within its time budget"),
     "workflow.terminated": (Outcome.FAIL, "the job was terminated by an operator"),

@@ -144,6 +144,13 @@ def test_cli_region_removes_exactly_the_region(env: Env, main_worker: object, tm
     ]
 
 
+def test_region_on_a_missing_page_fails_the_job(env: Env, main_worker: object, tmp_path: Path) -> None:
+    make_plain(source := tmp_path / "plain.pdf")
+    code, status, _ = run_starter(env, "run", str(source), "--redact-region", "3:10,10,50,50", "--no-sign")
+    assert (code, status["state"], status["failure_code"]) == (1, "failed", "redaction.region_outside")
+    assert status["attempts"]["redact"] == 1  # deterministic: not retried
+
+
 def test_cli_rejects_a_bad_region_or_regex(env: Env, tmp_path: Path) -> None:
     make_plain(source := tmp_path / "plain.pdf")
     for flag, value in (("--redact-region", "1:10,10,10,50"), ("--redact-region", "0:1,1,2,2"), ("--redact", "(")):
