@@ -13,12 +13,11 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.lease import Lease, typed_failures
-from docjobs.models import RedactInput, RedactOutput, WatermarkMode
+from docjobs.models import RedactInput, RedactOutput
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.ocr import page_texts, text_json, tool
-from docjobs.pdf.raster import watermark_raster
 from docjobs.pdf.redact import redact_pdf
-from docjobs.pdf.watermark import watermark_structure
+from docjobs.pdf.stamp import stamp
 from docjobs.storage import BlobStore, staging_key
 
 
@@ -42,12 +41,8 @@ class RedactActivities:
                     text_file = Path(tmp) / "text.json"
                     text_file.write_text(text_json(page_texts(tool("pdftotext"), redacted, pages, "redaction.failed")))
                     text = self._store.put_file(staging_key(request.job_id, "redact-text", attempt, ".json"), text_file)
-                output, watermark = redacted, request.watermark
-                if watermark is not None:
-                    output = Path(tmp) / "stamped.pdf"
-                    if watermark.mode is WatermarkMode.STRUCTURE:
-                        watermark_structure(redacted, output, watermark.text, check_streams=False)
-                    else:
-                        watermark_raster(redacted, output, watermark.text, dpi=watermark.dpi, workdir=Path(tmp))
+                output = redacted
+                if request.watermark is not None:
+                    stamp(redacted, output := Path(tmp) / "stamped.pdf", request.watermark, workdir=Path(tmp))
                 staged = self._store.put_file(staging_key(request.job_id, "redact", attempt), output)
         return RedactOutput(staged=staged, text=text, summary=summary, attempt=attempt)

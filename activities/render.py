@@ -10,12 +10,11 @@ from temporalio import activity
 
 from activities.lease import Lease, typed_failures
 from docjobs.errors import DocJobError
-from docjobs.models import RenderInput, RenderOutput, WatermarkMode
+from docjobs.models import RenderInput, RenderOutput
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf, sniff_kind
-from docjobs.pdf.raster import watermark_raster
 from docjobs.pdf.signatures import signature_count, void_certification
-from docjobs.pdf.watermark import watermark_structure
+from docjobs.pdf.stamp import stamp
 from docjobs.storage import BlobStore, staging_key
 
 
@@ -46,14 +45,8 @@ class RenderActivities:
                 watermark = request.watermark
                 if watermark is None:
                     shutil.copyfile(normalized, output)
-                elif watermark.mode is WatermarkMode.STRUCTURE:
-                    info = watermark_structure(
-                        normalized, output, watermark.text, on_page=lease.progress, check_streams=False
-                    )
                 else:
-                    info = watermark_raster(
-                        normalized, output, watermark.text, dpi=watermark.dpi, on_page=lease.progress, workdir=Path(tmp)
-                    )
+                    info = stamp(normalized, output, watermark, workdir=Path(tmp), on_page=lease.progress)
                 if signatures:
                     void_certification(output)
                 staged = self._store.put_file(staging_key(request.job_id, "render", attempt), output)

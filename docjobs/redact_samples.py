@@ -94,12 +94,12 @@ def _new_pdf(
     content: bytes,
     *,
     mediabox: tuple[float, ...] = (0.0, 0.0, 612.0, 792.0),
-    font: Dictionary | None = None,
+    font: Callable[[pikepdf.Pdf], Dictionary] | None = None,
     xobjects: dict[str, pikepdf.Object] | None = None,
 ) -> pikepdf.Pdf:
-    """A one-page PDF drawing `content` with /F1 (Helvetica unless `font` is given)."""
+    """A one-page PDF drawing `content` with /F1 (Helvetica unless `font` makes another in the new PDF)."""
     pdf = pikepdf.new()
-    resources = Dictionary(Font=Dictionary(F1=pdf.make_indirect(font if font is not None else _helvetica())))
+    resources = Dictionary(Font=Dictionary(F1=pdf.make_indirect(font(pdf) if font is not None else _helvetica())))
     if xobjects:
         resources.XObject = Dictionary({f"/{name}": obj for name, obj in xobjects.items()})
     page = Dictionary(
@@ -211,17 +211,8 @@ def _ligature_font(pdf: pikepdf.Pdf) -> Dictionary:
 
 def make_ligature(path: Path) -> None:
     """An e-mail address drawn with the one-glyph "fi" ligature (one LTChar that reads as two letters)."""
-    pdf = pikepdf.new()
     shown = (EMAIL_PREFIX + LIGATURE_EMAIL + EMAIL_SUFFIX).replace("fi", chr(_LIGATURE_CODE))
-    content = b"BT /F1 12 Tf 72 680 Td (%s) Tj ET\n" % _escape(shown)
-    page = Dictionary(
-        Type=Name.Page,
-        MediaBox=Array([0, 0, 612, 792]),
-        Resources=Dictionary(Font=Dictionary(F1=pdf.make_indirect(_ligature_font(pdf)))),
-        Contents=pdf.make_stream(content),
-    )
-    pdf.pages.append(pikepdf.Page(page))
-    _save(pdf, path)
+    _save(_new_pdf(b"BT /F1 12 Tf 72 680 Td (%s) Tj ET\n" % _escape(shown), font=_ligature_font), path)
 
 
 def make_actual_text(path: Path) -> None:
@@ -466,16 +457,8 @@ def _type3_font(pdf: pikepdf.Pdf) -> Dictionary:
 def make_type3(path: Path) -> None:
     """The SSN line in a Type3 font: glyphs are little programs, so the content engine cannot rewrite them
     safely and the page needs the raster fallback."""
-    pdf = pikepdf.new()
     content = b"BT /F1 12 Tf 72 700 Td (%s) Tj ET\n" % _escape(SSN_PREFIX + SSN + SSN_SUFFIX)
-    page = Dictionary(
-        Type=Name.Page,
-        MediaBox=Array([0, 0, 612, 792]),
-        Resources=Dictionary(Font=Dictionary(F1=pdf.make_indirect(_type3_font(pdf)))),
-        Contents=pdf.make_stream(content),
-    )
-    pdf.pages.append(pikepdf.Page(page))
-    _save(pdf, path)
+    _save(_new_pdf(content, font=_type3_font), path)
 
 
 _BOTH = (SSN, EMAIL)
