@@ -178,3 +178,22 @@ async def test_scan_is_redacted_after_ocr_and_burned_into_the_image(
         ["tesseract", str(tmp_path / "page.png"), "-"], capture_output=True, text=True, check=True
     ).stdout
     assert SSN not in seen and EMAIL not in seen and "Patient" in seen
+
+
+@pytest.mark.skipif(not Path("/usr/bin/tesseract").exists(), reason="tesseract is installed by make")
+async def test_raster_preview_is_redacted_before_it_is_flattened(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    make_plain(source := tmp_path / "plain.pdf")
+    policy = policies.resolve("preview", redact=["ssn", "email"])
+    status = await wait_terminal(jobs, (await jobs.submit(source, policy, key="redact-preview")).job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    out = tmp_path / "out.pdf"
+    await jobs.fetch(status.job_id, out)
+    subprocess.run(["pdftoppm", "-r", "300", "-png", "-singlefile", str(out), str(tmp_path / "page")], check=True)
+    seen = subprocess.run(
+        ["tesseract", str(tmp_path / "page.png"), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "Patient" in seen  # the neighbours are pixels now (the pale stamp is not reliably OCR'd)
+    assert subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True).stdout.strip() == ""
+    assert SSN not in seen and EMAIL not in seen  # and the values were gone before they became pixels
