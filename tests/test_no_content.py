@@ -78,7 +78,8 @@ async def test_the_marker_appears_nowhere_but_in_the_released_text(
     env: Env, start_worker: StartWorker, policies: PolicyBook, tmp_path: Path
 ) -> None:
     marker = f"MRK{uuid.uuid4().hex[:12]}"
-    queue, port = f"no-content-{uuid.uuid4().hex[:6]}", free_port()
+    run = uuid.uuid4().hex[:8]  # job keys and queue: unrelated to the marker
+    queue, port = f"no-content-{run}", free_port()
     overrides = {
         "DOCJOBS_CODEC_KEYS": entry(CodecKey("no-content", os.urandom(32))),
         "DOCJOBS_TASK_QUEUE": queue,
@@ -97,13 +98,13 @@ async def test_the_marker_appears_nowhere_but_in_the_released_text(
     operator_views: list[str] = []
 
     # 1. Standard (structure watermark, signed) through the CLI, which is given the marked file name.
-    submitted = starter(coded, "submit", str(source), "--key", f"marker-ok-{marker[3:9]}")
+    submitted = starter(coded, "submit", str(source), "--key", f"no-content-ok-{run}")
     assert submitted.returncode == 0, submitted.stderr
     operator_views += [submitted.stdout, submitted.stderr]
     good = json.loads(submitted.stdout.splitlines()[-1])["job_id"]
     # 3. The marker redacted by a custom regex, through the client.
     redacting = policies.resolve("standard", redact=[MARKER_REGEX])
-    redacted = (await jobs.submit(source, redacting, key=f"marker-redact-{marker[3:9]}")).job_id
+    redacted = (await jobs.submit(source, redacting, key=f"no-content-redact-{run}")).job_id
     # 2. A malformed file through the HTTP API (multipart: the API sees its file name).
     failed, api_answers = await submit_through_api(jobs, malformed, tmp_path / "tenants.json")
     operator_views += api_answers
