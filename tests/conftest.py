@@ -22,13 +22,14 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 import pytest
-from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from google.protobuf.message import Message
 from moto.server import ThreadedMotoServer
 from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from docjobs.client import JobClient, connect
+from docjobs.codec import ENCODING
 from docjobs.config import PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.models import JobStatus, Policy
@@ -233,37 +234,53 @@ async def wait_for_pages(jobs: JobClient, job_id: str, pages: int = 1, timeout: 
     raise AssertionError(f"{job_id} made no progress in {timeout} s")
 
 
-def _payloads(message: Message) -> Iterator[Payload]:
-    """Every Payload inside a protobuf message, at any depth (repeated, map and nested fields)."""
+def payloads_in(message: Message, path: str = "") -> Iterator[tuple[str, Payload]]:
+    """Every Payload inside a protobuf message (maps and repeated fields included), with its field path."""
+    if isinstance(message, Payload):
+        yield path, message
+        return
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
         if field.message_type.GetOptions().map_entry:
-            items = list(value.values())
-        elif isinstance(value, RepeatedCompositeFieldContainer):
-            items = list(value)
+            items = [(f"{path}.{field.name}[{key}]", item) for key, item in value.items()]
+            items = [(where, item) for where, item in items if isinstance(item, Message)]
+        elif field.is_repeated:
+            items = [(f"{path}.{field.name}[{index}]", item) for index, item in enumerate(value)]
         else:
-            items = [value]
-        for item in items:
-            if isinstance(item, Payload):
-                yield item
-            elif isinstance(item, Message):
-                yield from _payloads(item)
+            items = [(f"{path}.{field.name}", value)]
+        for where, item in items:
+            yield from payloads_in(item, where)
+
+
+# Left in the clear by Temporal itself: search attributes (the server indexes them) and the SDK's patch
+# markers (a `workflow.patched` ID from the workflow code). Everything else must be sealed, memo included.
+CLEAR_BY_DESIGN = (".search_attributes.", ".details[patch-data].")
+
+
+def sealable_payloads(history: History) -> list[tuple[str, Payload]]:
+    """The history's payloads (with their field paths) that the codec must have encrypted."""
+    return [(where, payload) for where, payload in payloads_in(history) if not any(s in where for s in CLEAR_BY_DESIGN)]
+
+
+def unsealed_payloads(history: History) -> list[str]:
+    """The field paths of payloads the codec should have encrypted but that are in the clear."""
+    return [where for where, payload in sealable_payloads(history) if payload.metadata.get("encoding") != ENCODING]
 
 
 async def history_payload_text(client: Client, job_id: str) -> str:
     """Every payload of the job's history, decoded through the client's codec (if any), as one text."""
     history = await client.get_workflow_handle(job_id).fetch_history()
-    payloads = [payload for event in history.events for payload in _payloads(event)]
+    payloads = [payload for _, payload in payloads_in(History(events=history.events))]
     codec = client.data_converter.payload_codec
     if codec is not None:
         payloads = await codec.decode(payloads)
     return "\n".join(payload.data.decode("utf-8", "replace") for payload in payloads)
 
 
-def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) -> tuple[int, dict[str, Any], str]:
-    """Run `starter.py --json ...`; returns (exit code, last-line JSON, stderr)."""
-    done = subprocess.run(
+def starter(env: Env, *args: str, timeout: float = 300, **overrides: str) -> subprocess.CompletedProcess[str]:
+    """Run `starter.py --json ...` to the end, its whole output captured."""
+    return subprocess.run(
         [sys.executable, str(REPO / "starter.py"), "--json", *args],
         cwd=REPO,
         env=env.process_env(**overrides),
@@ -271,6 +288,11 @@ def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) ->
         text=True,
         timeout=timeout,
     )
+
+
+def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) -> tuple[int, dict[str, Any], str]:
+    """Run `starter.py --json ...`; returns (exit code, last-line JSON, stderr)."""
+    done = starter(env, *args, timeout=timeout, **overrides)
     lines = done.stdout.strip().splitlines()
     payload = json.loads(lines[-1]) if lines else {}
     return done.returncode, payload, done.stderr

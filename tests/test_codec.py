@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 from google.protobuf import json_format
-from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
@@ -27,7 +26,17 @@ from docjobs.codec import ENCODING, CodecKey, EncryptionCodec, PayloadDecryption
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.states import JobState
 from docjobs.storage import source_key
-from tests.conftest import REPO, Env, StartWorker, free_port, run_starter, wait_terminal, with_watermark
+from tests.conftest import (
+    REPO,
+    Env,
+    StartWorker,
+    free_port,
+    run_starter,
+    sealable_payloads,
+    unsealed_payloads,
+    wait_terminal,
+    with_watermark,
+)
 
 OLD = CodecKey("2025-a", bytes(range(32)))
 NEW = CodecKey("2026-b", bytes(range(32, 64)))
@@ -115,25 +124,6 @@ def test_malformed_keys_are_config_errors(
     assert "c2hvcnQ" not in str(error.value) and base64.b64encode(OLD.secret).decode() not in str(error.value)
 
 
-def payloads_in(message: Message, path: str = "") -> Iterator[tuple[str, Payload]]:
-    """Every Payload inside a protobuf message (maps and repeated fields included), with its field path."""
-    if isinstance(message, Payload):
-        yield path, message
-        return
-    for field, value in message.ListFields():
-        if field.message_type is None:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            items = [(f"{path}.{field.name}[{key}]", item) for key, item in value.items()]
-            items = [(where, item) for where, item in items if isinstance(item, Message)]
-        elif field.is_repeated:
-            items = [(f"{path}.{field.name}[{index}]", item) for index, item in enumerate(value)]
-        else:
-            items = [(f"{path}.{field.name}", value)]
-        for where, item in items:
-            yield from payloads_in(item, where)
-
-
 @pytest.fixture
 def codec_endpoint(env: Env) -> Iterator[str]:
     """`starter.py codec-server` as a real process on a free loopback port, with a bearer token."""
@@ -177,16 +167,12 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     plain_client = await Client.connect(settings.address, namespace=settings.namespace)  # no codec
     history = await plain_client.get_workflow_handle(submitted.job_id).fetch_history()
     raw = History(events=history.events)
-    found = list(payloads_in(raw))
-    # Left in the clear by Temporal itself: search attributes (the server indexes them) and the SDK's patch
-    # markers (a `workflow.patched` ID from the workflow code). Everything else must be sealed, memo included.
-    clear_by_design = (".search_attributes.", ".details[patch-data].")
-    sealable = [(where, payload) for where, payload in found if not any(s in where for s in clear_by_design)]
+    sealable = sealable_payloads(raw)
     assert any(".memo.fields[request]" in where for where, _ in sealable)
     kinds = {where.split(".")[2] for where, _ in sealable}  # .events[i].<kind>_attributes.…
     assert {"workflow_execution_started_event_attributes", "activity_task_scheduled_event_attributes"} <= kinds
     assert {"activity_task_completed_event_attributes", "workflow_execution_completed_event_attributes"} <= kinds
-    unsealed = [where for where, payload in sealable if payload.metadata.get("encoding") != ENCODING]
+    unsealed = unsealed_payloads(raw)
     assert unsealed == [], unsealed
     secrets = [status.input_sha256, source_key(status.input_sha256), policy.version, sentinel]
     raw_bytes = raw.SerializeToString()
