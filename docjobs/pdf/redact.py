@@ -106,8 +106,9 @@ def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int
         kept: dict[str, list[Rect]] = {}
         for word in now:
             kept.setdefault(word.text, []).append(word.box)
+        exempt = [*regions.get(number, ()), *annotated[number]]
         for word in was:
-            if any(word.box.intersects(region) for region in [*regions.get(number, ()), *annotated[number]]):
+            if any(word.box.intersects(region) for region in exempt):
                 continue
             if not any(_same_place(word.box, box) for box in kept.get(word.text, ())):
                 raise DocJobError(
