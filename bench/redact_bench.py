@@ -3,10 +3,11 @@
     .venv/bin/python bench/redact_bench.py [--runs 3] [--pages 50]
 
 `redact_pdf` (locate with pdfminer, rewrite content, scrub, save, the two-extractor gate, then the check
-that every word outside the regions is still in place) runs on a generated text PDF with an SSN, an e-mail and a phone number on every page. Beside it, the raw tools on the
-same file: `pdftotext` (poppler) and pdfminer's text extraction, the floor any locate-and-verify redactor
-pays. The fallback share is over the redaction fixtures (docjobs/redact_samples.py, the scan excluded: it
-needs OCR first): pages burned in at the fallback DPI / pages redacted. Prints medians.
+that every word outside the regions is still in place) runs on a generated text PDF with an SSN, an e-mail
+and a phone number on every page; its main steps are also timed alone. Beside it, the raw tools on the same
+file: `pdftotext` (poppler) and pdfminer's text extraction, the floor any locate-and-verify redactor pays.
+The fallback share is over the redaction fixtures (docjobs/redact_samples.py, the scan excluded: it needs OCR
+first): pages burned in at the fallback DPI / pages redacted. Prints medians.
 """
 
 from __future__ import annotations
