@@ -34,7 +34,14 @@ class RedactActivities:
             with tempfile.TemporaryDirectory(dir=self._workdir, prefix="redact-") as tmp:
                 staged_in, redacted = Path(tmp) / "input.pdf", Path(tmp) / "redacted.pdf"
                 self._store.fetch(request.staged, staged_in, mismatch_code="artifact.digest_mismatch")
-                summary = redact_pdf(staged_in, redacted, request.redact, workdir=Path(tmp), on_page=lease.progress)
+                summary = redact_pdf(
+                    staged_in,
+                    redacted,
+                    request.redact,
+                    workdir=Path(tmp),
+                    on_page=lease.progress,
+                    ocr_done=request.rebuild_text,  # the job was OCR'd: every page with pixels has text now
+                )
                 text = None
                 if request.rebuild_text:
                     pages = inspect_pdf(redacted).page_count

@@ -50,6 +50,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "redaction.leak": (Outcome.QUARANTINE, "redacted content is still present in the output"),
     "redaction.failed": (Outcome.RETRY, "redaction failed"),
     "redaction.region_outside": (Outcome.FAIL, "a redaction region names a page the document does not have"),
+    "redaction.needs_ocr": (Outcome.FAIL, "pages to redact by pattern have no text, only images: OCR them first"),
     "stage.retries_exhausted": (Outcome.FAIL, "a stage kept failing after all retries"),
     "stage.timeout": (Outcome.FAIL, "a stage did not finish within its time budget"),
     "workflow.terminated": (Outcome.FAIL, "the job was terminated by an operator"),

@@ -197,3 +197,18 @@ async def test_raster_preview_is_redacted_before_it_is_flattened(
     assert "Patient" in seen  # the neighbours are pixels now (the pale stamp is not reliably OCR'd)
     assert subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True).stdout.strip() == ""
     assert SSN not in seen and EMAIL not in seen  # and the values were gone before they became pixels
+
+
+async def test_patterns_on_pixels_without_ocr_fail_fast_but_regions_work(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    FIXTURES["scanned"].make(source := tmp_path / "scanned.pdf")
+    by_pattern = policies.resolve("standard", redact=["ssn"])
+    status = await wait_terminal(jobs, (await jobs.submit(source, by_pattern, key="redact-blind")).job_id)
+    assert (status.state, status.failure_code) == (JobState.FAILED, "redaction.needs_ocr"), status
+    assert status.failure_message is not None and "page(s) 1 " in status.failure_message
+
+    by_region = policies.resolve("standard", redact_regions=["1:0,0,612,400"])  # the lower part of the page
+    status = await wait_terminal(jobs, (await jobs.submit(source, by_region, key="redact-pixels")).job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.redaction is not None and status.redaction.pages[0].images_redacted == 1

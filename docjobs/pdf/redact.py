@@ -34,10 +34,21 @@ BOX_COLOR = "0 g"  # opaque black
 
 
 def redact_pdf(
-    src: Path, dst: Path, policy: RedactPolicy, *, workdir: Path, on_page: ProgressFn | None = None
+    src: Path,
+    dst: Path,
+    policy: RedactPolicy,
+    *,
+    workdir: Path,
+    on_page: ProgressFn | None = None,
+    ocr_done: bool = False,
 ) -> RedactionSummary:
-    """Redact `src` into `dst` as `policy` says; raises `redaction.leak` when the gate finds anything left."""
+    """Redact `src` into `dst` as `policy` says; raises `redaction.leak` when the gate finds anything left.
+
+    Unless `ocr_done`, a page that shows images but has no text to search fails `redaction.needs_ocr` when
+    there are patterns: what is only pixels cannot be matched, so it would be released unredacted."""
     patterns = compile_patterns(policy)
+    if patterns and not ocr_done:
+        _check_searchable(src)
     located = locate(src, patterns)
     if _contextual_matches(located.counts, patterns):
         # A date of birth is found next to its label; the same date elsewhere is the same secret. The counts
@@ -114,6 +125,20 @@ def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int
                 raise DocJobError(
                     "fidelity.text", f"text outside the redaction regions moved or vanished on page {number}"
                 )
+
+
+def _check_searchable(src: Path) -> None:
+    with pikepdf.open(src) as pdf:
+        boxes = [page_box(page) for page in pdf.pages]
+        pictured = [number for number, page in enumerate(pdf.pages, start=1) if page.images]
+    words = poppler_words(src, boxes)
+    if words is None:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the document to redact")
+    blind = [number for number, found in words if not found and number in pictured]
+    if blind:
+        listed = ", ".join(map(str, blind[:20])) + (", …" if len(blind) > 20 else "")
+        message = f"page(s) {listed} have no text to search, only images: OCR them first (--ocr or the scan policy)"
+        raise DocJobError("redaction.needs_ocr", message)
 
 
 def _same_place(a: Rect, b: Rect, tolerance: float = 0.5) -> bool:
