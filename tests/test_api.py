@@ -29,9 +29,11 @@ from temporalio.service import RPCError
 
 from docjobs.api import create_app
 from docjobs.client import JobClient
+from docjobs.redact_samples import EMAIL, SSN, make_plain
 from docjobs.samples import make_sample_pdf
 from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import REPO, Env, WorkerProcess, free_port, run_starter
+from tests.test_redact_jobs import assert_nothing_left
 
 LIMIT = 512 * 1024  # the server's upload limit in these tests
 
@@ -358,3 +360,20 @@ def test_schemathesis_finds_no_server_error(api: Api) -> None:
 
         check()
     assert len(calls) >= 6 * 5 and all(code < 500 for code in calls)
+
+
+async def test_redaction_through_the_policy_part(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    make_plain(source := tmp_path / "plain.pdf")
+    policy = json.dumps({"name": "standard", "redact": ["ssn", "jane\\.doe@\\S+"], "redact_regions": ["1:0,0,10,10"]})
+    files = {"file": ("letter.pdf", source.read_bytes())}
+    created = await http.post("/v1/jobs", files=files, data={"policy": policy}, headers=api.auth())
+    assert created.status_code == 202, created.text
+    status = await wait_api_terminal(http, api, created.json()["job_id"])
+    assert status["state"] == "succeeded", status
+    assert status["redaction"]["pages"][0]["matches"] == {"ssn": 1, "custom1": 1}  # type: ignore[index]
+    artifact = await http.get(f"/v1/jobs/{created.json()['job_id']}/artifact", headers=api.auth())
+    (tmp_path / "out.pdf").write_bytes(artifact.content)
+    assert_nothing_left(tmp_path / "out.pdf", (SSN, EMAIL))
+    bad = json.dumps({"redact_regions": ["page one"]})
+    refused = await http.post("/v1/jobs", files=files, data={"policy": bad}, headers=api.auth())
+    assert (refused.status_code, refused.json()["code"]) == (422, "policy.invalid")
