@@ -10,6 +10,7 @@ answers 404. Every error is JSON `{"code", "message"}`: a stable code and a mess
 from __future__ import annotations
 
 import json
+import logging
 import re
 import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
@@ -29,12 +30,15 @@ from starlette.requests import ClientDisconnect
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.client import JobClient, JobNotFound, connect
+from docjobs.codec import PayloadDecryptionError
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.errors import DocJobError
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy
 from docjobs.pdf.inspect import sniff_kind
 from docjobs.states import JobState, is_terminal
 from docjobs.tenants import TenantBook, tenants_file
+
+log = logging.getLogger("docjobs.api")
 
 MULTIPART_SLACK = 64 * 1024  # boundaries, part headers and the policy part on top of the file itself
 ACCEPTED_KINDS = frozenset({"pdf", "png", "jpeg", "tiff"})
@@ -196,6 +200,11 @@ def create_app(
     @app.exception_handler(RPCError)
     async def unavailable(_: Request, error: RPCError) -> JSONResponse:
         return _error(503, "unavailable", "the job service is unavailable; retry later", {"Retry-After": "5"})
+
+    @app.exception_handler(PayloadDecryptionError)
+    async def undecryptable(_: Request, error: PayloadDecryptionError) -> JSONResponse:
+        log.error("codec.undecryptable: %s", error)  # names the key ID only
+        return _error(500, "codec.undecryptable", "this server lacks the key that sealed the job's data")
 
     @app.exception_handler(Exception)
     async def internal(_: Request, error: Exception) -> JSONResponse:

@@ -21,11 +21,13 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
+from docjobs.api import create_app
 from docjobs.client import JobClient, connect
 from docjobs.codec import ENCODING, CodecKey, EncryptionCodec, PayloadDecryptionError
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.states import JobState
 from docjobs.storage import source_key
+from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import (
     REPO,
     Env,
@@ -150,7 +152,7 @@ def codec_endpoint(env: Env) -> Iterator[str]:
 
 
 async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
-    env: Env, start_worker: StartWorker, policies: PolicyBook, samples: Path, codec_endpoint: str
+    env: Env, start_worker: StartWorker, policies: PolicyBook, samples: Path, codec_endpoint: str, tmp_path: Path
 ) -> None:
     queue = "codec-test"
     keys = {"DOCJOBS_CODEC_KEYS": f"{entry(NEW)},{entry(OLD)}", "DOCJOBS_TASK_QUEUE": queue}
@@ -223,6 +225,12 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     assert (code, shown_status["input_sha256"]) == (0, status.input_sha256)
     code, refused_status, _ = run_starter(env, "status", submitted.job_id, DOCJOBS_CODEC_KEYS=entry(UNKNOWN))
     assert (code, refused_status["error"]) == (2, "codec.undecryptable") and "'2026-b'" in refused_status["message"]
+    keyless = env.settings(DOCJOBS_CODEC_KEYS=entry(UNKNOWN), DOCJOBS_TASK_QUEUE=queue)
+    tenant_key = add_tenant(tmp_path / "tenants.json", status.tenant)
+    app = create_app(keyless, JobClient(await connect(keyless), keyless), tenants=TenantBook(tmp_path / "tenants.json"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as api:
+        answer = await api.get(f"/v1/jobs/{submitted.job_id}", headers={"Authorization": f"Bearer {tenant_key}"})
+    assert (answer.status_code, answer.json()["code"]) == (500, "codec.undecryptable")
 
     shown = subprocess.run(
         [
