@@ -38,7 +38,7 @@ from docjobs import search_attributes as sa
 from docjobs.config import Settings
 from docjobs.devserver import ensure_dev_server
 from docjobs.errors import DocJobError
-from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
+from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord, canonical_bytes
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.states import JobState, Stage, parse_state
 from docjobs.storage import artifact_key, sha256_file, source_key, text_key
@@ -338,8 +338,17 @@ class JobClient:
             source = self._copy_blob(source_key(status.input_sha256), folder / "source")
             artifact = self._copy_blob(artifact_key(job_id), folder / "artifact.pdf") if status.output_sha256 else None
             text = self._copy_blob(text_key(job_id), folder / "text.json") if status.ocr_text_sha256 else None
+            summary = None
+            if status.redaction is not None:  # the summary the job reports must be the one the evidence binds
+                (summary := folder / "redaction.json").write_bytes(canonical_bytes(status.redaction))
             return await asyncio.to_thread(
-                verify_evidence, envelope, signer, artifact=artifact, source=source, ocr_text=text
+                verify_evidence,
+                envelope,
+                signer,
+                artifact=artifact,
+                source=source,
+                ocr_text=text,
+                redaction_summary=summary,
             )
 
     async def audit(self, job_id: str) -> list[dict[str, Any]]:

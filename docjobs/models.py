@@ -20,10 +20,13 @@ from docjobs.states import JobState, Stage
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 
+def canonical_bytes(model: BaseModel) -> bytes:
+    """A model's canonical JSON (sorted keys, no spaces): equal content, equal bytes."""
+    return json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+
 def canonical_sha256(model: BaseModel) -> str:
-    """SHA-256 of a model's canonical JSON (sorted keys, no spaces): equal content, equal digest."""
-    canonical = json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hashlib.sha256(canonical_bytes(model)).hexdigest()
 
 
 class Frozen(BaseModel):

@@ -104,6 +104,8 @@ async def test_summary_is_bound_into_the_evidence(
     envelope = tmp_path / "evidence.json"
     assert run_starter(env, "evidence", status.job_id, "-o", str(envelope))[0] == 0
     assert json.loads(envelope.read_bytes())["payload"]["redaction_summary_sha256"] == status.redaction.sha256
+    code, checked, _ = run_starter(env, "verify-evidence", status.job_id)  # the reported summary is the bound one
+    assert (code, checked["ok"], checked["broken"]) == (0, True, [])
 
 
 async def test_box_only_redactor_is_caught_by_the_gate(
