@@ -130,7 +130,7 @@ def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int
 def _check_searchable(src: Path) -> None:
     with pikepdf.open(src) as pdf:
         boxes = [page_box(page) for page in pdf.pages]
-        pictured = [number for number, page in enumerate(pdf.pages, start=1) if page.images]
+        pictured = [number for number, page in enumerate(pdf.pages, start=1) if page.get_images()]
     words = poppler_words(src, boxes)
     if words is None:
         raise DocJobError("fidelity.reader", "a second PDF reader could not read the document to redact")

@@ -1,0 +1,66 @@
+"""The redaction orchestrator on its own (no Temporal): annotations and fields, boxes, burn-in, bad regions."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pikepdf
+import pytest
+from PIL import Image
+from pypdf import PdfReader
+
+from docjobs.errors import DocJobError
+from docjobs.models import RedactPolicy, RedactRegion
+from docjobs.pdf.redact import redact_pdf
+from docjobs.redact_samples import FIXTURES, LINE_X, SSN, SSN_PREFIX, SSN_Y, make_plain, text_width
+
+
+def region(x0: float, y0: float, x1: float, y1: float, page: int = 1) -> RedactRegion:
+    return RedactRegion(page=page, x0=x0, y0=y0, x1=x1, y1=y1)
+
+
+def test_a_region_removes_the_widget_and_its_field(tmp_path: Path) -> None:
+    FIXTURES["form"].make(source := tmp_path / "form.pdf")
+    name_widget = region(70, 438, 274, 460)  # the harmless "name" field: no pattern would remove it
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regions=(name_widget,)), workdir=tmp_path)
+    assert summary.pages[0].annotations_removed == 1
+    fields = PdfReader(out).get_fields() or {}
+    assert "name" not in fields and {"ssn", "contact"} <= set(fields)
+    with pikepdf.open(out) as pdf:
+        assert len(pdf.pages[0].obj.Annots) == 2
+
+
+def test_the_box_is_drawn_where_the_value_was(tmp_path: Path) -> None:
+    make_plain(source := tmp_path / "plain.pdf")
+    redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(patterns=("ssn",)), workdir=tmp_path)
+    subprocess.run(["pdftoppm", "-r", "72", "-png", "-singlefile", str(out), str(tmp_path / "page")], check=True)
+    with Image.open(tmp_path / "page.png") as page:
+        middle_of_ssn = (round(LINE_X + text_width(SSN_PREFIX) + text_width(SSN) / 2), round(792 - (SSN_Y + 4)))
+        before_it = (round(LINE_X + 2), round(792 - (SSN_Y + 4)))
+        assert page.convert("L").getpixel(middle_of_ssn) == 0  # opaque black
+        assert page.convert("L").getpixel(before_it) != 0  # "Patient" is not boxed
+
+
+def test_a_page_that_cannot_be_rewritten_is_burned_in(tmp_path: Path) -> None:
+    FIXTURES["type3"].make(source := tmp_path / "type3.pdf")
+    summary = redact_pdf(
+        source, out := tmp_path / "out.pdf", RedactPolicy(patterns=("ssn",), fallback_dpi=100), workdir=tmp_path
+    )
+    assert (summary.fallback_pages, summary.pages[0].fallback) == ([1], "type3_font")
+    with pikepdf.open(source) as before, pikepdf.open(out) as after:
+        page = after.pages[0]
+        assert list(page.mediabox) == list(before.pages[0].mediabox)
+        assert set(page.obj.Resources.keys()) == {"/XObject"} and list(page.obj.Resources.XObject.keys()) == ["/Im0"]
+        drawn = page.obj.Resources.XObject.Im0
+        assert isinstance(drawn, pikepdf.Stream)
+        image = pikepdf.PdfImage(drawn)
+        assert image.width == round(float(page.cropbox[2] - page.cropbox[0]) * 100 / 72)
+    assert subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True).stdout.strip() == ""
+
+
+def test_a_region_on_a_page_the_document_lacks_is_refused(tmp_path: Path) -> None:
+    make_plain(source := tmp_path / "plain.pdf")
+    with pytest.raises(DocJobError) as refused:
+        redact_pdf(source, tmp_path / "out.pdf", RedactPolicy(regions=(region(1, 1, 2, 2, page=2),)), workdir=tmp_path)
+    assert refused.value.code == "redaction.region_outside"
