@@ -23,7 +23,7 @@ from docjobs.models import PageRedaction, RedactionSummary, RedactPolicy, Redact
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.raster import image_content, render_page
 from docjobs.pdf.redact_content import remove_content
-from docjobs.pdf.redact_gate import check_redaction, page_box, poppler_words
+from docjobs.pdf.redact_gate import Word, check_redaction, poppler_words
 from docjobs.pdf.redact_locate import locate
 from docjobs.pdf.redact_patterns import NamedPattern, compile_patterns, value_pattern
 from docjobs.pdf.redact_scrub import scrub_document
@@ -101,17 +101,13 @@ def _contextual_matches(counts: dict[int, dict[str, int]], patterns: list[NamedP
 def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int]) -> None:
     """Every word poppler reads outside the regions is still there, at the same place (within half a point),
     except on burned-in pages (recorded as such). Removal must never move or lose the neighbours."""
-    with pikepdf.open(src) as before, pikepdf.open(dst) as after:
-        boxes_before, boxes_after = [page_box(p) for p in before.pages], [page_box(p) for p in after.pages]
+    with pikepdf.open(src) as before:
         # Annotation appearances are read as page text too; the annotations themselves are judged elsewhere.
         annotated = {
             number: [box for annotation in page.obj.get(Name.Annots, []) if (box := _annotation_rect(annotation))]
             for number, page in enumerate(before.pages, start=1)
         }
-    words_before, words_after = poppler_words(src, boxes_before), poppler_words(dst, boxes_after)
-    if words_before is None or words_after is None:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the redacted file")
-    for (number, was), (_, now) in zip(words_before, words_after, strict=True):
+    for (number, was), (_, now) in zip(_words(src), _words(dst), strict=True):
         if number in burned:
             continue
         kept: dict[str, list[Rect]] = {}
@@ -127,14 +123,17 @@ def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int
                 )
 
 
+def _words(path: Path) -> list[tuple[int, list[Word]]]:
+    words = poppler_words(path)
+    if words is None:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the document")
+    return words
+
+
 def _check_searchable(src: Path) -> None:
     with pikepdf.open(src) as pdf:
-        boxes = [page_box(page) for page in pdf.pages]
         pictured = [number for number, page in enumerate(pdf.pages, start=1) if page.get_images()]
-    words = poppler_words(src, boxes)
-    if words is None:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the document to redact")
-    blind = [number for number, found in words if not found and number in pictured]
+    blind = [number for number, found in _words(src) if not found and number in pictured]
     if blind:
         listed = ", ".join(map(str, blind[:20])) + (", …" if len(blind) > 20 else "")
         message = f"page(s) {listed} have no text to search, only images: OCR them first (--ocr or the scan policy)"

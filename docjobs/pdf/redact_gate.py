@@ -64,11 +64,10 @@ def check_redaction(
     kind); a clean report means both extractors and the document scan found nothing."""
     leaks: list[Leak] = []
     with pikepdf.open(pdf_path) as pdf:
-        boxes = [page_box(page) for page in pdf.pages]
         for site in document_sites(pdf):
             if any(sensitive_kinds(text, patterns, values) for text in site.texts):
                 leaks.append(Leak("pikepdf", site.page, site.kind))
-    pdftotext_pages = poppler_words(pdf_path, boxes)
+    pdftotext_pages = poppler_words(pdf_path)
     if pdftotext_pages is None:
         leaks.append(Leak("pdftotext", None, "unreadable"))
     for number, words in pdftotext_pages or ():
@@ -92,15 +91,17 @@ def _inside(word: Rect, region: Rect) -> bool:
     return area <= 0 or width * height >= IN_REGION_SHARE * area
 
 
-def page_box(page: pikepdf.Page) -> tuple[Rect, int]:
+def _page_box(page: pikepdf.Page) -> tuple[Rect, int]:
     """The page's MediaBox and /Rotate: what maps poppler's word boxes back to default user space."""
     x0, y0, x1, y1 = (float(value) for value in page.mediabox)
     return Rect.spanning(x0, y0, x1, y1), int(page.obj.get("/Rotate", 0)) % 360
 
 
-def poppler_words(pdf_path: Path, boxes: list[tuple[Rect, int]]) -> list[tuple[int, list[Word]]] | None:
+def poppler_words(pdf_path: Path) -> list[tuple[int, list[Word]]] | None:
     """Words and their boxes per page, as pdftotext sees them, boxes mapped back to default user space;
     None when pdftotext cannot read the file."""
+    with pikepdf.open(pdf_path) as pdf:
+        boxes = [_page_box(page) for page in pdf.pages]
     if shutil.which("pdftotext") is None:
         raise DocJobError("tool.missing")
     try:
