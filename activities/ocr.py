@@ -15,7 +15,7 @@ from temporalio.exceptions import CancelledError
 from activities.lease import Lease, typed_failures
 from docjobs.models import OcrInput, OcrOutput
 from docjobs.pdf.ocr import OcrCanceled, run_ocr, text_json
-from docjobs.pdf.watermark import watermark_structure
+from docjobs.pdf.stamp import stamp
 from docjobs.storage import BlobStore, staging_key
 
 
@@ -48,8 +48,7 @@ class OcrActivities:
                     raise CancelledError("OCR stopped: the stage was canceled or lost its lease") from None
                 output = searchable
                 if request.watermark is not None:
-                    output = Path(tmp) / "stamped.pdf"
-                    watermark_structure(searchable, output, request.watermark.text, check_streams=False)
+                    stamp(searchable, output := Path(tmp) / "stamped.pdf", request.watermark, workdir=Path(tmp))
                 text_file = Path(tmp) / "text.json"
                 text_file.write_text(text_json(result.page_texts))
                 text = self._store.put_file(staging_key(request.job_id, "ocr-text", attempt, ".json"), text_file)
