@@ -10,11 +10,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pikepdf
 from temporalio import activity
 
 from activities.lease import Lease, typed_failures
 from docjobs.models import RedactInput, RedactOutput
-from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.ocr import page_texts, text_json, tool
 from docjobs.pdf.redact import redact_pdf
 from docjobs.pdf.stamp import stamp
@@ -44,7 +44,8 @@ class RedactActivities:
                 )
                 text = None
                 if request.rebuild_text:
-                    pages = inspect_pdf(redacted).page_count
+                    with pikepdf.open(redacted) as written:  # our own output: no need to re-check every stream
+                        pages = len(written.pages)
                     text_file = Path(tmp) / "text.json"
                     text_file.write_text(text_json(page_texts(tool("pdftotext"), redacted, pages, "redaction.failed")))
                     text = self._store.put_file(staging_key(request.job_id, "redact-text", attempt, ".json"), text_file)
