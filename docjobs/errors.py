@@ -25,6 +25,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "input.unsupported": (Outcome.FAIL, "the input is not a supported document type"),
     "input.too_large": (Outcome.FAIL, "the input exceeds the configured size or page limit"),
     "input.empty": (Outcome.FAIL, "the input has no pages"),
+    "input.too_complex": (Outcome.FAIL, "the input exceeds a processing limit (memory, CPU time, or a parser budget)"),
     "input.signed": (Outcome.FAIL, "the input is already signed and the policy does not allow re-signing it"),
     "source.digest_mismatch": (Outcome.QUARANTINE, "the stored input no longer matches its accepted sha256"),
     "source.missing": (Outcome.FAIL, "the stored input blob is missing"),
