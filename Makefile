@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 DATA_DIR ?= .docjobs
-SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils
-SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo
+SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils chromium
+SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test deps system-deps lint stop clean serve secrets

@@ -38,11 +38,12 @@ from docjobs.codec import PayloadDecryptionError
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.errors import DocJobError
+from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format
 from docjobs.models import BUILTIN_PATTERN_NAMES, JobStatus, OcrMode, Policy, RedactionSummary
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
-from docjobs.tenants import TenantExists, add_tenant, set_callback, tenants_file
+from docjobs.tenants import CLI_TENANT, TenantExists, add_tenant, set_callback, tenants_file
 
 if TYPE_CHECKING:
     import uvicorn
@@ -393,8 +394,10 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
         help="remove everything in this rectangle (repeatable; page from 1, PDF points in the page's unrotated "
         "coordinates, origin bottom-left)",
     )
-    parser.add_argument("--tenant", default="default")
-    parser.add_argument("--key", help="client idempotency key (job ID = TENANT/KEY)")
+    parser.add_argument(
+        "--tenant", default=CLI_TENANT, help=f"default: {CLI_TENANT} (reserved: no API key can hold that tenant)"
+    )
+    parser.add_argument("--key", help=f"client idempotency key (job ID = TENANT/KEY): {CLIENT_KEY_RULE}")
     parser.add_argument("--deadline", type=int, metavar="SECONDS", help="server-side deadline of the job")
 
 
@@ -485,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Output(args.json)
     job_id = getattr(args, "job_id", None)
+    key = getattr(args, "key", None)
+    if key is not None and not is_valid_client_key(key):  # the API's rule for Idempotency-Key
+        return fail(out, EXIT_USAGE, "idempotency.invalid", f"--key: {CLIENT_KEY_RULE}")
     try:
         settings = Settings.from_env()
         return asyncio.run(COMMANDS[args.command](args, settings, out))

@@ -5,10 +5,16 @@ its kind by content, store it by sha256, derive the workflow ID, start-or-get th
 of the same upload (same `Idempotency-Key`, or without a key the same bytes and policy) finds the same
 workflow, so it never creates a second job. The tenant comes only from the API key; another tenant's job
 answers 404. Every error is JSON `{"code", "message"}`: a stable code and a message without content.
+
+The docs page (`/docs`) is Swagger UI served from the pinned `fastapi-offline` package: it works offline and
+its Content-Security-Policy lets it load nothing from anywhere but this API.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
 import json
 import logging
 import re
@@ -21,21 +27,27 @@ from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.client import JobClient, JobNotFound, connect
 from docjobs.codec import PayloadDecryptionError
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.errors import DocJobError
+from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy
 from docjobs.pdf.inspect import sniff_kind
 from docjobs.states import JobState, is_terminal
+from docjobs.storage import verified_chunks
 from docjobs.tenants import TenantBook, tenants_file
 
 log = logging.getLogger("docjobs.api")
@@ -44,10 +56,10 @@ MULTIPART_SLACK = 64 * 1024  # boundaries, part headers and the policy part on t
 ACCEPTED_KINDS = frozenset({"pdf", "png", "jpeg", "tiff"})
 RETRY_AFTER_SECONDS = 2
 CHUNK = 64 * 1024
-# A client key becomes the second half of the job ID: no '/', and not a word that names a job sub-resource.
-IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9._~:-]{1,128}$")
-RESERVED_KEYS = frozenset({"artifact", "evidence", "cancel"})
 INTERNAL_FIELDS = {"artifact_key", "evidence_key"}  # storage layout, not the caller's business
+OPENAPI_URL = "/openapi.json"
+DOCS_ASSETS = "/docs-assets"  # Swagger UI's JavaScript, CSS and favicon, from the pinned fastapi-offline package
+INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.DOTALL)
 
 
 class ApiError(Exception):
@@ -96,6 +108,48 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 def job_path(job_id: str) -> str:
     return f"/v1/jobs/{quote(job_id, safe='/')}"
+
+
+def docs_page(title: str) -> tuple[bytes, str]:
+    """Swagger UI's page with every asset on this origin, and the Content-Security-Policy that allows nothing else.
+
+    FastAPI's page starts Swagger UI with an inline script: the policy names that script by its sha256
+    rather than allowing inline scripts at all.
+    """
+    page = get_swagger_ui_html(
+        openapi_url=OPENAPI_URL,
+        title=title,
+        swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+        swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+        swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+        swagger_ui_parameters={"validatorUrl": None},  # else the UI shows a badge fetched from a public validator
+    )
+    html = bytes(page.body)
+    inline = " ".join(
+        f"'sha256-{base64.b64encode(hashlib.sha256(script).digest()).decode()}'"
+        for script in INLINE_SCRIPT.findall(html)
+    )
+    policy = (
+        f"default-src 'none'; script-src 'self' {inline}; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; font-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    )
+    return html, policy
+
+
+class WithHeaders:
+    """An ASGI app whose every response also carries `headers` (the docs assets get the docs page's policy)."""
+
+    def __init__(self, app: ASGIApp, headers: dict[str, str]) -> None:
+        self.app = app
+        self.headers = headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).update(self.headers)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -180,8 +234,20 @@ def create_app(
         version="1",
         description="Durable, auditable PDF document jobs: upload returns a job ID at once.",
         lifespan=lifespan,
+        openapi_url=OPENAPI_URL,
+        docs_url=None,  # FastAPI's own pages load their scripts from a public CDN: see `docs` below
+        redoc_url=None,
     )
     app.state.tenants = book
+    docs_html, docs_policy = docs_page(f"{app.title} API")
+    docs_headers = {"Content-Security-Policy": docs_policy, "X-Content-Type-Options": "nosniff"}
+    assets = StaticFiles(packages=[("fastapi_offline", "static")])
+    app.mount(DOCS_ASSETS, WithHeaders(assets, docs_headers), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """Swagger UI, offline: every script, style sheet and image comes from this API."""
+        return HTMLResponse(docs_html, headers=docs_headers)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, error: ApiError) -> JSONResponse:
@@ -305,10 +371,8 @@ def create_app(
         policy: Annotated[str | None, Query(description="policy name (raw-body uploads)")] = None,
     ) -> Response:
         """Accept a document (raw body or multipart `file` + JSON `policy`); answer with its job ID at once."""
-        if idempotency_key is not None and (
-            not IDEMPOTENCY_KEY.match(idempotency_key) or idempotency_key in RESERVED_KEYS
-        ):
-            raise ApiError(422, "idempotency.invalid", "Idempotency-Key: 1-128 of A-Z a-z 0-9 . _ ~ : -")
+        if idempotency_key is not None and not is_valid_client_key(idempotency_key):
+            raise ApiError(422, "idempotency.invalid", f"Idempotency-Key: {CLIENT_KEY_RULE}")
         spool_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=spool_dir, prefix="upload-") as folder:
             try:
@@ -362,7 +426,7 @@ def create_app(
         status = await own_status(job_id, name)
         if status.state is not JobState.SUCCEEDED or not status.artifact_key or not status.output_sha256:
             raise ApiError(409, "job.not_released", f"the job is {status.state.value}: only a succeeded job has one")
-        return _stream(status.artifact_key, "application/pdf", status.output_sha256)
+        return await _stream(job_id, status.artifact_key, "application/pdf", status.output_sha256)
 
     @app.get(
         "/v1/jobs/{job_id:path}/evidence",
@@ -374,18 +438,25 @@ def create_app(
         status = await own_status(job_id, name)
         if not status.evidence_key or not status.evidence_sha256:
             raise ApiError(409, "job.not_released", f"the job is {status.state.value} and has no evidence yet")
-        return _stream(status.evidence_key, "application/json", status.evidence_sha256)
+        return await _stream(job_id, status.evidence_key, "application/json", status.evidence_sha256)
 
-    def _stream(key: str, media_type: str, sha256: str) -> StreamingResponse:
+    async def _stream(job_id: str, key: str, media_type: str, sha256: str) -> StreamingResponse:
+        """The blob, re-hashed while it is sent: if it no longer has its recorded digest, the response breaks off.
+
+        No Content-Length (the body is chunked), so a client can tell a broken-off body from a complete one:
+        the error comes before the last chunk and uvicorn then closes the connection without the final one.
+        """
         try:
-            blob = jobs().store.open(key)
+            blob = await asyncio.to_thread(jobs().store.open, key)  # on S3 a GetObject: never on the event loop
         except DocJobError:
             raise ApiError(409, "job.not_released", "the stored file is not available") from None
 
-        def chunks() -> Iterator[bytes]:
-            with blob:
-                while chunk := blob.read(CHUNK):
-                    yield chunk
+        def chunks() -> Iterator[bytes]:  # a plain iterator: Starlette reads it in its thread pool
+            try:
+                yield from verified_chunks(blob, sha256, chunk_size=CHUNK)
+            except DocJobError as error:
+                log.error("%s: download of job %s broken off", error.code, job_id)
+                raise
 
         return StreamingResponse(chunks(), media_type=media_type, headers={"X-Docjobs-Sha256": sha256})
 

@@ -245,7 +245,7 @@ class S3BlobStore:
         return True
 
     def open(self, key: str) -> BinaryIO:
-        """A streaming reader of the object (not checked: callers hash what they read)."""
+        """A streaming reader of the object (not checked here: readers hash what they read, `verified_chunks`)."""
         response = self._get(key, "GetObject")
         return cast(BinaryIO, io.BufferedReader(_BodyReader(response["Body"]), buffer_size=CHUNK))
 

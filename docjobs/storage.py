@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -28,6 +29,26 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: handle.read(CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def verified_chunks(blob: BinaryIO, sha256: str, *, chunk_size: int = CHUNK) -> Iterator[bytes]:
+    """The blob's bytes (it is closed at the end), hashed as they are read, one chunk behind.
+
+    The last chunk is held back until the whole blob has hashed: if it no longer has the recorded `sha256`,
+    `artifact.digest_mismatch` is raised instead, so a reader never gets a complete copy of a changed blob.
+    """
+    digest = hashlib.sha256()
+    held = b""
+    with blob:
+        while chunk := blob.read(chunk_size):
+            digest.update(chunk)
+            if held:
+                yield held
+            held = chunk
+    if digest.hexdigest() != sha256:
+        raise DocJobError("artifact.digest_mismatch", "the stored file does not match its recorded digest")
+    if held:
+        yield held
 
 
 def source_key(sha256: str) -> str:

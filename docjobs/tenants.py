@@ -3,6 +3,10 @@
 A key is a random 32-byte token (URL-safe base64), shown once when the tenant is created; only its sha256
 is stored, in a JSON file (`DOCJOBS_TENANTS_FILE`, default `$DOCJOBS_DATA_DIR/tenants.json`). A tenant
 name is also the first segment of its job IDs (`TENANT/KEY`), so it can never contain a `/`.
+
+`default` is the tenant of command-line jobs (`starter.py submit/run` without `--tenant`): no API tenant
+may have that name, or its key would read and cancel every CLI job. Names starting with `_` cannot be API
+tenants either (the name pattern), so they too are free for jobs that never come through the API.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any
 
 from docjobs.config import ConfigError, Settings
 
-TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+CLI_TENANT = "default"
+RESERVED_TENANTS = frozenset({CLI_TENANT})
 
 
 class TenantExists(Exception):
@@ -72,8 +78,10 @@ def _update(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
 
 def add_tenant(path: Path, name: str) -> str:
     """Create tenant `name` and return its API key (the only time it is ever available)."""
-    if not TENANT_NAME.match(name):
+    if not TENANT_NAME.fullmatch(name):
         raise ConfigError("a tenant name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit")
+    if name in RESERVED_TENANTS:
+        raise ConfigError(f"the tenant name {name!r} is reserved for command-line jobs: choose another")
     key = secrets.token_urlsafe(32)
 
     def add(book: dict[str, Any]) -> None:
@@ -127,10 +135,10 @@ class TenantBook:
             if stamp == self._stamp:
                 return
             book = _read(self.path)
-            self._by_digest = {
+            self._by_digest = {  # a reserved name added by an older version never authenticates
                 str(entry["key_sha256"]): name
                 for name, entry in book["tenants"].items()
-                if isinstance(entry, dict) and "key_sha256" in entry
+                if isinstance(entry, dict) and "key_sha256" in entry and name not in RESERVED_TENANTS
             }
             self._stamp = stamp
 

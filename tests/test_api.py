@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +33,12 @@ from temporalio.service import RPCError
 
 from docjobs.api import create_app
 from docjobs.client import JobClient
+from docjobs.config import ConfigError
+from docjobs.idempotency import is_valid_client_key
 from docjobs.redact_samples import EMAIL, SSN, make_plain
 from docjobs.samples import make_sample_pdf
-from docjobs.tenants import TenantBook, add_tenant
+from docjobs.storage import FileBlobStore
+from docjobs.tenants import TenantBook, add_tenant, key_digest
 from tests.conftest import REPO, Env, WorkerProcess, free_port, run_starter
 from tests.test_redact_jobs import assert_nothing_left
 
@@ -267,8 +274,9 @@ async def test_errors_have_a_status_and_a_stable_code(api: Api, http: httpx.Asyn
         "/v1/jobs", files={"file": ("x", body)}, data={"policy": '{"mode": "sideways"}'}, headers=api.auth()
     )
     assert await code_of(invalid_part) == (422, "policy.invalid")
-    bad_key = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": "a/b"})
-    assert await code_of(bad_key) == (422, "idempotency.invalid")
+    for wrong in ("a/b", ".", "..", "evidence", "x" * 129):
+        bad_key = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": wrong})
+        assert await code_of(bad_key) == (422, "idempotency.invalid"), wrong
 
     key = f"conflict-{uuid.uuid4().hex[:8]}"
     keyed = {**api.auth(), "Idempotency-Key": key}
@@ -303,6 +311,79 @@ async def test_a_failed_job_is_still_the_same_job_on_repeat(api: Api, http: http
 async def test_openapi_is_served(http: httpx.AsyncClient) -> None:
     schema = (await http.get("/openapi.json")).json()
     assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/artifact"} <= schema["paths"].keys()
+
+
+def test_a_key_is_one_plain_path_segment() -> None:
+    """A full match: `^...$` with `re.match` also took a trailing newline."""
+    assert all(is_valid_client_key(key) for key in ("a", "order-17", "2026.11.30", "..a", "a:b~c_d", "k" * 128))
+    bad = (".", "..", "a\n", "a/b", "", "k" * 129, "artifact", "evidence", "cancel", "a b", "caf\u00e9")
+    assert not any(is_valid_client_key(key) for key in bad)
+
+
+def test_a_reserved_tenant_never_authenticates(tmp_path: Path) -> None:
+    """`default` (the CLI's tenant) cannot be added, and one added by an older version is ignored."""
+    path = tmp_path / "tenants.json"
+    with pytest.raises(ConfigError, match="reserved"):
+        add_tenant(path, "default")
+    with pytest.raises(ConfigError):
+        add_tenant(path, "acme\n")
+    key = add_tenant(path, "acme")
+    book = json.loads(path.read_text())
+    book["tenants"]["default"] = {"key_sha256": key_digest("old-default-key"), "created_at": "2026-01-01T00:00:00Z"}
+    path.write_text(json.dumps(book))
+    tenants = TenantBook(path)
+    assert (tenants.authenticate(key), tenants.authenticate("old-default-key")) == ("acme", None)
+
+
+class AssetLinks(HTMLParser):
+    """Every `src` and `href` of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.links += [value for name, value in attrs if name in ("src", "href") and value]
+
+
+async def test_the_docs_page_is_served_whole_by_the_api(api: Api, http: httpx.AsyncClient) -> None:
+    """`/docs` and every asset it names come from the API itself, under a policy that allows nothing else."""
+    page = await http.get("/docs")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    directives = {name: value for name, _, value in (part.strip().partition(" ") for part in policy.split(";"))}
+    assert directives["default-src"] == "'none'" and "unsafe" not in policy and "http" not in policy
+    assert directives["script-src"].startswith("'self' 'sha256-")
+    parser = AssetLinks()
+    parser.feed(page.text)
+    kinds = {".js": "text/javascript", ".css": "text/css", ".png": "image/png"}
+    assert {Path(link).suffix for link in parser.links} == kinds.keys(), parser.links
+    for link in parser.links:
+        assert link.startswith("/") and not link.startswith("//"), link  # this origin, no other
+        asset = await http.get(link)
+        assert asset.status_code == 200 and asset.headers["content-type"].startswith(kinds[Path(link).suffix])
+        assert asset.headers["content-security-policy"] == policy
+    assert (await http.get("/redoc")).status_code == 404  # ReDoc loads its script from a CDN: not served
+
+
+def test_the_docs_page_lists_the_operations_in_a_browser_without_network(api: Api, tmp_path: Path) -> None:
+    """Headless Chromium that can resolve no host but loopback renders every operation, and breaks no policy."""
+    browser = shutil.which("chromium")
+    assert browser, "chromium is missing: `make system-deps` installs it (Debian package `chromium`)"
+    done = subprocess.run(
+        [
+            browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom", f"{api.base}/docs",
+        ],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rendered = set(re.findall(r'class="opblock-summary-path" data-path="([^"]+)"', done.stdout))
+    schema = httpx.get(f"{api.base}/openapi.json").json()
+    assert rendered == schema["paths"].keys(), done.stdout[-2000:]
+    assert "Content Security Policy" not in done.stderr  # a blocked script, style or request is logged there
 
 
 def test_cli_tenant_add_and_serve(env: Env, main_worker: WorkerProcess, tmp_path: Path) -> None:
@@ -377,3 +458,31 @@ async def test_redaction_through_the_policy_part(api: Api, http: httpx.AsyncClie
     bad = json.dumps({"redact_regions": ["page one"]})
     refused = await http.post("/v1/jobs", files=files, data={"policy": bad}, headers=api.auth())
     assert (refused.status_code, refused.json()["code"]) == (422, "policy.invalid")
+
+
+async def test_a_changed_blob_breaks_off_its_download(
+    api: Api, http: httpx.AsyncClient, jobs: JobClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Artifact and evidence are re-hashed while sent: changed on disk, the client never gets a complete body."""
+    created = await http.post("/v1/jobs", content=pdf_bytes(tmp_path, "tampered"), headers=api.auth())
+    job_id = created.json()["job_id"]
+    assert (await wait_api_terminal(http, api, job_id))["state"] == "succeeded"
+    status = await jobs.status(job_id)
+    assert isinstance(jobs.store, FileBlobStore) and status.artifact_key and status.evidence_key
+    caplog.set_level(logging.ERROR, logger="docjobs.api")
+    for resource, key in (("artifact", status.artifact_key), ("evidence", status.evidence_key)):
+        stored = jobs.store.root / key
+        original = stored.read_bytes()
+        changed = original.replace(b"1", b"7", 1)
+        assert changed != original and len(changed) == len(original)
+        stored.write_bytes(changed)
+        received = b""
+        async with http.stream("GET", f"/v1/jobs/{job_id}/{resource}", headers=api.auth()) as response:
+            assert response.status_code == 200  # the headers went out before the last byte was read
+            with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+                async for part in response.aiter_raw():
+                    received += part
+        assert len(received) < len(changed), resource  # the last chunk is held back until the digest is known
+        logged = [record.getMessage() for record in caplog.records if record.name == "docjobs.api"]
+        assert f"artifact.digest_mismatch: download of job {job_id} broken off" in logged, logged
+        caplog.clear()

@@ -12,7 +12,8 @@ from pathlib import Path
 import pikepdf
 
 from docjobs.client import JobClient
-from tests.conftest import REPO, Env, StartWorker, WorkerProcess, run_starter
+from docjobs.samples import make_sample_pdf
+from tests.conftest import REPO, Env, StartWorker, WorkerProcess, free_port, run_starter
 
 
 def test_run_is_the_one_shot_main_job(env: Env, samples: Path, tmp_path: Path) -> None:
@@ -132,3 +133,18 @@ async def test_timeline_tells_when_the_callers_wait_ended(env: Env, jobs: JobCli
     assert not any(line.startswith("cancel requested") for line in lines)
     assert lines[-1] == "still queued; no artifact released yet"
     await jobs.handle("default/waited-out").terminate("test clean-up: no worker serves its queue")
+
+
+def test_the_cli_tenant_is_reserved_and_keys_follow_the_api_rule(tmp_path: Path) -> None:
+    """No API key may hold `default` (the CLI's tenant), and `--key` is checked as `Idempotency-Key` is.
+
+    Nothing listens at the Temporal address: the refusals come before any connection.
+    """
+    offline = Env({"DOCJOBS_DATA_DIR": str(tmp_path), "DOCJOBS_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"})
+    code, refused, _ = run_starter(offline, "tenant", "add", "default")
+    assert (code, refused["error"]) == (2, "config") and "reserved" in refused["message"]
+    assert not (tmp_path / "tenants.json").exists()
+    make_sample_pdf(sample := tmp_path / "sample.pdf", pages=1)
+    for key in (".", "..", "a/b", "cancel", ""):
+        code, bad, _ = run_starter(offline, "submit", str(sample), "--key", key)
+        assert (code, bad["error"]) == (2, "idempotency.invalid"), key

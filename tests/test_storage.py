@@ -25,7 +25,7 @@ from docjobs import s3store
 from docjobs.errors import DocJobError, Outcome
 from docjobs.models import BlobRef
 from docjobs.s3store import S3BlobStore, open_blob_store
-from docjobs.storage import BlobStore, FileBlobStore, artifact_key, job_prefix, staging_key
+from docjobs.storage import BlobStore, FileBlobStore, artifact_key, job_prefix, staging_key, verified_chunks
 from tests.conftest import BUCKET, REGION, aws_environment, free_port
 
 MB = 1024 * 1024
@@ -130,6 +130,19 @@ def test_tampered_blob_is_detected(backend: Backend, tmp_path: Path) -> None:
     # a tampered staged artifact is never published
     raises_code("artifact.digest_mismatch", lambda: backend.store.promote(ref, artifact_key("t/tampered")))
     assert not backend.store.exists(artifact_key("t/tampered"))
+
+
+def test_a_stream_holds_back_its_last_chunk_until_the_digest_is_known(backend: Backend, tmp_path: Path) -> None:
+    """What the API sends: all of an intact blob; of a changed one, never the last chunk, then the error."""
+    data = os.urandom(3 * 1000 + 17)
+    ref = backend.store.put_file("sources/s", write(tmp_path / "in.pdf", data))
+    chunks = list(verified_chunks(backend.store.open(ref.key), ref.sha256, chunk_size=1000))
+    assert b"".join(chunks) == data and len(chunks) == 4
+    backend.tamper(ref.key, data[:-1] + bytes([data[-1] ^ 1]))  # only the last byte differs
+    sent: list[bytes] = []
+    with pytest.raises(DocJobError) as caught:
+        sent.extend(verified_chunks(backend.store.open(ref.key), ref.sha256, chunk_size=1000))
+    assert caught.value.code == "artifact.digest_mismatch" and b"".join(sent) == data[:3000]
 
 
 def test_promotion_is_create_only(backend: Backend, tmp_path: Path) -> None:
