@@ -8,7 +8,7 @@
     python starter.py server start|stop|status
     python starter.py serve [--host H] [--port P] [--with-worker]   the HTTP API
     python starter.py codec-server [--host H] [--port P] [--cors-origin URL]   decrypts payloads for the Web UI/CLI
-    python starter.py tenant add NAME   create an API tenant and print its key (once)
+    python starter.py tenant add NAME [--callback URL [--allow-http-loopback]]   an API tenant and its key (once)
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
 succeeded), 1 job ended failed/canceled/quarantined (or has no artifact), 2 bad usage, configuration,
@@ -27,6 +27,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ from docjobs.models import BUILTIN_PATTERN_NAMES, JobStatus, OcrMode, Policy, Re
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
 from docjobs.tenants import CLI_TENANT, TenantExists, add_tenant, set_callback, tenants_file
+from docjobs.webhooks import CallbackInvalid, parse_callback
 
 if TYPE_CHECKING:
     import uvicorn
@@ -350,6 +352,13 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings, out: Ou
 
 async def cmd_tenant(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     path = tenants_file(settings)
+    if args.allow_http_loopback and not args.callback:
+        return fail(out, EXIT_USAGE, "callback.invalid", "--allow-http-loopback needs --callback URL")
+    if args.callback:  # checked before the tenant exists: a refused callback leaves nothing half-made
+        try:
+            parse_callback(args.callback, allow_http_loopback=args.allow_http_loopback)
+        except CallbackInvalid as error:
+            return fail(out, EXIT_USAGE, "callback.invalid", str(error), tenant=args.name)
     try:
         key = await asyncio.to_thread(add_tenant, path, args.name)
     except TenantExists:
@@ -357,9 +366,17 @@ async def cmd_tenant(args: argparse.Namespace, settings: Settings, out: Output) 
     payload = {"tenant": args.name, "api_key": key, "tenants_file": str(path)}
     text = f"tenant {args.name} created; its API key (shown only this once):\n{key}"
     if args.callback:
-        secret = await asyncio.to_thread(set_callback, path, args.name, args.callback)
-        payload |= {"callback_url": args.callback, "webhook_secret": secret}
+        secret = await asyncio.to_thread(
+            partial(set_callback, allow_http_loopback=args.allow_http_loopback), path, args.name, args.callback
+        )
+        payload |= {
+            "callback_url": args.callback,
+            "webhook_secret": secret,
+            "allow_http_loopback": args.allow_http_loopback,
+        }
         text += f"\nterminal-state events go to {args.callback}, signed (HMAC-SHA256) with this secret:\n{secret}"
+        if args.allow_http_loopback:
+            text += "\n(plain http to loopback allowed: for development and tests only)"
     out.result(payload, text)
     return EXIT_OK
 
@@ -453,7 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
     tenant = commands.add_parser("tenant", help="API tenants and their keys")
     tenant.add_argument("action", choices=["add"])
     tenant.add_argument("name")
-    tenant.add_argument("--callback", metavar="URL", help="POST a signed event here on every terminal state")
+    tenant.add_argument("--callback", metavar="URL", help="POST a signed event here on every terminal state (https)")
+    tenant.add_argument(
+        "--allow-http-loopback",
+        action="store_true",
+        help="development and tests only: let the callback be plain http to 127.0.0.0/8, ::1 or localhost",
+    )
     for sub in commands.choices.values():  # `--json` is accepted after the command too
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     return parser

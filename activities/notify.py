@@ -1,17 +1,16 @@
 """The `notify` step: POST a small signed JSON event to the tenant's callback on every terminal state.
 
-The body is canonical JSON (codes and digests, no content) and its HMAC-SHA256 with the tenant's webhook
-secret travels in `X-Docjobs-Signature: sha256=<hex>`. Delivery is retried with backoff by the workflow's
-retry policy; its failure never changes the job's outcome, and every attempt is in the job's history.
+The body is canonical JSON (codes and digests, no content); `docjobs.webhooks` signs it, pins the resolved
+address and refuses internal ones. The event ID derives from the workflow run, so every retry of one event
+carries the same ID. Delivery is retried with backoff by the workflow's retry policy; its failure never changes
+the job's outcome, and every attempt is in the job's history with the one code `notify.failed` (why it failed
+is only in the worker log, as a reason code without the URL).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import urllib.error
-import urllib.request
+import logging
 from pathlib import Path
 
 from temporalio import activity
@@ -20,13 +19,9 @@ from activities.lease import typed_failures
 from docjobs.errors import DocJobError
 from docjobs.models import NotifyInput
 from docjobs.tenants import callback_of
+from docjobs.webhooks import DeliveryFailed, deliver, event_id
 
-SIGNATURE_HEADER = "X-Docjobs-Signature"
-DELIVERY_TIMEOUT_SECONDS = 10
-
-
-def signature(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+log = logging.getLogger("docjobs.activities")
 
 
 class NotifyActivities:
@@ -39,20 +34,12 @@ class NotifyActivities:
             callback = callback_of(self._tenants, event.tenant)
             if callback is None:
                 return "no callback"
-            url, secret = callback
             body = json.dumps(event.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
-            request = urllib.request.Request(
-                url,
-                data=body,
-                method="POST",
-                headers={
-                    "Content-Type": "application/json",
-                    SIGNATURE_HEADER: signature(secret, body),
-                    "X-Docjobs-Event": f"{event.job_id}:{event.state.value}",
-                },
-            )
+            run_id = activity.info().workflow_run_id
+            assert run_id is not None, "notify runs inside a workflow"
             try:
-                with urllib.request.urlopen(request, timeout=DELIVERY_TIMEOUT_SECONDS) as answer:
-                    return f"delivered (HTTP {answer.status})"
-            except (urllib.error.URLError, TimeoutError, OSError):
+                deliver(callback, body, event_id(event.job_id, run_id, event.state.value))
+            except DeliveryFailed as failure:
+                log.warning("notify: delivery failed: %s", failure.reason)
                 raise DocJobError("notify.failed") from None
+            return "delivered"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from docjobs.config import ConfigError, Settings
+from docjobs.webhooks import Callback, parse_callback
 
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 CLI_TENANT = "default"
@@ -93,27 +94,36 @@ def add_tenant(path: Path, name: str) -> str:
     return key
 
 
-def set_callback(path: Path, name: str, url: str) -> str:
-    """Register the tenant's callback URL; returns the new HMAC secret its events are signed with."""
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError("a callback URL must be http(s)")
+def set_callback(path: Path, name: str, url: str, *, allow_http_loopback: bool = False) -> str:
+    """Register the tenant's callback URL; returns the new HMAC secret its events are signed with.
+
+    Raises `CallbackInvalid` for a URL that could never be delivered to; `allow_http_loopback` (development
+    and tests only) is stored with it and lets plain http go to a loopback address.
+    """
+    parse_callback(url, allow_http_loopback=allow_http_loopback)
     secret = secrets.token_urlsafe(32)
 
     def register(book: dict[str, Any]) -> None:
         if name not in book["tenants"]:
             raise ConfigError(f"no tenant {name!r}")
-        book["tenants"][name].update({"callback_url": url, "webhook_secret": secret})
+        book["tenants"][name].update(
+            {"callback_url": url, "webhook_secret": secret, "callback_allow_http_loopback": allow_http_loopback}
+        )
 
     _update(path, register)
     return secret
 
 
-def callback_of(path: Path, name: str) -> tuple[str, str] | None:
-    """(callback URL, HMAC secret) of a tenant, or None when it registered none."""
+def callback_of(path: Path, name: str) -> Callback | None:
+    """The tenant's callback, or None when it registered none."""
     entry = _read(path)["tenants"].get(name)
     if not isinstance(entry, dict) or "callback_url" not in entry:
         return None
-    return str(entry["callback_url"]), str(entry["webhook_secret"])
+    return Callback(
+        url=str(entry["callback_url"]),
+        secret=str(entry["webhook_secret"]),
+        allow_http_loopback=entry.get("callback_allow_http_loopback") is True,
+    )
 
 
 class TenantBook:
