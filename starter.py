@@ -90,6 +90,9 @@ def describe(status: JobStatus) -> str:
     if status.ocr_text_sha256:
         ocred = ", ".join(str(page) for page in status.pages_ocred) or "none (text already there)"
         lines.append(f"  OCR: pages {ocred}; text sha256 {status.ocr_text_sha256}")
+    if status.sanitized:
+        removed = ", ".join(f"{kind} x{count}" for kind, count in sorted(status.sanitized.items()))
+        lines.append(f"  active content removed: {removed}")
     if status.redaction:
         lines.append(f"  redaction: {redaction_line(status.redaction)}")
     if status.signature:

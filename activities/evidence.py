@@ -34,6 +34,7 @@ class EvidenceActivities:
                 output_sha256=request.output_sha256,
                 ocr_text_sha256=request.ocr_text_sha256,
                 redaction_summary_sha256=request.redaction_summary_sha256,
+                sanitized=request.sanitized,
                 stage_attempts=request.stage_attempts,
                 tool_versions=tool_versions(),
                 terminal_state=request.terminal_state.value,

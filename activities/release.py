@@ -16,6 +16,7 @@ from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import sniff_kind
 from docjobs.pdf.redact_gate import check_redaction
 from docjobs.pdf.redact_patterns import compile_patterns
+from docjobs.pdf.sanitize import check_no_active_content
 from docjobs.signing import SignerConfig, sign_pdf, verify_pdf
 from docjobs.storage import BlobStore, staging_key
 
@@ -89,4 +90,6 @@ class ReleaseActivities:
                     if not gate.clean:
                         raise DocJobError("redaction.leak")
                     checks.append("redaction_patterns")
+                if request.sanitize is not None:  # on the bytes to be released: no active content came back
+                    checks += check_no_active_content(output, request.sanitize)
         return VerifyOutput(signature=signature, fidelity_checks=checks, attempt=attempt)

@@ -1,4 +1,4 @@
-"""The `render` stage: normalize the input to PDF (scans become PDF pages) and stamp the watermark."""
+"""The `render` stage: normalize the input to PDF (scans become pages), strip active content, stamp the watermark."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from docjobs.errors import DocJobError
 from docjobs.models import RenderInput, RenderOutput
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf, sniff_kind
+from docjobs.pdf.sanitize import sanitize_file
 from docjobs.pdf.signatures import signature_count, void_certification
 from docjobs.pdf.stamp import stamp
 from docjobs.storage import BlobStore, staging_key
@@ -42,6 +43,7 @@ class RenderActivities:
                 signatures = signature_count(normalized)
                 if signatures and not request.allow_signed_input:
                     raise DocJobError("input.signed")
+                sanitized = sanitize_file(normalized, request.sanitize)
                 watermark = request.watermark
                 if watermark is None:
                     shutil.copyfile(normalized, output)
@@ -56,4 +58,5 @@ class RenderActivities:
             input_encryption=info.encryption.value,
             attempt=attempt,
             invalidated_signatures=signatures,
+            sanitized=sanitized,
         )

@@ -27,6 +27,10 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "input.empty": (Outcome.FAIL, "the input has no pages"),
     "input.too_complex": (Outcome.FAIL, "the input exceeds a processing limit (memory, CPU time, or a parser budget)"),
     "input.signed": (Outcome.FAIL, "the input is already signed and the policy does not allow re-signing it"),
+    "input.active_content": (
+        Outcome.FAIL,
+        "the input contains active content (scripts, actions, rich media or attachments) and the policy refuses it",
+    ),
     "source.digest_mismatch": (Outcome.QUARANTINE, "the stored input no longer matches its accepted sha256"),
     "source.missing": (Outcome.FAIL, "the stored input blob is missing"),
     "artifact.digest_mismatch": (Outcome.QUARANTINE, "a staged artifact does not match its recorded sha256"),
@@ -43,6 +47,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
         f"fidelity.{check}": (Outcome.QUARANTINE, "the output does not meet its contract")
         for check in ("page_count", "geometry", "links", "qpdf", "reader", "text", "watermark")
     },
+    "sanitize.residue": (Outcome.QUARANTINE, "active content is still present in the output"),
     "evidence.unavailable": (Outcome.QUARANTINE, "the signed evidence of the job could not be written"),
     "ocr.page_timeout": (Outcome.FAIL, "OCR did not produce text on some pages in time"),
     "ocr.invalid_output": (Outcome.QUARANTINE, "OCR produced an output that is not a valid PDF"),

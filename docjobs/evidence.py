@@ -65,6 +65,7 @@ class Evidence(Frozen):
     output_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)  # None unless succeeded
     ocr_text_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
     redaction_summary_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
+    sanitized: dict[str, int] | None = None  # active content removed, kind -> count (None: an older envelope)
     stage_attempts: dict[str, int] = Field(default_factory=dict)
     tool_versions: dict[str, str] = Field(default_factory=dict)
     terminal_state: str
@@ -102,8 +103,12 @@ def evidence_payload(evidence: Evidence) -> dict[str, Any]:
 
 def sign_evidence(evidence: Evidence, config: SignerConfig) -> bytes:
     """The signed envelope (canonical JSON bytes). Raises ConfigError when the key cannot be loaded."""
+    return sign_payload(evidence_payload(evidence), config)
+
+
+def sign_payload(payload: dict[str, Any], config: SignerConfig) -> bytes:
+    """The signed envelope of any JSON payload (what an older docjobs wrote can be made again, for tests)."""
     material = load_signer(config)
-    payload = evidence_payload(evidence)
     message = canonical_json(payload)
     key = material.key
     algorithm: Algorithm

@@ -130,6 +130,19 @@ class SignPolicy(Frozen):
     visible: bool = False
 
 
+class SanitizeMode(StrEnum):
+    STRIP = "strip"  # remove active content (scripts, launch and submit actions, rich media, attachments)
+    FAIL = "fail"  # refuse an input that has any: the job fails `input.active_content`
+    KEEP = "keep"  # leave the document as it is (and sign it as it is): only for inputs that are trusted
+
+
+class SanitizePolicy(Frozen):
+    """Active content is never signed by default: see docjobs/pdf/sanitize.py for what counts."""
+
+    mode: SanitizeMode = SanitizeMode.STRIP
+    keep_attachments: bool = False  # True: embedded files are neither removed nor refused
+
+
 class Policy(Frozen):
     """How one document class is processed. Its version is derived from its content."""
 
@@ -140,6 +153,7 @@ class Policy(Frozen):
     ocr: OcrPolicy = OcrPolicy()
     redact: RedactPolicy = RedactPolicy()
     sign: SignPolicy = SignPolicy()
+    sanitize: SanitizePolicy = SanitizePolicy()
 
     @property
     def version(self) -> str:
@@ -201,6 +215,7 @@ class RenderInput(StageInput):
     watermark: WatermarkPolicy | None  # None: normalize only, a later stage stamps
     max_pages: int
     allow_signed_input: bool = False  # False: an input with signatures fails `input.signed`
+    sanitize: SanitizePolicy = SanitizePolicy()
 
 
 class RenderOutput(Frozen):
@@ -209,6 +224,7 @@ class RenderOutput(Frozen):
     input_encryption: str
     attempt: int
     invalidated_signatures: int = 0  # signatures of an (allowed) signed input that processing voids
+    sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count
 
 
 class OcrInput(StageInput):
@@ -287,6 +303,7 @@ class VerifyInput(StageInput):
     redact: RedactPolicy | None = None  # re-searched on the released bytes: no pattern may match
     watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
     pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
+    sanitize: SanitizePolicy | None = None  # no active content may remain (None: scheduled by older code)
 
 
 class VerifyOutput(Frozen):
@@ -321,6 +338,7 @@ class EvidenceInput(Frozen):
     output_sha256: str | None
     ocr_text_sha256: str | None
     redaction_summary_sha256: str | None = None
+    sanitized: dict[str, int] | None = None  # active content removed at render: kind -> count
     stage_attempts: dict[str, int]
     terminal_state: JobState
     completed_at: datetime
@@ -370,6 +388,7 @@ class JobStatus(BaseModel):
     redaction: RedactionSummary | None = None  # counts per pattern per page and fallback pages, never values
     signature: dict[str, str | bool | int | None] | None = None  # pyHanko's verdict on the released file
     invalidated_signatures: int = 0  # the input's own signatures, voided by processing (when allowed)
+    sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count, never content
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None

@@ -4,6 +4,7 @@
 
 `drop-last-page` (the default): `render` drops the document's last page (the fidelity gate must catch it).
 `box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it).
+`keep-active-content`: `render` strips nothing (the verify gate must find the active content).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from temporalio import activity
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import worker
+from activities import render
 from activities.render import RenderActivities
-from docjobs.models import RenderInput, RenderOutput
+from docjobs.models import RenderInput, RenderOutput, SanitizePolicy
 from docjobs.pdf import redact
 from docjobs.pdf.redact_content import ContentRemoval
 from docjobs.pdf.regions import Rect
@@ -49,6 +51,10 @@ def keep_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) ->
     return 0
 
 
+def sanitize_nothing(path: Path, policy: SanitizePolicy) -> dict[str, int]:
+    return {}
+
+
 if __name__ == "__main__":
     fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
     if fault == "drop-last-page":
@@ -56,6 +62,8 @@ if __name__ == "__main__":
     elif fault == "box-only-redaction":
         setattr(redact, "remove_content", remove_nothing)  # noqa: B010
         setattr(redact, "_remove_annotations", keep_annotations)  # noqa: B010
+    elif fault == "keep-active-content":
+        setattr(render, "sanitize_file", sanitize_nothing)  # noqa: B010
     else:
         raise SystemExit(f"unknown DOCJOBS_FAULT {fault!r}")
     raise SystemExit(worker.main())

@@ -38,7 +38,16 @@ from pyhanko.sign.timestamps import DummyTimeStamper
 from docjobs import signing
 from docjobs.config import ConfigError
 from docjobs.errors import FAILURE_CODES, DocJobError
-from docjobs.evidence import Evidence, EvidenceCheck, canonical_json, sign_evidence, tool_versions, verify_evidence
+from docjobs.evidence import (
+    Evidence,
+    EvidenceCheck,
+    canonical_json,
+    evidence_payload,
+    sign_evidence,
+    sign_payload,
+    tool_versions,
+    verify_evidence,
+)
 from docjobs.samples import make_encrypted_pdf, make_sample_pdf
 from docjobs.signing import (
     DEV_CA_CN,
@@ -627,6 +636,21 @@ def test_evidence_certificate_swapped(evidence: Evidence, untrusted: SignerConfi
 )
 def test_evidence_malformed_envelope(envelope: bytes, dev: SignerConfig) -> None:
     assert verify_evidence(envelope, dev).broken == ["envelope"]
+
+
+def test_evidence_binds_the_sanitized_counts(evidence: Evidence, dev: SignerConfig) -> None:
+    envelope = json.loads(sign_evidence(evidence.model_copy(update={"sanitized": {"javascript": 2}}), dev))
+    assert envelope["payload"]["sanitized"] == {"javascript": 2}
+    envelope["payload"]["sanitized"] = {}  # claiming nothing was removed
+    assert verify_evidence(canonical_json(envelope), dev).broken == ["signature"]
+
+
+def test_evidence_from_before_sanitization_still_verifies(evidence: Evidence, dev: SignerConfig) -> None:
+    """An envelope written before `sanitized` existed has no such key in its signed payload."""
+    payload = evidence_payload(evidence)
+    del payload["sanitized"]
+    check = verify_evidence(sign_payload(payload, dev), dev)
+    assert check.ok and check.evidence is not None and check.evidence.sanitized is None
 
 
 def test_evidence_rejects_naive_time() -> None:

@@ -223,11 +223,13 @@ class DocumentJobWorkflow:
                 watermark=policy.watermark if stamp_at is Stage.RENDER else None,
                 max_pages=policy.max_pages,
                 allow_signed_input=policy.sign.allow_signed_input,
+                sanitize=policy.sanitize,
             )
             rendered = await self._stage(Stage.RENDER, render, RenderOutput)
             self._status.page_count = rendered.page_count
             self._status.input_encryption = rendered.input_encryption
             self._status.invalidated_signatures = rendered.invalidated_signatures
+            self._status.sanitized = rendered.sanitized
             staged, text = rendered.staged, None
             if ocr_on:
                 ocr = OcrInput(
@@ -283,6 +285,7 @@ class DocumentJobWorkflow:
             output_sha256=status.output_sha256 if ending.state is JobState.SUCCEEDED else None,
             ocr_text_sha256=status.ocr_text_sha256,
             redaction_summary_sha256=status.redaction.sha256 if status.redaction else None,
+            sanitized=status.sanitized,
             stage_attempts=dict(status.attempts),
             terminal_state=ending.state,
             completed_at=workflow.now(),
@@ -321,6 +324,7 @@ class DocumentJobWorkflow:
             redact=policy.redact if policy.redact.enabled else None,
             watermark_text=policy.watermark.text if structure else None,
             pages_may_turn=ocr_on,
+            sanitize=policy.sanitize,
         )
         verified = await self._stage(Stage.VERIFY, verify, VerifyOutput)
         self._status.signature = verified.signature
