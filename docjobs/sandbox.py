@@ -78,6 +78,7 @@ class ChildLimits:
 class _Child:
     process: subprocess.Popen[bytes]
     channel: int  # read end of the child's message pipe
+    ready: bool = False  # it has imported what it serves: from then on, silence counts as a stall
     tasks_done: int = 0
     buffer: bytes = b""
     rusage: resource.struct_rusage | None = None
@@ -205,11 +206,13 @@ class ChildPool:
         self._closed = False
 
     def start(self) -> None:
-        """Start the spawner thread and the warm children (in the background)."""
+        """Start the spawner thread and the warm children (they import their modules in the background)."""
         self.home.mkdir(parents=True, exist_ok=True)
         self._spawner.thread = threading.Thread(target=self._spawn_loop, name="docjobs-child-spawner", daemon=True)
         self._spawner.thread.start()
-        self._replenish()
+        started = [self._spawn() for _ in range(self.warm)]
+        with self._lock:
+            self._idle.extend(started)
 
     def close(self) -> None:
         """Kill every idle child; children running a task are killed by their `run` when it returns."""
@@ -266,7 +269,9 @@ class ChildPool:
             for message in messages:
                 last_heard = time.monotonic()
                 kind = message.get("kind")
-                if kind == "progress":
+                if kind == "ready":
+                    child.ready = True
+                elif kind == "progress":
                     done, total = _page_pair(message)
                     pages_total = max(pages_total, total)
                     if on_progress is not None:
@@ -283,7 +288,10 @@ class ChildPool:
             if should_stop is not None and should_stop():
                 child.kill()
                 raise ChildStopped("the stage was canceled or lost its lease")
-            if time.monotonic() - last_heard > self.limits.stall_seconds:
+            if not child.ready and time.monotonic() - last_heard > SPAWN_TIMEOUT_SECONDS:
+                child.kill()
+                raise ChildCrashed("the document child did not start")
+            if child.ready and time.monotonic() - last_heard > self.limits.stall_seconds:
                 child.kill()
                 raise DocJobError(
                     "input.too_complex", f"the document made no progress for {self.limits.stall_seconds:g} s"

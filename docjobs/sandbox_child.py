@@ -99,6 +99,7 @@ def main() -> None:
     message = f"the document needs more than the {memory_mb} MiB of memory a stage may use"
     _OUT_OF_MEMORY = json.dumps({"kind": "failure", "code": "input.too_complex", "message": message}).encode() + b"\n"
     entries: dict[str, Any] = importlib.import_module(os.environ[ENTRIES_ENV]).ENTRIES  # the heavy imports, once
+    _send(channel, {"kind": "ready"})
     for line in sys.stdin.buffer:
         if not _serve_task(channel, json.loads(line), entries):
             break  # after any failure the child is not reused: it ends, and the pool starts a fresh one

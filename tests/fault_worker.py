@@ -3,11 +3,13 @@
     DOCJOBS_FAULT=drop-last-page python tests/fault_worker.py --task-queue QUEUE   (same flags as worker.py)
 
 `drop-last-page` (the default): `render` drops the document's last page (the fidelity gate must catch it).
-`box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it).
+`box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it):
+its document children serve the entries of `tests/fault_entries.py`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -21,9 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import worker
 from activities.render import RenderActivities
 from docjobs.models import RenderInput, RenderOutput
-from docjobs.pdf import redact
-from docjobs.pdf.redact_content import ContentRemoval
-from docjobs.pdf.regions import Rect
+from docjobs.sandbox import ChildPool
 from docjobs.storage import staging_key
 
 
@@ -41,21 +41,12 @@ class PageDroppingRender(RenderActivities):
         return rendered.model_copy(update={"staged": staged})
 
 
-def remove_nothing(pdf: pikepdf.Pdf, page_number: int, regions: list[Rect]) -> ContentRemoval:
-    return ContentRemoval(glyphs_removed=0, images_redacted=0)
-
-
-def keep_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> int:
-    return 0
-
-
 if __name__ == "__main__":
     fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
     if fault == "drop-last-page":
         setattr(worker, "RenderActivities", PageDroppingRender)  # noqa: B010 - swap the stage in, keep the rest
     elif fault == "box-only-redaction":
-        setattr(redact, "remove_content", remove_nothing)  # noqa: B010
-        setattr(redact, "_remove_annotations", keep_annotations)  # noqa: B010
+        setattr(worker, "ChildPool", functools.partial(ChildPool, entries="tests.fault_entries"))  # noqa: B010
     else:
         raise SystemExit(f"unknown DOCJOBS_FAULT {fault!r}")
     raise SystemExit(worker.main())

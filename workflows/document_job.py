@@ -24,8 +24,8 @@ with workflow.unsafe.imports_passed_through():
     from docjobs.metrics import JOBS_TERMINAL, failure_family
     from docjobs.models import (
         BlobRef,
-        CpuBudget,
         CleanupInput,
+        CpuBudget,
         EvidenceInput,
         EvidenceOutput,
         JobRequest,
