@@ -25,7 +25,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -185,7 +184,7 @@ async def cmd_submit(args: argparse.Namespace, settings: Settings, out: Output) 
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    from worker import create_workers, running  # the in-process worker of the one-shot run
+    from worker import serving  # the in-process worker of the one-shot run
 
     # Stage failures are the job's business (reported below), not tracebacks for the person at the terminal.
     logging.getLogger("temporalio").setLevel(logging.ERROR)
@@ -195,13 +194,12 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> 
     jobs = JobClient(client, settings)
     source = Path(args.file)
     target = Path(args.out) if args.out else source.with_name(f"{source.stem}.docjobs.pdf")
-    with ThreadPoolExecutor(max_workers=settings.activity_threads, thread_name_prefix="stage") as executor:
-        async with running(create_workers(client, settings, executor)):
-            submitted = await jobs.submit(
-                source, choose_policy(args, settings), tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
-            )
-            out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
-            code = await wait_and_report(jobs, submitted.job_id, args, out)
+    async with serving(client, settings):
+        submitted = await jobs.submit(
+            source, choose_policy(args, settings), tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
+        )
+        out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
+        code = await wait_and_report(jobs, submitted.job_id, args, out)
     if code == EXIT_OK:
         await jobs.fetch(submitted.job_id, target)
         out.progress(f"wrote {target}")
@@ -331,11 +329,10 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings, out: Output) -
     server = http_server(create_app(settings, jobs), args)
     out.progress(f"docjobs API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
     if args.with_worker:
-        from worker import create_workers, running
+        from worker import serving
 
-        with ThreadPoolExecutor(max_workers=settings.activity_threads, thread_name_prefix="stage") as executor:
-            async with running(create_workers(client, settings, executor)):
-                await server.serve()
+        async with serving(client, settings):
+            await server.serve()
     else:
         await server.serve()
     out.result({"served": True, "host": args.host, "port": args.port}, "API stopped")

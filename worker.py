@@ -1,4 +1,5 @@
-"""Runs a docjobs worker: the job workflow (async) and the stage activities (threads, bounded).
+"""Runs a docjobs worker: the job workflow (async), the stage activities (threads, bounded per task queue),
+and their document work (limited child processes).
 
     python worker.py [--task-queue NAME] [--queue general] [--queue ocr] [--metrics-port N] [--log-format text|json]
 
@@ -30,11 +31,13 @@ from activities.publish import PublishActivities
 from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
 from activities.render import RenderActivities
-from docjobs.client import connect
-from docjobs.config import ConfigError, Settings
+from docjobs.client import DEADLINE_GRACE, connect
+from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.job_gauges import active_job_gauges
 from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.metrics import metrics_runtime
+from docjobs.sandbox import ChildLimits, ChildPool
+from docjobs.sweep import sweep_stale
 from docjobs.tenants import tenants_file
 from workflows.document_job import DocumentJobWorkflow
 
@@ -46,14 +49,13 @@ QUEUES = ("general", "ocr")
 
 
 def create_workers(
-    client: Client, settings: Settings, executor: ThreadPoolExecutor, queues: Sequence[str] = QUEUES
+    client: Client, settings: Settings, pools: dict[str, ChildPool], threads: dict[str, ThreadPoolExecutor]
 ) -> list[Worker]:
-    """One worker per served task queue: `general` runs the workflow and the light stages, `ocr` the OCR stage."""
+    """One worker per served task queue (the keys of `pools`): `general` runs the workflow and the light
+    stages, `ocr` the OCR stage. See `serving`."""
     store = settings.blob_store()
-    workdir = settings.data_dir / "work"
+    workdir = settings.work_dir
     common: dict[str, Any] = {
-        "activity_executor": executor,
-        "max_concurrent_activities": settings.activity_threads,
         "graceful_shutdown_timeout": timedelta(seconds=5),
         # Heartbeats carry page progress: send them often enough for a live progress bar.
         "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
@@ -61,13 +63,14 @@ def create_workers(
         "interceptors": [LeaseExpiries(client)] if settings.metrics_port else [],
     }
     workers = []
-    if "general" in queues:
-        render = RenderActivities(store, workdir)
-        release = ReleaseActivities(store, workdir, settings.data_dir)
+    if "general" in pools:
+        pool = pools["general"]
+        render = RenderActivities(store, workdir, pool)
+        release = ReleaseActivities(store, workdir, pool, settings.data_dir)
         evidence = EvidenceActivities(store, workdir, settings.data_dir)
         notify = NotifyActivities(tenants_file(settings))
         publish = PublishActivities(store)
-        redact = RedactActivities(store, workdir)
+        redact = RedactActivities(store, workdir, pool)
         workers.append(
             Worker(
                 client,
@@ -83,22 +86,61 @@ def create_workers(
                     publish.cleanup,
                     notify.notify,
                 ],
+                activity_executor=threads["general"],
+                max_concurrent_activities=settings.activity_threads,
                 **common,
             )
         )
-    if "ocr" in queues:
-        ocr = OcrActivities(store, workdir)
-        workers.append(Worker(client, task_queue=settings.ocr_task_queue, activities=[ocr.ocr], **common))
+    if "ocr" in pools:
+        ocr = OcrActivities(store, workdir, pools["ocr"])
+        workers.append(
+            Worker(
+                client,
+                task_queue=settings.ocr_task_queue,
+                activities=[ocr.ocr],
+                activity_executor=threads["ocr"],
+                max_concurrent_activities=settings.ocr_activity_threads,
+                **common,
+            )
+        )
     return workers
 
 
 @asynccontextmanager
-async def running(workers: list[Worker]) -> AsyncIterator[None]:
-    """Run the workers until the block ends, then shut them down together (draining running stages)."""
-    async with AsyncExitStack() as stack:
-        for worker in workers:
-            await stack.enter_async_context(worker)
-        yield
+async def serving(client: Client, settings: Settings, queues: Sequence[str] = QUEUES) -> AsyncIterator[list[Worker]]:
+    """Workers for `queues`, running until the block ends, then shut down together (draining running stages).
+
+    Each queue has its own threads, exactly as many as the stages it may run at once, so an accepted stage
+    never waits for a thread (its lease running out meanwhile) and OCR cannot take the other stages' threads.
+    The document work runs in a pool of limited child processes per queue, as many kept warm as it has threads.
+    """
+    limits = ChildLimits(memory_mb=settings.stage_memory_mb, stall_seconds=settings.stall_seconds)
+    slots = {"general": settings.activity_threads, "ocr": settings.ocr_activity_threads}
+    pools = {
+        queue: ChildPool(limits, home=settings.work_dir, warm=slots[queue], recycle_after=settings.child_recycle_after)
+        for queue in queues
+    }
+    threads = {queue: ThreadPoolExecutor(slots[queue], thread_name_prefix=f"{queue}-stage") for queue in queues}
+    for pool in pools.values():
+        pool.start()
+    try:
+        workers = create_workers(client, settings, pools, threads)
+        async with AsyncExitStack() as stack:
+            for worker in workers:
+                await stack.enter_async_context(worker)
+            yield workers
+    finally:
+        for pool in pools.values():
+            pool.close()
+        for executor in threads.values():
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def sweep_leftovers(settings: Settings) -> None:
+    """Remove what crashed attempts and uploads left behind (plaintext documents), older than any live job."""
+    longest = max(policy.deadline_seconds for policy in PolicyBook.load(settings.policy_file).policies.values())
+    for folder in (settings.work_dir, settings.spool_dir):
+        sweep_stale(folder, timedelta(seconds=longest) + DEADLINE_GRACE)
 
 
 async def serve(settings: Settings, queues: Sequence[str]) -> None:
@@ -110,15 +152,14 @@ async def serve(settings: Settings, queues: Sequence[str]) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    with ThreadPoolExecutor(max_workers=settings.activity_threads, thread_name_prefix="stage") as executor:
-        workers = create_workers(client, settings, executor, queues)
-        async with running(workers), active_job_gauges(client, settings, gauges):
-            served = ", ".join(worker.task_queue for worker in workers)
-            if runtime is not None:
-                log.info("metrics at http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
-            log.info("worker ready: task queues %s at %s", served, settings.address)
-            await stop.wait()
-            log.info("stopping: draining running stages")
+    await asyncio.to_thread(sweep_leftovers, settings)
+    async with serving(client, settings, queues) as workers, active_job_gauges(client, settings, gauges):
+        served = ", ".join(worker.task_queue for worker in workers)
+        if runtime is not None:
+            log.info("metrics at http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
+        log.info("worker ready: task queues %s at %s", served, settings.address)
+        await stop.wait()
+        log.info("stopping: draining running stages")
     log.info("worker stopped")
 
 

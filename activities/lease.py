@@ -32,6 +32,7 @@ class Lease:
         info = activity.info()
         timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 30.0
         self._interval = min(max(timeout / 3, 0.2), 1.0)
+        self.stage = stage
         self._details: dict[str, Any] = {"stage": stage, "pages_done": 0, "pages_total": None}
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the activity context lives in a contextvar

@@ -1,56 +1,37 @@
-"""The `ocr` stage: OCRmyPDF in a killable child process, on its own task queue.
+"""The `ocr` stage: OCRmyPDF on its own task queue, in a document child (OCRmyPDF in a child of its own).
 
-Cancellation and lease loss reach the activity through its heartbeats; the OCR runner then kills the
-OCRmyPDF process group (tesseract and ghostscript included) within seconds.
+Cancellation and lease loss reach the activity through its heartbeats; the document child's group is then
+killed, and OCRmyPDF's own group (tesseract and ghostscript included) follows within a second.
 """
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from temporalio import activity
-from temporalio.exceptions import CancelledError
 
-from activities.lease import Lease, typed_failures
+from activities.isolated import IsolatedStages
 from docjobs.models import OcrInput, OcrOutput
-from docjobs.pdf.ocr import OcrCanceled, run_ocr, text_json
-from docjobs.pdf.stamp import stamp
-from docjobs.storage import BlobStore, staging_key
+from docjobs.stage_work import OcrDone, OcrWork
+from docjobs.storage import staging_key
 
 
-class OcrActivities:
-    def __init__(self, store: BlobStore, workdir: Path) -> None:
-        self._store = store
-        self._workdir = workdir
-
+class OcrActivities(IsolatedStages):
     @activity.defn(name="ocr")
     def ocr(self, request: OcrInput) -> OcrOutput:
-        with typed_failures("ocr", request.shape) as attempt, Lease("ocr") as lease:
+        with self._attempt("ocr", request) as attempt:
             self._store.verify(request.source, mismatch_code="source.digest_mismatch")
-            self._workdir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=self._workdir, prefix="ocr-") as tmp:
-                rendered = Path(tmp) / "rendered.pdf"
-                searchable = Path(tmp) / "searchable.pdf"
-                self._store.fetch(request.staged, rendered, mismatch_code="artifact.digest_mismatch")
-                try:
-                    result = run_ocr(
-                        rendered,
-                        searchable,
-                        request.ocr,
-                        workdir=Path(tmp),
-                        on_page=lease.progress,
-                        should_stop=activity.is_cancelled,
-                        tag=request.job_id,
-                        input_validated=True,  # render validated it, and its digest is checked
-                    )
-                except OcrCanceled:
-                    raise CancelledError("OCR stopped: the stage was canceled or lost its lease") from None
-                output = searchable
-                if request.watermark is not None:
-                    stamp(searchable, output := Path(tmp) / "stamped.pdf", request.watermark, workdir=Path(tmp))
-                text_file = Path(tmp) / "text.json"
-                text_file.write_text(text_json(result.page_texts))
-                text = self._store.put_file(staging_key(request.job_id, "ocr-text", attempt, ".json"), text_file)
-                staged = self._store.put_file(staging_key(request.job_id, "ocr", attempt), output)
-        return OcrOutput(staged=staged, text=text, pages_ocred=list(result.pages_ocred), attempt=attempt)
+            folder = attempt.folder
+            rendered, output, text_file = folder / "rendered.pdf", folder / "output.pdf", folder / "text.json"
+            self._store.fetch(request.staged, rendered, mismatch_code="artifact.digest_mismatch")
+            work = OcrWork(
+                source=rendered,
+                output=output,
+                text_output=text_file,
+                workdir=attempt.folder,
+                ocr=request.ocr,
+                watermark=request.watermark,
+                tag=request.job_id,
+            )
+            done = self._isolated(attempt, work, OcrDone, request.cpu)
+            text = self._store.put_file(staging_key(request.job_id, "ocr-text", attempt.number, ".json"), text_file)
+            staged = self._store.put_file(staging_key(request.job_id, "ocr", attempt.number), output)
+        return OcrOutput(staged=staged, text=text, pages_ocred=done.pages_ocred, attempt=attempt.number)

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from docjobs.pdf.ocr import ocrmypdf_args
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.scans import make_scan_pdf, scan_words
 from docjobs.states import JobState
-from worker import create_workers, running
+from worker import serving
 
 
 def free_port() -> int:
@@ -100,14 +99,13 @@ async def main() -> None:
         pipeline: list[float] = []
         stage_times: dict[str, list[float]] = {}
         try:
-            with ThreadPoolExecutor(max_workers=settings.activity_threads) as executor:
-                async with running(create_workers(client, settings, executor)):
-                    for run in range(options.runs):
-                        plain.append(await asyncio.to_thread(plain_ocrmypdf, scan, folder / f"plain-{run}.pdf", args))
-                        elapsed, stages = await docjobs_run(jobs, scan, policy, f"run-{run}")
-                        pipeline.append(elapsed)
-                        for stage, seconds in stages.items():
-                            stage_times.setdefault(stage, []).append(seconds)
+            async with serving(client, settings):
+                for run in range(options.runs):
+                    plain.append(await asyncio.to_thread(plain_ocrmypdf, scan, folder / f"plain-{run}.pdf", args))
+                    elapsed, stages = await docjobs_run(jobs, scan, policy, f"run-{run}")
+                    pipeline.append(elapsed)
+                    for stage, seconds in stages.items():
+                        stage_times.setdefault(stage, []).append(seconds)
         finally:
             stop_dev_server(settings)
 

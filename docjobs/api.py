@@ -217,7 +217,7 @@ def create_app(
     book = tenants or TenantBook(tenants_file(settings))
     limit = upload_limit if upload_limit is not None else settings.max_upload_bytes
     policies = PolicyBook.load(settings.policy_file)
-    spool_dir = settings.data_dir / "uploads"
+    spool_dir = settings.spool_dir
     holder: dict[str, JobClient] = {}
     if client is not None:
         holder["jobs"] = client

@@ -39,7 +39,6 @@ from docjobs.config import Settings
 from docjobs.devserver import ensure_dev_server
 from docjobs.errors import DocJobError
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord, canonical_bytes
-from docjobs.pdf.inspect import inspect_pdf
 from docjobs.states import JobState, Stage, parse_state
 from docjobs.storage import artifact_key, sha256_file, source_key, text_key
 from docjobs.timeline import narrate
@@ -120,17 +119,15 @@ class JobClient:
         stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
         if stored.sha256 != digest:
             raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
-        try:
-            page_count = (await asyncio.to_thread(inspect_pdf, path)).page_count
-        except DocJobError:
-            page_count = 0  # the render stage fails the job with the precise code
+        # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
+        # also counts its pages and fails it with the precise code.
         job_id = derive_job_id(tenant, key, digest, policy.version)
         deadline = deadline_seconds or policy.deadline_seconds
         request = JobRequest(
             job_id=job_id,
             tenant=tenant,
             source=stored,
-            page_count=page_count,
+            page_count=0,
             policy=policy,
             policy_version=policy.version,
             deadline_seconds=deadline,

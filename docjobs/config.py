@@ -95,8 +95,12 @@ class Settings:
     max_input_bytes: int
     max_upload_bytes: int  # HTTP uploads (413 beyond it)
     timing: ActivityTiming
-    activity_threads: int
+    activity_threads: int  # concurrent stages of the general queue (each has its own thread)
     temporal_bin: str | None = field(default=None)
+    ocr_activity_threads: int = 2  # concurrent OCR stages (a separate pool of threads: no queue starves another)
+    stage_memory_mb: int = 1536  # address space of each document child
+    stall_seconds: float = 300.0  # a document child silent for this long is killed (input.too_complex)
+    child_recycle_after: int = 50  # tasks a document child serves before a fresh one replaces it
     metrics_host: str = "127.0.0.1"  # where `worker.py --metrics-port` listens (0.0.0.0 in a container)
     metrics_port: int | None = None  # None: no metrics endpoint
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges
@@ -111,6 +115,16 @@ class Settings:
     def ocr_task_queue(self) -> str:
         """OCR stages have their own queue, so OCR workers scale on their own machines."""
         return self.ocr_task_queue_override or f"{self.task_queue}-ocr"
+
+    @property
+    def work_dir(self) -> Path:
+        """Where stage attempts keep their files while they run (removed after; swept after a crash)."""
+        return self.data_dir / "work"
+
+    @property
+    def spool_dir(self) -> Path:
+        """Where the HTTP API spools uploads before they are stored (removed after; swept after a crash)."""
+        return self.data_dir / "uploads"
 
     @property
     def address(self) -> str:
@@ -132,6 +146,7 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         data_dir = Path(os.environ.get("DOCJOBS_DATA_DIR") or ".docjobs").resolve()
+        threads = _env_int("DOCJOBS_ACTIVITY_THREADS", max(2, os.cpu_count() or 2))
         return cls(
             data_dir=data_dir,
             temporal_address=os.environ.get("DOCJOBS_TEMPORAL_ADDRESS") or None,
@@ -154,7 +169,11 @@ class Settings:
                 ocr_per_page_seconds=_env_float("DOCJOBS_OCR_PER_PAGE_SECONDS", 60.0),
                 max_attempts=_env_int("DOCJOBS_MAX_ATTEMPTS", 5),
             ),
-            activity_threads=_env_int("DOCJOBS_ACTIVITY_THREADS", max(2, os.cpu_count() or 2)),
+            activity_threads=threads,
+            ocr_activity_threads=_env_int("DOCJOBS_OCR_ACTIVITY_THREADS", threads),
+            stage_memory_mb=_env_int("DOCJOBS_STAGE_MEMORY_MB", 1536),
+            stall_seconds=_env_float("DOCJOBS_STALL_SECONDS", 300.0),
+            child_recycle_after=_env_int("DOCJOBS_CHILD_RECYCLE_AFTER", 50),
             temporal_bin=os.environ.get("DOCJOBS_TEMPORAL_BIN") or None,
             metrics_host=os.environ.get("DOCJOBS_METRICS_HOST") or "127.0.0.1",
             metrics_port=_env_int("DOCJOBS_METRICS_PORT", 0) or None,

@@ -183,7 +183,7 @@ class JobRequest(Frozen):
     job_id: str
     tenant: str
     source: BlobRef
-    page_count: int = Field(ge=0)  # 0 when the input could not be counted at acceptance
+    page_count: int = Field(default=0, ge=0)  # 0: render counts them (acceptance opens no document)
     policy: Policy
     policy_version: str
     deadline_seconds: int = Field(ge=1)
@@ -200,14 +200,26 @@ class JobShape(Frozen):
     """What a stage's metrics are labelled with: low-cardinality facts about its job, never its identity."""
 
     watermark_mode: WatermarkMode | None = None  # None: scheduled by a workflow that did not send it yet
-    page_count: int = Field(default=0, ge=0)  # 0: not known (the input could not be counted at acceptance)
+    page_count: int = Field(default=0, ge=0)  # 0: not known yet (render counts them)
+
+
+class CpuBudget(Frozen):
+    """The CPU seconds a stage's document child may use: a base, plus a share per page once it knows how many."""
+
+    base_seconds: float = Field(default=60.0, gt=0)
+    per_page_seconds: float = Field(default=10.0, ge=0)
+
+    def seconds(self, pages: int) -> float:
+        return self.base_seconds + self.per_page_seconds * max(pages, 0)
 
 
 class StageInput(Frozen):
-    """What every stage gets: its job, and the job's shape (filled in by the workflow when it schedules it)."""
+    """What every stage gets: its job, the job's shape and its CPU budget (both filled in by the workflow when
+    it schedules the stage)."""
 
     job_id: str
     shape: JobShape = JobShape()
+    cpu: CpuBudget = CpuBudget()
 
 
 class RenderInput(StageInput):

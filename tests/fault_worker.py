@@ -5,10 +5,14 @@
 `drop-last-page` (the default): `render` drops the document's last page (the fidelity gate must catch it).
 `box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it).
 `keep-active-content`: `render` strips nothing (the verify gate must find the active content).
+
+The last two break the document work, so they live where the document children import them: the worker's
+children serve the entries of `tests/faults/<fault>.py`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -20,12 +24,9 @@ from temporalio import activity
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import worker
-from activities import render
 from activities.render import RenderActivities
-from docjobs.models import RenderInput, RenderOutput, SanitizePolicy
-from docjobs.pdf import redact
-from docjobs.pdf.redact_content import ContentRemoval
-from docjobs.pdf.regions import Rect
+from docjobs.models import RenderInput, RenderOutput
+from docjobs.sandbox import ChildPool
 from docjobs.storage import staging_key
 
 
@@ -43,27 +44,13 @@ class PageDroppingRender(RenderActivities):
         return rendered.model_copy(update={"staged": staged})
 
 
-def remove_nothing(pdf: pikepdf.Pdf, page_number: int, regions: list[Rect]) -> ContentRemoval:
-    return ContentRemoval(glyphs_removed=0, images_redacted=0)
-
-
-def keep_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> int:
-    return 0
-
-
-def sanitize_nothing(path: Path, policy: SanitizePolicy) -> dict[str, int]:
-    return {}
-
-
 if __name__ == "__main__":
     fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
     if fault == "drop-last-page":
         setattr(worker, "RenderActivities", PageDroppingRender)  # noqa: B010 - swap the stage in, keep the rest
-    elif fault == "box-only-redaction":
-        setattr(redact, "remove_content", remove_nothing)  # noqa: B010
-        setattr(redact, "_remove_annotations", keep_annotations)  # noqa: B010
-    elif fault == "keep-active-content":
-        setattr(render, "sanitize_file", sanitize_nothing)  # noqa: B010
+    elif fault in ("box-only-redaction", "keep-active-content"):
+        entries = f"tests.faults.{fault.replace('-', '_')}"
+        setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010
     else:
         raise SystemExit(f"unknown DOCJOBS_FAULT {fault!r}")
     raise SystemExit(worker.main())

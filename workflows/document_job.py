@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from docjobs.models import (
         BlobRef,
         CleanupInput,
+        CpuBudget,
         EvidenceInput,
         EvidenceOutput,
         JobRequest,
@@ -336,12 +337,16 @@ class DocumentJobWorkflow:
     ) -> OutputT:
         self._transition(JobState.PROCESSING, stage)
         timing = self._request.timing
-        pages = max(self._status.page_count, 1)
+        # Until render has counted them (nothing parses a document at acceptance), the pages are as many as
+        # the policy allows: the job's deadline still bounds the stage, and its child's CPU budget grows
+        # with the real count.
+        pages = self._status.page_count or self._request.policy.max_pages
         per_page = timing.ocr_per_page_seconds if stage is Stage.OCR else timing.per_page_seconds
         shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
+        cpu = CpuBudget(base_seconds=timing.base_seconds, per_page_seconds=per_page)
         result: OutputT = await workflow.execute_activity(
             stage.value,
-            payload.model_copy(update={"shape": shape}),
+            payload.model_copy(update={"shape": shape, "cpu": cpu}),
             result_type=output_type,
             task_queue=task_queue,
             start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),

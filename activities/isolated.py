@@ -1,0 +1,63 @@
+"""What every stage that opens document bytes shares: the store, a work folder per attempt, and the pool of
+limited child processes that does the document work while the activity's thread keeps the lease."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.exceptions import CancelledError
+
+from activities.lease import Lease, typed_failures
+from docjobs.models import CpuBudget, StageInput
+from docjobs.sandbox import ChildPool, ChildStopped
+from docjobs.storage import BlobStore
+
+DoneT = TypeVar("DoneT", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    lease: Lease
+    folder: Path
+
+
+class IsolatedStages:
+    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool) -> None:
+        self._store = store
+        self._workdir = workdir
+        self._pool = pool
+
+    @contextmanager
+    def _attempt(self, stage: str, request: StageInput) -> Iterator[Attempt]:
+        """One attempt of `stage`: typed failures, the lease, and a private folder that is gone when it ends
+        (a crash leaves it to the worker's sweep)."""
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        with (
+            typed_failures(stage, request.shape) as number,
+            Lease(stage) as lease,
+            tempfile.TemporaryDirectory(dir=self._workdir, prefix=f"{stage}-") as folder,
+        ):
+            yield Attempt(number, lease, Path(folder))
+
+    def _isolated(self, attempt: Attempt, work: BaseModel, done: type[DoneT], cpu: CpuBudget) -> DoneT:
+        """Run the attempt's stage on `work` in a document child; its page progress renews the lease, and a
+        cancel or a lost lease kills it."""
+        try:
+            return self._pool.run(
+                attempt.lease.stage,
+                work,
+                done,
+                cpu=cpu,
+                on_progress=attempt.lease.progress,
+                should_stop=activity.is_cancelled,
+            )
+        except ChildStopped:
+            raise CancelledError("the stage was canceled or lost its lease: its document child was killed") from None

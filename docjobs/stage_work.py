@@ -1,0 +1,245 @@
+"""The document work of each stage: plain functions on files, run inside a limited child process.
+
+Everything here opens tenants' bytes, so it runs only in a `docjobs.sandbox` child: the stage's activity
+fetches the blobs, hands this module paths, and stores what it wrote. A work order is a pydantic model
+(the child validates it), and so is each result (the worker validates it: the child is not trusted).
+`ENTRIES` is what the child serves, by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import pikepdf
+from pydantic import BaseModel
+
+from docjobs.errors import DocJobError
+from docjobs.models import Frozen, OcrPolicy, RedactionSummary, RedactPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.pdf.fidelity import check_fidelity
+from docjobs.pdf.images import image_to_pdf
+from docjobs.pdf.inspect import inspect_pdf, sniff_kind
+from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
+from docjobs.pdf.redact import redact_pdf
+from docjobs.pdf.redact_gate import check_redaction
+from docjobs.pdf.redact_patterns import compile_patterns
+from docjobs.pdf.sanitize import check_no_active_content, sanitize_file
+from docjobs.pdf.signatures import signature_count, void_certification
+from docjobs.pdf.stamp import stamp
+from docjobs.signing import SignerConfig, sign_pdf, verify_pdf
+
+ProgressFn = Callable[[int, int], None]
+WorkT = TypeVar("WorkT", bound=BaseModel)
+DoneT = TypeVar("DoneT", bound=BaseModel)
+IMAGE_KINDS = ("png", "jpeg", "tiff")
+
+
+class RenderWork(Frozen):
+    source: Path  # the accepted input, already checked against its digest
+    output: Path
+    workdir: Path
+    watermark: WatermarkPolicy | None
+    max_pages: int
+    allow_signed_input: bool
+    sanitize: SanitizePolicy
+
+
+class RenderDone(Frozen):
+    page_count: int
+    input_encryption: str
+    invalidated_signatures: int
+    sanitized: dict[str, int]
+
+
+def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
+    """Normalize the input to PDF (a scan becomes image pages), validate it, strip active content, stamp the
+    watermark."""
+    with work.source.open("rb") as head:
+        kind = sniff_kind(head.read(16))
+    normalized = work.workdir / "normalized.pdf"
+    if kind in IMAGE_KINDS:
+        image_to_pdf(work.source, normalized, max_pages=work.max_pages)
+    else:
+        shutil.copyfile(work.source, normalized)  # not a PDF either: inspection says which code
+    info = inspect_pdf(normalized, max_pages=work.max_pages)
+    progress(0, info.page_count)  # the page count is known: the child's CPU budget grows with it
+    signatures = signature_count(normalized)
+    if signatures and not work.allow_signed_input:
+        raise DocJobError("input.signed")
+    sanitized = sanitize_file(normalized, work.sanitize)
+    if work.watermark is None:
+        shutil.copyfile(normalized, work.output)
+    else:
+        stamp(normalized, work.output, work.watermark, workdir=work.workdir, on_page=progress)
+    if signatures:
+        void_certification(work.output)
+    return RenderDone(
+        page_count=info.page_count,
+        input_encryption=info.encryption.value,
+        invalidated_signatures=signatures,
+        sanitized=sanitized,
+    )
+
+
+class OcrWork(Frozen):
+    source: Path  # the rendered document
+    output: Path
+    text_output: Path  # the searchable text of every page, as JSON
+    workdir: Path
+    ocr: OcrPolicy
+    watermark: WatermarkPolicy | None
+    tag: str  # put in the OCR processes' environment, so they can be found
+
+
+class OcrDone(Frozen):
+    pages_ocred: list[int]
+
+
+def ocr(work: OcrWork, progress: ProgressFn) -> OcrDone:
+    """OCR (in OCRmyPDF's own child, killed with this one), then the watermark stamp."""
+    searchable = work.workdir / "searchable.pdf"
+    result = run_ocr(
+        work.source,
+        searchable,
+        work.ocr,
+        workdir=work.workdir,
+        on_page=progress,
+        tag=work.tag,
+        input_validated=True,  # render validated it, and its digest is checked
+    )
+    if work.watermark is None:
+        shutil.move(searchable, work.output)
+    else:
+        stamp(searchable, work.output, work.watermark, workdir=work.workdir)
+    work.text_output.write_text(text_json(result.page_texts))
+    return OcrDone(pages_ocred=list(result.pages_ocred))
+
+
+class RedactWork(Frozen):
+    source: Path
+    output: Path
+    text_output: Path | None  # set: rebuild the OCR text blob from the redacted file (the old one holds values)
+    workdir: Path
+    redact: RedactPolicy
+    watermark: WatermarkPolicy | None
+
+
+class RedactDone(Frozen):
+    summary: RedactionSummary
+
+
+def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
+    """Remove matches and regions for real, prove it (the gate needs the matched values: they exist only
+    in this child's memory), then stamp the watermark."""
+    redacted = work.workdir / "redacted.pdf"
+    summary = redact_pdf(
+        work.source,
+        redacted,
+        work.redact,
+        workdir=work.workdir,
+        on_page=progress,
+        ocr_done=work.text_output is not None,  # the job was OCR'd: every page with pixels has text now
+    )
+    if work.text_output is not None:
+        with pikepdf.open(redacted) as written:  # our own output: no need to re-check every stream
+            pages = len(written.pages)
+        work.text_output.write_text(text_json(page_texts(tool("pdftotext"), redacted, pages, "redaction.failed")))
+    if work.watermark is None:
+        shutil.move(redacted, work.output)
+    else:
+        stamp(redacted, work.output, work.watermark, workdir=work.workdir)
+    return RedactDone(summary=summary)
+
+
+class SignWork(Frozen):
+    source: Path
+    output: Path
+    signer: SignerConfig  # handed over for this call only: never in the child's environment
+    visible: bool
+    allow_signed_input: bool
+
+
+class SignDone(Frozen):
+    level: str
+    signer_subject: str
+    certificate_sha256: str
+    invalidated_signatures: int
+
+
+def sign(work: SignWork, progress: ProgressFn) -> SignDone:
+    config = dataclasses.replace(work.signer, visible=work.visible)
+    info = sign_pdf(work.source, work.output, config, allow_existing_signatures=work.allow_signed_input)
+    return SignDone(
+        level=info.level,
+        signer_subject=info.signer_subject,
+        certificate_sha256=info.certificate_sha256,
+        invalidated_signatures=info.invalidated_signatures,
+    )
+
+
+class VerifyWork(Frozen):
+    source: Path  # the accepted input
+    output: Path  # the bytes to be released
+    workdir: Path
+    signer: SignerConfig | None  # set: the output must carry a valid signature chaining to its trust roots
+    text_layer_kept: bool
+    redact: RedactPolicy | None
+    watermark_text: str | None
+    pages_may_turn: bool
+    sanitize: SanitizePolicy | None  # None: scheduled by a workflow that did not send it (no check)
+
+
+class VerifyDone(Frozen):
+    signature: dict[str, str | bool | int | None] | None
+    fidelity_checks: list[str]
+
+
+def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
+    """Nothing is released unless the signature (if any) and every fidelity check pass: else quarantine."""
+    source = work.source
+    with source.open("rb") as head:
+        if sniff_kind(head.read(16)) in IMAGE_KINDS:  # compare with the PDF that render made of it
+            image_to_pdf(source, normalized := work.workdir / "input.pdf")
+            source = normalized
+    signature = None
+    if work.signer is not None:
+        report = verify_pdf(work.output, work.signer)
+        if report.failure_code is not None:
+            raise DocJobError(report.failure_code)
+        signature = report.model_dump(
+            include={"intact", "valid", "trusted", "bottom_line", "coverage", "level", "signer_subject"}
+        )
+    checks = check_fidelity(
+        source,
+        work.output,
+        text_layer_kept=work.text_layer_kept,
+        watermark_text=work.watermark_text,
+        pages_may_turn=work.pages_may_turn,
+    )
+    if work.redact is not None:  # on the bytes to be released: no pattern may match any more
+        gate = check_redaction(work.output, frozenset(), compile_patterns(work.redact), {})
+        if not gate.clean:
+            raise DocJobError("redaction.leak")
+        checks.append("redaction_patterns")
+    if work.sanitize is not None:  # on the bytes to be released: no active content came back
+        checks += check_no_active_content(work.output, work.sanitize)
+    return VerifyDone(signature=signature, fidelity_checks=checks)
+
+
+@dataclass(frozen=True)
+class Entry(Generic[WorkT, DoneT]):
+    work_type: type[WorkT]
+    run: Callable[[WorkT, ProgressFn], DoneT]
+
+
+ENTRIES: dict[str, Entry[Any, Any]] = {
+    "render": Entry(RenderWork, render),
+    "ocr": Entry(OcrWork, ocr),
+    "redact": Entry(RedactWork, redact),
+    "sign": Entry(SignWork, sign),
+    "verify": Entry(VerifyWork, verify),
+}

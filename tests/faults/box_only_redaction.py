@@ -1,0 +1,25 @@
+"""DOCJOBS_FAULT=box-only-redaction: a redaction engine that only draws its boxes and removes nothing (the
+redaction gate must catch it)."""
+
+from __future__ import annotations
+
+import pikepdf
+
+from docjobs.pdf import redact
+from docjobs.pdf.redact_content import ContentRemoval
+from docjobs.pdf.regions import Rect
+from docjobs.stage_work import ENTRIES
+
+
+def remove_nothing(pdf: pikepdf.Pdf, page_number: int, regions: list[Rect]) -> ContentRemoval:
+    return ContentRemoval(glyphs_removed=0, images_redacted=0)
+
+
+def keep_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> int:
+    return 0
+
+
+setattr(redact, "remove_content", remove_nothing)  # noqa: B010
+setattr(redact, "_remove_annotations", keep_annotations)  # noqa: B010
+
+__all__ = ["ENTRIES"]

@@ -1,0 +1,180 @@
+"""The document children: limits that hold, kills that reach every process, nothing secret inherited.
+
+Real child processes of a real pool, driven by the stage doubles in tests/sandbox_entries.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from docjobs.errors import DocJobError
+from docjobs.models import CpuBudget
+from docjobs.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped
+from tests.sandbox_entries import Order, Seen
+
+REPO = Path(__file__).resolve().parent.parent
+SECRETS = {
+    "DOCJOBS_CODEC_KEYS": "k1:c2VjcmV0",
+    "DOCJOBS_SIGNING_P12_PASSPHRASE": "hunter2",
+    "AWS_SECRET_ACCESS_KEY": "secret",
+    "AWS_ACCESS_KEY_ID": "id",
+    "TEMPORAL_API_KEY": "key",
+    "DOCJOBS_CODEC_TOKEN": "token",
+}
+QUICK = CpuBudget(base_seconds=1, per_page_seconds=0)
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[ChildPool]:
+    children = ChildPool(
+        ChildLimits(memory_mb=512, stall_seconds=3), home=tmp_path, warm=1, entries="tests.sandbox_entries"
+    )
+    children.start()
+    yield children
+    children.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_gone(pid: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_no_secret_reaches_a_child(pool: ChildPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    pool.close()  # its warm child was started before the secrets were set
+    fresh = ChildPool(ChildLimits(), home=pool.home, entries="tests.sandbox_entries")
+    fresh.start()
+    try:
+        seen = fresh.run("environment", Order(), Seen, cpu=QUICK)
+    finally:
+        fresh.close()
+    assert seen.pid != os.getpid()
+    assert not set(SECRETS) & set(seen.names)
+    assert not [name for name in seen.names if name.startswith(("AWS_", "TEMPORAL_"))]
+    assert "PATH" in seen.names
+
+
+def test_progress_is_relayed_and_a_clean_child_is_reused(pool: ChildPool) -> None:
+    reported: list[tuple[int, int]] = []
+    first = pool.run(
+        "pages", Order(pages=3), Seen, cpu=QUICK, on_progress=lambda done, total: reported.append((done, total))
+    )
+    assert reported == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    second = pool.run("pages", Order(pages=1), Seen, cpu=QUICK)
+    assert second.pid == first.pid  # warm and reused after a clean success
+    assert pool.idle_pids() == [first.pid]
+
+
+def test_cpu_limit_ends_the_child_as_too_complex(pool: ChildPool) -> None:
+    with pytest.raises(DocJobError) as failure:
+        pool.run("spin", Order(pages=0), Seen, cpu=QUICK)
+    assert failure.value.code == "input.too_complex"
+    assert "CPU seconds" in failure.value.message
+
+
+def test_cpu_budget_grows_with_the_page_count(pool: ChildPool) -> None:
+    """Base 1 s plus 1 s for each of 2 pages: the spinning child dies after about 3 CPU seconds, not 1."""
+    started = time.process_time()
+    wall = time.monotonic()
+    with pytest.raises(DocJobError) as failure:
+        pool.run("spin", Order(pages=2), Seen, cpu=CpuBudget(base_seconds=1, per_page_seconds=1))
+    assert failure.value.code == "input.too_complex"
+    assert "3 CPU seconds" in failure.value.message
+    assert time.monotonic() - wall >= 2.5  # it got more than its base budget (CPU time is at most wall time)
+    assert time.process_time() - started < 2  # the worker itself only waited
+
+
+def test_memory_limit_ends_the_child_as_too_complex(pool: ChildPool) -> None:
+    with pytest.raises(DocJobError) as failure:
+        pool.run("grow", Order(), Seen, cpu=QUICK)
+    assert failure.value.code == "input.too_complex"
+    assert "512 MiB" in failure.value.message
+
+
+def test_deep_nesting_is_too_complex(pool: ChildPool) -> None:
+    with pytest.raises(DocJobError) as failure:
+        pool.run("recurse", Order(), Seen, cpu=QUICK)
+    assert failure.value.code == "input.too_complex"
+
+
+def test_a_silent_child_is_killed_after_the_stall_limit(pool: ChildPool) -> None:
+    with pytest.raises(DocJobError) as failure:
+        pool.run("silent", Order(), Seen, cpu=CpuBudget(base_seconds=60))
+    assert failure.value.code == "input.too_complex"
+    assert "no progress for 3 s" in failure.value.message
+
+
+def test_a_crash_or_a_lying_child_is_not_a_verdict(pool: ChildPool) -> None:
+    with pytest.raises(ChildCrashed):
+        pool.run("crash", Order(), Seen, cpu=QUICK)
+    with pytest.raises(ChildCrashed):
+        pool.run("lie", Order(), Seen, cpu=QUICK)  # its result does not fit the model: nothing is believed
+    assert pool.run("pages", Order(pages=1), Seen, cpu=QUICK).pid > 0  # the pool goes on with fresh children
+
+
+def test_stop_kills_the_child_and_its_tools(pool: ChildPool, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    stop = threading.Event()
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pool.run("block", Order(pid_file=str(pids)), Seen, cpu=CpuBudget(base_seconds=60), should_stop=stop.is_set)
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not pids.exists() or len(pids.read_text().split()) < 2:
+        assert time.monotonic() < deadline, "the child did not start its tool"
+        time.sleep(0.05)
+    child, tool = (int(pid) for pid in pids.read_text().split())
+    stop.set()
+    thread.join(timeout=10)
+    assert isinstance(outcome[0], ChildStopped)
+    assert wait_gone(child) and wait_gone(tool)
+
+
+def test_children_die_with_their_worker(tmp_path: Path) -> None:
+    """A SIGKILLed worker leaves no document child behind: the kernel kills it (parent-death signal)."""
+    pids = tmp_path / "pids"
+    script = (
+        "import sys; from pathlib import Path; from docjobs.sandbox import ChildPool, ChildLimits;"
+        "from docjobs.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
+        f"pool = ChildPool(ChildLimits(), home=Path({str(tmp_path)!r}), entries='tests.sandbox_entries'); pool.start();"
+        f"pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60))"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 30
+        while not pids.exists() or len(pids.read_text().split()) < 2:
+            assert time.monotonic() < deadline and worker.poll() is None, "the child did not start"
+            time.sleep(0.05)
+        child, _ = (int(pid) for pid in pids.read_text().split())
+        worker.kill()
+        worker.wait()
+        assert wait_gone(child)
+    finally:
+        worker.kill()
