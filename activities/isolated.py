@@ -40,9 +40,10 @@ class IsolatedStages:
         """One attempt of `stage`: typed failures, the lease, and a private folder that is gone when it ends
         (a crash leaves it to the worker's sweep)."""
         self._workdir.mkdir(parents=True, exist_ok=True)
+        lease = Lease(stage)
         with (
-            typed_failures(stage, request.shape) as number,
-            Lease(stage) as lease,
+            typed_failures(stage, request.shape, pages=lease.pages_total) as number,
+            lease,
             tempfile.TemporaryDirectory(dir=self._workdir, prefix=f"{stage}-") as folder,
         ):
             yield Attempt(number, lease, Path(folder))

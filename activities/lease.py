@@ -10,7 +10,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -54,18 +54,26 @@ class Lease:
         self._details = {**self._details, "pages_done": pages_done, "pages_total": pages_total}
         activity.heartbeat(self._details)
 
+    def pages_total(self) -> int:
+        """The page count the stage reported (0 until it did)."""
+        total = self._details.get("pages_total")
+        return total if isinstance(total, int) else 0
+
     def _renew(self) -> None:
         while not self._stop.wait(self._interval):
             activity.heartbeat(self._details)
 
 
 @contextmanager
-def typed_failures(stage: str, shape: JobShape | None = None) -> Iterator[int]:
+def typed_failures(
+    stage: str, shape: JobShape | None = None, pages: Callable[[], int] | None = None
+) -> Iterator[int]:
     """Turn failures into `ApplicationError`s typed by their stable code; yields the attempt number.
 
     Deterministic codes are non-retryable; the attempt rides along so the job can record it. Unexpected
     exceptions are logged by type only (their messages may quote document content) and retried. Every
-    attempt's outcome and duration go to the metrics, labelled with the job's `shape`.
+    attempt's outcome and duration go to the metrics, labelled with the job's `shape`, whose page count is
+    `pages()` when the job did not know it yet (render counts the pages).
     """
     attempt = activity.info().attempt
     started = time.monotonic()
@@ -88,4 +96,6 @@ def typed_failures(stage: str, shape: JobShape | None = None) -> Iterator[int]:
         outcome = outcome_after_failure(retryable=True)
         raise ApplicationError("an unexpected worker error", attempt, type="internal.error") from None
     finally:
+        if shape is not None and not shape.page_count and pages is not None:
+            shape = shape.model_copy(update={"page_count": pages()})
         record_attempt(stage, shape, outcome, time.monotonic() - started, code)
