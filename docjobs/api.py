@@ -33,6 +33,7 @@ from docjobs.client import JobClient, JobNotFound, connect
 from docjobs.codec import PayloadDecryptionError
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.errors import DocJobError
+from docjobs.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy
 from docjobs.pdf.inspect import sniff_kind
 from docjobs.states import JobState, is_terminal
@@ -46,6 +47,9 @@ RETRY_AFTER_SECONDS = 2
 CHUNK = 64 * 1024
 # A client key becomes the second half of the job ID: no '/', and not a word that names a job sub-resource.
 IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9._~:-]{1,128}$")
+UNSUPPORTED_REGEX_MESSAGE = (  # never the regex itself: the answer names the kind of problem only
+    f"a redaction regex uses features the linear-time regex engine (RE2) does not support ({UNSUPPORTED_FEATURES})"
+)
 RESERVED_KEYS = frozenset({"artifact", "evidence", "cancel"})
 INTERNAL_FIELDS = {"artifact_key", "evidence_key"}  # storage layout, not the caller's business
 
@@ -114,7 +118,11 @@ def effective_policy(book: PolicyBook, part: PolicyPart) -> Policy:
             redact=part.redact,
             redact_regions=part.redact_regions,
         )
-    except (ValidationError, ConfigError):
+    except ValidationError as error:
+        if any(isinstance(detail.get("ctx", {}).get("error"), UnsupportedRegex) for detail in error.errors()):
+            raise ApiError(422, "policy.invalid", UNSUPPORTED_REGEX_MESSAGE) from None
+        raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
+    except ConfigError:
         raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
 
 
