@@ -174,9 +174,10 @@ async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace
 
 
 async def cmd_submit(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    policy = choose_policy(args, settings)  # an invalid override is refused before any server is contacted
     jobs = JobClient(await connect(settings), settings)
     submitted = await jobs.submit(
-        Path(args.file), choose_policy(args, settings), tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
+        Path(args.file), policy, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
     )
     verb = "created" if submitted.created else "already exists"
     out.result({"job_id": submitted.job_id, "created": submitted.created}, f"{submitted.job_id} ({verb})")
@@ -190,13 +191,14 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> 
     logging.getLogger("temporalio").setLevel(logging.ERROR)
     logging.getLogger("docjobs").setLevel(logging.ERROR)
     logging.getLogger("pyhanko").setLevel(logging.CRITICAL)
+    policy = choose_policy(args, settings)
     client = await connect(settings)
     jobs = JobClient(client, settings)
     source = Path(args.file)
     target = Path(args.out) if args.out else source.with_name(f"{source.stem}.docjobs.pdf")
     async with serving(client, settings):
         submitted = await jobs.submit(
-            source, choose_policy(args, settings), tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
+            source, policy, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
         )
         out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
         code = await wait_and_report(jobs, submitted.job_id, args, out)

@@ -44,6 +44,7 @@ from docjobs.codec import PayloadDecryptionError
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
+from docjobs.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy
 from docjobs.pdf.inspect import sniff_kind
 from docjobs.states import JobState, is_terminal
@@ -56,6 +57,9 @@ MULTIPART_SLACK = 64 * 1024  # boundaries, part headers and the policy part on t
 ACCEPTED_KINDS = frozenset({"pdf", "png", "jpeg", "tiff"})
 RETRY_AFTER_SECONDS = 2
 CHUNK = 64 * 1024
+UNSUPPORTED_REGEX_MESSAGE = (  # never the regex itself: the answer names the kind of problem only
+    f"a redaction regex uses features the linear-time regex engine (RE2) does not support ({UNSUPPORTED_FEATURES})"
+)
 INTERNAL_FIELDS = {"artifact_key", "evidence_key"}  # storage layout, not the caller's business
 OPENAPI_URL = "/openapi.json"
 DOCS_ASSETS = "/docs-assets"  # Swagger UI's JavaScript, CSS and favicon, from the pinned fastapi-offline package
@@ -168,7 +172,11 @@ def effective_policy(book: PolicyBook, part: PolicyPart) -> Policy:
             redact=part.redact,
             redact_regions=part.redact_regions,
         )
-    except (ValidationError, ConfigError):
+    except ValidationError as error:
+        if any(isinstance(detail.get("ctx", {}).get("error"), UnsupportedRegex) for detail in error.errors()):
+            raise ApiError(422, "policy.invalid", UNSUPPORTED_REGEX_MESSAGE) from None
+        raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
+    except ConfigError:
         raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
 
 

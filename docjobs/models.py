@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from datetime import datetime
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from docjobs.linear_regex import LinearRegex
 from docjobs.pdf.watermark import encode_text
 from docjobs.states import JobState, Stage
 
@@ -96,7 +96,7 @@ class RedactPolicy(Frozen):
     """What to remove for real: built-in named patterns, custom regexes and explicit regions."""
 
     patterns: tuple[str, ...] = ()  # built-in pattern names (BUILTIN_PATTERN_NAMES)
-    regexes: tuple[str, ...] = ()  # custom regular expressions (Python syntax)
+    regexes: tuple[str, ...] = ()  # custom regular expressions (RE2 syntax: docjobs.linear_regex)
     regions: tuple[RedactRegion, ...] = ()
     mrn_format: str = r"\bMRN[-: #]*\d{6,10}\b"  # the medical record number format of the organization
     fallback_dpi: int = Field(default=200, ge=72, le=600)  # pages that cannot be rewritten are burned in at it
@@ -116,11 +116,9 @@ class RedactPolicy(Frozen):
     @field_validator("regexes", "mrn_format")
     @classmethod
     def _compiles(cls, value: tuple[str, ...] | str) -> tuple[str, ...] | str:
+        """Each regex compiles on the linear-time engine (raises UnsupportedRegex for a feature it lacks)."""
         for regex in (value,) if isinstance(value, str) else value:
-            try:
-                re.compile(regex)
-            except re.error as error:
-                raise ValueError(f"not a valid regular expression: {error}") from None
+            LinearRegex.compile(regex)
         return value
 
 
