@@ -82,12 +82,15 @@ def walk(
     """Every object reachable from `roots` through `children`, depth first, each indirect object once.
 
     A cycle is cut where it closes (an object already visited is skipped). More than `max_depth` levels or
-    `max_objects` visits raise `input.too_complex` naming `what` ("the form field tree")."""
+    `max_objects` visits raise `input.too_complex` naming `what` ("the form field tree"). Numbers and
+    nulls among the children (pikepdf hands them over as Python values) are skipped."""
     seen: set[tuple[int, int]] = set()
     pending: list[tuple[pikepdf.Object, int]] = [(root, 0) for root in reversed(list(roots))]
     visits = 0
     while pending:
         node, depth = pending.pop()
+        if not isinstance(node, pikepdf.Object):
+            continue
         if node.is_indirect:
             if node.objgen in seen:
                 continue
