@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from docjobs.pdf.budgets import MIB, Budgets
 from docjobs.pdf.watermark import encode_text
 from docjobs.states import JobState, Stage
 
@@ -130,6 +131,18 @@ class SignPolicy(Frozen):
     visible: bool = False
 
 
+class LimitsPolicy(Frozen):
+    """Parser budgets for a document class (docjobs/pdf/budgets.py); raised for a trusted tenant whose
+    documents fail `input.too_complex`. The page limit is the policy's `max_pages`."""
+
+    stream_decoded_mb: int = Field(default=256, gt=0)  # one stream, decoded
+    document_decoded_mb: int = Field(default=2048, gt=0)  # all streams of the document, decoded
+    operators_per_page: int = Field(default=1_000_000, gt=0)  # content operators of one page, forms included
+    megapixels: int = Field(default=100, gt=0)  # one rasterised page or decoded image
+    nesting_depth: int = Field(default=100, gt=0)  # levels of a walked hierarchy (fields, outline, structure)
+    objects_per_walk: int = Field(default=1_000_000, gt=0)  # objects visited by one walk
+
+
 class Policy(Frozen):
     """How one document class is processed. Its version is derived from its content."""
 
@@ -140,6 +153,20 @@ class Policy(Frozen):
     ocr: OcrPolicy = OcrPolicy()
     redact: RedactPolicy = RedactPolicy()
     sign: SignPolicy = SignPolicy()
+    limits: LimitsPolicy = LimitsPolicy()
+
+    def budgets(self) -> Budgets:
+        """The parser budgets of this policy: its `limits` section and its `max_pages`."""
+        limits = self.limits
+        return Budgets(
+            max_stream_bytes=limits.stream_decoded_mb * MIB,
+            max_document_bytes=limits.document_decoded_mb * MIB,
+            max_operators=limits.operators_per_page,
+            max_pixels=limits.megapixels * 1_000_000,
+            max_depth=limits.nesting_depth,
+            max_objects=limits.objects_per_walk,
+            max_pages=self.max_pages,
+        )
 
     @property
     def version(self) -> str:
