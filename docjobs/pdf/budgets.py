@@ -382,6 +382,22 @@ class OperatorBudget:
                     raise too_complex(f"a page has more than {cap} content operators")
 
 
+def check_page_content(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> None:
+    """A page's content and every form XObject it can draw (each once), within one operator budget: run
+    before a parser that follows forms and builds objects per operator or glyph (pdfminer)."""
+    operators = OperatorBudget(budgets)
+    operators.spend(page)
+    for form in walk(_xobjects(page.obj), _xobjects, what="the forms of a page", budgets=budgets):
+        if isinstance(form, pikepdf.Stream) and form.get(Name.Subtype) == Name.Form:
+            operators.spend(form)
+
+
+def _xobjects(holder: pikepdf.Object) -> list[pikepdf.Object]:
+    resources = holder.get(Name.Resources) if isinstance(holder, pikepdf.Dictionary | pikepdf.Stream) else None
+    xobjects = resources.get(Name.XObject) if isinstance(resources, pikepdf.Dictionary) else None
+    return [value for _, value in xobjects.items()] if isinstance(xobjects, pikepdf.Dictionary) else []
+
+
 def check_operators(owner: pikepdf.Page | pikepdf.Stream | pikepdf.Object, budgets: Budgets = DEFAULT_BUDGETS) -> None:
     """One content stream (or page) alone within the operator budget."""
     OperatorBudget(budgets).spend(owner)

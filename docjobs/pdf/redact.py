@@ -20,7 +20,7 @@ from pikepdf import Name
 
 from docjobs.errors import DocJobError
 from docjobs.models import PageRedaction, RedactionSummary, RedactPolicy, RedactRegion
-from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, too_complex
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.raster import check_page_pixels, image_content, render_page
 from docjobs.pdf.redact_content import remove_content
@@ -49,6 +49,9 @@ def redact_pdf(
     Unless `ocr_done`, a page that shows images but has no text to search fails `redaction.needs_ocr` when
     there are patterns: what is only pixels cannot be matched, so it would be released unredacted."""
     patterns = compile_patterns(policy)
+    with open_checked(src, check_streams=False, budgets=budgets) as (pdf, _):
+        for page in pdf.pages:  # before pdfminer builds an object per glyph and operator
+            check_page_content(page, budgets)
     if patterns and not ocr_done:
         _check_searchable(src)
     located = locate(src, patterns)
