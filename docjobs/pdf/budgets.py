@@ -180,7 +180,8 @@ def decoded_chunks(stream: pikepdf.Stream, *, limit: int) -> Iterator[bytes]:
     Decoding stops at the first filter it does not know (an image codec: its pixels are budgeted by
     `check_pixels`) and at data a filter cannot decode (qpdf's own check judges validity). Predictors are
     not applied: they never make data larger."""
-    chunks: Iterator[bytes] = _capped(iter([stream.read_raw_bytes()]), limit)
+    raw = stream.read_raw_bytes()  # no larger than the file, which the upload limit bounds
+    chunks: Iterator[bytes] = iter([raw])
     filters = stream.get(Name.Filter)
     params = stream.get(Name.DecodeParms)
     names = array_items(filters)
@@ -201,7 +202,7 @@ def decoded_chunks(stream: pikepdf.Stream, *, limit: int) -> Iterator[bytes]:
         else:
             chunks = _run_length(chunks)
         chunks = _capped(chunks, limit)
-    return chunks
+    return chunks if names else _capped(chunks, limit)
 
 
 def decoded_size(stream: pikepdf.Stream, *, limit: int) -> int:
