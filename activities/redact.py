@@ -30,6 +30,7 @@ class RedactActivities(IsolatedStages):
                 workdir=attempt.folder,
                 redact=request.redact,
                 watermark=request.watermark,
+                limits=request.limits,
             )
             done = self._isolated(attempt, work, RedactDone, request.cpu)
             text = None

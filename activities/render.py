@@ -24,6 +24,7 @@ class RenderActivities(IsolatedStages):
                 max_pages=request.max_pages,
                 allow_signed_input=request.allow_signed_input,
                 sanitize=request.sanitize,
+                limits=request.limits,
             )
             done = self._isolated(attempt, work, RenderDone, request.cpu)
             staged = self._store.put_file(staging_key(request.job_id, "render", attempt.number), output)

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 from docjobs.client import JobClient, connect
 from docjobs.config import PolicyBook, Settings
 from docjobs.devserver import stop_dev_server
-from docjobs.models import CpuBudget, SanitizePolicy, WatermarkPolicy
+from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.samples import make_sample_pdf
 from docjobs.sandbox import ChildLimits, ChildPool
@@ -65,6 +65,7 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
         max_pages=2000,
         allow_signed_input=False,
         sanitize=SanitizePolicy(),
+        limits=LimitsPolicy(),
     )
     ENTRIES["render"].run(render, lambda done, total: None)
     sign = SignWork(source=rendered, output=signed, signer=signer, visible=False, allow_signed_input=False)

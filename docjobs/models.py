@@ -14,6 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from docjobs.linear_regex import LinearRegex
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, MIB, Budgets
 from docjobs.pdf.watermark import encode_text
 from docjobs.states import JobState, Stage
 
@@ -139,6 +140,29 @@ class SanitizePolicy(Frozen):
 
     mode: SanitizeMode = SanitizeMode.STRIP
     keep_attachments: bool = False  # True: embedded files are neither removed nor refused
+class LimitsPolicy(Frozen):
+    """Parser budgets for a document class (docjobs/pdf/budgets.py); raised for a trusted tenant whose
+    documents fail `input.too_complex`. The page limit is the policy's `max_pages`."""
+
+    stream_decoded_mb: int = Field(default=256, gt=0)  # one stream, decoded
+    document_decoded_mb: int = Field(default=2048, gt=0)  # all streams of the document, decoded
+    operators_per_page: int = Field(default=1_000_000, gt=0)  # content operators of one page, forms included
+    megapixels: int = Field(default=100, gt=0)  # one rasterised page or decoded image
+    nesting_depth: int = Field(default=100, gt=0)  # levels of a walked hierarchy (fields, outline, structure)
+    objects_per_walk: int = Field(default=1_000_000, gt=0)  # objects visited by one walk
+
+    def budgets(self, max_pages: int | None = None) -> Budgets:
+        """These limits as the parsers' budgets, with the policy's page limit (None: the parsers' own ceiling,
+        for a stage whose input render already counted)."""
+        return Budgets(
+            max_stream_bytes=self.stream_decoded_mb * MIB,
+            max_document_bytes=self.document_decoded_mb * MIB,
+            max_operators=self.operators_per_page,
+            max_pixels=self.megapixels * 1_000_000,
+            max_depth=self.nesting_depth,
+            max_objects=self.objects_per_walk,
+            max_pages=DEFAULT_BUDGETS.max_pages if max_pages is None else max_pages,
+        )
 
 
 class Policy(Frozen):
@@ -152,6 +176,11 @@ class Policy(Frozen):
     redact: RedactPolicy = RedactPolicy()
     sign: SignPolicy = SignPolicy()
     sanitize: SanitizePolicy = SanitizePolicy()
+    limits: LimitsPolicy = LimitsPolicy()
+
+    def budgets(self) -> Budgets:
+        """The parser budgets of this policy: its `limits` section and its `max_pages`."""
+        return self.limits.budgets(self.max_pages)
 
     @property
     def version(self) -> str:
@@ -222,6 +251,7 @@ class StageInput(Frozen):
 
 class RenderInput(StageInput):
     source: BlobRef
+    limits: LimitsPolicy = LimitsPolicy()  # the parser budgets of the job's policy
     watermark: WatermarkPolicy | None  # None: normalize only, a later stage stamps
     max_pages: int
     allow_signed_input: bool = False  # False: an input with signatures fails `input.signed`
@@ -268,6 +298,7 @@ class SignOutput(Frozen):
 
 class RedactInput(StageInput):
     source: BlobRef  # the accepted input, re-checked
+    limits: LimitsPolicy = LimitsPolicy()  # the parser budgets of the job's policy
     staged: BlobRef  # the document to redact (after OCR, so patterns match OCR text)
     redact: RedactPolicy
     watermark: WatermarkPolicy | None  # stamped after redaction, so a region never cuts into it

@@ -19,7 +19,15 @@ import pikepdf
 from pydantic import BaseModel
 
 from docjobs.errors import DocJobError
-from docjobs.models import Frozen, OcrPolicy, RedactionSummary, RedactPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.models import (
+    Frozen,
+    LimitsPolicy,
+    OcrPolicy,
+    RedactionSummary,
+    RedactPolicy,
+    SanitizePolicy,
+    WatermarkPolicy,
+)
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf, sniff_kind
@@ -46,6 +54,7 @@ class RenderWork(Frozen):
     max_pages: int
     allow_signed_input: bool
     sanitize: SanitizePolicy
+    limits: LimitsPolicy
 
 
 class RenderDone(Frozen):
@@ -61,20 +70,21 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     with work.source.open("rb") as head:
         kind = sniff_kind(head.read(16))
     normalized = work.workdir / "normalized.pdf"
+    budgets = work.limits.budgets(work.max_pages)
     if kind in IMAGE_KINDS:
-        image_to_pdf(work.source, normalized, max_pages=work.max_pages)
+        image_to_pdf(work.source, normalized, max_pages=work.max_pages, budgets=budgets)
     else:
         shutil.copyfile(work.source, normalized)  # not a PDF either: inspection says which code
-    info = inspect_pdf(normalized, max_pages=work.max_pages)
+    info = inspect_pdf(normalized, max_pages=work.max_pages, budgets=budgets)
     progress(0, info.page_count)  # the page count is known: the child's CPU budget grows with it
-    signatures = signature_count(normalized)
+    signatures = signature_count(normalized, budgets=budgets)
     if signatures and not work.allow_signed_input:
         raise DocJobError("input.signed")
     sanitized = sanitize_file(normalized, work.sanitize)
     if work.watermark is None:
         shutil.copyfile(normalized, work.output)
     else:
-        stamp(normalized, work.output, work.watermark, workdir=work.workdir, on_page=progress)
+        stamp(normalized, work.output, work.watermark, workdir=work.workdir, on_page=progress, budgets=budgets)
     if signatures:
         void_certification(work.output)
     return RenderDone(
@@ -126,6 +136,7 @@ class RedactWork(Frozen):
     workdir: Path
     redact: RedactPolicy
     watermark: WatermarkPolicy | None
+    limits: LimitsPolicy
 
 
 class RedactDone(Frozen):
@@ -136,6 +147,7 @@ def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
     """Remove matches and regions for real, prove it (the gate needs the matched values: they exist only
     in this child's memory), then stamp the watermark."""
     redacted = work.workdir / "redacted.pdf"
+    budgets = work.limits.budgets()  # render counted the pages
     summary = redact_pdf(
         work.source,
         redacted,
@@ -143,6 +155,7 @@ def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
         workdir=work.workdir,
         on_page=progress,
         ocr_done=work.text_output is not None,  # the job was OCR'd: every page with pixels has text now
+        budgets=budgets,
     )
     if work.text_output is not None:
         with pikepdf.open(redacted) as written:  # our own output: no need to re-check every stream
@@ -151,7 +164,7 @@ def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
     if work.watermark is None:
         shutil.move(redacted, work.output)
     else:
-        stamp(redacted, work.output, work.watermark, workdir=work.workdir)
+        stamp(redacted, work.output, work.watermark, workdir=work.workdir, budgets=budgets)
     return RedactDone(summary=summary)
 
 

@@ -304,7 +304,7 @@ def test_raster_refuses_pages_too_large_to_rasterise(workdir: Path) -> None:
     pdf.save(huge)
     with pytest.raises(DocJobError) as caught:
         watermark_raster(huge, workdir / "never.pdf", TEXT, dpi=100)
-    assert caught.value.code == "input.too_large"
+    assert caught.value.code == "input.too_complex"
 
 
 def test_raster_without_pdftoppm_is_tool_missing(sample: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -225,6 +225,7 @@ class DocumentJobWorkflow:
                 max_pages=policy.max_pages,
                 allow_signed_input=policy.sign.allow_signed_input,
                 sanitize=policy.sanitize,
+                limits=policy.limits,
             )
             rendered = await self._stage(Stage.RENDER, render, RenderOutput)
             self._status.page_count = rendered.page_count
@@ -250,6 +251,7 @@ class DocumentJobWorkflow:
                     source=request.source,
                     staged=staged,
                     redact=policy.redact,
+                    limits=policy.limits,
                     watermark=policy.watermark if stamp_at is Stage.REDACT else None,
                     rebuild_text=text is not None,
                 )

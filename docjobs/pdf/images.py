@@ -9,11 +9,15 @@ Page size follows the image resolution: a frame without a usable resolution is t
 JPEG is honoured: a turn becomes the page's /Rotate; a mirrored orientation, which /Rotate cannot
 express, is applied to the pixels. Frames img2pdf cannot embed as they are (transparency with more
 than 8 bits per channel, unusual colour modes) are converted losslessly with Pillow first.
+
+A frame with more pixels than the budget (`Budgets.max_pixels`) fails `input.too_complex` before it is
+decoded; so does one over Pillow's own ceiling (its DecompressionBombError), which Pillow checks on opening.
 """
 
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +27,8 @@ import img2pdf  # type: ignore[import-untyped]
 from PIL import Image, ImageOps, ImageSequence
 
 from docjobs.errors import DocJobError
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, too_complex
 from docjobs.pdf.inspect import PdfInfo, inspect_pdf, sniff_kind
-from docjobs.pdf.raster import MAX_PAGE_PIXELS
 
 ASSUMED_DPI = 300.0
 MIN_DPI, MAX_DPI = 50.0, 4800.0  # outside this a recorded resolution is taken as missing
@@ -54,29 +58,43 @@ class _Frame:
     dpi: tuple[float, float]
 
 
-def image_to_pdf(src: Path, dst: Path, *, max_pages: int | None = None) -> PdfInfo:
+def image_to_pdf(src: Path, dst: Path, *, max_pages: int | None = None, budgets: Budgets = DEFAULT_BUDGETS) -> PdfInfo:
     """Write the scan image `src` as an image-only PDF `dst`; returns the PDF's info.
 
     Raises DocJobError: input.unsupported (not a PNG, JPEG or TIFF), input.malformed (a corrupt or
-    truncated image), input.too_large (a frame over MAX_PAGE_PIXELS, or more than `max_pages`).
+    truncated image), input.too_large (more than `max_pages` frames), input.too_complex (a frame with
+    more pixels than `budgets` allow).
     """
     with src.open("rb") as file:
         kind = sniff_kind(file.read(_HEAD))
     if kind not in _FORMATS:
         raise DocJobError("input.unsupported", "the input is not a PDF, PNG, JPEG or TIFF")
     data = src.read_bytes()
-    frames, needs_pillow = _scan_frames(data, _FORMATS[kind], max_pages)
+    with warnings.catch_warnings():
+        # Pillow warns above its own threshold and refuses twice that on opening: the budget decides first.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            pdf = _convert(data, _FORMATS[kind], max_pages, budgets)
+        except Image.DecompressionBombError:
+            raise too_complex("an image frame has more pixels than the image library accepts") from None
+    dst.write_bytes(pdf)
+    return inspect_pdf(dst, budgets=budgets)
+
+
+def _convert(data: bytes, expected_format: str, max_pages: int | None, budgets: Budgets) -> bytes:
+    frames, needs_pillow = _scan_frames(data, expected_format, max_pages, budgets)
     pdf = None if needs_pillow else _img2pdf([data], frames)
     if pdf is None:
         pngs, frames = _normalized_pngs(data, frames)
         pdf = _img2pdf(pngs, frames)
         if pdf is None:
             raise DocJobError("input.malformed", "the image could not be converted to a PDF")
-    dst.write_bytes(pdf)
-    return inspect_pdf(dst)
+    return pdf
 
 
-def _scan_frames(data: bytes, expected_format: str, max_pages: int | None) -> tuple[list[_Frame], bool]:
+def _scan_frames(
+    data: bytes, expected_format: str, max_pages: int | None, budgets: Budgets
+) -> tuple[list[_Frame], bool]:
     """Decode every frame once (the validity check) and read its size and resolution.
 
     Returns the frames and whether img2pdf cannot take the file as it is (a mirrored EXIF orientation).
@@ -88,15 +106,12 @@ def _scan_frames(data: bytes, expected_format: str, max_pages: int | None) -> tu
             if image.format not in (expected_format, "MPO" if expected_format == "JPEG" else expected_format):
                 raise DocJobError("input.malformed", "the image content does not match its type")
             for frame in _frames(image):
-                if frame.width * frame.height > MAX_PAGE_PIXELS:
-                    raise DocJobError("input.too_large", "an image frame has too many pixels")
+                check_pixels(frame.width, frame.height, "an image frame", budgets=budgets)
                 if max_pages is not None and len(frames) >= max_pages:
                     raise DocJobError("input.too_large", f"the input has more than {max_pages} pages")
                 frame.load()
                 frames.append(_Frame(frame.width, frame.height, _dpi(frame)))
                 needs_pillow = needs_pillow or frame.getexif().get(_EXIF_ORIENTATION) in _MIRRORED
-    except Image.DecompressionBombError:
-        raise DocJobError("input.too_large", "an image frame has too many pixels") from None
     except _DECODE_ERRORS:
         raise DocJobError("input.malformed", "the image is corrupt or truncated") from None
     if not frames:

@@ -9,6 +9,11 @@ marker `%%EOF` in the last KiB (where readers look for it): an interrupted uploa
 A file that does have it may still need its xref rebuilt (wrong offsets are common and lose
 nothing), so repairs made while opening are accepted; but every stream must then decode and every
 page's content must parse without a single qpdf warning (the checks of `qpdf --check`).
+
+Budgets (docjobs/pdf/budgets.py). The page tree is counted from the tree itself, on a first opening that
+builds no page objects, so a reference repeated 200,000 times fails `input.too_large` before qpdf copies a
+page; and before qpdf decodes every stream, each stream's decoded size and each page's operator count are
+measured within their budgets (`input.too_complex`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,14 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.errors import DocJobError
+from docjobs.pdf.budgets import (
+    DEFAULT_BUDGETS,
+    Budgets,
+    check_nesting,
+    check_operators,
+    check_stream_sizes,
+    page_tree_count,
+)
 
 ProgressFn = Callable[[int, int], None]
 """Called as (pages_done, pages_total) after each page; lets the caller heartbeat."""
@@ -63,19 +76,19 @@ def sniff_kind(head: bytes) -> Kind:
     return "unknown"
 
 
-def inspect_pdf(path: Path, *, max_pages: int | None = None) -> PdfInfo:
+def inspect_pdf(path: Path, *, max_pages: int | None = None, budgets: Budgets = DEFAULT_BUDGETS) -> PdfInfo:
     """Validate the PDF at `path` (see the module docstring) and describe it.
 
-    Raises DocJobError: input.unsupported, input.malformed, input.encrypted, input.empty or
-    input.too_large (more than `max_pages` pages).
+    Raises DocJobError: input.unsupported, input.malformed, input.encrypted, input.empty,
+    input.too_large (more than `max_pages` pages, or `budgets.max_pages`) or input.too_complex.
     """
-    with open_checked(path, max_pages=max_pages) as (_, info):
+    with open_checked(path, max_pages=max_pages, budgets=budgets) as (_, info):
         return info
 
 
 @contextmanager
 def open_checked(
-    path: Path, *, max_pages: int | None = None, check_streams: bool = True
+    path: Path, *, max_pages: int | None = None, check_streams: bool = True, budgets: Budgets = DEFAULT_BUDGETS
 ) -> Iterator[tuple[pikepdf.Pdf, PdfInfo]]:
     """Open `path` with pikepdf after the checks of `inspect_pdf`; the Pdf is closed on exit.
 
@@ -90,12 +103,16 @@ def open_checked(
         raise DocJobError("input.unsupported")
     if b"%%EOF" not in tail:
         raise DocJobError("input.malformed", "the input PDF is truncated (no end-of-file marker)")
-    try:
-        pdf = pikepdf.open(path)
-    except pikepdf.PasswordError:
-        raise DocJobError("input.encrypted") from None
-    except _PARSE_ERRORS:
-        raise DocJobError("input.malformed") from None
+    limit = budgets.max_pages if max_pages is None else min(max_pages, budgets.max_pages)
+    # qpdf copies every page object while opening (to push inherited attributes down), so the tree is
+    # counted first on an opening that does not.
+    with _open(path, inherit_page_attributes=False) as bare:
+        try:
+            if page_tree_count(bare, limit, budgets=budgets) > limit:
+                raise DocJobError("input.too_large", f"the input has more than {limit} pages")
+        except _PARSE_ERRORS:
+            raise DocJobError("input.malformed", "the page tree of the input PDF is unreadable") from None
+    pdf = _open(path)
     try:
         info = PdfInfo(
             page_count=_page_count(pdf),
@@ -103,14 +120,23 @@ def open_checked(
         )
         if info.page_count == 0:
             raise DocJobError("input.empty")
-        if max_pages is not None and info.page_count > max_pages:
-            raise DocJobError("input.too_large", f"the input has more than {max_pages} pages")
+        if info.page_count > limit:
+            raise DocJobError("input.too_large", f"the input has more than {limit} pages")
         if check_streams:
-            _check_syntax(pdf)
+            _check_syntax(pdf, budgets)
         _check_geometry(pdf)
         yield pdf, info
     finally:
         pdf.close()
+
+
+def _open(path: Path, *, inherit_page_attributes: bool = True) -> pikepdf.Pdf:
+    try:
+        return pikepdf.open(path, inherit_page_attributes=inherit_page_attributes)
+    except pikepdf.PasswordError:
+        raise DocJobError("input.encrypted") from None
+    except _PARSE_ERRORS:
+        raise DocJobError("input.malformed") from None
 
 
 def _page_count(pdf: pikepdf.Pdf) -> int:
@@ -120,10 +146,15 @@ def _page_count(pdf: pikepdf.Pdf) -> int:
         raise DocJobError("input.malformed", "the page tree of the input PDF is unreadable") from None
 
 
-def _check_syntax(pdf: pikepdf.Pdf) -> None:
+def _check_syntax(pdf: pikepdf.Pdf, budgets: Budgets) -> None:
     pdf.get_warnings()  # drains the repairs made while opening; accepted, see the module docstring
     try:
-        clean = not pdf.check_pdf_syntax()
+        check_stream_sizes(pdf, budgets=budgets)  # resolves every object: their warnings are problems too
+        warnings = pdf.get_warnings()
+        check_nesting(warnings)
+        for page in pdf.pages:
+            check_operators(page, budgets)
+        clean = not warnings and not pdf.check_pdf_syntax()
     except _PARSE_ERRORS:
         clean = False
     if not clean:

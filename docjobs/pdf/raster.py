@@ -25,10 +25,10 @@ from pikepdf import Name
 from PIL import Image, ImageChops, ImageDraw, ImageFont
 
 from docjobs.errors import DocJobError
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, too_complex
 from docjobs.pdf.inspect import PdfInfo, ProgressFn, open_checked, rotation, visible_box
 from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND, encode_text
 
-MAX_PAGE_PIXELS = 80_000_000  # about 240 MB of RGB per page; refuse rather than exhaust memory
 PAGE_TIMEOUT_S = 120
 _INSET_PX = 0.01
 _KEPT_PAGE_KEYS = (Name.MediaBox, Name.CropBox, Name.BleedBox, Name.TrimBox, Name.ArtBox, Name.UserUnit)
@@ -49,10 +49,12 @@ def watermark_raster(
     dpi: int,
     on_page: ProgressFn | None = None,
     workdir: Path | None = None,
+    budgets: Budgets = DEFAULT_BUDGETS,
 ) -> PdfInfo:
     """Rasterise `src` at `dpi`, stamp `text` on every page, write `dst`; returns the input's info.
 
-    Temporary renderings go under `workdir` (default: the system temp dir), one page at a time.
+    Temporary renderings go under `workdir` (default: the system temp dir), one page at a time. A page
+    with more pixels at `dpi` than `budgets.max_pixels` fails `input.too_complex` before any is rendered.
     """
     encode_text(text)  # same rules as structure mode, so a job's text is valid in either mode
     if not 18 <= dpi <= 1200:
@@ -60,8 +62,9 @@ def watermark_raster(
     pdftoppm = shutil.which("pdftoppm")
     if pdftoppm is None:
         raise DocJobError("tool.missing", "pdftoppm (poppler-utils) is not installed")
-    with open_checked(src) as (pdf, info), tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        _check_pixels(pdf, dpi)
+    with open_checked(src, budgets=budgets) as (pdf, info), tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for page in pdf.pages:
+            check_page_pixels(page, dpi, budgets)
         clean = Path(tmp) / "input.pdf"
         pdf.save(clean, encryption=False)
         out = pikepdf.new()
@@ -75,12 +78,10 @@ def watermark_raster(
     return info
 
 
-def _check_pixels(pdf: pikepdf.Pdf, dpi: int) -> None:
-    """Refuse before rendering anything if any page would exceed MAX_PAGE_PIXELS."""
-    for page in pdf.pages:
-        x0, y0, x1, y1 = visible_box(page)
-        if (x1 - x0) * (y1 - y0) * (dpi / 72) ** 2 > MAX_PAGE_PIXELS:
-            raise DocJobError("input.too_large", f"a page is too large to rasterise at {dpi} dpi")
+def check_page_pixels(page: pikepdf.Page, dpi: int, budgets: Budgets = DEFAULT_BUDGETS) -> None:
+    """Refuse, before rendering, a page whose visible area at `dpi` has more pixels than the budget."""
+    x0, y0, x1, y1 = visible_box(page)
+    check_pixels((x1 - x0) * dpi / 72, (y1 - y0) * dpi / 72, f"a page rendered at {dpi} dpi", budgets=budgets)
 
 
 def render_page(pdftoppm: str, pdf: Path, number: int, dpi: int, tmp: Path) -> Image.Image:
@@ -97,6 +98,8 @@ def render_page(pdftoppm: str, pdf: Path, number: int, dpi: int, tmp: Path) -> I
     try:
         with Image.open(rendered) as image:
             return image.convert("RGB")
+    except Image.DecompressionBombError:
+        raise too_complex(f"page {number} renders to more pixels than the image library accepts") from None
     except (OSError, ValueError):
         raise DocJobError("render.failed", f"pdftoppm produced no image for page {number}") from None
     finally:

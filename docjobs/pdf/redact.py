@@ -20,8 +20,9 @@ from pikepdf import Name
 
 from docjobs.errors import DocJobError
 from docjobs.models import PageRedaction, RedactionSummary, RedactPolicy, RedactRegion
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
 from docjobs.pdf.inspect import ProgressFn, open_checked
-from docjobs.pdf.raster import image_content, render_page
+from docjobs.pdf.raster import check_page_pixels, image_content, render_page
 from docjobs.pdf.redact_content import remove_content
 from docjobs.pdf.redact_gate import Word, check_redaction, poppler_words
 from docjobs.pdf.redact_locate import locate
@@ -41,12 +42,16 @@ def redact_pdf(
     workdir: Path,
     on_page: ProgressFn | None = None,
     ocr_done: bool = False,
+    budgets: Budgets = DEFAULT_BUDGETS,
 ) -> RedactionSummary:
     """Redact `src` into `dst` as `policy` says; raises `redaction.leak` when the gate finds anything left.
 
     Unless `ocr_done`, a page that shows images but has no text to search fails `redaction.needs_ocr` when
     there are patterns: what is only pixels cannot be matched, so it would be released unredacted."""
     patterns = compile_patterns(policy)
+    with open_checked(src, check_streams=False, budgets=budgets) as (pdf, _):
+        for page in pdf.pages:  # before pdfminer builds an object per glyph and operator
+            check_page_content(page, budgets)
     if patterns and not ocr_done:
         _check_searchable(src)
     located = locate(src, patterns)
@@ -58,20 +63,20 @@ def redact_pdf(
         )
     with tempfile.TemporaryDirectory(dir=workdir, prefix="redact-") as tmp:
         boxed = Path(tmp) / "boxed.pdf"
-        with open_checked(src, check_streams=False) as (pdf, info):
+        with open_checked(src, check_streams=False, budgets=budgets) as (pdf, info):
             regions = _merge_regions(located.regions, policy.regions, info.page_count)
             pages: list[PageRedaction] = []
             unsafe: dict[int, str] = {}
             for number, page in enumerate(pdf.pages, start=1):
                 rects = regions.get(number, [])
                 if rects:
-                    pages.append(_redact_page(pdf, number, page, rects, unsafe))
+                    pages.append(_redact_page(pdf, number, page, rects, unsafe, budgets))
                 if on_page is not None:
                     on_page(number, info.page_count)
-            scrub = scrub_document(pdf, patterns, located.values)
+            scrub = scrub_document(pdf, patterns, located.values, budgets=budgets)
             pdf.save(boxed, encryption=False, deterministic_id=True)
         if unsafe:
-            _burn_in(boxed, dst, sorted(unsafe), policy.fallback_dpi, Path(tmp))
+            _burn_in(boxed, dst, sorted(unsafe), policy.fallback_dpi, Path(tmp), budgets)
         else:
             shutil.copyfile(boxed, dst)
     pages = [
@@ -156,16 +161,16 @@ def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_
 
 
 def _redact_page(
-    pdf: pikepdf.Pdf, number: int, page: pikepdf.Page, rects: list[Rect], unsafe: dict[int, str]
+    pdf: pikepdf.Pdf, number: int, page: pikepdf.Page, rects: list[Rect], unsafe: dict[int, str], budgets: Budgets
 ) -> PageRedaction:
     glyphs = images = 0
     try:
-        removal = remove_content(pdf, number, rects)
+        removal = remove_content(pdf, number, rects, budgets=budgets)
         glyphs, images = removal.glyphs_removed, removal.images_redacted
     except UnsafePage as verdict:  # burned in after the save; the box drawn below is part of the pixels
         unsafe[number] = verdict.reason
-    annotations = _remove_annotations(pdf, page, rects)
-    _draw_boxes(pdf, page, rects)
+    annotations = _remove_annotations(pdf, page, rects, budgets)
+    _draw_boxes(pdf, page, rects, budgets)
     return PageRedaction(
         page=number, regions=len(rects), glyphs_removed=glyphs, images_redacted=images, annotations_removed=annotations
     )
@@ -179,7 +184,7 @@ def _annotation_rect(annotation: pikepdf.Object) -> Rect | None:
     return Rect.spanning(x0, y0, x1, y1)
 
 
-def _remove_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> int:
+def _remove_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect], budgets: Budgets) -> int:
     """Drop annotations and form-field widgets that touch a region (their text and appearance are content)."""
     annotations = page.obj.get(Name.Annots)
     if not isinstance(annotations, pikepdf.Array):
@@ -202,41 +207,52 @@ def _remove_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect])
     acroform = pdf.Root.get(Name.AcroForm)
     fields = acroform.get(Name.Fields) if isinstance(acroform, pikepdf.Dictionary) else None
     if isinstance(acroform, pikepdf.Dictionary) and isinstance(fields, pikepdf.Array):
-        acroform.Fields = _prune_fields(fields, gone)
+        acroform.Fields = _prune_fields(fields, gone, budgets, set())
     return removed
 
 
-def _prune_fields(fields: pikepdf.Array, gone: set[tuple[int, int]]) -> pikepdf.Array:
-    """The form's field tree without the removed widgets (and without fields left with no widget)."""
+def _prune_fields(
+    fields: pikepdf.Array, gone: set[tuple[int, int]], budgets: Budgets, pruned: set[tuple[int, int]], depth: int = 0
+) -> pikepdf.Array:
+    """The form's field tree without the removed widgets (and without fields left with no widget).
+
+    Each field's kids are pruned once (`pruned`), so a field listed among its own kids ends the descent."""
+    if depth > budgets.max_depth:
+        raise too_complex(f"the form field tree is nested more than {budgets.max_depth} levels deep")
     kept = []
     for field in fields:
-        if field.objgen in gone:
+        if not isinstance(field, pikepdf.Dictionary) or field.objgen in gone:
             continue
         kids = field.get(Name.Kids)
-        if isinstance(kids, pikepdf.Array):
-            field.Kids = _prune_fields(kids, gone)
+        if isinstance(kids, pikepdf.Array) and not (field.is_indirect and field.objgen in pruned):
+            if field.is_indirect:
+                pruned.add(field.objgen)
+            field.Kids = _prune_fields(kids, gone, budgets, pruned, depth + 1)
             if len(field.Kids) == 0:
                 continue
         kept.append(field)
     return pikepdf.Array(kept)
 
 
-def _draw_boxes(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> None:
+def _draw_boxes(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect], budgets: Budgets) -> None:
     """Opaque boxes over the regions, drawn last and in default user space (every state the page left
     pushed is popped first), so they show where content was removed."""
-    pops = b"Q\n" * open_states(page)
+    pops = b"Q\n" * open_states(page, budgets)
     boxes = " ".join(f"{r.x0:.3f} {r.y0:.3f} {r.x1 - r.x0:.3f} {r.y1 - r.y0:.3f} re" for r in rects)
     page.contents_add(pdf.make_stream(b"q\n"), prepend=True)
     page.contents_add(pdf.make_stream(b"\n" + pops + f"q {BOX_COLOR} {boxes} f Q\n".encode()))
 
 
-def _burn_in(boxed: Path, dst: Path, numbers: list[int], dpi: int, tmp: Path) -> None:
+def _burn_in(boxed: Path, dst: Path, numbers: list[int], dpi: int, tmp: Path, budgets: Budgets) -> None:
     """Replace each page in `numbers` by its rendering at `dpi` (boxes included): nothing of its content
-    survives but pixels. The page object stays, so links and bookmarks to it still resolve."""
+    survives but pixels. The page object stays, so links and bookmarks to it still resolve. Every page's
+    pixels are checked against the budget before the first is rendered."""
     pdftoppm = shutil.which("pdftoppm")
     if pdftoppm is None:
         raise DocJobError("tool.missing", "pdftoppm (poppler-utils) is not installed")
     with pikepdf.open(boxed) as pdf:
+        for number in numbers:
+            check_page_pixels(pdf.pages[number - 1], dpi, budgets)
         for number in numbers:
             page = pdf.pages[number - 1]
             image = render_page(pdftoppm, boxed, number, dpi, tmp)

@@ -25,6 +25,7 @@ from decimal import Decimal
 import pikepdf
 from pikepdf import Name
 
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, too_complex
 from docjobs.pdf.redact_fonts import UNKNOWN_FONT, FontModel, font_model
 from docjobs.pdf.redact_geometry import IDENTITY, Matrix, corners, multiply, quad_hits, strip_hits, translate
 from docjobs.pdf.redact_images import copy_stream, redact_image
@@ -41,17 +42,22 @@ class ContentRemoval:
     images_redacted: int  # image XObjects whose pixels were overwritten
 
 
-def remove_content(pdf: pikepdf.Pdf, page_number: int, regions: list[Rect]) -> ContentRemoval:
+def remove_content(
+    pdf: pikepdf.Pdf, page_number: int, regions: list[Rect], *, budgets: Budgets = DEFAULT_BUDGETS
+) -> ContentRemoval:
     """Remove from page `page_number` (1-based) every glyph and image pixel under `regions` (default user
-    space), editing `pdf` in place; the caller saves. Raises UnsafePage, leaving the page unchanged."""
+    space), editing `pdf` in place; the caller saves. Raises UnsafePage, leaving the page unchanged, and
+    `input.too_complex` when the page's content (its forms included) exceeds `budgets`."""
     page = pdf.pages[page_number - 1]
     if not regions:
         return ContentRemoval(0, 0)
     saved = {key: page.obj.get(key) for key in (Name.Contents, Name.Resources)}
-    walker = _Walker(pdf, regions)
+    walker = _Walker(pdf, regions, budgets)
     try:
         scope = ResourceScope(page.obj, _inherited_resources(page.obj))
-        rewritten = walker.rewrite(parse_instructions(page), scope, _GraphicsState(ctm=IDENTITY), base_depth=0)
+        rewritten = walker.rewrite(
+            parse_instructions(page, walker.operators), scope, _GraphicsState(ctm=IDENTITY), base_depth=0
+        )
         if rewritten is not None:
             page.obj[Name.Contents] = pdf.make_stream(pikepdf.unparse_content_stream(rewritten))
     except UnsafePage:
@@ -90,9 +96,11 @@ class _TextPosition:
 
 
 class _Walker:
-    def __init__(self, pdf: pikepdf.Pdf, regions: list[Rect]) -> None:
+    def __init__(self, pdf: pikepdf.Pdf, regions: list[Rect], budgets: Budgets) -> None:
         self.pdf = pdf
         self.regions = regions
+        self.budgets = budgets
+        self.operators = OperatorBudget(budgets)  # the page's and every form walk's, together
         self.glyphs_removed = 0
         self.images_redacted = 0
         self._fonts: dict[tuple[int, int], FontModel] = {}
@@ -293,7 +301,7 @@ class _Walker:
         subtype = xobject.get(Name.Subtype)
         redacted = None
         if subtype == Name.Image and self._under_regions(corners(state.ctm, 0, 0, 1, 1)):
-            redacted = redact_image(self.pdf, xobject, state.ctm, self.regions)
+            redacted = redact_image(self.pdf, xobject, state.ctm, self.regions, budgets=self.budgets)
             if redacted is not None:
                 self.images_redacted += 1
                 for mark in self._marks:
@@ -307,6 +315,8 @@ class _Walker:
         key = form.objgen
         if key in self._forms_open:
             raise UnsafePage("form_cycle")
+        if len(self._forms_open) >= self.budgets.max_depth:
+            raise too_complex(f"forms are nested more than {self.budgets.max_depth} levels deep")
         matrix = form.get(Name.Matrix)
         form_matrix = matrix_of(list(matrix)) if isinstance(matrix, pikepdf.Array) else IDENTITY
         copy = copy_stream(self.pdf, form, b"")
@@ -314,7 +324,9 @@ class _Walker:
         self._forms_open.add(key)
         try:
             inner = dataclasses.replace(state, ctm=multiply(form_matrix, state.ctm))
-            rewritten = self.rewrite(parse_instructions(form), scope, inner, base_depth=len(self._marks))
+            rewritten = self.rewrite(
+                parse_instructions(form, self.operators), scope, inner, base_depth=len(self._marks)
+            )
         finally:
             self._forms_open.discard(key)
         if rewritten is None and not scope.changed:
@@ -330,7 +342,10 @@ class _Walker:
             return
         if pattern.objgen not in self._patterns_checked:
             self._patterns_checked.add(pattern.objgen)
-            if any(str(instruction.operator) in _DRAWS_CONTENT for instruction in parse_instructions(pattern)):
+            if any(
+                str(instruction.operator) in _DRAWS_CONTENT
+                for instruction in parse_instructions(pattern, self.operators)
+            ):
                 raise UnsafePage("pattern_content")
 
     def _under_regions(self, quad: list[tuple[float, float]]) -> bool:

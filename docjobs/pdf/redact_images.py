@@ -17,6 +17,7 @@ import zlib
 import pikepdf
 from pikepdf import Name
 
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, decoded_size
 from docjobs.pdf.redact_geometry import Matrix, Point, corners, invert, multiply
 from docjobs.pdf.regions import Rect, UnsafePage
 
@@ -26,23 +27,30 @@ _STALE_KEYS = (Name.Length, Name.Filter, Name.DecodeParms, Name.SMaskInData)
 Spans = list[tuple[int, int, int]]  # (row, first column, end column)
 
 
-def redact_image(pdf: pikepdf.Pdf, image: pikepdf.Stream, ctm: Matrix, regions: list[Rect]) -> pikepdf.Stream | None:
+def redact_image(
+    pdf: pikepdf.Pdf, image: pikepdf.Stream, ctm: Matrix, regions: list[Rect], *, budgets: Budgets = DEFAULT_BUDGETS
+) -> pikepdf.Stream | None:
     """A new image XObject with the pixels under `regions` painted black (None if none are).
 
-    `ctm` places the image's unit square on the page. Raises UnsafePage("image_undecodable")."""
-    painted = _painted(pdf, image, ctm, regions, opaque=False)
+    `ctm` places the image's unit square on the page. Raises UnsafePage("image_undecodable"), or
+    `input.too_complex` for an image (or mask) with more pixels than `budgets` allow."""
+    painted = _painted(pdf, image, ctm, regions, opaque=False, budgets=budgets)
     if painted is None:
         return None
     for key in (Name.SMask, Name.Mask):
         mask = image.get(key)
-        painted_mask = _painted(pdf, mask, ctm, regions, opaque=True) if isinstance(mask, pikepdf.Stream) else None
+        painted_mask = (
+            _painted(pdf, mask, ctm, regions, opaque=True, budgets=budgets)
+            if isinstance(mask, pikepdf.Stream)
+            else None
+        )
         if painted_mask is not None:
             painted[key] = painted_mask
     return painted
 
 
 def _painted(
-    pdf: pikepdf.Pdf, image: pikepdf.Stream, ctm: Matrix, regions: list[Rect], *, opaque: bool
+    pdf: pikepdf.Pdf, image: pikepdf.Stream, ctm: Matrix, regions: list[Rect], *, opaque: bool, budgets: Budgets
 ) -> pikepdf.Stream | None:
     try:
         width, height = int(image[Name.Width]), int(image[Name.Height])
@@ -53,7 +61,8 @@ def _painted(
     spans = _spans(ctm, width, height, regions)
     if not spans:
         return None
-    data, components, bits, decoded_by_pillow = _samples(image, width, height)
+    check_pixels(width, height, "an image to redact", budgets=budgets)
+    data, components, bits, decoded_by_pillow = _samples(image, width, height, budgets)
     copy = copy_stream(pdf, image, b"")
     if decoded_by_pillow:
         copy[Name.BitsPerComponent] = bits
@@ -63,7 +72,7 @@ def _painted(
     if isinstance(space, pikepdf.Array) and len(space) == 4 and space[0] == Name.Indexed:
         # A palette need not hold black: the copy stores the colours themselves instead.
         data, components = (
-            _expand_palette(data, width, height, bits, space, copy.get(Name.Decode)),
+            _expand_palette(data, width, height, bits, space, copy.get(Name.Decode), budgets),
             _components(space[1]),
         )
         bits = 8
@@ -87,8 +96,9 @@ def copy_stream(pdf: pikepdf.Pdf, original: pikepdf.Stream, data: bytes, filter:
     return copy
 
 
-def _samples(image: pikepdf.Stream, width: int, height: int) -> tuple[bytearray, int, int, bool]:
+def _samples(image: pikepdf.Stream, width: int, height: int, budgets: Budgets) -> tuple[bytearray, int, int, bool]:
     """(raw samples, components, bits per component, whether Pillow decoded them)."""
+    decoded_size(image, limit=budgets.max_stream_bytes)  # its general filters; the pixels were counted
     if image.get(Name.ImageMask, False):
         components, bits = 1, 1
     else:
@@ -150,11 +160,19 @@ def _ink(image: pikepdf.Stream, components: int, bits: int, *, opaque: bool) -> 
 
 
 def _expand_palette(
-    data: bytearray, width: int, height: int, bits: int, space: pikepdf.Array, decode: pikepdf.Object | None
+    data: bytearray,
+    width: int,
+    height: int,
+    bits: int,
+    space: pikepdf.Array,
+    decode: pikepdf.Object | None,
+    budgets: Budgets,
 ) -> bytearray:
     """Indexed samples as 8-bit samples of the palette's base colour space."""
     try:
         base, high, lookup = space[1], int(space[2]), space[3]
+        if isinstance(lookup, pikepdf.Stream):
+            decoded_size(lookup, limit=budgets.max_stream_bytes)
         table = lookup.read_bytes() if isinstance(lookup, pikepdf.Stream) else bytes(lookup)
     except (TypeError, ValueError, pikepdf.PdfError):
         raise UnsafePage("image_undecodable") from None

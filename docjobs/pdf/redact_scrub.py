@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pikepdf
 
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets
 from docjobs.pdf.redact_patterns import NamedPattern, sensitive_kinds
 from docjobs.pdf.redact_sites import document_sites
 
@@ -28,10 +29,16 @@ class ScrubReport:
         return sum(self.counts.values())
 
 
-def scrub_document(pdf: pikepdf.Pdf, patterns: Sequence[NamedPattern], values: frozenset[str]) -> ScrubReport:
+def scrub_document(
+    pdf: pikepdf.Pdf,
+    patterns: Sequence[NamedPattern],
+    values: frozenset[str],
+    *,
+    budgets: Budgets = DEFAULT_BUDGETS,
+) -> ScrubReport:
     """Remove every document-level place whose text is sensitive, in place; the caller saves `pdf`."""
     removed: Counter[str] = Counter()
-    for site in document_sites(pdf):
+    for site in document_sites(pdf, budgets=budgets):
         if any(sensitive_kinds(text, patterns, values) for text in site.texts):
             site.remove()
             removed[site.kind] += 1

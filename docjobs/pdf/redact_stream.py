@@ -10,14 +10,17 @@ import warnings
 
 import pikepdf
 
+from docjobs.pdf.budgets import OperatorBudget
 from docjobs.pdf.redact_geometry import Matrix
 from docjobs.pdf.redact_resources import Instruction
 from docjobs.pdf.regions import UnsafePage
 
 
-def parse_instructions(owner: pikepdf.Page | pikepdf.Stream) -> list[Instruction]:
-    """The content stream's instructions. The parser skips what it cannot read (an unterminated string
-    drops the rest of the stream), so a stream it had to repair is refused rather than rewritten."""
+def parse_instructions(owner: pikepdf.Page | pikepdf.Stream, budget: OperatorBudget) -> list[Instruction]:
+    """The content stream's instructions, once `budget` allows for them (it raises `input.too_complex`).
+    The parser skips what it cannot read (an unterminated string drops the rest of the stream), so a
+    stream it had to repair is refused rather than rewritten."""
+    budget.spend(owner)
     page = owner if isinstance(owner, pikepdf.Page) else pikepdf.Page(pikepdf.Dictionary(Contents=owner))
     tokens = _BadTokens()
     with warnings.catch_warnings(record=True) as caught:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Name
 
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
 
 # Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
@@ -57,14 +58,20 @@ def text_width_em(encoded: bytes) -> float:
 
 
 def watermark_structure(
-    src: Path, dst: Path, text: str, *, on_page: ProgressFn | None = None, check_streams: bool = True
+    src: Path,
+    dst: Path,
+    text: str,
+    *,
+    on_page: ProgressFn | None = None,
+    check_streams: bool = True,
+    budgets: Budgets = DEFAULT_BUDGETS,
 ) -> PdfInfo:
     """Stamp `text` on every page of `src` into an unencrypted `dst`; returns the input's info.
 
     `check_streams=False` when `src` was already fully validated (see `open_checked`)."""
     encoded = encode_text(text)
-    with open_checked(src, check_streams=check_streams) as (pdf, info):
-        stamper = _Stamper(pdf, encoded)
+    with open_checked(src, check_streams=check_streams, budgets=budgets) as (pdf, info):
+        stamper = _Stamper(pdf, encoded, budgets)
         for number, page in enumerate(pdf.pages, start=1):
             stamper.stamp(page)
             if on_page is not None:
@@ -77,8 +84,9 @@ def watermark_structure(
 class _Stamper:
     """Adds the watermark to pages of one Pdf, sharing objects between pages where possible."""
 
-    def __init__(self, pdf: pikepdf.Pdf, encoded: bytes) -> None:
+    def __init__(self, pdf: pikepdf.Pdf, encoded: bytes, budgets: Budgets) -> None:
         self._pdf = pdf
+        self._budgets = budgets
         self._text = pikepdf.String(encoded).unparse()
         self._width_em = text_width_em(encoded)
         self._resources = pdf.make_indirect(
@@ -101,7 +109,7 @@ class _Stamper:
         name = self._add_xobject(page, form)
         # Pop ours and every state the original content left pushed (sloppy producers leave some),
         # so the form is drawn in default user space.
-        pops = b"Q\n" * open_states(page)
+        pops = b"Q\n" * open_states(page, self._budgets)
         page.contents_add(self._push, prepend=True)
         mark = b"/Artifact <</Type /Pagination /Subtype /Watermark>> BDC\n"
         page.contents_add(self._pdf.make_stream(b"\n" + pops + mark + name.unparse() + b" Do\nEMC\n"))
@@ -150,8 +158,11 @@ class _Stamper:
         return name
 
 
-def open_states(page: pikepdf.Page) -> int:
-    """Graphics states on the stack after our `q` and the page's content (`Q` on none is a no-op)."""
+def open_states(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> int:
+    """Graphics states on the stack after our `q` and the page's content (`Q` on none is a no-op).
+
+    The parser builds an object per `q` and `Q`: the operators are counted within `budgets` first."""
+    check_operators(page, budgets)
     depth = 1
     for instruction in pikepdf.parse_content_stream(page, "q Q"):
         depth = depth + 1 if instruction.operator == pikepdf.Operator("q") else max(0, depth - 1)
