@@ -233,3 +233,11 @@ def oversized_png(width: int = 20_000, height: int = 20_000) -> bytes:
 
     header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+REDOS_REGEX = "(a+)+$"  # exponential in a backtracking engine on a run of `a`s that does not end the text
+
+
+def redos_trigger_page(run: int = 60) -> bytes:
+    """A page with one line of `run` letters `a` followed by `!`: the trigger text of `REDOS_REGEX`."""
+    return _one_page(stream(b"BT /F1 6 Tf 36 700 Td (%s!) Tj ET" % (b"a" * run)))
