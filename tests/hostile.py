@@ -183,12 +183,14 @@ def deep_nested_array(depth: int = 50_000) -> bytes:
     return _one_page(_text(), extra_catalog=b"/Deep 6 0 R", extra_objects={6: b"[" * depth + b"]" * depth})
 
 
-def giant_page(size: int = 14_400, *, broken_content: bool = False) -> bytes:
+def giant_page(size: int = 14_400, *, inline_image: bool = False) -> bytes:
     """A `size` x `size` pt page (the PDF maximum: 200 inches) with one word near its top-left.
 
-    `broken_content` appends a stray `)`: the content can no longer be rewritten safely, so redaction
-    burns the page in (renders it) instead."""
-    content = b"BT /F1 24 Tf 72 %d Td (%s) Tj ET" % (size - 100, WORD) + (b"\n)" if broken_content else b"")
+    `inline_image` puts a one-pixel inline image over the word: redaction cannot rewrite an inline image under
+    a region, so it burns the page in (renders it) instead."""
+    content = b"BT /F1 24 Tf 72 %d Td (%s) Tj ET" % (size - 100, WORD)
+    if inline_image:
+        content += b"\nq 200 0 0 40 72 %d cm BI /W 1 /H 1 /CS /G /BPC 8 ID \x80 EI Q" % (size - 110)
     return build_pdf(
         {
             1: b"<< /Type /Catalog /Pages 2 0 R >>",

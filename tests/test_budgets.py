@@ -244,7 +244,11 @@ def test_a_giant_page_with_one_word_is_valid_in_structure_mode_and_too_complex_t
 
 
 def test_redaction_does_not_burn_in_a_page_over_the_pixel_budget(tmp_path: Path) -> None:
-    giant = written(tmp_path / "giant.pdf", hostile.giant_page(broken_content=True))
+    letter = written(tmp_path / "letter.pdf", hostile.giant_page(size=792, inline_image=True))
+    region = RedactPolicy(regions=(RedactRegion(page=1, x0=60, y0=592, x1=300, y1=792),))
+    summary = redact_pdf(letter, tmp_path / "letter-out.pdf", region, workdir=tmp_path)
+    assert summary.fallback_pages == [1]  # the same page at a sane size is burned in
+    giant = written(tmp_path / "giant.pdf", hostile.giant_page(inline_image=True))
     region = RedactPolicy(regions=(RedactRegion(page=1, x0=60, y0=14_200, x1=300, y1=14_400),))
     assert code_of(lambda: redact_pdf(giant, tmp_path / "out.pdf", region, workdir=tmp_path)) == "input.too_complex"
 

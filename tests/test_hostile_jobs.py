@@ -71,11 +71,11 @@ CASES: dict[str, Case] = {
     "form field cycle": Case(hostile.form_field_cycle, STRUCTURE, SUCCEEDED | failed("input.malformed")),
     "name tree cycle": Case(hostile.name_tree_cycle, STRUCTURE, SUCCEEDED | failed("input.malformed")),
     "structure tree cycle": Case(hostile.structure_tree_cycle, STRUCTURE, SUCCEEDED | failed("input.malformed")),
-    "50,000-deep array": Case(hostile.deep_nested_array, STRUCTURE, SUCCEEDED | failed("input.malformed")),
+    "50,000-deep array": Case(hostile.deep_nested_array, STRUCTURE, failed("input.too_complex")),
     "giant page, structure": Case(hostile.giant_page, STRUCTURE, SUCCEEDED),
     "giant page, raster": Case(hostile.giant_page, RASTER, failed("input.too_complex")),
     "giant page, redaction burn-in": Case(
-        lambda: hostile.giant_page(broken_content=True),
+        lambda: hostile.giant_page(inline_image=True),
         {"name": "standard", "redact_regions": ["1:72,14000,400,14400"]},
         failed("input.too_complex"),
     ),
