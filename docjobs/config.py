@@ -78,6 +78,23 @@ def _codec_keys() -> tuple[CodecKey, ...]:
     return keys
 
 
+def _codec_token() -> str | None:
+    """The codec endpoint's bearer token: DOCJOBS_CODEC_TOKEN_FILE (a compose secret) or DOCJOBS_CODEC_TOKEN."""
+    inline = os.environ.get("DOCJOBS_CODEC_TOKEN") or None
+    path = os.environ.get("DOCJOBS_CODEC_TOKEN_FILE") or None
+    if inline and path:
+        raise ConfigError("set DOCJOBS_CODEC_TOKEN or DOCJOBS_CODEC_TOKEN_FILE, not both")
+    if path is None:
+        return inline
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as error:
+        raise ConfigError(f"DOCJOBS_CODEC_TOKEN_FILE: cannot read the token file ({error.strerror})") from None
+    if not token:
+        raise ConfigError("DOCJOBS_CODEC_TOKEN_FILE is set but holds no token")
+    return token
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path
@@ -116,9 +133,11 @@ class Settings:
     def address(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.dev_server_port}"
 
-    def payload_codec(self) -> EncryptionCodec | None:
-        """The encryption codec of every payload, or None (plain JSON) when no key is configured."""
-        return EncryptionCodec(self.codec_keys) if self.codec_keys else None
+    def payload_codec(self, *, pass_plaintext: bool = False) -> EncryptionCodec | None:
+        """The encryption codec of every payload, or None (plain JSON) when no key is configured.
+
+        `pass_plaintext` only for viewers (the codec endpoint): docjobs' own processes refuse plaintext."""
+        return EncryptionCodec(self.codec_keys, pass_plaintext=pass_plaintext) if self.codec_keys else None
 
     def blob_store(self) -> BlobStore:
         """The blob store named by DOCJOBS_STORAGE_URL (`file:///path` or `s3://bucket/prefix`)."""
@@ -160,7 +179,7 @@ class Settings:
             metrics_port=_env_int("DOCJOBS_METRICS_PORT", 0) or None,
             metrics_refresh_seconds=_env_float("DOCJOBS_METRICS_REFRESH_SECONDS", 15.0),
             codec_keys=_codec_keys(),
-            codec_token=os.environ.get("DOCJOBS_CODEC_TOKEN") or None,
+            codec_token=_codec_token(),
         )
 
     def find_temporal_bin(self) -> str:

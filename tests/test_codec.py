@@ -20,10 +20,19 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
+from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
 from docjobs.api import create_app
 from docjobs.client import JobClient, connect
-from docjobs.codec import ENCODING, CodecKey, EncryptionCodec, PayloadDecryptionError
+from docjobs.codec import (
+    ENCODING,
+    NAMESPACE_FIELD,
+    UNSEALED_ENCODING,
+    WORKFLOW_ID_FIELD,
+    CodecKey,
+    EncryptionCodec,
+    PayloadDecryptionError,
+)
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.states import JobState
 from docjobs.storage import source_key
@@ -63,7 +72,47 @@ async def test_round_trip_seals_the_whole_payload() -> None:
     assert b"confidential" not in first.SerializeToString() and b"json/plain" not in first.data
     assert first.data[:12] != second.data[:12]  # a fresh nonce each time
     assert await codec.decode([first, second]) == [original, original]
-    assert await codec.decode([original]) == [original]  # written before encryption was switched on
+
+
+async def test_a_sealed_process_marks_plaintext_and_a_viewer_passes_it() -> None:
+    original = plain("forged request")
+    [marked] = await EncryptionCodec([NEW]).decode([original])  # never raises: the workflow refuses the marker
+    assert marked.metadata["encoding"] == UNSEALED_ENCODING and Payload.FromString(marked.data) == original
+    assert await EncryptionCodec([NEW], pass_plaintext=True).decode([original]) == [original]
+
+
+def bound_to(codec: EncryptionCodec, workflow_id: str, namespace: str = "default") -> EncryptionCodec:
+    return codec.with_context(WorkflowSerializationContext(namespace=namespace, workflow_id=workflow_id))
+
+
+async def test_ciphertexts_are_bound_to_their_namespace_and_workflow() -> None:
+    codec = EncryptionCodec([NEW])
+    [sealed] = await bound_to(codec, "acme/a").encode([plain("job a")])
+    assert (sealed.metadata[NAMESPACE_FIELD], sealed.metadata[WORKFLOW_ID_FIELD]) == (b"default", b"acme/a")
+    activity_side = codec.with_context(
+        ActivitySerializationContext(
+            namespace="default",
+            activity_id="1",
+            activity_type="render",
+            activity_task_queue="q",
+            workflow_id="acme/a",
+            workflow_type="DocumentJob",
+            is_local=False,
+        )
+    )
+    assert await activity_side.decode([sealed]) == [plain("job a")]
+    assert await codec.decode([sealed]) == [plain("job a")]  # no context (the codec endpoint): the named binding
+    for elsewhere in (bound_to(codec, "acme/b"), bound_to(codec, "acme/a", namespace="other")):
+        [moved] = await elsewhere.decode([sealed])  # copied into another workflow: refused like plaintext
+        assert moved.metadata["encoding"] == UNSEALED_ENCODING
+    relabelled = Payload()
+    relabelled.CopyFrom(sealed)
+    relabelled.metadata[WORKFLOW_ID_FIELD] = b"acme/b"  # the binding is authenticated, not just a label
+    with pytest.raises(PayloadDecryptionError, match="failed authentication"):
+        await bound_to(codec, "acme/b").decode([relabelled])
+    unbound = await codec.encode([plain("sealed before bindings")])  # as every ciphertext before this change
+    assert WORKFLOW_ID_FIELD not in unbound[0].metadata
+    assert await bound_to(codec, "acme/b").decode(unbound) == [plain("sealed before bindings")]
 
 
 async def test_rotation_keeps_old_histories_readable() -> None:
