@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -33,6 +33,7 @@ from docjobs.codec import (
     EncryptionCodec,
     PayloadDecryptionError,
 )
+from docjobs.codec_server import MAX_BODY_BYTES, create_codec_app
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.states import JobState
 from docjobs.storage import source_key
@@ -173,6 +174,28 @@ def test_malformed_keys_are_config_errors(
         settings_with(monkeypatch, **variables)
     assert expected in str(error.value)
     assert "c2hvcnQ" not in str(error.value) and base64.b64encode(OLD.secret).decode() not in str(error.value)
+
+
+async def test_the_codec_endpoint_caps_bodies_shows_plaintext_and_needs_a_token_beyond_loopback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = settings_with(monkeypatch, DOCJOBS_CODEC_KEYS=entry(NEW))
+    for host in ("0.0.0.0", "192.0.2.7", "codec.internal"):
+        with pytest.raises(ConfigError, match="DOCJOBS_CODEC_TOKEN"):
+            create_codec_app(settings, host=host)
+    app = create_codec_app(settings, host="127.0.0.1")  # loopback only: the token is advised, not required
+    over = b" " * (MAX_BODY_BYTES + 1)
+
+    async def streamed() -> AsyncIterator[bytes]:  # no Content-Length: the cap holds while reading
+        for start in range(0, len(over), 65536):
+            yield over[start : start + 65536]
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://codec") as http:
+        for body in (over, streamed()):
+            refused = await http.post("/decode", content=body)
+            assert (refused.status_code, refused.json()["code"]) == (413, "codec.too_large")
+        shown = await http.post("/decode", content=json_format.MessageToJson(Payloads(payloads=[plain("marker")])))
+        assert json_format.Parse(shown.text, Payloads()).payloads[0] == plain("marker")  # a viewer shows plaintext
 
 
 @pytest.fixture
