@@ -50,13 +50,15 @@ demo: deps $(SAMPLES)/sample.pdf $(SAMPLES)/scan.pdf $(SAMPLES)/redaction/cid_fo
 serve: deps
 	$(PY) starter.py serve --with-worker
 
-# The secrets of the compose `full` profile, in ops/secrets/ (gitignored): a payload codec key and a
-# DEVELOPMENT signer shared by every worker. Existing ones are kept.
+# The secrets of the compose `full` profile, in ops/secrets/ (gitignored): a payload codec key, the codec
+# endpoint's bearer token and a DEVELOPMENT signer shared by every worker. Existing ones are kept.
 secrets: deps
 	@umask 077; [ -s ops/secrets/codec_keys ] || \
 		$(PY) -c "import base64,os;print('k1:'+base64.b64encode(os.urandom(32)).decode())" > ops/secrets/codec_keys
+	@umask 077; [ -s ops/secrets/codec_token ] || \
+		$(PY) -c "import secrets;print(secrets.token_urlsafe(32))" > ops/secrets/codec_token
 	@$(PY) -c "from pathlib import Path; from docjobs.signing import ensure_dev_signer; ensure_dev_signer(Path('ops/secrets/signing'))"
-	@echo "ops/secrets/: codec_keys, signing/ (DEVELOPMENT signer; its CA: ops/secrets/signing/ca.pem)"
+	@echo "ops/secrets/: codec_keys, codec_token, signing/ (DEVELOPMENT signer; its CA: ops/secrets/signing/ca.pem)"
 
 lint: deps
 	$(VENV)/bin/ruff check .

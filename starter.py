@@ -345,7 +345,7 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings, out: Ou
     from docjobs.codec_server import create_codec_app
 
     configure_logging(args.log_format or default_log_format())
-    server = http_server(create_codec_app(settings, cors_origin=args.cors_origin), args)
+    server = http_server(create_codec_app(settings, cors_origin=args.cors_origin, host=args.host), args)
     out.progress(f"docjobs codec endpoint on http://{args.host}:{args.port} (Web UI origin {args.cors_origin})")
     await server.serve()
     out.result({"served": True, "host": args.host, "port": args.port}, "codec endpoint stopped")

@@ -85,16 +85,15 @@ def data_converter(settings: Settings) -> DataConverter:
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
-    """Connect to the configured cluster, or to the embedded dev server (started on first use).
+    """Connect to the configured cluster (TLS, mTLS, API key as the SDK's environment configuration says), or
+    to the embedded dev server (started on first use).
 
     Every docjobs process (worker, CLI, API, tests) connects here, so all of them share one data converter.
     `runtime`: the Temporal runtime of the client and its workers (e.g. one serving metrics); else the default.
     """
     if settings.embedded:
         await asyncio.to_thread(ensure_dev_server, settings)
-    return await Client.connect(
-        settings.address, namespace=settings.namespace, data_converter=data_converter(settings), runtime=runtime
-    )
+    return await Client.connect(**settings.connect_config(), data_converter=data_converter(settings), runtime=runtime)
 
 
 class JobClient:

@@ -3,12 +3,19 @@
 Temporal's remote codec protocol: `POST /encode` and `POST /decode` take `{"payloads": [...]}` (protobuf
 JSON of `Payloads`) and answer the same shape. The UI calls it from the browser, hence CORS for the UI's
 origin with credentials (the UI can forward the user's access token). Whoever may call `/decode` reads
-every job's payloads: with DOCJOBS_CODEC_TOKEN set, a request must carry `Authorization: Bearer <token>`.
+every job's payloads: with DOCJOBS_CODEC_TOKEN set, a request must carry `Authorization: Bearer <token>`,
+and the endpoint refuses to listen beyond loopback without one. Bodies are capped (413 beyond the cap).
+
+The protocol names the namespace (`X-Namespace`) but not the workflow, so this endpoint opens a bound
+ciphertext with the binding the payload itself names (authenticated by AES-GCM); refusing a ciphertext
+moved to another workflow is the workers' and clients' job, which the SDK tells the workflow. Plaintext
+payloads (patch markers, anything written before encryption) are shown as they are.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated
 
@@ -23,6 +30,7 @@ from docjobs.config import ConfigError, Settings
 
 DEFAULT_UI_ORIGIN = "http://localhost:8233"
 ALLOWED_HEADERS = ["content-type", "x-namespace", "authorization"]
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a history page of payloads fits many times over
 Transform = Callable[[Sequence[Payload]], Awaitable[list[Payload]]]
 
 
@@ -38,12 +46,42 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"code": code, "message": message}, status_code=status)
 
 
-def create_codec_app(settings: Settings, *, cors_origin: str = DEFAULT_UI_ORIGIN) -> FastAPI:
-    """The codec endpoint for `settings.namespace`, with the keys of `settings` (ConfigError without keys)."""
-    codec = settings.payload_codec()
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+async def read_capped(request: Request) -> bytes:
+    """The body, or _Refused(413) as soon as it exceeds MAX_BODY_BYTES (declared or streamed)."""
+    too_large = _Refused(413, "codec.too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise too_large
+    return bytes(body)
+
+
+def create_codec_app(settings: Settings, *, cors_origin: str = DEFAULT_UI_ORIGIN, host: str = "127.0.0.1") -> FastAPI:
+    """The codec endpoint for `settings.namespace`, with the keys of `settings`, to listen on `host`.
+
+    ConfigError without keys, or for a non-loopback `host` without DOCJOBS_CODEC_TOKEN."""
+    codec = settings.payload_codec(pass_plaintext=True)
     if codec is None:
         raise ConfigError("the codec server needs DOCJOBS_CODEC_KEYS_FILE or DOCJOBS_CODEC_KEYS")
     token = settings.codec_token
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"the codec server decrypts every job's payloads: listening on {host} needs DOCJOBS_CODEC_TOKEN "
+            "(or DOCJOBS_CODEC_TOKEN_FILE)"
+        )
 
     def authorized(
         authorization: Annotated[str | None, Header()] = None,
@@ -68,8 +106,9 @@ def create_codec_app(settings: Settings, *, cors_origin: str = DEFAULT_UI_ORIGIN
         return _error(error.status, error.code, error.message)
 
     async def apply(transform: Transform, request: Request) -> Response:
+        body = await read_capped(request)
         try:
-            payloads = json_format.Parse(await request.body(), Payloads())
+            payloads = json_format.Parse(body, Payloads())
         except (json_format.ParseError, UnicodeDecodeError):
             return _error(400, "codec.bad_request", 'the body must be {"payloads": [...]} in protobuf JSON')
         try:

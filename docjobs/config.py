@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
 from docjobs.codec import CodecKey, EncryptionCodec, parse_keys
 from docjobs.models import BUILTIN_PATTERN_NAMES, ActivityTiming, Policy, RedactRegion
@@ -78,6 +79,37 @@ def _codec_keys() -> tuple[CodecKey, ...]:
     return keys
 
 
+def _codec_token() -> str | None:
+    """The codec endpoint's bearer token: DOCJOBS_CODEC_TOKEN_FILE (a compose secret) or DOCJOBS_CODEC_TOKEN."""
+    inline = os.environ.get("DOCJOBS_CODEC_TOKEN") or None
+    path = os.environ.get("DOCJOBS_CODEC_TOKEN_FILE") or None
+    if inline and path:
+        raise ConfigError("set DOCJOBS_CODEC_TOKEN or DOCJOBS_CODEC_TOKEN_FILE, not both")
+    if path is None:
+        return inline
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as error:
+        raise ConfigError(f"DOCJOBS_CODEC_TOKEN_FILE: cannot read the token file ({error.strerror})") from None
+    if not token:
+        raise ConfigError("DOCJOBS_CODEC_TOKEN_FILE is set but holds no token")
+    return token
+
+
+def _temporal_profile() -> ClientConfigProfile:
+    """The Temporal SDK's environment configuration: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
+    TEMPORAL_TLS_*, TEMPORAL_GRPC_META_*, over the TOML profile TEMPORAL_PROFILE of TEMPORAL_CONFIG_FILE (or
+    the default file). DOCJOBS_TEMPORAL_ADDRESS/NAMESPACE win over it (Settings.from_env)."""
+    config_file = os.environ.get("TEMPORAL_CONFIG_FILE") or None
+    if config_file and not Path(config_file).exists():  # the SDK would silently connect without it
+        raise ConfigError(f"TEMPORAL_CONFIG_FILE: {config_file} does not exist")
+    try:
+        profile = ClientConfigProfile.load()
+    except RuntimeError as error:  # the SDK's configuration error; its first line never quotes the file
+        raise ConfigError(f"TEMPORAL_CONFIG_FILE / TEMPORAL_PROFILE: {str(error).splitlines()[0]}") from None
+    return profile
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path
@@ -106,6 +138,8 @@ class Settings:
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges
     codec_keys: tuple[CodecKey, ...] = field(default=(), repr=False)  # the first one encrypts
     codec_token: str | None = field(default=None, repr=False)  # bearer token the codec server demands
+    # How to reach a cluster beyond its address and namespace: API key, TLS (mTLS), gRPC metadata.
+    temporal_profile: ClientConfigProfile = field(default_factory=ClientConfigProfile, repr=False)
 
     @property
     def embedded(self) -> bool:
@@ -130,9 +164,22 @@ class Settings:
     def address(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.dev_server_port}"
 
-    def payload_codec(self) -> EncryptionCodec | None:
-        """The encryption codec of every payload, or None (plain JSON) when no key is configured."""
-        return EncryptionCodec(self.codec_keys) if self.codec_keys else None
+    def connect_config(self) -> ClientConnectConfig:
+        """The arguments of `Client.connect` for this cluster (TLS files are read here); the embedded dev
+        server gets a plain connection."""
+        if self.embedded:
+            return ClientConnectConfig(target_host=self.address, namespace=self.namespace)
+        try:
+            config = self.temporal_profile.to_client_connect_config()
+        except OSError as error:
+            raise ConfigError(f"TEMPORAL_TLS_*: cannot read {error.filename} ({error.strerror})") from None
+        return {**config, "target_host": self.address, "namespace": self.namespace}
+
+    def payload_codec(self, *, pass_plaintext: bool = False) -> EncryptionCodec | None:
+        """The encryption codec of every payload, or None (plain JSON) when no key is configured.
+
+        `pass_plaintext` only for viewers (the codec endpoint): docjobs' own processes refuse plaintext."""
+        return EncryptionCodec(self.codec_keys, pass_plaintext=pass_plaintext) if self.codec_keys else None
 
     def blob_store(self) -> BlobStore:
         """The blob store named by DOCJOBS_STORAGE_URL (`file:///path` or `s3://bucket/prefix`)."""
@@ -147,10 +194,16 @@ class Settings:
     def from_env(cls) -> Settings:
         data_dir = Path(os.environ.get("DOCJOBS_DATA_DIR") or ".docjobs").resolve()
         threads = _env_int("DOCJOBS_ACTIVITY_THREADS", max(2, os.cpu_count() or 2))
+        profile = _temporal_profile()
+        address = os.environ.get("DOCJOBS_TEMPORAL_ADDRESS") or profile.address or None
+        tls_on = profile.tls is not None and profile.tls.disabled is not True
+        if address is None and (profile.api_key or tls_on):
+            raise ConfigError("TEMPORAL_API_KEY / TEMPORAL_TLS_* need a cluster: set TEMPORAL_ADDRESS")
         return cls(
             data_dir=data_dir,
-            temporal_address=os.environ.get("DOCJOBS_TEMPORAL_ADDRESS") or None,
-            namespace=os.environ.get("DOCJOBS_TEMPORAL_NAMESPACE") or "default",
+            temporal_address=address,
+            namespace=os.environ.get("DOCJOBS_TEMPORAL_NAMESPACE") or profile.namespace or "default",
+            temporal_profile=profile,
             task_queue=os.environ.get("DOCJOBS_TASK_QUEUE") or "docjobs",
             ocr_task_queue_override=os.environ.get("DOCJOBS_OCR_TASK_QUEUE") or None,
             dev_server_port=_env_int("DOCJOBS_TEMPORAL_PORT", 7233),
@@ -179,7 +232,7 @@ class Settings:
             metrics_port=_env_int("DOCJOBS_METRICS_PORT", 0) or None,
             metrics_refresh_seconds=_env_float("DOCJOBS_METRICS_REFRESH_SECONDS", 15.0),
             codec_keys=_codec_keys(),
-            codec_token=os.environ.get("DOCJOBS_CODEC_TOKEN") or None,
+            codec_token=_codec_token(),
         )
 
     def find_temporal_bin(self) -> str:

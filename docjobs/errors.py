@@ -60,6 +60,8 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "stage.retries_exhausted": (Outcome.FAIL, "a stage kept failing after all retries"),
     "stage.timeout": (Outcome.FAIL, "a stage did not finish within its time budget"),
     "workflow.terminated": (Outcome.FAIL, "the job was terminated by an operator"),
+    "request.invalid": (Outcome.FAIL, "the job request could not be read or does not belong to this job ID"),
+    "codec.unsealed": (Outcome.FAIL, "the job request was not sealed with this deployment's payload key"),
 }
 
 

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -20,10 +20,20 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
+from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
 from docjobs.api import create_app
 from docjobs.client import JobClient, connect
-from docjobs.codec import ENCODING, CodecKey, EncryptionCodec, PayloadDecryptionError
+from docjobs.codec import (
+    ENCODING,
+    NAMESPACE_FIELD,
+    UNSEALED_ENCODING,
+    WORKFLOW_ID_FIELD,
+    CodecKey,
+    EncryptionCodec,
+    PayloadDecryptionError,
+)
+from docjobs.codec_server import MAX_BODY_BYTES, create_codec_app
 from docjobs.config import ConfigError, PolicyBook, Settings
 from docjobs.states import JobState
 from docjobs.storage import source_key
@@ -63,7 +73,47 @@ async def test_round_trip_seals_the_whole_payload() -> None:
     assert b"confidential" not in first.SerializeToString() and b"json/plain" not in first.data
     assert first.data[:12] != second.data[:12]  # a fresh nonce each time
     assert await codec.decode([first, second]) == [original, original]
-    assert await codec.decode([original]) == [original]  # written before encryption was switched on
+
+
+async def test_a_sealed_process_marks_plaintext_and_a_viewer_passes_it() -> None:
+    original = plain("forged request")
+    [marked] = await EncryptionCodec([NEW]).decode([original])  # never raises: the workflow refuses the marker
+    assert marked.metadata["encoding"] == UNSEALED_ENCODING and Payload.FromString(marked.data) == original
+    assert await EncryptionCodec([NEW], pass_plaintext=True).decode([original]) == [original]
+
+
+def bound_to(codec: EncryptionCodec, workflow_id: str, namespace: str = "default") -> EncryptionCodec:
+    return codec.with_context(WorkflowSerializationContext(namespace=namespace, workflow_id=workflow_id))
+
+
+async def test_ciphertexts_are_bound_to_their_namespace_and_workflow() -> None:
+    codec = EncryptionCodec([NEW])
+    [sealed] = await bound_to(codec, "acme/a").encode([plain("job a")])
+    assert (sealed.metadata[NAMESPACE_FIELD], sealed.metadata[WORKFLOW_ID_FIELD]) == (b"default", b"acme/a")
+    activity_side = codec.with_context(
+        ActivitySerializationContext(
+            namespace="default",
+            activity_id="1",
+            activity_type="render",
+            activity_task_queue="q",
+            workflow_id="acme/a",
+            workflow_type="DocumentJob",
+            is_local=False,
+        )
+    )
+    assert await activity_side.decode([sealed]) == [plain("job a")]
+    assert await codec.decode([sealed]) == [plain("job a")]  # no context (the codec endpoint): the named binding
+    for elsewhere in (bound_to(codec, "acme/b"), bound_to(codec, "acme/a", namespace="other")):
+        [moved] = await elsewhere.decode([sealed])  # copied into another workflow: refused like plaintext
+        assert moved.metadata["encoding"] == UNSEALED_ENCODING
+    relabelled = Payload()
+    relabelled.CopyFrom(sealed)
+    relabelled.metadata[WORKFLOW_ID_FIELD] = b"acme/b"  # the binding is authenticated, not just a label
+    with pytest.raises(PayloadDecryptionError, match="failed authentication"):
+        await bound_to(codec, "acme/b").decode([relabelled])
+    unbound = await codec.encode([plain("sealed before bindings")])  # as every ciphertext before this change
+    assert WORKFLOW_ID_FIELD not in unbound[0].metadata
+    assert await bound_to(codec, "acme/b").decode(unbound) == [plain("sealed before bindings")]
 
 
 async def test_rotation_keeps_old_histories_readable() -> None:
@@ -124,6 +174,28 @@ def test_malformed_keys_are_config_errors(
         settings_with(monkeypatch, **variables)
     assert expected in str(error.value)
     assert "c2hvcnQ" not in str(error.value) and base64.b64encode(OLD.secret).decode() not in str(error.value)
+
+
+async def test_the_codec_endpoint_caps_bodies_shows_plaintext_and_needs_a_token_beyond_loopback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = settings_with(monkeypatch, DOCJOBS_CODEC_KEYS=entry(NEW))
+    for host in ("0.0.0.0", "192.0.2.7", "codec.internal"):
+        with pytest.raises(ConfigError, match="DOCJOBS_CODEC_TOKEN"):
+            create_codec_app(settings, host=host)
+    app = create_codec_app(settings, host="127.0.0.1")  # loopback only: the token is advised, not required
+    over = b" " * (MAX_BODY_BYTES + 1)
+
+    async def streamed() -> AsyncIterator[bytes]:  # no Content-Length: the cap holds while reading
+        for start in range(0, len(over), 65536):
+            yield over[start : start + 65536]
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://codec") as http:
+        for body in (over, streamed()):
+            refused = await http.post("/decode", content=body)
+            assert (refused.status_code, refused.json()["code"]) == (413, "codec.too_large")
+        shown = await http.post("/decode", content=json_format.MessageToJson(Payloads(payloads=[plain("marker")])))
+        assert json_format.Parse(shown.text, Payloads()).payloads[0] == plain("marker")  # a viewer shows plaintext
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import yaml
 import starter
 import worker
 from docjobs import config, search_attributes, signing
+from docjobs.codec_server import create_codec_app
 from docjobs.config import Settings
 from docjobs.s3store import S3BlobStore
 from tests.conftest import REPO
@@ -84,8 +85,19 @@ def test_services_and_dependencies() -> None:
             assert volume in COMPOSE["volumes"], f"{name} mounts undeclared {volume}"
         for secret in service.get("secrets", []):
             assert secret in COMPOSE["secrets"], f"{name} uses undeclared secret {secret}"
-    assert "7233:7233" in SERVICES["temporal"]["ports"]
+    assert "127.0.0.1:7233:7233" in SERVICES["temporal"]["ports"]
     assert SERVICES["temporal"]["environment"]["POSTGRES_SEEDS"] == "postgresql"
+
+
+def test_every_published_port_is_bound_to_loopback() -> None:
+    """The Temporal frontend has no authentication here: nothing may be reachable from beyond the host."""
+    entries = [(name, entry) for name, service in SERVICES.items() for entry in service.get("ports", [])]
+    assert {"temporal", "temporal-ui", "docjobs-api", "docjobs-codec"} <= {name for name, _ in entries}
+    for name, entry in entries:
+        if isinstance(entry, dict):  # long syntax
+            assert entry.get("host_ip") == "127.0.0.1", f"{name}: {entry}"
+        else:
+            assert re.fullmatch(r"127\.0\.0\.1:\d+:\d+(/tcp|/udp)?", str(entry)), f"{name} publishes {entry}"
 
 
 def test_the_default_set_is_unchanged_and_the_cluster_path_is_a_profile() -> None:
@@ -104,6 +116,7 @@ def test_secret_files_are_provided_and_never_committed(tmp_path: Path) -> None:
     generated = {REPO / "ops/secrets/signing" / path.name for path in (dev.key_path, dev.cert_path, *dev.trust_roots)}
     makefile = (REPO / "Makefile").read_text()
     assert "ensure_dev_signer(Path('ops/secrets/signing'))" in makefile and "> ops/secrets/codec_keys" in makefile
+    generated |= {REPO / "ops/secrets" / name for name in re.findall(r"> ops/secrets/(\w+)\n", makefile)}
     for name, secret in COMPOSE["secrets"].items():
         path = (REPO / secret["file"]).resolve()
         example = path.with_name(path.name + ".example")
@@ -218,8 +231,27 @@ def test_the_ui_decodes_through_the_published_codec_server() -> None:
     assert published("docjobs-codec")[args.port] == endpoint.port
     assert args.cors_origin == f"http://localhost:{published('temporal-ui')[8080]}"
     assert ui["TEMPORAL_CORS_ORIGINS"] == args.cors_origin
-    assert SERVICES["docjobs-codec"]["secrets"] == ["docjobs_codec_keys"]
+    assert SERVICES["docjobs-codec"]["secrets"] == ["docjobs_codec_keys", "docjobs_codec_token"]
     assert environment("docjobs-codec")["DOCJOBS_CODEC_KEYS_FILE"] == "/run/secrets/docjobs_codec_keys"
+
+
+def test_the_codec_server_has_its_token_and_would_not_start_without_it(tmp_path: Path) -> None:
+    env = environment("docjobs-codec")
+    assert env["DOCJOBS_CODEC_TOKEN_FILE"] == "/run/secrets/docjobs_codec_token"
+    assert "docjobs_codec_token" in SERVICES["docjobs-codec"]["secrets"]
+    keys, token = tmp_path / "docjobs_codec_keys", tmp_path / "docjobs_codec_token"  # what compose mounts
+    keys.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    token.write_text("a-token-from-make-secrets\n")
+    args = starter.build_parser().parse_args(SERVICES["docjobs-codec"]["command"][2:])
+    mounted = {"DOCJOBS_CODEC_KEYS_FILE": str(keys), "DOCJOBS_CODEC_TOKEN_FILE": str(token)}
+    with mock.patch.dict(os.environ, {**env, **mounted}, clear=True):
+        settings = Settings.from_env()
+    assert settings.codec_token == "a-token-from-make-secrets"
+    create_codec_app(settings, cors_origin=args.cors_origin, host=args.host)
+    with mock.patch.dict(os.environ, {"DOCJOBS_CODEC_KEYS_FILE": str(keys)}, clear=True):
+        tokenless = Settings.from_env()
+    with pytest.raises(config.ConfigError, match="DOCJOBS_CODEC_TOKEN"):
+        create_codec_app(tokenless, cors_origin=args.cors_origin, host=args.host)
 
 
 def _scrape_targets(prometheus: dict[str, Any]) -> set[tuple[str, int]]:

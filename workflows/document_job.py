@@ -3,6 +3,12 @@
 The workflow ID is the idempotency key and its history the audit trail. Stages run as activities whose
 heartbeat timeout is the lease. A workflow timer races the pipeline against the job's deadline, so every
 job ends in exactly one terminal state, and the result is the business state, not a Temporal failure.
+
+Whoever reaches the Temporal frontend can start this workflow, so it trusts nothing it is started with: it
+takes its input raw (an input the SDK cannot convert would fail the workflow task forever) and refuses,
+before any activity, an input it cannot read (`request.invalid`), one the payload codec did not accept
+(`codec.unsealed`), and a request for another job ID than its own workflow ID (`request.invalid`): every
+storage key a stage derives from `job_id` is therefore the workflow ID's.
 """
 
 from __future__ import annotations
@@ -11,15 +17,17 @@ import asyncio
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from docjobs import search_attributes as sa
+    from docjobs.codec import UNSEALED_ENCODING
     from docjobs.errors import FAILURE_CODES, Outcome, outcome_of
     from docjobs.metrics import JOBS_TERMINAL, failure_family
     from docjobs.models import (
@@ -67,6 +75,43 @@ NOTIFICATIONS = "notifications"  # workflow.patched marker: the tenant callback 
 CALLER_WAIT_ENDED = "caller_wait_ended"  # signal: a caller's poll budget ended (history only, not an outcome)
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is recorded
+NO_REQUEST = RawValue(Payload())  # a start without arguments: as unreadable as any other bad input
+
+if TYPE_CHECKING:  # clients start a job with a JobRequest; the workflow gets it raw and validates it itself
+    RequestInput = JobRequest | RawValue
+else:
+    RequestInput = RawValue
+
+
+def admit(request: RequestInput, workflow_id: str) -> JobRequest | str:
+    """The request, if this workflow may run it; else the failure code that refuses it."""
+    if not isinstance(request, RawValue):
+        return admit(RawValue(workflow.payload_converter().to_payload(request)), workflow_id)
+    if request.payload.metadata.get("encoding") == UNSEALED_ENCODING:
+        return "codec.unsealed"
+    try:
+        admitted = workflow.payload_converter().from_payload(request.payload, JobRequest)
+    except Exception:  # noqa: BLE001 - any conversion failure (encoding, JSON, model) is an unreadable request
+        return "request.invalid"
+    if not isinstance(admitted, JobRequest) or admitted.job_id != workflow_id:
+        return "request.invalid"
+    return admitted
+
+
+def refused_status(workflow_id: str, started_at: datetime) -> JobStatus:
+    """The status of a refused job: its own ID and times, placeholders for everything the request claimed."""
+    return JobStatus(
+        job_id=workflow_id,
+        tenant="",
+        document_class="",
+        policy_version="",
+        watermark_mode=WatermarkMode.STRUCTURE,
+        state=JobState.QUEUED,
+        input_sha256="",
+        accepted_at=started_at,
+        deadline_at=started_at,
+        transitions=[TransitionRecord(state=JobState.QUEUED, at=started_at)],
+    )
 
 
 def watermark_stage(mode: WatermarkMode, *, ocr_on: bool, redact_on: bool) -> Stage:
@@ -103,10 +148,18 @@ class Ending:
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class DocumentJobWorkflow:
+    _request: JobRequest  # unset only in a refused job, which ends before anything reads it
+
     @workflow.init
-    def __init__(self, request: JobRequest) -> None:
-        self._request = request
+    def __init__(self, request: RequestInput = NO_REQUEST) -> None:
         self._cancel_reason: str | None = None
+        info = workflow.info()
+        admitted = admit(request, info.workflow_id)
+        self._refusal = admitted if isinstance(admitted, str) else None
+        if isinstance(admitted, str):
+            self._status = refused_status(info.workflow_id, info.start_time)
+            return
+        self._request = request = admitted
         self._status = JobStatus(
             job_id=request.job_id,
             tenant=request.tenant,
@@ -139,7 +192,10 @@ class DocumentJobWorkflow:
         """A caller stopped waiting (its poll budget ran out). Only recorded, for the timeline: the job goes on."""
 
     @workflow.run
-    async def run(self, request: JobRequest) -> JobStatus:
+    async def run(self, request: RequestInput = NO_REQUEST) -> JobStatus:
+        if self._refusal is not None:
+            self._refuse(self._refusal)
+            return self._status
         pipeline = asyncio.create_task(self._pipeline())
         remaining = (self.deadline_at - workflow.now()).total_seconds()
         try:
@@ -165,6 +221,12 @@ class DocumentJobWorkflow:
         except asyncio.CancelledError:
             await wrap_up
         return self._status
+
+    def _refuse(self, code: str) -> None:
+        """End at once, before any activity: no stage, no evidence, no callback for a request we do not trust.
+        The tenant and class it claimed are cleared from visibility, so it lists under no tenant."""
+        workflow.upsert_search_attributes([sa.TENANT.value_unset(), sa.DOCUMENT_CLASS.value_unset()])
+        self._finish(Ending(JobState.FAILED, code, FAILURE_CODES[code][1]))
 
     async def _wrap_up(self, ending: Ending) -> None:
         """Record the evidence, drop every staged attempt, then report the terminal state (in that order, so
@@ -386,7 +448,7 @@ class DocumentJobWorkflow:
             1,
             {
                 "state": ending.state.value,
-                "document_class": self._request.document_class,
+                "document_class": self._status.document_class,
                 "failure_family": failure_family(ending.code),
             },
         )
