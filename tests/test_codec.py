@@ -233,7 +233,7 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     jobs = JobClient(await connect(settings), settings)
     sentinel = f"CODEC-SENTINEL-{os.getpid()}"
     policy = with_watermark(policies.get("standard"), text=sentinel)
-    submitted = await jobs.submit(samples / "sample.pdf", policy, key="codec-secret")
+    submitted = await jobs.submit(samples / "sample.pdf", policy, tenant="codec-tenant", key="codec-secret")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status.failure_code
     await jobs.handle(submitted.job_id).result()  # the state is final before the workflow's wrap-up ends
