@@ -25,7 +25,15 @@ from docjobs import s3store
 from docjobs.errors import DocJobError, Outcome
 from docjobs.models import BlobRef
 from docjobs.s3store import S3BlobStore, open_blob_store
-from docjobs.storage import BlobStore, FileBlobStore, artifact_key, job_prefix, staging_key, verified_chunks
+from docjobs.storage import (
+    BlobStore,
+    FileBlobStore,
+    RunScope,
+    artifact_key,
+    staging_key,
+    staging_prefix,
+    verified_chunks,
+)
 from tests.conftest import BUCKET, REGION, aws_environment, free_port
 
 MB = 1024 * 1024
@@ -65,6 +73,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=data, Metadata=head["Metadata"])
 
     return Backend("s3", open_blob_store(f"s3://{BUCKET}/{prefix}"), tamper_s3)
+
+
+def run_of(job_id: str) -> RunScope:
+    """A run of `job_id` as Temporal would name it to an activity."""
+    return RunScope(namespace="default", workflow_id=job_id, run_id=str(uuid.uuid4()))
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -113,8 +126,9 @@ def test_missing_blob_is_source_missing(backend: Backend, tmp_path: Path) -> Non
     )
     raises_code("source.missing", lambda: backend.store.verify(ghost, mismatch_code="source.digest_mismatch"))
     assert not (tmp_path / "x").exists()
-    raises_code("source.missing", lambda: backend.store.promote(ghost, artifact_key("t/ghost")))
-    assert not backend.store.exists(artifact_key("t/ghost"))
+    final_key = artifact_key(run_of("t/ghost"))
+    raises_code("source.missing", lambda: backend.store.promote(ghost, final_key))
+    assert not backend.store.exists(final_key)
 
 
 def test_tampered_blob_is_detected(backend: Backend, tmp_path: Path) -> None:
@@ -128,8 +142,9 @@ def test_tampered_blob_is_detected(backend: Backend, tmp_path: Path) -> None:
     raises_code("source.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code="source.digest_mismatch"))
     raises_code("artifact.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code="artifact.digest_mismatch"))
     # a tampered staged artifact is never published
-    raises_code("artifact.digest_mismatch", lambda: backend.store.promote(ref, artifact_key("t/tampered")))
-    assert not backend.store.exists(artifact_key("t/tampered"))
+    final_key = artifact_key(run_of("t/tampered"))
+    raises_code("artifact.digest_mismatch", lambda: backend.store.promote(ref, final_key))
+    assert not backend.store.exists(final_key)
 
 
 def test_a_stream_holds_back_its_last_chunk_until_the_digest_is_known(backend: Backend, tmp_path: Path) -> None:
@@ -148,18 +163,19 @@ def test_a_stream_holds_back_its_last_chunk_until_the_digest_is_known(backend: B
 def test_promotion_is_create_only(backend: Backend, tmp_path: Path) -> None:
     store = backend.store
     first, second = write(tmp_path / "a.pdf", b"%PDF-first"), write(tmp_path / "b.pdf", b"%PDF-second")
-    winner = store.put_file(staging_key("t/k", "render", 1), first)
-    same = store.put_file(staging_key("t/k", "render", 2), first)
-    loser = store.put_file(staging_key("t/k", "render", 3), second)
-    final, created = store.promote(winner, artifact_key("t/k"))
-    assert created and final == BlobRef(key=artifact_key("t/k"), sha256=winner.sha256, size=winner.size)
-    assert store.promote(winner, artifact_key("t/k")) == (final, False)  # a retried publish: a no-op
-    assert store.promote(same, artifact_key("t/k")) == (final, False)  # same digest: a no-op
-    raises_code("publish.conflict", lambda: store.promote(loser, artifact_key("t/k")))
-    assert read_blob(store, artifact_key("t/k")) == b"%PDF-first"
+    run = run_of("t/k")
+    winner = store.put_file(staging_key(run, "render", 1), first)
+    same = store.put_file(staging_key(run, "render", 2), first)
+    loser = store.put_file(staging_key(run, "render", 3), second)
+    final, created = store.promote(winner, artifact_key(run))
+    assert created and final == BlobRef(key=artifact_key(run), sha256=winner.sha256, size=winner.size)
+    assert store.promote(winner, artifact_key(run)) == (final, False)  # a retried publish: a no-op
+    assert store.promote(same, artifact_key(run)) == (final, False)  # same digest: a no-op
+    raises_code("publish.conflict", lambda: store.promote(loser, artifact_key(run)))
+    assert read_blob(store, artifact_key(run)) == b"%PDF-first"
     store.verify(final, mismatch_code="artifact.digest_mismatch")
     # the artifact does not depend on its staging blob
-    assert store.delete_prefix(f"{job_prefix('t/k')}/staging") == 3
+    assert store.delete_prefix(staging_prefix(run)) == 3
     store.verify(final, mismatch_code="artifact.digest_mismatch")
 
 
@@ -186,7 +202,7 @@ def race_promotions(store: BlobStore, staged: list[BlobRef], final_key: str) -> 
 def test_racing_promotions_have_exactly_one_winner(backend: Backend, tmp_path: Path) -> None:
     store = backend.store
     for round_ in range(8):
-        job = f"t/race-{round_}"
+        job = run_of(f"t/race-{round_}")
         contents = [f"%PDF-attempt-{n}-".encode() + os.urandom(200_000) for n in range(2)]
         staged = [
             store.put_file(staging_key(job, "render", n), write(tmp_path / f"r{round_}-{n}.pdf", contents[n]))
@@ -285,6 +301,8 @@ def test_s3_unreachable_is_storage_unavailable(s3: Any, monkeypatch: pytest.Monk
         lambda: store.exists("sources/u"),
         lambda: store.open("sources/u"),
         lambda: store.delete_prefix("sources"),
+        lambda: store.delete("sources/u"),
+        lambda: list(store.list_blobs("sources")),
     ]
     for call in calls:
         error = raises_code("storage.unavailable", call)
