@@ -24,14 +24,21 @@ from botocore.exceptions import ClientError, IncompleteReadError  # type: ignore
 from docjobs import s3store
 from docjobs.errors import DocJobError, Outcome
 from docjobs.models import BlobRef
+from docjobs.retention import read_marker, run_folders
 from docjobs.s3store import S3BlobStore, open_blob_store
 from docjobs.storage import (
+    TEXT_BLOB,
     BlobStore,
     FileBlobStore,
     RunScope,
     artifact_key,
+    beside,
+    evidence_key,
+    mark_run,
+    run_marker_key,
     staging_key,
     staging_prefix,
+    text_key,
     verified_chunks,
 )
 from tests.conftest import BUCKET, REGION, aws_environment, free_port
@@ -231,6 +238,63 @@ def test_delete_prefix_removes_only_that_folder(backend: Backend, tmp_path: Path
     assert [store.exists(key) for key in outside] == [True] * 4
     assert store.delete_prefix("jobs/j1/staging") == 0
     assert store.delete_prefix("jobs/none") == 0
+
+
+def test_each_run_of_a_job_id_has_its_own_folder(backend: Backend, tmp_path: Path) -> None:
+    """A job ID reused after its run is gone publishes into a new folder: no conflict, nothing of the old run."""
+    store = backend.store
+    old, new = run_of("t/reused"), run_of("t/reused")
+    job_digest = hashlib.sha256(b"t/reused").hexdigest()[:32]
+    assert (old.prefix, new.prefix) == (f"jobs/{job_digest}/runs/{old.run_id}", f"jobs/{job_digest}/runs/{new.run_id}")
+    for run in (old, new):
+        keys = [artifact_key(run), evidence_key(run), text_key(run), run_marker_key(run), staging_key(run, "ocr", 2)]
+        assert all(key.startswith(f"{run.prefix}/") for key in keys), keys
+    assert staging_key(old, "ocr", 2).startswith(f"{staging_prefix(old)}/ocr-a2-")
+    assert beside(evidence_key(old), TEXT_BLOB) == text_key(old)
+    assert beside(f"jobs/{job_digest}/evidence.json", TEXT_BLOB) == f"jobs/{job_digest}/text.json"  # older jobs
+    staged_keys = {}
+    for run, data in ((old, b"%PDF-old"), (new, b"%PDF-new")):
+        mark_run(store, run)
+        staged = store.put_file(staging_key(run, "render", 1), write(tmp_path / "staged.pdf", data))
+        assert store.promote(staged, artifact_key(run))[1]  # created: the old run's artifact is not in the way
+        staged_keys[run.run_id] = staged.key
+    assert read_blob(store, artifact_key(old)) == b"%PDF-old" and read_blob(store, artifact_key(new)) == b"%PDF-new"
+
+    folders = run_folders(store)
+    assert sorted(folders) == sorted([old.prefix, new.prefix])
+    for run in (old, new):
+        expected = {run_marker_key(run), artifact_key(run), staged_keys[run.run_id]}
+        assert {blob.key for blob in folders[run.prefix]} == expected
+    assert read_marker(store, old.prefix, folders[old.prefix]) == old
+    assert read_marker(store, new.prefix, folders[new.prefix]) == new
+    # A marker copied into another run's folder names a run whose keys are elsewhere: it is not believed.
+    with store.open(run_marker_key(old)) as marker:
+        store.put_file(run_marker_key(new), write(tmp_path / "copied.json", marker.read()))
+    assert read_marker(store, new.prefix, folders[new.prefix]) is None
+
+
+def test_run_ids_are_canonical_uuids() -> None:
+    good = str(uuid.uuid4())
+    assert RunScope(namespace="default", workflow_id="t/x", run_id=good).run_id == good
+    for bad in ("..", "../../sources", good.upper(), good.replace("-", ""), f"{good}/x", ""):
+        with pytest.raises(ValueError):
+            RunScope(namespace="default", workflow_id="t/x", run_id=bad)
+
+
+def test_listing_and_deleting_blobs(backend: Backend, tmp_path: Path) -> None:
+    store = backend.store
+    before = time.time()
+    sizes = {"jobs/l1/a.pdf": 10, "jobs/l1/sub/b.json": 0, "jobs/l1x/c.pdf": 3, "sources/l1": 7}
+    for key, size in sizes.items():
+        store.put_file(key, write(tmp_path / "blob", b"x" * size))
+    listed = list(store.list_blobs("jobs/l1"))
+    assert sorted((blob.key, blob.size) for blob in listed) == [("jobs/l1/a.pdf", 10), ("jobs/l1/sub/b.json", 0)]
+    assert all(before - 2 <= blob.modified.timestamp() <= time.time() + 2 for blob in listed)
+    assert list(store.list_blobs("jobs/none")) == []
+    store.delete("jobs/l1/a.pdf")
+    store.delete("jobs/l1/a.pdf")  # already gone: nothing happens
+    assert not store.exists("jobs/l1/a.pdf") and store.exists("jobs/l1x/c.pdf")
+    assert [blob.key for blob in store.list_blobs("jobs/l1")] == ["jobs/l1/sub/b.json"]
 
 
 def test_keys_cannot_escape_the_store(backend: Backend, tmp_path: Path) -> None:
