@@ -10,7 +10,8 @@ starts a new run, which writes into its own run folder (docjobs/storage.py). Wha
 - A source (content-addressed, shared by every job with the same bytes), when no run that visibility lists
   (running or retained) names it in its start memo, and it was last stored more than `source_grace` before the
   sweep began. The grace covers a job being accepted at that moment: its source is stored before its
-  workflow starts and before visibility shows it, and storing the same bytes again renews the time.
+  workflow starts and before visibility shows it, and storing the same bytes again renews the time (which
+  is read again just before the deletion: what is left is the moment between that read and the deletion).
 
 Jobs that ended before runs had folders keep their files in the job's folder: the sweep leaves those alone.
 """
@@ -114,11 +115,20 @@ async def collect_garbage(
     for blob in await asyncio.to_thread(lambda: list(store.list_blobs("sources"))):
         if blob.key in referenced or blob.modified > cutoff:
             continue
-        if not dry_run:
-            await asyncio.to_thread(store.delete, blob.key)
+        if not dry_run and not await asyncio.to_thread(_remove_source, store, blob.key, cutoff):
+            continue
         report.sources_removed += 1
         report.count([blob])
     return report
+
+
+def _remove_source(store: BlobStore, key: str, cutoff: datetime) -> bool:
+    """Delete the source unless it was stored again since it was listed (a job being accepted right now)."""
+    current = store.stat(key)
+    if current is None or current.modified > cutoff:
+        return False
+    store.delete(key)
+    return True
 
 
 def _remove_run(store: BlobStore, folder: str, blobs: list[StoredBlob]) -> None:

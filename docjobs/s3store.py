@@ -350,6 +350,15 @@ class S3BlobStore:
         except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
             raise _storage_error(error, "ListObjectsV2") from None
 
+    def stat(self, key: str) -> StoredBlob | None:
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=self._object_key(key))
+        except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
+            if _is_missing(error):
+                return None
+            raise _storage_error(error, "HeadObject") from None
+        return StoredBlob(key, int(head["ContentLength"]), head["LastModified"])
+
     def delete(self, key: str) -> None:
         try:
             self._client.delete_object(Bucket=self.bucket, Key=self._object_key(key))

@@ -170,6 +170,10 @@ class BlobStore(Protocol):
         """Every blob in the folder `prefix` (and its subfolders), in no particular order."""
         ...
 
+    def stat(self, key: str) -> StoredBlob | None:
+        """The blob's size and last write time, or None if there is none."""
+        ...
+
     def exists(self, key: str) -> bool: ...
 
     def open(self, key: str) -> BinaryIO: ...
@@ -254,13 +258,18 @@ class FileBlobStore:
     def list_blobs(self, prefix: str) -> Iterator[StoredBlob]:
         root = self.root.resolve()
         for item in self._path(prefix).rglob("*"):
-            try:
-                info = item.stat()
-            except FileNotFoundError:
-                continue  # removed meanwhile
-            if item.is_file():
-                modified = datetime.fromtimestamp(info.st_mtime, UTC)
-                yield StoredBlob(item.relative_to(root).as_posix(), info.st_size, modified)
+            if blob := self.stat(item.relative_to(root).as_posix()):
+                yield blob
+
+    def stat(self, key: str) -> StoredBlob | None:
+        path = self._path(key)
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            return None  # or removed meanwhile
+        if not path.is_file():
+            return None
+        return StoredBlob(key, info.st_size, datetime.fromtimestamp(info.st_mtime, UTC))
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()

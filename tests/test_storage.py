@@ -291,6 +291,7 @@ def test_listing_and_deleting_blobs(backend: Backend, tmp_path: Path) -> None:
     assert sorted((blob.key, blob.size) for blob in listed) == [("jobs/l1/a.pdf", 10), ("jobs/l1/sub/b.json", 0)]
     assert all(before - 2 <= blob.modified.timestamp() <= time.time() + 2 for blob in listed)
     assert list(store.list_blobs("jobs/none")) == []
+    assert store.stat("jobs/l1/a.pdf") in listed and store.stat("jobs/l1") is None and store.stat("jobs/no") is None
     store.delete("jobs/l1/a.pdf")
     store.delete("jobs/l1/a.pdf")  # already gone: nothing happens
     assert not store.exists("jobs/l1/a.pdf") and store.exists("jobs/l1x/c.pdf")
@@ -367,6 +368,7 @@ def test_s3_unreachable_is_storage_unavailable(s3: Any, monkeypatch: pytest.Monk
         lambda: store.delete_prefix("sources"),
         lambda: store.delete("sources/u"),
         lambda: list(store.list_blobs("sources")),
+        lambda: store.stat("sources/u"),
     ]
     for call in calls:
         error = raises_code("storage.unavailable", call)
