@@ -9,6 +9,7 @@
     python starter.py serve [--host H] [--port P] [--with-worker]   the HTTP API
     python starter.py codec-server [--host H] [--port P] [--cors-origin URL]   decrypts payloads for the Web UI/CLI
     python starter.py tenant add NAME [--callback URL [--allow-http-loopback]]   an API tenant and its key (once)
+    python starter.py gc [--dry-run] [--source-grace DURATION]   delete the blobs of runs past retention
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
 succeeded), 1 job ended failed/canceled/quarantined (or has no artifact), 2 bad usage, configuration,
@@ -42,6 +43,7 @@ from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format
 from docjobs.models import BUILTIN_PATTERN_NAMES, JobStatus, OcrMode, Policy, RedactionSummary
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
+from docjobs.retention import collect_garbage
 from docjobs.states import JobState, parse_state
 from docjobs.tenants import CLI_TENANT, TenantExists, add_tenant, set_callback, tenants_file
 from docjobs.webhooks import CallbackInvalid, parse_callback
@@ -304,6 +306,22 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=int(text[:-1]) * units[text[-1]])
 
 
+async def cmd_gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+    """The retention sweep (docjobs/retention.py): run it periodically, e.g. hourly from cron."""
+    grace = parse_duration(args.source_grace)
+    report = await collect_garbage(
+        await connect(settings), settings.blob_store(), dry_run=args.dry_run, source_grace=grace
+    )
+    verb = "would remove" if report.dry_run else "removed"
+    text = (
+        f"gc{' (dry run)' if report.dry_run else ''}: {verb} {report.runs_removed} run(s) and "
+        f"{report.sources_removed} source(s), {report.blobs_removed} blob(s), {report.bytes_removed} bytes; "
+        f"kept {report.runs_kept} run(s)"
+    )
+    out.result(report.model_dump(), text)
+    return EXIT_OK
+
+
 async def cmd_server(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     if args.action == "stop":
         stopped = await asyncio.to_thread(stop_dev_server, settings)
@@ -478,6 +496,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="development and tests only: let the callback be plain http to 127.0.0.0/8, ::1 or localhost",
     )
+    gc = commands.add_parser("gc", help="delete the blobs of runs Temporal no longer retains")
+    gc.add_argument("--dry-run", action="store_true", help="count what would be removed, remove nothing")
+    gc.add_argument(
+        "--source-grace",
+        default="1h",
+        metavar="DURATION",
+        help="keep unreferenced sources stored more recently than this (default 1h): jobs being accepted",
+    )
     for sub in commands.choices.values():  # `--json` is accepted after the command too
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     return parser
@@ -499,6 +525,7 @@ COMMANDS = {
     "serve": cmd_serve,
     "codec-server": cmd_codec_server,
     "tenant": cmd_tenant,
+    "gc": cmd_gc,
 }
 
 

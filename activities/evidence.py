@@ -1,18 +1,20 @@
-"""The `evidence` step: a signed envelope binding what a job did, written once per terminal job."""
+"""The `evidence` step: a signed envelope binding what a job did, written once per run (create-only)."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 from temporalio import activity
 
 from activities.lease import typed_failures
+from activities.runs import marked_run
 from docjobs.errors import DocJobError
 from docjobs.evidence import Evidence, sign_evidence, tool_versions
 from docjobs.models import BlobRef, EvidenceInput, EvidenceOutput
 from docjobs.signing import SignerConfig
-from docjobs.storage import BlobStore, evidence_key, sha256_file, staging_key
+from docjobs.storage import BlobStore, RunScope, evidence_key, sha256_file, staging_key
 
 
 class EvidenceActivities:
@@ -24,8 +26,10 @@ class EvidenceActivities:
     @activity.defn(name="evidence")
     def evidence(self, request: EvidenceInput) -> EvidenceOutput:
         with typed_failures("evidence") as attempt:
+            run = marked_run(self._store)
             evidence = Evidence(
                 job_id=request.job_id,
+                run_id=run.run_id,
                 tenant=request.tenant,
                 document_class=request.policy.name,
                 policy=request.policy.model_dump(mode="json"),
@@ -45,19 +49,22 @@ class EvidenceActivities:
             with tempfile.TemporaryDirectory(dir=self._workdir, prefix="evidence-") as tmp:
                 path = Path(tmp) / "evidence.json"
                 path.write_bytes(envelope)
-                staged = self._store.put_file(staging_key(request.job_id, "evidence", attempt, ".json"), path)
-            final = evidence_key(request.job_id)
+                staged = self._store.put_file(staging_key(run, "evidence", attempt, ".json"), path)
+            final = evidence_key(run)
             try:
                 ref, _ = self._store.promote(staged, final)
             except DocJobError as error:
                 if error.code != "publish.conflict":
                     raise
-                ref = self._existing(final)  # an earlier attempt already wrote it: the first envelope stands
+                ref = self._existing(final, run)  # an earlier attempt of this run wrote it: the first envelope stands
         return EvidenceOutput(evidence=ref)
 
-    def _existing(self, key: str) -> BlobRef:
+    def _existing(self, key: str, run: RunScope) -> BlobRef:
+        """The envelope already at the run's key, if it is this run's (the key says so; the payload must agree)."""
         with tempfile.TemporaryDirectory(dir=self._workdir, prefix="evidence-") as tmp:
             path = Path(tmp) / "existing.json"
             with self._store.open(key) as blob:
                 path.write_bytes(blob.read())
+            if json.loads(path.read_bytes()).get("payload", {}).get("run_id") != run.run_id:
+                raise DocJobError("publish.conflict")
             return BlobRef(key=key, sha256=sha256_file(path), size=path.stat().st_size)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
+from activities.runs import put_staged
 from docjobs.models import OcrInput, OcrOutput
 from docjobs.stage_work import OcrDone, OcrWork
-from docjobs.storage import staging_key
 
 
 class OcrActivities(IsolatedStages):
@@ -32,6 +32,6 @@ class OcrActivities(IsolatedStages):
                 tag=request.job_id,
             )
             done = self._isolated(attempt, work, OcrDone, request.cpu)
-            text = self._store.put_file(staging_key(request.job_id, "ocr-text", attempt.number, ".json"), text_file)
-            staged = self._store.put_file(staging_key(request.job_id, "ocr", attempt.number), output)
+            text = put_staged(self._store, "ocr-text", attempt.number, text_file, ".json")
+            staged = put_staged(self._store, "ocr", attempt.number, output)
         return OcrOutput(staged=staged, text=text, pages_ocred=done.pages_ocred, attempt=attempt.number)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
+from activities.runs import put_staged
 from docjobs.models import RedactInput, RedactOutput
 from docjobs.stage_work import RedactDone, RedactWork
-from docjobs.storage import staging_key
 
 
 class RedactActivities(IsolatedStages):
@@ -35,7 +35,6 @@ class RedactActivities(IsolatedStages):
             done = self._isolated(attempt, work, RedactDone, request.cpu)
             text = None
             if text_file is not None:
-                text_key = staging_key(request.job_id, "redact-text", attempt.number, ".json")
-                text = self._store.put_file(text_key, text_file)
-            staged = self._store.put_file(staging_key(request.job_id, "redact", attempt.number), output)
+                text = put_staged(self._store, "redact-text", attempt.number, text_file, ".json")
+            staged = put_staged(self._store, "redact", attempt.number, output)
         return RedactOutput(staged=staged, text=text, summary=done.summary, attempt=attempt.number)

@@ -7,11 +7,12 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
+from activities.runs import put_staged
 from docjobs.models import SignInput, SignOutput, VerifyInput, VerifyOutput
 from docjobs.sandbox import ChildPool
 from docjobs.signing import SignerConfig
 from docjobs.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
-from docjobs.storage import BlobStore, staging_key
+from docjobs.storage import BlobStore
 
 
 class ReleaseActivities(IsolatedStages):
@@ -37,7 +38,7 @@ class ReleaseActivities(IsolatedStages):
                 allow_signed_input=request.sign.allow_signed_input,
             )
             done = self._isolated(attempt, work, SignDone, request.cpu)
-            staged = self._store.put_file(staging_key(request.job_id, "sign", attempt.number), signed)
+            staged = put_staged(self._store, "sign", attempt.number, signed)
         return SignOutput(
             staged=staged,
             level=done.level,

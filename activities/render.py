@@ -5,9 +5,9 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
+from activities.runs import put_staged
 from docjobs.models import RenderInput, RenderOutput
 from docjobs.stage_work import RenderDone, RenderWork
-from docjobs.storage import staging_key
 
 
 class RenderActivities(IsolatedStages):
@@ -27,7 +27,7 @@ class RenderActivities(IsolatedStages):
                 limits=request.limits,
             )
             done = self._isolated(attempt, work, RenderDone, request.cpu)
-            staged = self._store.put_file(staging_key(request.job_id, "render", attempt.number), output)
+            staged = put_staged(self._store, "render", attempt.number, output)
         return RenderOutput(
             staged=staged,
             page_count=done.page_count,

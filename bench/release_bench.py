@@ -31,7 +31,16 @@ from moto.server import ThreadedMotoServer
 from docjobs.s3store import open_blob_store
 from docjobs.samples import make_sample_pdf
 from docjobs.signing import ensure_dev_signer, sign_pdf, verify_pdf
-from docjobs.storage import BlobStore, artifact_key, evidence_key, job_prefix, source_key, staging_key
+from docjobs.storage import (
+    BlobStore,
+    RunScope,
+    artifact_key,
+    evidence_key,
+    mark_run,
+    source_key,
+    staging_key,
+    staging_prefix,
+)
 
 
 def median_ms(runs: int, action: Callable[[], object]) -> float:
@@ -45,18 +54,19 @@ def median_ms(runs: int, action: Callable[[], object]) -> float:
 
 
 def job_round_trips(store: BlobStore, document: Path, workdir: Path) -> None:
-    job_id = f"bench/{uuid.uuid4().hex}"
+    run = RunScope(namespace="bench", workflow_id=f"bench/{uuid.uuid4().hex}", run_id=str(uuid.uuid4()))
+    mark_run(store, run)
     source = store.put_file(source_key(uuid.uuid4().hex), document)
     store.fetch(source, workdir / "a.pdf", mismatch_code="source.digest_mismatch")
-    rendered = store.put_file(staging_key(job_id, "render", 1), workdir / "a.pdf")
+    rendered = store.put_file(staging_key(run, "render", 1), workdir / "a.pdf")
     store.fetch(rendered, workdir / "b.pdf", mismatch_code="artifact.digest_mismatch")
-    signed = store.put_file(staging_key(job_id, "sign", 1), workdir / "b.pdf")
+    signed = store.put_file(staging_key(run, "sign", 1), workdir / "b.pdf")
     store.fetch(source, workdir / "c.pdf", mismatch_code="source.digest_mismatch")
     store.fetch(signed, workdir / "d.pdf", mismatch_code="artifact.digest_mismatch")
     store.verify(source, mismatch_code="source.digest_mismatch")
-    store.promote(signed, artifact_key(job_id))
-    store.promote(store.put_file(staging_key(job_id, "evidence", 1, ".json"), workdir / "d.pdf"), evidence_key(job_id))
-    store.delete_prefix(f"{job_prefix(job_id)}/staging")
+    store.promote(signed, artifact_key(run))
+    store.promote(store.put_file(staging_key(run, "evidence", 1, ".json"), workdir / "d.pdf"), evidence_key(run))
+    store.delete_prefix(staging_prefix(run))
 
 
 def job_of(store: BlobStore, document: Path, workdir: Path) -> Callable[[], None]:

@@ -40,7 +40,7 @@ from docjobs.devserver import ensure_dev_server
 from docjobs.errors import DocJobError
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord, canonical_bytes
 from docjobs.states import JobState, Stage, parse_state
-from docjobs.storage import artifact_key, sha256_file, source_key, text_key
+from docjobs.storage import TEXT_BLOB, beside, sha256_file, source_key
 from docjobs.timeline import narrate
 
 if TYPE_CHECKING:
@@ -327,13 +327,18 @@ class JobClient:
         status = await self.status(job_id)
         if not status.evidence_key:
             raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
+        run_id = (await self.handle(job_id).describe()).run_id
         signer = SignerConfig.from_env(self.settings.data_dir)
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             envelope = self._copy_blob(status.evidence_key, folder / "evidence.json").read_bytes()
             source = self._copy_blob(source_key(status.input_sha256), folder / "source")
-            artifact = self._copy_blob(artifact_key(job_id), folder / "artifact.pdf") if status.output_sha256 else None
-            text = self._copy_blob(text_key(job_id), folder / "text.json") if status.ocr_text_sha256 else None
+            artifact = None
+            if status.output_sha256 and status.artifact_key:
+                artifact = self._copy_blob(status.artifact_key, folder / "artifact.pdf")
+            text = None
+            if status.ocr_text_sha256:  # beside the evidence, in the run's folder (or an older job's)
+                text = self._copy_blob(beside(status.evidence_key, TEXT_BLOB), folder / TEXT_BLOB)
             summary = None
             if status.redaction is not None:  # the summary the job reports must be the one the evidence binds
                 (summary := folder / "redaction.json").write_bytes(canonical_bytes(status.redaction))
@@ -341,6 +346,8 @@ class JobClient:
                 verify_evidence,
                 envelope,
                 signer,
+                job_id=job_id,
+                run_id=run_id,
                 artifact=artifact,
                 source=source,
                 ocr_text=text,

@@ -57,6 +57,7 @@ class Evidence(Frozen):
     """What a job did; digests only, never document content."""
 
     job_id: str
+    run_id: str | None = None  # the workflow run that wrote it (None: an envelope from before run folders)
     tenant: str
     document_class: str
     policy: dict[str, Any]
@@ -82,7 +83,7 @@ class Evidence(Frozen):
 class EvidenceCheck(Frozen):
     """The outcome of `verify_evidence`: which bindings broke (empty when all hold)."""
 
-    broken: list[str]  # "envelope", "signature", "payload", then DIGEST_FIELDS, in that order
+    broken: list[str]  # "envelope", "signature", "payload", "run", then DIGEST_FIELDS, in that order
     evidence: Evidence | None = None  # the payload, when it could be read
     signer_subject: str | None = None
     problem: str | None = None  # why the signature check failed (safe, generic text)
@@ -133,6 +134,8 @@ def verify_evidence(
     envelope: bytes,
     config: SignerConfig,
     *,
+    job_id: str | None = None,
+    run_id: str | None = None,
     artifact: Path | None = None,
     ocr_text: Path | None = None,
     source: Path | None = None,
@@ -141,8 +144,10 @@ def verify_evidence(
     """Check the envelope's signature and every digest for which a file is given.
 
     "signature" breaks when the certificate does not chain to a configured trust root (offline, at the
-    current time) or the signature does not verify over the re-canonicalized payload; a digest field
-    breaks when its file's SHA-256 differs or the evidence does not record that digest at all.
+    current time) or the signature does not verify over the re-canonicalized payload; "run" when the
+    evidence names another job than `job_id` or another run than `run_id` (an envelope from before run folders
+    names none); a digest field breaks when its file's SHA-256 differs or the evidence does not record that
+    digest at all.
     """
     try:
         parsed = json.loads(envelope, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
@@ -168,6 +173,12 @@ def verify_evidence(
     except ValidationError:
         evidence = None
         broken.append("payload")
+    if (job_id is not None or run_id is not None) and (
+        evidence is None
+        or (job_id is not None and evidence.job_id != job_id)
+        or (run_id is not None and evidence.run_id not in (None, run_id))
+    ):
+        broken.append("run")
     files = {
         "input_sha256": source,
         "output_sha256": artifact,

@@ -42,7 +42,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from docjobs.errors import DocJobError
 from docjobs.models import BlobRef
-from docjobs.storage import CHUNK, BlobStore, FileBlobStore
+from docjobs.storage import CHUNK, BlobStore, FileBlobStore, StoredBlob
 
 SSE_MODES = ("AES256", "aws:kms", "aws:kms:dsse")
 DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
@@ -332,15 +332,44 @@ class S3BlobStore:
             raise _storage_error(error, "HeadObject") from None
         return bool(etag) and str(head.get("ETag", "")).strip('"') == etag.strip('"')
 
+    def _pages(self, prefix: str) -> Iterator[Any]:
+        """ListObjectsV2 pages of the folder `prefix` (not objects that merely share its leading characters)."""
+        return cast(
+            Iterator[Any],
+            self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._object_key(prefix) + "/", PaginationConfig={"PageSize": LIST_PAGE}
+            ),
+        )
+
+    def list_blobs(self, prefix: str) -> Iterator[StoredBlob]:
+        start = len(self.prefix) + 1 if self.prefix else 0
+        try:
+            for page in self._pages(prefix):
+                for item in page.get("Contents", []):
+                    yield StoredBlob(item["Key"][start:], int(item["Size"]), item["LastModified"])
+        except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
+            raise _storage_error(error, "ListObjectsV2") from None
+
+    def stat(self, key: str) -> StoredBlob | None:
+        try:
+            head = self._client.head_object(Bucket=self.bucket, Key=self._object_key(key))
+        except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
+            if _is_missing(error):
+                return None
+            raise _storage_error(error, "HeadObject") from None
+        return StoredBlob(key, int(head["ContentLength"]), head["LastModified"])
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=self._object_key(key))
+        except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
+            raise _storage_error(error, "DeleteObject") from None
+
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object in the folder `prefix` (not objects that merely share its leading characters)."""
-        folder = self._object_key(prefix) + "/"
         removed = 0
         try:
-            pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=folder, PaginationConfig={"PageSize": LIST_PAGE}
-            )
-            for page in pages:
+            for page in self._pages(prefix):
                 keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
                 for start in range(0, len(keys), DELETE_BATCH):
                     batch = keys[start : start + DELETE_BATCH]

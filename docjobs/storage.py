@@ -1,9 +1,13 @@
 """Blob storage, addressed by key and bound by sha256.
 
 Layout: inputs are content-addressed (`sources/<sha256>`); each job has a folder named from its ID's
-digest, where every attempt writes to its own staging key and only a conditional promotion makes the
-final `artifact.pdf`. Promotion is create-only: the first artifact wins, the same digest again is a no-op,
-a different digest is a conflict. Readers only ever see complete files (write-then-rename, hard links).
+digest, and each run of the job's workflow a folder of its own in it (`jobs/<digest>/runs/<run ID>`), so an
+ID reused after its run is gone starts clean. There every attempt writes to its own staging key and only a
+conditional promotion makes the final `artifact.pdf`. Promotion is create-only: the first artifact wins, the
+same digest again is a no-op, a different digest is a conflict. Readers only ever see complete files
+(write-then-rename, hard links). A run's first blob is its marker (`run.json`: namespace, workflow and run
+ID), which lets the retention sweep (docjobs/retention.py) ask Temporal whether the run still exists.
+Jobs that ended before runs had folders keep their files in the job folder; their statuses name those keys.
 """
 
 from __future__ import annotations
@@ -14,11 +18,15 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from pydantic import field_validator
+
 from docjobs.errors import DocJobError
-from docjobs.models import BlobRef
+from docjobs.models import BlobRef, Frozen
 
 CHUNK = 1024 * 1024
 
@@ -60,23 +68,81 @@ def job_prefix(job_id: str) -> str:
     return f"jobs/{hashlib.sha256(job_id.encode()).hexdigest()[:32]}"
 
 
-def staging_key(job_id: str, stage: str, attempt: int, suffix: str = ".pdf") -> str:
+RUNS_FOLDER = "runs"
+RUN_MARKER = "run.json"
+TEXT_BLOB = "text.json"
+
+
+class RunScope(Frozen):
+    """One run of a job's workflow, as Temporal names it to the activity (never as a caller does)."""
+
+    namespace: str
+    workflow_id: str
+    run_id: str
+
+    @field_validator("run_id")
+    @classmethod
+    def _canonical_uuid(cls, value: str) -> str:
+        if str(uuid.UUID(value)) != value:  # Temporal's run IDs are UUIDs: nothing else becomes a path
+            raise ValueError("a run ID is a UUID in canonical form")
+        return value
+
+    @property
+    def prefix(self) -> str:
+        return f"{job_prefix(self.workflow_id)}/{RUNS_FOLDER}/{self.run_id}"
+
+
+def run_marker_key(run: RunScope) -> str:
+    return f"{run.prefix}/{RUN_MARKER}"
+
+
+def staging_prefix(run: RunScope) -> str:
+    return f"{run.prefix}/staging"
+
+
+def staging_key(run: RunScope, stage: str, attempt: int, suffix: str = ".pdf") -> str:
     """Unique per attempt (and per worker run of an attempt), so attempts never overwrite each other."""
-    return f"{job_prefix(job_id)}/staging/{stage}-a{attempt}-{uuid.uuid4().hex[:12]}{suffix}"
+    return f"{staging_prefix(run)}/{stage}-a{attempt}-{uuid.uuid4().hex[:12]}{suffix}"
 
 
-def artifact_key(job_id: str) -> str:
-    return f"{job_prefix(job_id)}/artifact.pdf"
+def artifact_key(run: RunScope) -> str:
+    return f"{run.prefix}/artifact.pdf"
 
 
-def evidence_key(job_id: str) -> str:
-    """The signed evidence envelope of the job's terminal state."""
-    return f"{job_prefix(job_id)}/evidence.json"
+def evidence_key(run: RunScope) -> str:
+    """The signed evidence envelope of the run's terminal state."""
+    return f"{run.prefix}/evidence.json"
 
 
-def text_key(job_id: str) -> str:
+def text_key(run: RunScope) -> str:
     """The searchable text of every page (OCR), beside the artifact."""
-    return f"{job_prefix(job_id)}/text.json"
+    return f"{run.prefix}/{TEXT_BLOB}"
+
+
+def beside(key: str, name: str) -> str:
+    """The key of `name` in the folder of `key` (a run's text beside its evidence, in either layout)."""
+    return f"{key.rpartition('/')[0]}/{name}"
+
+
+def mark_run(store: BlobStore, run: RunScope) -> None:
+    """Write the run's marker unless it is there: before the run's first blob, so the sweep can name every run
+    folder. Rewriting it is harmless (same identity, same bytes)."""
+    key = run_marker_key(run)
+    if store.exists(key):
+        return
+    with tempfile.TemporaryDirectory(prefix="docjobs-run-") as tmp:
+        path = Path(tmp) / RUN_MARKER
+        path.write_text(run.model_dump_json())
+        store.put_file(key, path)
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    """A blob as a listing sees it: for the retention sweep's accounting and its grace period."""
+
+    key: str
+    size: int
+    modified: datetime
 
 
 class BlobStore(Protocol):
@@ -95,6 +161,18 @@ class BlobStore(Protocol):
         ...
 
     def delete_prefix(self, prefix: str) -> int: ...
+
+    def delete(self, key: str) -> None:
+        """Delete one blob (nothing happens if it is not there)."""
+        ...
+
+    def list_blobs(self, prefix: str) -> Iterator[StoredBlob]:
+        """Every blob in the folder `prefix` (and its subfolders), in no particular order."""
+        ...
+
+    def stat(self, key: str) -> StoredBlob | None:
+        """The blob's size and last write time, or None if there is none."""
+        ...
 
     def exists(self, key: str) -> bool: ...
 
@@ -173,6 +251,25 @@ class FileBlobStore:
         count = sum(1 for item in folder.rglob("*") if item.is_file())
         shutil.rmtree(folder)
         return count
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def list_blobs(self, prefix: str) -> Iterator[StoredBlob]:
+        root = self.root.resolve()
+        for item in self._path(prefix).rglob("*"):
+            if blob := self.stat(item.relative_to(root).as_posix()):
+                yield blob
+
+    def stat(self, key: str) -> StoredBlob | None:
+        path = self._path(key)
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            return None  # or removed meanwhile
+        if not path.is_file():
+            return None
+        return StoredBlob(key, info.st_size, datetime.fromtimestamp(info.st_mtime, UTC))
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import worker
 from activities.render import RenderActivities
+from activities.runs import put_staged
 from docjobs.models import RenderInput, RenderOutput
 from docjobs.sandbox import ChildPool
-from docjobs.storage import staging_key
 
 
 class PageDroppingRender(RenderActivities):
@@ -40,7 +40,7 @@ class PageDroppingRender(RenderActivities):
             with pikepdf.open(whole) as pdf:
                 del pdf.pages[-1]
                 pdf.save(short)
-            staged = self._store.put_file(staging_key(request.job_id, "render-faulty", rendered.attempt), short)
+            staged = put_staged(self._store, "render-faulty", rendered.attempt, short)
         return rendered.model_copy(update={"staged": staged})
 
 

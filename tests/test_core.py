@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from docjobs.errors import DocJobError
 from docjobs.models import JobStatus, TransitionRecord, WatermarkMode
 from docjobs.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
 from docjobs.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
-from docjobs.storage import FileBlobStore, artifact_key, staging_key
+from docjobs.storage import FileBlobStore, RunScope, artifact_key, staging_key
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -152,17 +153,18 @@ def test_promotion_is_create_only(tmp_path: Path) -> None:
     first, second = tmp_path / "a.pdf", tmp_path / "b.pdf"
     first.write_bytes(b"%PDF-first")
     second.write_bytes(b"%PDF-second")
-    winner = store.put_file(staging_key("t/k", "render", 1), first)
-    same = store.put_file(staging_key("t/k", "render", 2), first)
-    loser = store.put_file(staging_key("t/k", "render", 3), second)
+    run = RunScope(namespace="default", workflow_id="t/k", run_id=str(uuid.uuid4()))
+    winner = store.put_file(staging_key(run, "render", 1), first)
+    same = store.put_file(staging_key(run, "render", 2), first)
+    loser = store.put_file(staging_key(run, "render", 3), second)
     assert winner.key != same.key
-    final, created = store.promote(winner, artifact_key("t/k"))
+    final, created = store.promote(winner, artifact_key(run))
     assert created and final.sha256 == winner.sha256
-    assert store.promote(same, artifact_key("t/k")) == (final, False)  # same digest: a no-op
+    assert store.promote(same, artifact_key(run)) == (final, False)  # same digest: a no-op
     with pytest.raises(DocJobError) as conflict:
-        store.promote(loser, artifact_key("t/k"))
+        store.promote(loser, artifact_key(run))
     assert conflict.value.code == "publish.conflict"
-    with store.open(artifact_key("t/k")) as handle:
+    with store.open(artifact_key(run)) as handle:
         assert handle.read() == b"%PDF-first"
 
 

@@ -13,7 +13,7 @@ from docjobs.config import PolicyBook
 from docjobs.models import Policy
 from docjobs.samples import make_encrypted_pdf, make_garbage, make_sample_pdf, page_word, truncate_pdf
 from docjobs.states import JobState
-from docjobs.storage import job_prefix, source_key
+from docjobs.storage import RUNS_FOLDER, job_prefix, source_key
 from tests.conftest import Env, StartWorker, run_starter, wait_for_pages, wait_terminal, with_watermark
 
 
@@ -32,8 +32,11 @@ def pdftotext(path: Path, page: int) -> str:
 
 
 def job_files(env: Env, job_id: str) -> list[str]:
-    folder = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / job_prefix(job_id)
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+    """The files of the job's one run folder (a job ID's runs each have their own)."""
+    runs = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / job_prefix(job_id) / RUNS_FOLDER
+    folders = list(runs.iterdir()) if runs.exists() else []
+    assert len(folders) <= 1, folders
+    return sorted(str(p.relative_to(folders[0])) for p in folders[0].rglob("*") if p.is_file()) if folders else []
 
 
 async def fetched(jobs: JobClient, job_id: str, tmp_path: Path) -> Path:
@@ -66,7 +69,8 @@ async def test_structure_mode_keeps_the_document_and_stamps_every_page(
         assert "DOCJOBS-STRUCT" in text and page_word(number) in text
     with pikepdf.open(out) as pdf:
         assert any(annot.get("/Subtype") == "/Link" for annot in pdf.pages[0].get("/Annots", []))
-    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json"]  # staged attempts are cleaned up
+    # staged attempts are cleaned up
+    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json", "run.json"]
 
 
 async def test_raster_mode_rebuilds_pages_with_the_same_geometry(
@@ -149,7 +153,7 @@ async def test_deadline_cancels_the_job_and_cleans_up(
     submitted = await jobs.submit(samples / "long.pdf", slow_policy(policies), key="deadline", deadline_seconds=3)
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "deadline_exceeded"), status
-    assert job_files(env, submitted.job_id) == ["evidence.json"]  # no artifact, no staging leftovers
+    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # no artifact, no staging leftovers
 
 
 async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, policies: PolicyBook, samples: Path) -> None:
@@ -159,7 +163,7 @@ async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, policies:
     assert (code, payload.get("cancel_requested")) == (0, True)
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "requested"), status
-    assert job_files(env, submitted.job_id) == ["evidence.json"]  # only the signed record of the outcome
+    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # only the signed record of the outcome
 
 
 async def test_killed_worker_loses_its_lease_and_another_finishes(
@@ -180,7 +184,8 @@ async def test_killed_worker_loses_its_lease_and_another_finishes(
         "attempt 1 of render stopped renewing its lease; attempt 2 of render started" in line for line in story
     ), story
     assert story[-1].startswith("succeeded; artifact released")
-    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json"]  # exactly one artifact, no leftovers
+    # exactly one artifact, no leftovers
+    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json", "run.json"]
 
 
 async def test_changed_source_after_acceptance_is_quarantined(

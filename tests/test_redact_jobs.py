@@ -16,7 +16,7 @@ from docjobs.config import PolicyBook
 from docjobs.models import JobStatus
 from docjobs.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
 from docjobs.states import JobState
-from docjobs.storage import text_key
+from docjobs.storage import TEXT_BLOB, beside
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
 from tests.test_jobs import job_files
 
@@ -119,7 +119,7 @@ async def test_box_only_redactor_is_caught_by_the_gate(
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "redaction.leak"), status
     assert status.output_sha256 is None and status.attempts["redact"] == 1  # deterministic: not retried
-    assert job_files(env, submitted.job_id) == ["evidence.json"]  # nothing released, nothing staged left
+    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # nothing released, nothing staged left
     assert SSN not in (status.failure_message or "") and EMAIL not in (status.failure_message or "")
 
 
@@ -172,7 +172,7 @@ async def test_scan_is_redacted_after_ocr_and_burned_into_the_image(
     out = tmp_path / "out.pdf"
     await jobs.fetch(status.job_id, out)
     assert_nothing_left(out, FIXTURES["scanned"].values)
-    text_blob = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / text_key(status.job_id)
+    text_blob = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / beside(str(status.artifact_key), TEXT_BLOB)
     assert SSN not in text_blob.read_text() and "Patient" in text_blob.read_text()  # rebuilt from the redacted file
     # The pixels themselves: OCR the released page again, independently.
     subprocess.run(["pdftoppm", "-r", "300", "-png", "-singlefile", str(out), str(tmp_path / "page")], check=True)

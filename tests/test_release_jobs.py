@@ -11,7 +11,6 @@ from docjobs.config import PolicyBook
 from docjobs.models import Policy
 from docjobs.signing import cert_pem, ensure_dev_signer, issue_signer, key_pem, make_ca
 from docjobs.states import JobState
-from docjobs.storage import artifact_key
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
 from tests.test_jobs import job_files
 
@@ -72,7 +71,7 @@ async def test_untrusted_signer_is_quarantined(
     submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="release-untrusted")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "signature.untrusted"), status
-    assert job_files(env, submitted.job_id) == ["evidence.json"]  # nothing released, nothing staged left
+    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # nothing released, nothing staged left
 
 
 async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
@@ -85,7 +84,7 @@ async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "fidelity.page_count"), status
     assert status.output_sha256 is None
-    assert job_files(env, submitted.job_id) == ["evidence.json"]  # only the signed record of the outcome
+    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # only the signed record of the outcome
     assert status.failure_message == "the output does not have the input's page count"
 
 
@@ -116,7 +115,7 @@ async def test_evidence_is_signed_and_names_the_broken_binding(
     broken = result["broken"]
     assert code == 1 and isinstance(broken, list) and "signature" in broken
 
-    stored = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / artifact_key(submitted.job_id)
+    stored = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / str(status.artifact_key)
     flipped = bytearray(stored.read_bytes())
     flipped[200] ^= 0x01  # inside the first revision: covered by the signature
     stored.write_bytes(bytes(flipped))

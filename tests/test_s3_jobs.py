@@ -41,8 +41,10 @@ async def test_job_on_s3_publishes_once_and_leaves_no_staging(
 
     listing = boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/")
     keys = sorted(item["Key"].removeprefix(f"{prefix}/") for item in listing["Contents"])
-    folder = job_prefix(submitted.job_id)
-    assert keys == [f"{folder}/artifact.pdf", f"{folder}/evidence.json", f"sources/{status.input_sha256}"]
+    run_id = (await jobs.handle(submitted.job_id).describe()).run_id
+    folder = f"{job_prefix(submitted.job_id)}/runs/{run_id}"  # the run's own folder, named by Temporal's run ID
+    expected = [f"{folder}/{name}" for name in ("artifact.pdf", "evidence.json", "run.json")]
+    assert keys == [*expected, f"sources/{status.input_sha256}"]
 
     out = tmp_path / "from-s3.pdf"
     await on_s3.fetch(submitted.job_id, out)

@@ -24,8 +24,23 @@ from botocore.exceptions import ClientError, IncompleteReadError  # type: ignore
 from docjobs import s3store
 from docjobs.errors import DocJobError, Outcome
 from docjobs.models import BlobRef
+from docjobs.retention import read_marker, run_folders
 from docjobs.s3store import S3BlobStore, open_blob_store
-from docjobs.storage import BlobStore, FileBlobStore, artifact_key, job_prefix, staging_key, verified_chunks
+from docjobs.storage import (
+    TEXT_BLOB,
+    BlobStore,
+    FileBlobStore,
+    RunScope,
+    artifact_key,
+    beside,
+    evidence_key,
+    mark_run,
+    run_marker_key,
+    staging_key,
+    staging_prefix,
+    text_key,
+    verified_chunks,
+)
 from tests.conftest import BUCKET, REGION, aws_environment, free_port
 
 MB = 1024 * 1024
@@ -65,6 +80,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=data, Metadata=head["Metadata"])
 
     return Backend("s3", open_blob_store(f"s3://{BUCKET}/{prefix}"), tamper_s3)
+
+
+def run_of(job_id: str) -> RunScope:
+    """A run of `job_id` as Temporal would name it to an activity."""
+    return RunScope(namespace="default", workflow_id=job_id, run_id=str(uuid.uuid4()))
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -113,8 +133,9 @@ def test_missing_blob_is_source_missing(backend: Backend, tmp_path: Path) -> Non
     )
     raises_code("source.missing", lambda: backend.store.verify(ghost, mismatch_code="source.digest_mismatch"))
     assert not (tmp_path / "x").exists()
-    raises_code("source.missing", lambda: backend.store.promote(ghost, artifact_key("t/ghost")))
-    assert not backend.store.exists(artifact_key("t/ghost"))
+    final_key = artifact_key(run_of("t/ghost"))
+    raises_code("source.missing", lambda: backend.store.promote(ghost, final_key))
+    assert not backend.store.exists(final_key)
 
 
 def test_tampered_blob_is_detected(backend: Backend, tmp_path: Path) -> None:
@@ -128,8 +149,9 @@ def test_tampered_blob_is_detected(backend: Backend, tmp_path: Path) -> None:
     raises_code("source.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code="source.digest_mismatch"))
     raises_code("artifact.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code="artifact.digest_mismatch"))
     # a tampered staged artifact is never published
-    raises_code("artifact.digest_mismatch", lambda: backend.store.promote(ref, artifact_key("t/tampered")))
-    assert not backend.store.exists(artifact_key("t/tampered"))
+    final_key = artifact_key(run_of("t/tampered"))
+    raises_code("artifact.digest_mismatch", lambda: backend.store.promote(ref, final_key))
+    assert not backend.store.exists(final_key)
 
 
 def test_a_stream_holds_back_its_last_chunk_until_the_digest_is_known(backend: Backend, tmp_path: Path) -> None:
@@ -148,18 +170,19 @@ def test_a_stream_holds_back_its_last_chunk_until_the_digest_is_known(backend: B
 def test_promotion_is_create_only(backend: Backend, tmp_path: Path) -> None:
     store = backend.store
     first, second = write(tmp_path / "a.pdf", b"%PDF-first"), write(tmp_path / "b.pdf", b"%PDF-second")
-    winner = store.put_file(staging_key("t/k", "render", 1), first)
-    same = store.put_file(staging_key("t/k", "render", 2), first)
-    loser = store.put_file(staging_key("t/k", "render", 3), second)
-    final, created = store.promote(winner, artifact_key("t/k"))
-    assert created and final == BlobRef(key=artifact_key("t/k"), sha256=winner.sha256, size=winner.size)
-    assert store.promote(winner, artifact_key("t/k")) == (final, False)  # a retried publish: a no-op
-    assert store.promote(same, artifact_key("t/k")) == (final, False)  # same digest: a no-op
-    raises_code("publish.conflict", lambda: store.promote(loser, artifact_key("t/k")))
-    assert read_blob(store, artifact_key("t/k")) == b"%PDF-first"
+    run = run_of("t/k")
+    winner = store.put_file(staging_key(run, "render", 1), first)
+    same = store.put_file(staging_key(run, "render", 2), first)
+    loser = store.put_file(staging_key(run, "render", 3), second)
+    final, created = store.promote(winner, artifact_key(run))
+    assert created and final == BlobRef(key=artifact_key(run), sha256=winner.sha256, size=winner.size)
+    assert store.promote(winner, artifact_key(run)) == (final, False)  # a retried publish: a no-op
+    assert store.promote(same, artifact_key(run)) == (final, False)  # same digest: a no-op
+    raises_code("publish.conflict", lambda: store.promote(loser, artifact_key(run)))
+    assert read_blob(store, artifact_key(run)) == b"%PDF-first"
     store.verify(final, mismatch_code="artifact.digest_mismatch")
     # the artifact does not depend on its staging blob
-    assert store.delete_prefix(f"{job_prefix('t/k')}/staging") == 3
+    assert store.delete_prefix(staging_prefix(run)) == 3
     store.verify(final, mismatch_code="artifact.digest_mismatch")
 
 
@@ -186,7 +209,7 @@ def race_promotions(store: BlobStore, staged: list[BlobRef], final_key: str) -> 
 def test_racing_promotions_have_exactly_one_winner(backend: Backend, tmp_path: Path) -> None:
     store = backend.store
     for round_ in range(8):
-        job = f"t/race-{round_}"
+        job = run_of(f"t/race-{round_}")
         contents = [f"%PDF-attempt-{n}-".encode() + os.urandom(200_000) for n in range(2)]
         staged = [
             store.put_file(staging_key(job, "render", n), write(tmp_path / f"r{round_}-{n}.pdf", contents[n]))
@@ -215,6 +238,64 @@ def test_delete_prefix_removes_only_that_folder(backend: Backend, tmp_path: Path
     assert [store.exists(key) for key in outside] == [True] * 4
     assert store.delete_prefix("jobs/j1/staging") == 0
     assert store.delete_prefix("jobs/none") == 0
+
+
+def test_each_run_of_a_job_id_has_its_own_folder(backend: Backend, tmp_path: Path) -> None:
+    """A job ID reused after its run is gone publishes into a new folder: no conflict, nothing of the old run."""
+    store = backend.store
+    old, new = run_of("t/reused"), run_of("t/reused")
+    job_digest = hashlib.sha256(b"t/reused").hexdigest()[:32]
+    assert (old.prefix, new.prefix) == (f"jobs/{job_digest}/runs/{old.run_id}", f"jobs/{job_digest}/runs/{new.run_id}")
+    for run in (old, new):
+        keys = [artifact_key(run), evidence_key(run), text_key(run), run_marker_key(run), staging_key(run, "ocr", 2)]
+        assert all(key.startswith(f"{run.prefix}/") for key in keys), keys
+    assert staging_key(old, "ocr", 2).startswith(f"{staging_prefix(old)}/ocr-a2-")
+    assert beside(evidence_key(old), TEXT_BLOB) == text_key(old)
+    assert beside(f"jobs/{job_digest}/evidence.json", TEXT_BLOB) == f"jobs/{job_digest}/text.json"  # older jobs
+    staged_keys = {}
+    for run, data in ((old, b"%PDF-old"), (new, b"%PDF-new")):
+        mark_run(store, run)
+        staged = store.put_file(staging_key(run, "render", 1), write(tmp_path / "staged.pdf", data))
+        assert store.promote(staged, artifact_key(run))[1]  # created: the old run's artifact is not in the way
+        staged_keys[run.run_id] = staged.key
+    assert read_blob(store, artifact_key(old)) == b"%PDF-old" and read_blob(store, artifact_key(new)) == b"%PDF-new"
+
+    folders = run_folders(store)
+    assert sorted(folders) == sorted([old.prefix, new.prefix])
+    for run in (old, new):
+        expected = {run_marker_key(run), artifact_key(run), staged_keys[run.run_id]}
+        assert {blob.key for blob in folders[run.prefix]} == expected
+    assert read_marker(store, old.prefix, folders[old.prefix]) == old
+    assert read_marker(store, new.prefix, folders[new.prefix]) == new
+    # A marker copied into another run's folder names a run whose keys are elsewhere: it is not believed.
+    with store.open(run_marker_key(old)) as marker:
+        store.put_file(run_marker_key(new), write(tmp_path / "copied.json", marker.read()))
+    assert read_marker(store, new.prefix, folders[new.prefix]) is None
+
+
+def test_run_ids_are_canonical_uuids() -> None:
+    good = str(uuid.uuid4())
+    assert RunScope(namespace="default", workflow_id="t/x", run_id=good).run_id == good
+    for bad in ("..", "../../sources", good.upper(), good.replace("-", ""), f"{good}/x", ""):
+        with pytest.raises(ValueError):
+            RunScope(namespace="default", workflow_id="t/x", run_id=bad)
+
+
+def test_listing_and_deleting_blobs(backend: Backend, tmp_path: Path) -> None:
+    store = backend.store
+    before = time.time()
+    sizes = {"jobs/l1/a.pdf": 10, "jobs/l1/sub/b.json": 0, "jobs/l1x/c.pdf": 3, "sources/l1": 7}
+    for key, size in sizes.items():
+        store.put_file(key, write(tmp_path / "blob", b"x" * size))
+    listed = list(store.list_blobs("jobs/l1"))
+    assert sorted((blob.key, blob.size) for blob in listed) == [("jobs/l1/a.pdf", 10), ("jobs/l1/sub/b.json", 0)]
+    assert all(before - 2 <= blob.modified.timestamp() <= time.time() + 2 for blob in listed)
+    assert list(store.list_blobs("jobs/none")) == []
+    assert store.stat("jobs/l1/a.pdf") in listed and store.stat("jobs/l1") is None and store.stat("jobs/no") is None
+    store.delete("jobs/l1/a.pdf")
+    store.delete("jobs/l1/a.pdf")  # already gone: nothing happens
+    assert not store.exists("jobs/l1/a.pdf") and store.exists("jobs/l1x/c.pdf")
+    assert [blob.key for blob in store.list_blobs("jobs/l1")] == ["jobs/l1/sub/b.json"]
 
 
 def test_keys_cannot_escape_the_store(backend: Backend, tmp_path: Path) -> None:
@@ -285,6 +366,9 @@ def test_s3_unreachable_is_storage_unavailable(s3: Any, monkeypatch: pytest.Monk
         lambda: store.exists("sources/u"),
         lambda: store.open("sources/u"),
         lambda: store.delete_prefix("sources"),
+        lambda: store.delete("sources/u"),
+        lambda: list(store.list_blobs("sources")),
+        lambda: store.stat("sources/u"),
     ]
     for call in calls:
         error = raises_code("storage.unavailable", call)

@@ -1,0 +1,140 @@
+"""The retention sweep: the blobs of runs Temporal no longer retains go; nothing of a live or retained run does.
+
+An idempotency key lasts as long as the namespace retains its job's closed run: after that the same job ID
+starts a new run, which writes into its own run folder (docjobs/storage.py). What the sweep deletes:
+
+- A run folder, when Temporal answers NOT_FOUND for that exact run (workflow ID and run ID from the folder's
+  marker): deleted, or past the namespace's retention. A running run, a retained closed run, a folder whose
+  marker is missing, names another namespace or does not match its folder, are kept; any other answer from
+  Temporal stops the sweep.
+- A source (content-addressed, shared by every job with the same bytes), when no run that visibility lists
+  (running or retained) names it in its start memo, and it was last stored more than `source_grace` before the
+  sweep began. The grace covers a job being accepted at that moment: its source is stored before its
+  workflow starts and before visibility shows it, and storing the same bytes again renews the time (which
+  is read again just before the deletion: what is left is the moment between that read and the deletion).
+
+Jobs that ended before runs had folders keep their files in the job's folder: the sweep leaves those alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel, ValidationError
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from docjobs.models import BlobRef
+from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob
+from workflows.document_job import WORKFLOW_TYPE
+
+SOURCE_GRACE = timedelta(hours=1)
+MARKER_MAX_BYTES = 64 * 1024
+
+
+class GcReport(BaseModel):
+    """What one sweep removed (or, in a dry run, would remove)."""
+
+    dry_run: bool
+    runs_removed: int = 0
+    runs_kept: int = 0
+    sources_removed: int = 0
+    blobs_removed: int = 0  # the removed runs' blobs and the removed sources
+    bytes_removed: int = 0
+
+    def count(self, blobs: list[StoredBlob]) -> None:
+        self.blobs_removed += len(blobs)
+        self.bytes_removed += sum(blob.size for blob in blobs)
+
+
+def run_folders(store: BlobStore) -> dict[str, list[StoredBlob]]:
+    """Every run folder (`jobs/<job digest>/runs/<run ID>`) and its blobs."""
+    folders: dict[str, list[StoredBlob]] = defaultdict(list)
+    for blob in store.list_blobs("jobs"):
+        parts = blob.key.split("/")
+        if len(parts) > 4 and parts[2] == RUNS_FOLDER:
+            folders["/".join(parts[:4])].append(blob)
+    return dict(folders)
+
+
+def read_marker(store: BlobStore, folder: str, blobs: list[StoredBlob]) -> RunScope | None:
+    """The run a folder belongs to, if its marker says so and the folder is the one that run's keys name."""
+    key = f"{folder}/{RUN_MARKER}"
+    if key not in {blob.key for blob in blobs}:
+        return None
+    with store.open(key) as marker:
+        data = marker.read(MARKER_MAX_BYTES + 1)
+    try:
+        run = RunScope.model_validate_json(data[:MARKER_MAX_BYTES])
+    except ValidationError:
+        return None
+    return run if run.prefix == folder else None
+
+
+async def run_is_gone(client: Client, run: RunScope) -> bool:
+    try:
+        await client.get_workflow_handle(run.workflow_id, run_id=run.run_id).describe()
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            return True
+        raise
+    return False
+
+
+async def referenced_sources(client: Client) -> set[str]:
+    """The source keys that runs Temporal still has (running or retained) were started with.
+
+    A memo this process cannot read stops the sweep: an unknown reference must not become a deletion.
+    """
+    keys: set[str] = set()
+    async for execution in client.list_workflows(f'WorkflowType = "{WORKFLOW_TYPE}"'):
+        request = await execution.memo_value("request")
+        keys.add(BlobRef.model_validate(request["source"]).key)
+    return keys
+
+
+async def collect_garbage(
+    client: Client, store: BlobStore, *, dry_run: bool = False, source_grace: timedelta = SOURCE_GRACE
+) -> GcReport:
+    """Delete the blobs of runs that are gone, then the sources nothing retained refers to (see the module)."""
+    began = datetime.now(UTC)
+    referenced = await referenced_sources(client)  # first: a source stored after it is within the grace
+    report = GcReport(dry_run=dry_run)
+    for folder, blobs in (await asyncio.to_thread(run_folders, store)).items():
+        run = await asyncio.to_thread(read_marker, store, folder, blobs)
+        if run is None or run.namespace != client.namespace or not await run_is_gone(client, run):
+            report.runs_kept += 1
+            continue
+        if not dry_run:
+            await asyncio.to_thread(_remove_run, store, folder, blobs)
+        report.runs_removed += 1
+        report.count(blobs)
+    cutoff = began - source_grace
+    for blob in await asyncio.to_thread(lambda: list(store.list_blobs("sources"))):
+        if blob.key in referenced or blob.modified > cutoff:
+            continue
+        if not dry_run and not await asyncio.to_thread(_remove_source, store, blob.key, cutoff):
+            continue
+        report.sources_removed += 1
+        report.count([blob])
+    return report
+
+
+def _remove_source(store: BlobStore, key: str, cutoff: datetime) -> bool:
+    """Delete the source unless it was stored again since it was listed (a job being accepted right now)."""
+    current = store.stat(key)
+    if current is None or current.modified > cutoff:
+        return False
+    store.delete(key)
+    return True
+
+
+def _remove_run(store: BlobStore, folder: str, blobs: list[StoredBlob]) -> None:
+    """The marker goes last: a sweep cut short leaves a folder the next sweep can still name."""
+    marker = f"{folder}/{RUN_MARKER}"
+    for blob in blobs:
+        if blob.key != marker:
+            store.delete(blob.key)
+    store.delete_prefix(folder)
