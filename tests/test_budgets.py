@@ -36,7 +36,7 @@ PEAK_MIB = 200  # a fresh interpreter with pikepdf is ~40 MiB; the unbounded par
 BOMB_MIB = 300  # decoded size of the Flate bombs: above the 256 MiB stream budget
 
 _ISOLATED = """
-import json, resource, sys
+import json, sys
 from pathlib import Path
 from docjobs.errors import DocJobError
 from docjobs.pdf.inspect import inspect_pdf
@@ -47,7 +47,9 @@ try:
     outcome = "ok"
 except DocJobError as error:
     outcome = error.code
-print(json.dumps({{"outcome": outcome, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}}))
+# VmHWM, not ru_maxrss: the latter counts the memory of the (large) test process that forked this one.
+peak = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:"))
+print(json.dumps({{"outcome": outcome, "peak_mib": peak // 1024}}))
 """
 
 
