@@ -48,7 +48,8 @@ try:
 except DocJobError as error:
     outcome = error.code
 # VmHWM, not ru_maxrss: the latter counts the memory of the (large) test process that forked this one.
-peak = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:"))
+status = Path("/proc/self/status").read_text().splitlines()
+peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
 print(json.dumps({{"outcome": outcome, "peak_mib": peak // 1024}}))
 """
 

@@ -6,16 +6,19 @@ from __future__ import annotations
 import pikepdf
 
 from docjobs.pdf import redact
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets
 from docjobs.pdf.redact_content import ContentRemoval
 from docjobs.pdf.regions import Rect
 from docjobs.stage_work import ENTRIES
 
 
-def remove_nothing(pdf: pikepdf.Pdf, page_number: int, regions: list[Rect]) -> ContentRemoval:
+def remove_nothing(
+    pdf: pikepdf.Pdf, page_number: int, regions: list[Rect], *, budgets: Budgets = DEFAULT_BUDGETS
+) -> ContentRemoval:
     return ContentRemoval(glyphs_removed=0, images_redacted=0)
 
 
-def keep_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect]) -> int:
+def keep_annotations(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect], budgets: Budgets) -> int:
     return 0
 
 
