@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from docjobs.codec import PayloadDecryptionError
 from docjobs.models import BlobRef
-from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob
+from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob, job_prefix
 from workflows.document_job import WORKFLOW_TYPE
 
 SOURCE_GRACE = timedelta(hours=1)
@@ -43,6 +45,7 @@ class GcReport(BaseModel):
     sources_removed: int = 0
     blobs_removed: int = 0  # the removed runs' blobs and the removed sources
     bytes_removed: int = 0
+    unreadable_runs: int = 0  # runs whose start memo this process cannot open: while any, no source is removed
 
     def count(self, blobs: list[StoredBlob]) -> None:
         self.blobs_removed += len(blobs)
@@ -83,16 +86,35 @@ async def run_is_gone(client: Client, run: RunScope) -> bool:
     return False
 
 
-async def referenced_sources(client: Client) -> set[str]:
-    """The source keys that runs Temporal still has (running or retained) were started with.
+@dataclass
+class References:
+    """The sources that runs Temporal still has (running or retained) were started with."""
 
-    A memo this process cannot read stops the sweep: an unknown reference must not become a deletion.
+    sources: set[str] = field(default_factory=set)
+    unreadable: int = 0  # runs with blobs in this store whose start memo this process cannot open
+
+
+async def referenced_sources(client: Client, store: BlobStore) -> References:
+    """The source of every listed run, from its start memo.
+
+    A memo sealed with a key this process lacks hides its source: if that run has blobs in this store, no
+    source may be deleted (an unknown reference must not become a deletion); a run with no folder here
+    keeps its files in another store. A start without a docjobs request memo (refused at once by the
+    workflow) refers to no source.
     """
-    keys: set[str] = set()
+    references = References()
     async for execution in client.list_workflows(f'WorkflowType = "{WORKFLOW_TYPE}"'):
-        request = await execution.memo_value("request")
-        keys.add(BlobRef.model_validate(request["source"]).key)
-    return keys
+        try:
+            request = await execution.memo_value("request", default=None)
+        except PayloadDecryptionError:
+            if await asyncio.to_thread(_has_blobs, store, f"{job_prefix(execution.id)}/{RUNS_FOLDER}"):
+                references.unreadable += 1
+            continue
+        try:
+            references.sources.add(BlobRef.model_validate(request["source"]).key)
+        except (TypeError, KeyError, ValidationError):
+            continue
+    return references
 
 
 async def collect_garbage(
@@ -100,8 +122,8 @@ async def collect_garbage(
 ) -> GcReport:
     """Delete the blobs of runs that are gone, then the sources nothing retained refers to (see the module)."""
     began = datetime.now(UTC)
-    referenced = await referenced_sources(client)  # first: a source stored after it is within the grace
-    report = GcReport(dry_run=dry_run)
+    referenced = await referenced_sources(client, store)  # first: a source stored after it is within the grace
+    report = GcReport(dry_run=dry_run, unreadable_runs=referenced.unreadable)
     for folder, blobs in (await asyncio.to_thread(run_folders, store)).items():
         run = await asyncio.to_thread(read_marker, store, folder, blobs)
         if run is None or run.namespace != client.namespace or not await run_is_gone(client, run):
@@ -111,15 +133,21 @@ async def collect_garbage(
             await asyncio.to_thread(_remove_run, store, folder, blobs)
         report.runs_removed += 1
         report.count(blobs)
+    if referenced.unreadable:
+        return report  # some run's source is unknown: keep every source
     cutoff = began - source_grace
     for blob in await asyncio.to_thread(lambda: list(store.list_blobs("sources"))):
-        if blob.key in referenced or blob.modified > cutoff:
+        if blob.key in referenced.sources or blob.modified > cutoff:
             continue
         if not dry_run and not await asyncio.to_thread(_remove_source, store, blob.key, cutoff):
             continue
         report.sources_removed += 1
         report.count([blob])
     return report
+
+
+def _has_blobs(store: BlobStore, prefix: str) -> bool:
+    return next(iter(store.list_blobs(prefix)), None) is not None
 
 
 def _remove_source(store: BlobStore, key: str, cutoff: datetime) -> bool:
