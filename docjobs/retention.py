@@ -106,7 +106,7 @@ async def referenced_sources(client: Client, store: BlobStore) -> References:
     async for execution in client.list_workflows(f'WorkflowType = "{WORKFLOW_TYPE}"'):
         try:
             request = await execution.memo_value("request", default=None)
-        except PayloadDecryptionError:
+        except (PayloadDecryptionError, KeyError):  # sealed with a key we lack, or sealed and we have no codec
             if await asyncio.to_thread(_has_blobs, store, f"{job_prefix(execution.id)}/{RUNS_FOLDER}"):
                 references.unreadable += 1
             continue

@@ -146,8 +146,8 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
     before = blobs_of(mine)
     gone = [blob for key, blob in before.items() if key.startswith(f"{old_folder}/")]
     old_source = before[source_key(first.input_sha256)]
-    code, dry, _ = run_starter(store_env, "gc", "--dry-run", "--source-grace", "0s")
-    assert code == 0 and (dry["dry_run"], dry["runs_removed"], dry["sources_removed"]) == (True, 1, 1), dry
+    code, dry, errors = run_starter(store_env, "gc", "--dry-run", "--source-grace", "0s")
+    assert code == 0 and (dry["dry_run"], dry["runs_removed"], dry["sources_removed"]) == (True, 1, 1), errors
     assert blobs_of(mine) == before  # a dry run only counts
 
     code, report, _ = run_starter(store_env, "gc", "--source-grace", "0s")
