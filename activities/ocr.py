@@ -34,4 +34,11 @@ class OcrActivities(IsolatedStages):
             done = self._isolated(attempt, work, OcrDone, request.cpu)
             text = put_staged(self._store, "ocr-text", attempt.number, text_file, ".json")
             staged = put_staged(self._store, "ocr", attempt.number, output)
-        return OcrOutput(staged=staged, text=text, pages_ocred=done.pages_ocred, attempt=attempt.number)
+        return OcrOutput(
+            staged=staged,
+            text=text,
+            pages_ocred=done.pages_ocred,
+            attempt=attempt.number,
+            pages_deskewed=done.pages_deskewed,
+            pages_unreadable=done.pages_unreadable,
+        )

@@ -50,6 +50,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "sanitize.residue": (Outcome.QUARANTINE, "active content is still present in the output"),
     "evidence.unavailable": (Outcome.QUARANTINE, "the signed evidence of the job could not be written"),
     "ocr.page_timeout": (Outcome.FAIL, "OCR did not produce text on some pages in time"),
+    "ocr.page_unreadable": (Outcome.FAIL, "OCR could not read any text on some pages, even after correcting them"),
     "ocr.invalid_output": (Outcome.QUARANTINE, "OCR produced an output that is not a valid PDF"),
     "ocr.failed": (Outcome.RETRY, "the OCR engine failed"),
     "notify.failed": (Outcome.RETRY, "the tenant's callback did not accept the event"),

@@ -65,6 +65,13 @@ class OcrOutputType(StrEnum):
     PDFA = "pdfa"
 
 
+class OcrUnreadable(StrEnum):
+    """What happens to a page with ink that OCR read no text from, even after the corrected retry."""
+
+    FAIL = "fail"  # the job fails with ocr.page_unreadable
+    IMAGE_ONLY = "image_only"  # the page is released as it is, without text, and recorded (pages_unreadable)
+
+
 class OcrPolicy(Frozen):
     mode: OcrMode = OcrMode.OFF
     languages: tuple[str, ...] = ("eng",)
@@ -72,6 +79,15 @@ class OcrPolicy(Frozen):
     deskew: bool = True
     output_type: OcrOutputType = OcrOutputType.PDF
     tesseract_timeout: float = Field(default=180.0, gt=0)  # per page, seconds
+    unreadable: OcrUnreadable = OcrUnreadable.FAIL
+
+
+class DeskewedPage(Frozen):
+    """A page OCR found askew: its skew and the turn applied, in degrees (positive: counter-clockwise)."""
+
+    page: int = Field(ge=1)
+    angle: float
+    correction: float
 
 
 class RedactRegion(Frozen):
@@ -279,6 +295,8 @@ class OcrOutput(Frozen):
     text: BlobRef  # the searchable text of every page (JSON), stored beside the artifact
     pages_ocred: list[int]
     attempt: int
+    pages_deskewed: list[DeskewedPage] = Field(default_factory=list)
+    pages_unreadable: list[int] = Field(default_factory=list)  # released image-only (policy unreadable = image_only)
 
 
 class SignInput(StageInput):
@@ -426,6 +444,8 @@ class JobStatus(BaseModel):
     input_encryption: str | None = None
     ocr_text_sha256: str | None = None
     pages_ocred: list[int] = Field(default_factory=list)
+    pages_deskewed: list[DeskewedPage] = Field(default_factory=list)  # skew found and turn applied, per page
+    pages_unreadable: list[int] = Field(default_factory=list)  # OCR read nothing: released image-only
     redaction: RedactionSummary | None = None  # counts per pattern per page and fallback pages, never values
     signature: dict[str, str | bool | int | None] | None = None  # pyHanko's verdict on the released file
     invalidated_signatures: int = 0  # the input's own signatures, voided by processing (when allowed)

@@ -13,7 +13,12 @@ Per-page transforms model how scans arrive:
   bottom-to-top); a viewer must turn it 90 degrees clockwise (``/Rotate 90``) to read it.
 * ``rot180``: upside down.
 * ``skew3``: turned 3 degrees counter-clockwise, canvas expanded, corners filled white, like a
-  page fed slightly askew.
+  page fed slightly askew. Any angle can be given: ``skew-7`` (clockwise), ``skew1.5``.
+* ``noise``: light speckle noise: scattered dark specks on the paper and light specks in the ink.
+* ``lowcontrast``: dark-gray ink on light-gray paper.
+
+Transforms combine with ``+`` (``skew5+noise``, ``rot90+skew-2``); they are applied in a fixed
+order whatever the order written: skew, then the quarter turn, then noise, then contrast.
 
 Output is deterministic: the same arguments give the same pixels (and the same file bytes for the
 lossless formats).
@@ -24,6 +29,8 @@ from __future__ import annotations
 import argparse
 import io
 import random
+import re
+from collections import Counter
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -31,10 +38,13 @@ from pathlib import Path
 import img2pdf  # type: ignore[import-untyped]
 from PIL import Image, ImageDraw, ImageFont
 
-TRANSFORMS = ("upright", "rot90", "rot180", "skew3")
+TRANSFORMS = ("upright", "rot90", "rot180", "skew3", "skew<degrees>", "noise", "lowcontrast")
 LETTER_INCHES = (8.5, 11.0)
 FONT_PT = 15  # large print: OCR is reliable and the words are few enough to fit the upper page
 MARGIN_INCHES = 0.75
+SPECKLE_DENSITY = 0.0005  # specks (of each colour) per pixel
+LOW_CONTRAST = (110, 200)  # ink and paper gray levels of a low-contrast page
+_SKEW = re.compile(r"skew-?\d+(\.\d+)?")
 _DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 
 # Common dictionary words of 4-11 letters, all distinct and unambiguous to OCR (no digits, no
@@ -127,30 +137,49 @@ def scan_words(pages: int, per_page: int = 40, *, seed: int = 0) -> list[list[st
 def make_scan_pages(
     words_per_page: Sequence[Sequence[str]],
     *,
-    dpi: int = 300,
+    dpi: int | Sequence[int] = 300,
     transforms: Sequence[str] | None = None,
 ) -> list[Image.Image]:
     """One grayscale ("L") page image per entry of `words_per_page`, transformed as asked.
 
-    `transforms` has one entry per page (see the module docstring); None means all upright.
+    `transforms` has one entry per page (see the module docstring); None means all upright. `dpi` is
+    one resolution for all pages or one per page.
     """
     if transforms is None:
         transforms = ["upright"] * len(words_per_page)
+    dpis = _per_page_dpi(dpi, len(words_per_page))
     if len(transforms) != len(words_per_page):
         raise ValueError("give one transform per page")
-    return [_transform(_draw_page(words, dpi), how) for words, how in zip(words_per_page, transforms, strict=True)]
+    return [
+        _transform(_draw_page(words, page_dpi), how, seed=number)
+        for number, (words, how, page_dpi) in enumerate(zip(words_per_page, transforms, dpis, strict=True))
+    ]
 
 
 def make_scan_pdf(
     path: Path,
     words_per_page: Sequence[Sequence[str]],
     transforms: Sequence[str] | None = None,
-    dpi: int = 300,
+    dpi: int | Sequence[int] = 300,
 ) -> None:
-    """An image-only PDF (no text layer), one losslessly stored page image per page (img2pdf)."""
+    """An image-only PDF (no text layer), one losslessly stored page image per page (img2pdf), each
+    page sized by its own resolution."""
     images = make_scan_pages(words_per_page, dpi=dpi, transforms=transforms)
-    layout = img2pdf.get_fixed_dpi_layout_fun((dpi, dpi))
-    path.write_bytes(img2pdf.convert([_png(image, dpi) for image in images], layout_fun=layout, nodate=True))
+    dpis = _per_page_dpi(dpi, len(images))
+    path.write_bytes(img2pdf.convert([_png(image, d) for image, d in zip(images, dpis, strict=True)], nodate=True))
+
+
+def word_recall(expected: Sequence[str], text: str) -> float:
+    """The share of `expected` words found in `text` (lower-case letter runs, each found word counted once)."""
+    found = Counter(re.findall(r"[a-z]+", text.lower())) & Counter(expected)
+    return sum(found.values()) / len(expected)
+
+
+def _per_page_dpi(dpi: int | Sequence[int], pages: int) -> list[int]:
+    dpis = [dpi] * pages if isinstance(dpi, int) else list(dpi)
+    if len(dpis) != pages:
+        raise ValueError("give one resolution per page")
+    return dpis
 
 
 def make_scan_tiff(
@@ -238,16 +267,37 @@ def _draw_page(words: Sequence[str], dpi: int) -> Image.Image:
     return image
 
 
-def _transform(image: Image.Image, how: str) -> Image.Image:
-    if how == "upright":
-        return image
-    if how == "rot90":
-        return image.transpose(Image.Transpose.ROTATE_90)
-    if how == "rot180":
-        return image.transpose(Image.Transpose.ROTATE_180)
-    if how == "skew3":
-        return image.rotate(3, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=255)
-    raise ValueError(f"unknown transform {how!r}; expected one of {', '.join(TRANSFORMS)}")
+def _transform(image: Image.Image, how: str, *, seed: int = 0) -> Image.Image:
+    parts = set(how.split("+"))
+    skews = {part for part in parts if _SKEW.fullmatch(part)}
+    unknown = parts - skews - {"upright", "rot90", "rot180", "noise", "lowcontrast"}
+    if unknown or len(skews) > 1 or {"rot90", "rot180"} <= parts:
+        raise ValueError(f"unknown transform {how!r}; expected a combination of {', '.join(TRANSFORMS)}")
+    for skew in skews:
+        angle = float(skew.removeprefix("skew"))
+        image = image.rotate(angle, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=255)
+    if "rot90" in parts:
+        image = image.transpose(Image.Transpose.ROTATE_90)
+    if "rot180" in parts:
+        image = image.transpose(Image.Transpose.ROTATE_180)
+    if "noise" in parts:
+        image = _speckle(image, seed)
+    if "lowcontrast" in parts:
+        image = image.point(lambda value: LOW_CONTRAST[0] + value * (LOW_CONTRAST[1] - LOW_CONTRAST[0]) // 255)
+    return image
+
+
+def _speckle(image: Image.Image, seed: int) -> Image.Image:
+    """Dark specks of 1-2 pixels scattered over the page and as many light ones (they show in the ink)."""
+    image = image.copy()
+    draw = ImageDraw.Draw(image)
+    rng = random.Random(seed)
+    count = round(SPECKLE_DENSITY * image.width * image.height)
+    for fill in (0, 255):
+        for _ in range(count):
+            x, y, size = rng.randrange(image.width), rng.randrange(image.height), rng.choice((0, 1))
+            draw.rectangle((x, y, x + size, y + size), fill=fill)
+    return image
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from docjobs.errors import DocJobError
 from docjobs.models import (
+    DeskewedPage,
     Frozen,
     LimitsPolicy,
     OcrPolicy,
@@ -107,6 +108,8 @@ class OcrWork(Frozen):
 
 class OcrDone(Frozen):
     pages_ocred: list[int]
+    pages_deskewed: list[DeskewedPage]
+    pages_unreadable: list[int]
 
 
 def ocr(work: OcrWork, progress: ProgressFn) -> OcrDone:
@@ -126,7 +129,11 @@ def ocr(work: OcrWork, progress: ProgressFn) -> OcrDone:
     else:
         stamp(searchable, work.output, work.watermark, workdir=work.workdir)
     work.text_output.write_text(text_json(result.page_texts))
-    return OcrDone(pages_ocred=list(result.pages_ocred))
+    return OcrDone(
+        pages_ocred=list(result.pages_ocred),
+        pages_deskewed=list(result.pages_deskewed),
+        pages_unreadable=list(result.pages_unreadable),
+    )
 
 
 class RedactWork(Frozen):

@@ -307,6 +307,8 @@ class DocumentJobWorkflow:
                 staged, text = ocred.staged, ocred.text
                 self._status.ocr_text_sha256 = text.sha256
                 self._status.pages_ocred = ocred.pages_ocred
+                self._status.pages_deskewed = ocred.pages_deskewed
+                self._status.pages_unreadable = ocred.pages_unreadable
             if redact_on:  # only policies with redaction run it: no earlier history has this stage to replay
                 redact = RedactInput(
                     job_id=request.job_id,

@@ -11,30 +11,53 @@ used). Events carry page numbers and counts only, never text or file names:
   (``filter_ocr_image`` hook, called only for pages that OCRmyPDF decided to OCR).
 * ``{"event": "page_timeout", "page": 3}``: Tesseract ran out of time on page 3, so OCRmyPDF
   kept the page without text (seen as OCRmyPDF's log warning for it).
+* ``{"event": "deskew", "page": 3, "angle": -7.0, "correction": 7.0}``: page 3 was found askew by
+  `angle` degrees (positive: turned counter-clockwise) and turned by `correction` degrees before OCR.
+
+The image handed to Tesseract (never the visible page) is despeckled with a 3x3 median when it is
+scanned at DESPECKLE_MIN_DPI or more: specks in the gaps otherwise make Tesseract run words together.
+When DOCJOBS_OCR_CONDITION is set (the retry of pages that came out without text), it is scaled up to
+CONDITION_DPI first (its DPI scaled along, so the text layer stays in place) and its contrast stretched.
+
+With ``--deskew``, the skew is our own projection-profile estimate (`deskew.py`, loaded by path) when
+it is confident, else Tesseract's (OCRmyPDF's default, which often finds none on a page a few
+degrees askew): the OCR engine is Tesseract with that one method replaced.
 
 A watchdog thread kills the whole process group (OCRmyPDF and its Tesseract/Ghostscript children)
 if the parent process disappears, so a worker that is SIGKILLed leaves no OCR running behind it.
 
-This module is loaded standalone by OCRmyPDF, so it imports nothing from docjobs.
+This module is loaded standalone by OCRmyPDF, so it imports nothing from docjobs (`deskew.py` is
+loaded from beside it by file path).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
-from types import TracebackType
+from pathlib import Path
+from types import ModuleType, TracebackType
 from typing import Any
 
-from ocrmypdf import hookimpl
+from ocrmypdf import OcrEngine, OcrOptions, hookimpl
+from ocrmypdf.builtin_plugins.tesseract_ocr import TesseractOcrEngine
+from PIL import Image, ImageFilter, ImageOps
 
 EVENT_FD_ENV = "DOCJOBS_OCR_EVENT_FD"
 PARENT_PID_ENV = "DOCJOBS_OCR_PARENT_PID"
+CONDITION_ENV = "DOCJOBS_OCR_CONDITION"
+CONDITION_DPI = 400.0
+DESPECKLE_MIN_DPI = 250.0  # below this a 3x3 median can eat thin strokes
+CONDITION_MAX_SIDE = 12000  # pixels: far inside Tesseract's 32767
 _PAGE_PROGRESS_DESCS = ("OCR", "Image processing")
 _TIMEOUT_MESSAGE = "took too long to OCR"  # OCRmyPDF's warning when Tesseract times out on a page
+
+_DESKEW_MODULE = "docjobs_ocr_deskew"
 
 _lock = threading.Lock()
 _event_fd: int | None = int(os.environ[EVENT_FD_ENV]) if os.environ.get(EVENT_FD_ENV) else None
@@ -131,6 +154,70 @@ def check_options(options: Any) -> None:
 
 
 @hookimpl
-def filter_ocr_image(page: Any, image: Any) -> None:
+def filter_ocr_image(page: Any, image: Image.Image) -> Image.Image | None:
     _emit(event="ocr_page", page=int(page.pageno) + 1)
+    dpi_x, dpi_y = (float(value) for value in image.info.get("dpi", (0.0, 0.0)))
+    if os.environ.get(CONDITION_ENV) and min(dpi_x, dpi_y) > 0:
+        return _condition(image, dpi_x, dpi_y)
+    if min(dpi_x, dpi_y) >= DESPECKLE_MIN_DPI:
+        return _despeckle(image)
     return None  # leave the image alone and let the other plugins (Tesseract's downsampling) run
+
+
+def _despeckle(image: Image.Image) -> Image.Image:
+    cleaned = image.convert("L").filter(ImageFilter.MedianFilter(3))
+    cleaned.info["dpi"] = image.info["dpi"]
+    return cleaned
+
+
+def _condition(image: Image.Image, dpi_x: float, dpi_y: float) -> Image.Image:
+    gray = image.convert("L")
+    scale = min(max(1.0, CONDITION_DPI / min(dpi_x, dpi_y)), CONDITION_MAX_SIDE / max(gray.size))
+    if scale > 1.0:
+        gray = gray.resize((round(gray.width * scale), round(gray.height * scale)), Image.Resampling.LANCZOS)
+    gray = ImageOps.autocontrast(gray.filter(ImageFilter.MedianFilter(3)), cutoff=1)
+    gray.info["dpi"] = (dpi_x * gray.width / image.width, dpi_y * gray.height / image.height)
+    return gray
+
+
+def _load_deskew() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(_DESKEW_MODULE, Path(__file__).with_name("deskew.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_DESKEW_MODULE] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+_deskew = _load_deskew()
+
+
+def _page_of(image_file: Path) -> int | None:
+    """The 1-based page of an OCRmyPDF page work file (named ``000003_...``)."""
+    prefix = image_file.name[:6]
+    return int(prefix) if prefix.isdigit() else None
+
+
+class LevelingTesseract(TesseractOcrEngine):
+    """Tesseract, with the skew measured by projection profiles when that measure is confident."""
+
+    @staticmethod
+    def get_deskew(input_file: Path, options: OcrOptions) -> float:
+        with Image.open(input_file) as image:
+            estimate = _deskew.estimate_skew(image)
+        if estimate.confident:
+            angle = estimate.skew
+            correction = estimate.correction if abs(estimate.correction) >= _deskew.MIN_CORRECTION else 0.0
+        else:
+            correction = float(TesseractOcrEngine.get_deskew(input_file, options))
+            angle = -correction
+        if correction:
+            _emit(event="deskew", page=_page_of(Path(input_file)), angle=round(angle, 2), correction=correction)
+        return correction
+
+
+@hookimpl
+def get_ocr_engine(options: OcrOptions | None) -> OcrEngine | None:
+    if options is not None and getattr(options, "ocr_engine", "auto") not in ("auto", "tesseract"):
+        return None
+    return LevelingTesseract()
