@@ -30,9 +30,9 @@ import pikepdf
 
 from docjobs.config import Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
-from docjobs.samples import make_sample_pdf
 from docjobs.tenants import add_tenant
 from tests.conftest import free_port
+from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -33,10 +33,10 @@ from docjobs.config import PolicyBook, Settings
 from docjobs.devserver import stop_dev_server
 from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
 from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.samples import make_sample_pdf
 from docjobs.sandbox import ChildLimits, ChildPool
 from docjobs.signing import ensure_dev_signer
 from docjobs.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
+from tests.fixtures.samples import make_sample_pdf
 from worker import serving
 
 CPU = CpuBudget(base_seconds=600, per_page_seconds=10)

@@ -32,8 +32,8 @@ from docjobs.devserver import stop_dev_server
 from docjobs.models import Policy
 from docjobs.pdf.ocr import ocrmypdf_args
 from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.scans import make_scan_pdf, scan_words
 from docjobs.states import JobState
+from tests.fixtures.scans import make_scan_pdf, scan_words
 from worker import serving
 
 

@@ -29,7 +29,6 @@ import boto3  # type: ignore[import-untyped]
 from moto.server import ThreadedMotoServer
 
 from docjobs.s3store import open_blob_store
-from docjobs.samples import make_sample_pdf
 from docjobs.signing import ensure_dev_signer, sign_pdf, verify_pdf
 from docjobs.storage import (
     BlobStore,
@@ -41,6 +40,7 @@ from docjobs.storage import (
     staging_key,
     staging_prefix,
 )
+from tests.fixtures.samples import make_sample_pdf
 
 
 def median_ms(runs: int, action: Callable[[], object]) -> float:

@@ -34,7 +34,7 @@ from docjobs.config import PolicyBook, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.models import JobStatus, Policy
 from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.samples import make_sample_pdf
+from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 LEASE_SECONDS = 3

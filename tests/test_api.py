@@ -35,11 +35,11 @@ from docjobs.api import create_app
 from docjobs.client import JobClient
 from docjobs.config import ConfigError
 from docjobs.idempotency import is_valid_client_key
-from docjobs.redact_samples import EMAIL, SSN, make_plain
-from docjobs.samples import make_sample_pdf
 from docjobs.storage import FileBlobStore
 from docjobs.tenants import TenantBook, add_tenant, key_digest
 from tests.conftest import REPO, Env, WorkerProcess, free_port, run_starter
+from tests.fixtures.redact_samples import EMAIL, SSN, make_plain
+from tests.fixtures.samples import make_sample_pdf
 from tests.test_redact_jobs import assert_nothing_left
 
 LIMIT = 512 * 1024  # the server's upload limit in these tests

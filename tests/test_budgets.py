@@ -28,8 +28,8 @@ from docjobs.pdf.redact_sites import document_sites
 from docjobs.pdf.regions import Rect
 from docjobs.pdf.signatures import signature_count
 from docjobs.pdf.watermark import watermark_structure
-from docjobs.samples import make_sample_pdf
 from tests import hostile
+from tests.fixtures.samples import make_sample_pdf
 
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_MIB = 200  # a fresh interpreter with pikepdf is ~40 MiB; the unbounded parsers needed 446 MiB to 1 GiB

@@ -10,9 +10,9 @@ from pathlib import Path
 from docjobs.client import JobClient, connect
 from docjobs.config import PolicyBook
 from docjobs.logs import JsonFormatter, TextFormatter
-from docjobs.samples import make_garbage
 from docjobs.states import JobState
 from tests.conftest import Env, StartWorker, wait_terminal
+from tests.fixtures.samples import make_garbage
 
 
 def failing_record() -> logging.LogRecord:

@@ -32,7 +32,7 @@ from docjobs.pdf import (
     watermark_structure,
 )
 from docjobs.pdf.watermark import text_width_em
-from docjobs.samples import (
+from tests.fixtures.samples import (
     LINK_URL,
     make_encrypted_pdf,
     make_garbage,

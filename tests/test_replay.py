@@ -17,8 +17,8 @@ from temporalio.worker import Replayer
 
 from docjobs.client import JobClient
 from docjobs.config import PolicyBook
-from docjobs.samples import make_garbage
 from tests.conftest import wait_terminal
+from tests.fixtures.samples import make_garbage
 from workflows.document_job import DocumentJobWorkflow
 
 HISTORIES = Path(__file__).with_name("histories")

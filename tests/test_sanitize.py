@@ -23,8 +23,8 @@ from docjobs.pdf.sanitize import (
     sanitize_file,
     strip_active_content,
 )
-from docjobs.samples import LINK_URL, make_sample_pdf
 from tests.active_content import ACTIVE_COUNTS, EXECUTABLE, LOOPING_COUNTS, make_active_pdf, make_looping_pdf
+from tests.fixtures.samples import LINK_URL, make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,10 +13,10 @@ from docjobs.client import JobClient
 from docjobs.config import PolicyBook
 from docjobs.models import Policy
 from docjobs.pdf.sanitize import find_active_content
-from docjobs.samples import LINK_URL
 from docjobs.states import JobState
 from tests.active_content import ACTIVE_COUNTS, make_active_pdf
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
+from tests.fixtures.samples import LINK_URL
 from tests.test_jobs import job_files
 from tests.test_release_jobs import pdfsig
 from tests.test_sanitize import ACTIVE_NAMES, link_actions, qpdf_names

@@ -48,7 +48,6 @@ from docjobs.evidence import (
     tool_versions,
     verify_evidence,
 )
-from docjobs.samples import make_encrypted_pdf, make_sample_pdf
 from docjobs.signing import (
     DEV_CA_CN,
     DEV_SIGNER_CN,
@@ -64,6 +63,7 @@ from docjobs.signing import (
     sign_pdf,
     verify_pdf,
 )
+from tests.fixtures.samples import make_encrypted_pdf, make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 
