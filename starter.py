@@ -36,12 +36,13 @@ from temporalio.service import RPCError
 
 from docjobs.client import JobClient, JobNotFound, NotReleased, connect
 from docjobs.codec import PayloadDecryptionError
-from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.config import ConfigError, Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format
 from docjobs.models import BUILTIN_PATTERN_NAMES, JobStatus, OcrMode, Policy, RedactionSummary
+from docjobs.policies import PolicyBook
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
 from docjobs.retention import collect_garbage
 from docjobs.states import JobState, parse_state

@@ -32,10 +32,11 @@ from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from docjobs.client import DEADLINE_GRACE, connect
-from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.config import ConfigError, Settings
 from docjobs.job_gauges import active_job_gauges
 from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.metrics import metrics_runtime
+from docjobs.policies import PolicyBook
 from docjobs.sandbox import ChildLimits, ChildPool
 from docjobs.sweep import sweep_stale
 from docjobs.tenants import tenants_file

@@ -29,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pydantic import BaseModel
 
 from docjobs.client import JobClient, connect
-from docjobs.config import PolicyBook, Settings
+from docjobs.config import Settings
 from docjobs.devserver import stop_dev_server
 from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.sandbox import ChildLimits, ChildPool
 from docjobs.signing import ensure_dev_signer

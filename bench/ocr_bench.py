@@ -27,10 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from docjobs.client import JobClient, connect
-from docjobs.config import PolicyBook, Settings
+from docjobs.config import Settings
 from docjobs.devserver import stop_dev_server
 from docjobs.models import Policy
 from docjobs.pdf.ocr import ocrmypdf_args
+from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.states import JobState
 from tests.fixtures.scans import make_scan_pdf, scan_words

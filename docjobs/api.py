@@ -41,12 +41,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.client import JobClient, JobNotFound, connect
 from docjobs.codec import PayloadDecryptionError
-from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.config import ConfigError, Settings
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy
 from docjobs.pdf.inspect import sniff_kind
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState, is_terminal
 from docjobs.storage import verified_chunks
 from docjobs.tenants import TenantBook, tenants_file

@@ -28,6 +28,7 @@ from docjobs.models import (
     SanitizePolicy,
     WatermarkPolicy,
 )
+from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf, sniff_kind
@@ -70,7 +71,7 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     with work.source.open("rb") as head:
         kind = sniff_kind(head.read(16))
     normalized = work.workdir / "normalized.pdf"
-    budgets = work.limits.budgets(work.max_pages)
+    budgets = budgets_for(work.limits, work.max_pages)
     if kind in IMAGE_KINDS:
         image_to_pdf(work.source, normalized, max_pages=work.max_pages, budgets=budgets)
     else:
@@ -147,7 +148,7 @@ def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
     """Remove matches and regions for real, prove it (the gate needs the matched values: they exist only
     in this child's memory), then stamp the watermark."""
     redacted = work.workdir / "redacted.pdf"
-    budgets = work.limits.budgets()  # render counted the pages
+    budgets = budgets_for(work.limits)  # render counted the pages
     summary = redact_pdf(
         work.source,
         redacted,

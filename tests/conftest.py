@@ -30,9 +30,10 @@ from temporalio.client import Client
 
 from docjobs.client import JobClient, connect
 from docjobs.codec import ENCODING
-from docjobs.config import PolicyBook, Settings
+from docjobs.config import Settings
 from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.models import JobStatus, Policy
+from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
 from tests.fixtures.samples import make_sample_pdf
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from docjobs.errors import DocJobError
 from docjobs.models import LimitsPolicy, Policy, RedactPolicy, RedactRegion, WatermarkPolicy
-from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, decoded_size
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, budgets_for, decoded_size
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.raster import watermark_raster
@@ -273,10 +273,10 @@ def test_an_oversized_image_input_is_too_complex(width: int, height: int, tmp_pa
 
 def test_a_policy_sets_the_budgets(tmp_path: Path) -> None:
     policy = Policy(name="t", watermark=WatermarkPolicy(text="W"), max_pages=7)
-    assert policy.budgets() == Budgets(**{**DEFAULT_BUDGETS.__dict__, "max_pages": 7})
+    assert budgets_for(policy.limits, policy.max_pages) == Budgets(**{**DEFAULT_BUDGETS.__dict__, "max_pages": 7})
     sample = tmp_path / "sample.pdf"
     make_sample_pdf(sample)
-    strict = policy.model_copy(update={"limits": LimitsPolicy(operators_per_page=5)})
-    assert code_of(lambda: inspect_pdf(sample, budgets=strict.budgets())) == "input.too_complex"
+    strict = budgets_for(LimitsPolicy(operators_per_page=5), policy.max_pages)
+    assert code_of(lambda: inspect_pdf(sample, budgets=strict)) == "input.too_complex"
     with pytest.raises(ValidationError):
         LimitsPolicy(megapixels=0)

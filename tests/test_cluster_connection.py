@@ -27,7 +27,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
 from docjobs.client import JobClient, connect
-from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.config import ConfigError, Settings
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from tests.conftest import Env, StartWorker, free_port, run_starter, wait_terminal
 

@@ -34,7 +34,8 @@ from docjobs.codec import (
     PayloadDecryptionError,
 )
 from docjobs.codec_server import MAX_BODY_BYTES, create_codec_app
-from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.config import ConfigError, Settings
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import source_key
 from docjobs.tenants import TenantBook, add_tenant

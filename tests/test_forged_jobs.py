@@ -20,8 +20,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from docjobs.client import JobClient, connect
 from docjobs.codec import CodecKey
-from docjobs.config import PolicyBook, Settings
+from docjobs.config import Settings
 from docjobs.models import BlobRef, JobRequest, JobStatus
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from tests.conftest import Env, StartWorker, wait_terminal
 from workflows.document_job import WORKFLOW_TYPE

@@ -9,8 +9,8 @@ from pathlib import Path
 import pikepdf
 
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
 from docjobs.models import Policy
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import RUNS_FOLDER, job_prefix, source_key
 from tests.conftest import Env, StartWorker, run_starter, wait_for_pages, wait_terminal, with_watermark

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from docjobs.client import JobClient, connect
-from docjobs.config import PolicyBook
 from docjobs.logs import JsonFormatter, TextFormatter
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from tests.conftest import Env, StartWorker, wait_terminal
 from tests.fixtures.samples import make_garbage

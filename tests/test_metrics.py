@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from tests.conftest import REPO, Env, StartWorker, free_port, wait_for_pages, wait_terminal
 from tests.fixtures.samples import truncate_pdf

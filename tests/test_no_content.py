@@ -25,8 +25,8 @@ from temporalio.client import Client
 from docjobs.api import create_app
 from docjobs.client import JobClient, connect
 from docjobs.codec import CodecKey
-from docjobs.config import PolicyBook
 from docjobs.models import JobStatus
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import (

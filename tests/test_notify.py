@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.tenants import add_tenant, callback_of, set_callback
 from docjobs.webhooks import (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
 from tests.conftest import Env, StartWorker, run_starter, wait_terminal
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_tiff

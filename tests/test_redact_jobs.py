@@ -12,8 +12,8 @@ import pytest
 from pypdf import PdfReader
 
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
 from docjobs.models import JobStatus
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import TEXT_BLOB, beside
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
 from docjobs.models import Policy
+from docjobs.policies import PolicyBook
 from docjobs.signing import cert_pem, ensure_dev_signer, issue_signer, key_pem, make_ca
 from docjobs.states import JobState
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal

@@ -16,7 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
+from docjobs.policies import PolicyBook
 from tests.conftest import wait_terminal
 from tests.fixtures.samples import make_garbage
 from workflows.document_job import DocumentJobWorkflow

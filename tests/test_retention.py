@@ -23,7 +23,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
 from docjobs.storage import StoredBlob, job_prefix, source_key
 from tests.conftest import BUCKET, Env, StartWorker, aws_environment, run_starter, wait_terminal

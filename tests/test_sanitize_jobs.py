@@ -10,9 +10,9 @@ from pypdf import PdfReader
 
 import starter
 from docjobs.client import JobClient
-from docjobs.config import PolicyBook
 from docjobs.models import Policy
 from docjobs.pdf.sanitize import find_active_content
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from tests.active_content import ACTIVE_COUNTS, make_active_pdf
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
