@@ -34,18 +34,19 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from docjobs.client import JobClient, JobNotFound, NotReleased, connect
-from docjobs.codec import PayloadDecryptionError
-from docjobs.config import ConfigError, Settings
-from docjobs.devserver import ensure_dev_server, stop_dev_server
+from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
-from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format
 from docjobs.models import BUILTIN_PATTERN_NAMES, JobStatus, OcrMode, Policy, RedactionSummary
 from docjobs.policies import PolicyBook
 from docjobs.poller import ProtocolError, WaitEnd, WaitResult, wait_for_job
-from docjobs.retention import collect_garbage
 from docjobs.states import JobState, parse_state
+from docjobs.temporal.client import JobClient, JobNotFound, NotReleased, connect
+from docjobs.temporal.codec import PayloadDecryptionError
+from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
+from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format
+from docjobs.temporal.retention import collect_garbage
+from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import CLI_TENANT, TenantExists, add_tenant, set_callback, tenants_file
 from docjobs.webhooks import CallbackInvalid, parse_callback
 
@@ -145,7 +146,7 @@ def progress_printer(out: Output) -> Callable[[JobStatus], None]:
     return show
 
 
-def choose_policy(args: argparse.Namespace, settings: Settings) -> Policy:
+def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> Policy:
     return PolicyBook.load(settings.policy_file).resolve(
         args.policy,
         watermark=args.watermark,
@@ -176,7 +177,7 @@ async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace
     return EXIT_OK if result.status.state is JobState.SUCCEEDED else EXIT_JOB_NOT_SUCCEEDED
 
 
-async def cmd_submit(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_submit(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     policy = choose_policy(args, settings)  # an invalid override is refused before any server is contacted
     jobs = JobClient(await connect(settings), settings)
     submitted = await jobs.submit(
@@ -187,7 +188,7 @@ async def cmd_submit(args: argparse.Namespace, settings: Settings, out: Output) 
     return EXIT_OK
 
 
-async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     from worker import serving  # the in-process worker of the one-shot run
 
     # Stage failures are the job's business (reported below), not tracebacks for the person at the terminal.
@@ -211,36 +212,36 @@ async def cmd_run(args: argparse.Namespace, settings: Settings, out: Output) -> 
     return code
 
 
-async def cmd_wait(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_wait(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     return await wait_and_report(JobClient(await connect(settings), settings), args.job_id, args, out)
 
 
-async def cmd_status(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_status(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     status = await JobClient(await connect(settings), settings).status(args.job_id)
     out.result(status_payload(status), describe(status))
     return EXIT_OK
 
 
-async def cmd_cancel(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_cancel(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     await JobClient(await connect(settings), settings).cancel(args.job_id)
     out.result({"job_id": args.job_id, "cancel_requested": True}, f"cancel requested for {args.job_id}")
     return EXIT_OK
 
 
-async def cmd_fetch(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_fetch(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     status = await JobClient(await connect(settings), settings).fetch(args.job_id, Path(args.o))
     out.result({"job_id": args.job_id, "path": args.o, "output_sha256": status.output_sha256}, f"wrote {args.o}")
     return EXIT_OK
 
 
-async def cmd_evidence(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_evidence(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     status = await JobClient(await connect(settings), settings).evidence(args.job_id, Path(args.o))
     payload = {"job_id": args.job_id, "path": args.o, "evidence_sha256": status.evidence_sha256}
     out.result(payload, f"wrote {args.o}")
     return EXIT_OK
 
 
-async def cmd_verify_evidence(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_verify_evidence(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     """A job's stored evidence, or copies kept elsewhere (`--evidence FILE --artifact PDF`)."""
     from docjobs.evidence import verify_evidence  # pyHanko is heavy: loaded by the commands that need it
     from docjobs.signing import SignerConfig
@@ -264,7 +265,7 @@ async def cmd_verify_evidence(args: argparse.Namespace, settings: Settings, out:
     return EXIT_OK if check.ok else EXIT_JOB_NOT_SUCCEEDED
 
 
-async def cmd_audit(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_audit(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     """The history as a readable timeline, or with `--json` as JSON lines (one object per event)."""
     for event in await JobClient(await connect(settings), settings).audit(args.job_id):
         if out.as_json:
@@ -275,7 +276,7 @@ async def cmd_audit(args: argparse.Namespace, settings: Settings, out: Output) -
     return EXIT_OK
 
 
-async def cmd_jobs(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_jobs(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     """Jobs through visibility: what is active, what is old, whose."""
     found = await JobClient(await connect(settings), settings).list_jobs(
         state=parse_state(args.state) if args.state else None,
@@ -292,7 +293,7 @@ async def cmd_jobs(args: argparse.Namespace, settings: Settings, out: Output) ->
     return EXIT_OK
 
 
-async def cmd_timeline(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_timeline(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     story = await JobClient(await connect(settings), settings).timeline(args.job_id)
     text = "\n".join(entry["text"] for entry in story)
     out.result({"job_id": args.job_id, "timeline": story}, text)
@@ -307,8 +308,8 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=int(text[:-1]) * units[text[-1]])
 
 
-async def cmd_gc(args: argparse.Namespace, settings: Settings, out: Output) -> int:
-    """The retention sweep (docjobs/retention.py): run it periodically, e.g. hourly from cron."""
+async def cmd_gc(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    """The retention sweep (docjobs/temporal/retention.py): run it periodically, e.g. hourly from cron."""
     grace = parse_duration(args.source_grace)
     report = await collect_garbage(
         await connect(settings), settings.blob_store(), dry_run=args.dry_run, source_grace=grace
@@ -323,7 +324,7 @@ async def cmd_gc(args: argparse.Namespace, settings: Settings, out: Output) -> i
     return EXIT_OK
 
 
-async def cmd_server(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_server(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     if args.action == "stop":
         stopped = await asyncio.to_thread(stop_dev_server, settings)
         out.result({"stopped": stopped}, "dev server stopped" if stopped else "no dev server was running")
@@ -341,7 +342,7 @@ def http_server(app: Any, args: argparse.Namespace) -> uvicorn.Server:
     return uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_config=None))
 
 
-async def cmd_serve(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_serve(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     from docjobs.api import create_app
 
     configure_logging(args.log_format or default_log_format())  # before connecting: the SDK's logs too
@@ -360,7 +361,7 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings, out: Output) -
     return EXIT_OK
 
 
-async def cmd_codec_server(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_codec_server(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     from docjobs.codec_server import create_codec_app
 
     configure_logging(args.log_format or default_log_format())
@@ -371,7 +372,7 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings, out: Ou
     return EXIT_OK
 
 
-async def cmd_tenant(args: argparse.Namespace, settings: Settings, out: Output) -> int:
+async def cmd_tenant(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     path = tenants_file(settings)
     if args.allow_http_loopback and not args.callback:
         return fail(out, EXIT_USAGE, "callback.invalid", "--allow-http-loopback needs --callback URL")
@@ -544,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     if key is not None and not is_valid_client_key(key):  # the API's rule for Idempotency-Key
         return fail(out, EXIT_USAGE, "idempotency.invalid", f"--key: {CLIENT_KEY_RULE}")
     try:
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
         return asyncio.run(COMMANDS[args.command](args, settings, out))
     except KeyboardInterrupt:
         return fail(out, EXIT_INTERRUPTED, "interrupted", "aborted by the caller; the job goes on", job_id=job_id)

@@ -39,9 +39,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.client import JobClient, JobNotFound, connect
-from docjobs.codec import PayloadDecryptionError
-from docjobs.config import ConfigError, Settings
+from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
@@ -50,6 +48,9 @@ from docjobs.pdf.inspect import sniff_kind
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState, is_terminal
 from docjobs.storage import verified_chunks
+from docjobs.temporal.client import JobClient, JobNotFound, connect
+from docjobs.temporal.codec import PayloadDecryptionError
+from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, tenants_file
 
 log = logging.getLogger("docjobs.api")
@@ -216,7 +217,7 @@ Tenant = Annotated[str, Depends(authenticated_tenant)]
 
 
 def create_app(
-    settings: Settings,
+    settings: TemporalSettings,
     client: JobClient | None = None,
     *,
     tenants: TenantBook | None = None,

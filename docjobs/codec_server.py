@@ -25,8 +25,9 @@ from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from docjobs.codec import PayloadDecryptionError
-from docjobs.config import ConfigError, Settings
+from docjobs.config import ConfigError
+from docjobs.temporal.codec import PayloadDecryptionError
+from docjobs.temporal.settings import TemporalSettings
 
 DEFAULT_UI_ORIGIN = "http://localhost:8233"
 ALLOWED_HEADERS = ["content-type", "x-namespace", "authorization"]
@@ -69,7 +70,9 @@ async def read_capped(request: Request) -> bytes:
     return bytes(body)
 
 
-def create_codec_app(settings: Settings, *, cors_origin: str = DEFAULT_UI_ORIGIN, host: str = "127.0.0.1") -> FastAPI:
+def create_codec_app(
+    settings: TemporalSettings, *, cors_origin: str = DEFAULT_UI_ORIGIN, host: str = "127.0.0.1"
+) -> FastAPI:
     """The codec endpoint for `settings.namespace`, with the keys of `settings`, to listen on `host`.
 
     ConfigError without keys, or for a non-loopback `host` without DOCJOBS_CODEC_TOKEN."""

@@ -32,10 +32,10 @@ from schemathesis.core.result import Ok
 from temporalio.service import RPCError
 
 from docjobs.api import create_app
-from docjobs.client import JobClient
 from docjobs.config import ConfigError
 from docjobs.idempotency import is_valid_client_key
 from docjobs.storage import FileBlobStore
+from docjobs.temporal.client import JobClient
 from docjobs.tenants import TenantBook, add_tenant, key_digest
 from tests.conftest import REPO, Env, WorkerProcess, free_port, run_starter
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pikepdf
 
-from docjobs.client import JobClient
+from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, free_port, run_starter
 from tests.fixtures.samples import make_sample_pdf
 

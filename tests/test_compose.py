@@ -16,11 +16,12 @@ import yaml
 
 import starter
 import worker
-from docjobs import config, search_attributes, signing
+from docjobs import config, signing
 from docjobs.codec_server import create_codec_app
-from docjobs.config import Settings
 from docjobs.s3store import S3BlobStore
+from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import REPO
+from workflows import search_attributes
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.temporal.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
@@ -132,7 +133,7 @@ def test_worker_environment_is_docjobs_configuration() -> None:
     worker_service = SERVICES["docjobs-worker"]
     env = environment("docjobs-worker")
     with mock.patch.dict(os.environ, env, clear=True):
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
     assert settings.address == "temporal:7233" and not settings.embedded
     assert settings.storage_url.startswith(f"file://{env['DOCJOBS_DATA_DIR']}/")
     settings.blob_store()  # a usable store, not just a string
@@ -156,7 +157,7 @@ def test_cluster_services_share_the_minio_bucket_and_nothing_local(name: str, tm
     secret = tmp_path / "docjobs_codec_keys"  # what compose mounts at /run/secrets/docjobs_codec_keys
     secret.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
     with mock.patch.dict(os.environ, {**env, "DOCJOBS_CODEC_KEYS_FILE": str(secret)}, clear=True):
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
         store = settings.blob_store()
     assert settings.address == "temporal:7233" and not settings.embedded
     assert isinstance(store, S3BlobStore) and store.bucket == created_bucket()
@@ -173,7 +174,7 @@ def test_cluster_services_share_the_minio_bucket_and_nothing_local(name: str, tm
     # A task queue is served only by workers that share one blob store: never the default worker's queues.
     default = environment("docjobs-worker")
     with mock.patch.dict(os.environ, default, clear=True):
-        default_settings = Settings.from_env()
+        default_settings = TemporalSettings.from_env()
     assert {settings.task_queue, settings.ocr_task_queue}.isdisjoint(
         {default_settings.task_queue, default_settings.ocr_task_queue}
     )
@@ -245,11 +246,11 @@ def test_the_codec_server_has_its_token_and_would_not_start_without_it(tmp_path:
     args = starter.build_parser().parse_args(SERVICES["docjobs-codec"]["command"][2:])
     mounted = {"DOCJOBS_CODEC_KEYS_FILE": str(keys), "DOCJOBS_CODEC_TOKEN_FILE": str(token)}
     with mock.patch.dict(os.environ, {**env, **mounted}, clear=True):
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
     assert settings.codec_token == "a-token-from-make-secrets"
     create_codec_app(settings, cors_origin=args.cors_origin, host=args.host)
     with mock.patch.dict(os.environ, {"DOCJOBS_CODEC_KEYS_FILE": str(keys)}, clear=True):
-        tokenless = Settings.from_env()
+        tokenless = TemporalSettings.from_env()
     with pytest.raises(config.ConfigError, match="DOCJOBS_CODEC_TOKEN"):
         create_codec_app(tokenless, cors_origin=args.cors_origin, host=args.host)
 

@@ -23,11 +23,11 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from docjobs.api import create_app
-from docjobs.client import JobClient, connect
-from docjobs.codec import CodecKey
 from docjobs.models import JobStatus
 from docjobs.policies import PolicyBook
+from docjobs.sealing import CodecKey
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient, connect
 from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import (
     Env,

@@ -15,8 +15,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from docjobs.client import JobClient
 from docjobs.policies import PolicyBook
+from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
 from tests.fixtures.samples import make_garbage
 from workflows.document_job import DocumentJobWorkflow

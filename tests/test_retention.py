@@ -22,10 +22,10 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.client import JobClient
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
 from docjobs.storage import StoredBlob, job_prefix, source_key
+from docjobs.temporal.client import JobClient
 from tests.conftest import BUCKET, Env, StartWorker, aws_environment, run_starter, wait_terminal
 from tests.fixtures.samples import make_sample_pdf
 

@@ -9,11 +9,11 @@ import pytest
 from pypdf import PdfReader
 
 import starter
-from docjobs.client import JobClient
 from docjobs.models import Policy
 from docjobs.pdf.sanitize import find_active_content
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient
 from tests.active_content import ACTIVE_COUNTS, make_active_pdf
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
 from tests.fixtures.samples import LINK_URL

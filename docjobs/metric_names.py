@@ -1,4 +1,4 @@
-"""docjobs' Prometheus metrics: their names, their labels, and the runtime that serves them.
+"""docjobs' Prometheus metrics: their names and their labels (docjobs/temporal/metrics.py serves them).
 
 A worker started with `--metrics-port` serves one endpoint with the Temporal SDK's runtime metrics
 (`temporal_*`) and docjobs' own (`docjobs_*`), which are recorded through the SDK's metric meters.
@@ -8,9 +8,6 @@ watermark modes, page-count buckets. Never a job ID, a tenant's document name, a
 
 from __future__ import annotations
 
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-
-from docjobs.config import ConfigError, Settings
 from docjobs.models import JobShape
 
 # The exported names (the SDK's exporter adds no `_total` suffix to counters; histograms get the usual
@@ -27,21 +24,6 @@ ACTIVE_JOBS = "docjobs_active_jobs"
 STAGE_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 PAGE_BUCKETS = ((1, "1"), (10, "2-10"), (50, "11-50"), (200, "51-200"))
 UNKNOWN = "unknown"
-
-
-def metrics_runtime(settings: Settings) -> Runtime | None:
-    """A Temporal runtime serving Prometheus metrics at `http://DOCJOBS_METRICS_HOST:port/metrics` (None
-    without a metrics port); the client and workers connected with it report there."""
-    if settings.metrics_port is None:
-        return None
-    prometheus = PrometheusConfig(
-        bind_address=f"{settings.metrics_host}:{settings.metrics_port}",
-        histogram_bucket_overrides={STAGE_DURATION: STAGE_DURATION_BUCKETS},
-    )
-    try:
-        return Runtime(telemetry=TelemetryConfig(metrics=prometheus))
-    except ValueError as error:  # the address is taken or malformed
-        raise ConfigError(f"--metrics-port / DOCJOBS_METRICS_HOST: {error}") from None
 
 
 def page_bucket(pages: int) -> str:

@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from docjobs import search_attributes
-from docjobs.config import ConfigError, Settings
+from docjobs.config import ConfigError
+from docjobs.temporal.settings import TemporalSettings
+from workflows import search_attributes
 
 STARTUP_TIMEOUT = 60.0
 
@@ -37,11 +38,11 @@ def _listening(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def _pid_file(settings: Settings) -> Path:
+def _pid_file(settings: TemporalSettings) -> Path:
     return settings.data_dir / "temporal.pid"
 
 
-def _read_pid(settings: Settings) -> int | None:
+def _read_pid(settings: TemporalSettings) -> int | None:
     try:
         pid = int(_pid_file(settings).read_text().strip())
     except (OSError, ValueError):
@@ -55,7 +56,7 @@ def _read_pid(settings: Settings) -> int | None:
     return pid
 
 
-def ensure_dev_server(settings: Settings) -> DevServer:
+def ensure_dev_server(settings: TemporalSettings) -> DevServer:
     """Reuse the dev server listening on the configured port, or start one and wait until it answers."""
     if not settings.embedded:
         raise ConfigError("DOCJOBS_TEMPORAL_ADDRESS is set: docjobs does not start a dev server")
@@ -102,7 +103,7 @@ def ensure_dev_server(settings: Settings) -> DevServer:
         return DevServer(settings.address, ui_url, process.pid, started=True)
 
 
-def _set_retention(settings: Settings) -> None:
+def _set_retention(settings: TemporalSettings) -> None:
     """Closed jobs are kept for the retention period: that is the idempotency window."""
     command = [
         settings.find_temporal_bin(),
@@ -123,7 +124,7 @@ def _set_retention(settings: Settings) -> None:
     raise ConfigError(f"could not set the retention of namespace {settings.namespace!r}")
 
 
-def stop_dev_server(settings: Settings, timeout: float = 15.0) -> bool:
+def stop_dev_server(settings: TemporalSettings, timeout: float = 15.0) -> bool:
     """Stop the dev server started for this data dir; True if one was running."""
     pid = _read_pid(settings)
     if pid is None:

@@ -9,18 +9,13 @@ still running or already ended (even failed or canceled), for as long as the nam
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
-import re
-import shutil
-import tempfile
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import (
     SearchAttributePair,
@@ -28,31 +23,32 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs import search_attributes as sa
-from docjobs.config import Settings
-from docjobs.devserver import ensure_dev_server
 from docjobs.errors import DocJobError
-from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord, canonical_bytes
-from docjobs.states import JobState, Stage, parse_state
-from docjobs.storage import TEXT_BLOB, beside, sha256_file, source_key
+from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
+from docjobs.states import JobState, Stage
+from docjobs.storage import sha256_file, source_key
+from docjobs.temporal.converter import data_converter
+from docjobs.temporal.devserver import ensure_dev_server
+from docjobs.temporal.export import export_blob, verify_stored_evidence
+from docjobs.temporal.history import describe_event
+from docjobs.temporal.settings import TemporalSettings
+from docjobs.temporal.visibility import list_jobs, status_from_visibility
 from docjobs.timeline import narrate
+from workflows import search_attributes as sa
+from workflows.document_job import DocumentJobWorkflow
 
 if TYPE_CHECKING:
     from docjobs.evidence import EvidenceCheck
-from workflows.document_job import WORKFLOW_TYPE, DocumentJobWorkflow
 
 # Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
 # itself times the workflow out, so not even a wedged workflow can stay active forever.
 DEADLINE_GRACE = timedelta(minutes=10)
 QUERY_TIMEOUT = timedelta(seconds=5)
 STAGE_NAMES = frozenset(stage.value for stage in Stage)
-SAFE_QUERY_VALUE = re.compile(r"[A-Za-z0-9_.@-]+")  # what may be put in a visibility query unquoted-safe
 
 
 class JobNotFound(Exception):
@@ -78,13 +74,7 @@ def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, policy
     return f"{tenant}/auto-{digest}"
 
 
-def data_converter(settings: Settings) -> DataConverter:
-    """Pydantic JSON payloads, encrypted when codec keys are configured (docjobs/codec.py)."""
-    codec = settings.payload_codec()
-    return dataclasses.replace(pydantic_data_converter, payload_codec=codec) if codec else pydantic_data_converter
-
-
-async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+async def connect(settings: TemporalSettings, runtime: Runtime | None = None) -> Client:
     """Connect to the configured cluster (TLS, mTLS, API key as the SDK's environment configuration says), or
     to the embedded dev server (started on first use).
 
@@ -97,7 +87,7 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
 
 
 class JobClient:
-    def __init__(self, client: Client, settings: Settings) -> None:
+    def __init__(self, client: Client, settings: TemporalSettings) -> None:
         self.client = client
         self.settings = settings
         self.store = settings.blob_store()
@@ -176,7 +166,7 @@ class JobClient:
         try:
             status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
         except RPCError:  # no worker to answer: fall back to what visibility knows
-            status = self._status_from_visibility(job_id, memo, description)
+            status = status_from_visibility(job_id, memo, description)
         if execution is WorkflowExecutionStatus.RUNNING:
             await self._add_live_attempts(status, description.raw_description)
             return status
@@ -195,31 +185,6 @@ class JobClient:
             status.transitions.append(TransitionRecord(state=final, stage=status.stage, at=ended_at))
         status.state = final
         return status
-
-    @staticmethod
-    def _status_from_visibility(job_id: str, memo: Any, description: Any) -> JobStatus:
-        """A status rebuilt from the start memo and search attributes, when no worker can answer a query.
-
-        It carries no transitions: their times are only known to the workflow.
-        """
-        request = JobRequest.model_validate(memo)
-        attributes = description.typed_search_attributes
-        state = parse_state(attributes.get(sa.STATE) or JobState.QUEUED.value)
-        stage_name = attributes.get(sa.STAGE)
-        stage = Stage(stage_name) if stage_name else None
-        return JobStatus(
-            job_id=job_id,
-            tenant=request.tenant,
-            document_class=request.document_class,
-            policy_version=request.policy_version,
-            watermark_mode=request.policy.watermark.mode,
-            state=state,
-            stage=stage,
-            input_sha256=request.source.sha256,
-            page_count=request.page_count,
-            accepted_at=request.accepted_at,
-            deadline_at=request.accepted_at + timedelta(seconds=request.deadline_seconds),
-        )
 
     async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
         """Attempt numbers and page progress of the stages running right now (from pending activities)."""
@@ -243,36 +208,10 @@ class JobClient:
         running_only: bool = False,
         limit: int | None = 100,
     ) -> list[JobSummary]:
-        """Jobs through Temporal visibility (newest first), filtered by the search attributes.
-
-        `running_only` leaves out workflows that ended outside the job's logic (terminated, timed out): their
-        state attribute still says where they were. `limit=None` lists every match.
-        """
-        clauses = [f'WorkflowType = "{WORKFLOW_TYPE}"']
-        if running_only:
-            clauses.append('ExecutionStatus = "Running"')
-        if tenant is not None:
-            if not SAFE_QUERY_VALUE.fullmatch(tenant):
-                raise ValueError("a tenant name may only hold letters, digits and . _ @ -")
-            clauses.append(f'{sa.TENANT.name} = "{tenant}"')
-        if state is not None:
-            clauses.append(f'{sa.STATE.name} = "{state.value}"')
-        if older_than is not None:
-            clauses.append(f'StartTime < "{(datetime.now(UTC) - older_than).isoformat()}"')
-        found: list[JobSummary] = []
-        async for execution in self.client.list_workflows(" AND ".join(clauses), limit=limit):
-            attributes = execution.typed_search_attributes
-            found.append(
-                JobSummary(
-                    job_id=execution.id,
-                    state=attributes.get(sa.STATE),
-                    stage=attributes.get(sa.STAGE) or None,
-                    tenant=attributes.get(sa.TENANT),
-                    document_class=attributes.get(sa.DOCUMENT_CLASS),
-                    started_at=execution.start_time,
-                )
-            )
-        return found
+        """Jobs through Temporal visibility (docjobs/temporal/visibility.py)."""
+        return await list_jobs(
+            self.client, state=state, tenant=tenant, older_than=older_than, running_only=running_only, limit=limit
+        )
 
     async def note_wait_ended(self, job_id: str, end: str) -> None:
         """Record in the job's history that a caller stopped waiting (`end`: budget or timeout), so the timeline
@@ -289,70 +228,27 @@ class JobClient:
         status = await self.status(job_id)
         if status.state is not JobState.SUCCEEDED or not status.artifact_key or not status.output_sha256:
             raise NotReleased(f"the job is {status.state.value}: only a succeeded job has an artifact")
-        await asyncio.to_thread(self._export, status.artifact_key, status.output_sha256, out)
+        await asyncio.to_thread(export_blob, self.store, status.artifact_key, status.output_sha256, out)
         return status
-
-    def _export(self, key: str, sha256: str, out: Path) -> None:
-        """Copy a blob to `out` only if it still has the digest the job recorded (never a partial or wrong file)."""
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with (
-            tempfile.NamedTemporaryFile(dir=out.parent, prefix=".fetch-", delete=False) as tmp,
-            self.store.open(key) as blob,
-        ):
-            shutil.copyfileobj(blob, tmp)
-        tmp_path = Path(tmp.name)
-        if sha256_file(tmp_path) != sha256:
-            tmp_path.unlink()
-            raise DocJobError("artifact.digest_mismatch", "the stored file does not match its recorded digest")
-        tmp_path.replace(out)
-
-    def _copy_blob(self, key: str, dest: Path) -> Path:
-        with self.store.open(key) as blob, dest.open("wb") as out:
-            shutil.copyfileobj(blob, out)
-        return dest
 
     async def evidence(self, job_id: str, out: Path) -> JobStatus:
         """Write the job's signed evidence envelope to `out`, checked against the digest the job recorded."""
         status = await self.status(job_id)
         if not status.evidence_key or not status.evidence_sha256:
             raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
-        await asyncio.to_thread(self._export, status.evidence_key, status.evidence_sha256, out)
+        await asyncio.to_thread(export_blob, self.store, status.evidence_key, status.evidence_sha256, out)
         return status
 
     async def verify_evidence(self, job_id: str) -> EvidenceCheck:
         """Check the envelope's signature and recompute every digest it binds from the stored blobs."""
-        from docjobs.evidence import verify_evidence  # pyHanko is heavy: only the commands that verify load it
-        from docjobs.signing import SignerConfig
+        from docjobs.signing import SignerConfig  # pyHanko is heavy: only the commands that verify load it
 
         status = await self.status(job_id)
         if not status.evidence_key:
             raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
         run_id = (await self.handle(job_id).describe()).run_id
         signer = SignerConfig.from_env(self.settings.data_dir)
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp)
-            envelope = self._copy_blob(status.evidence_key, folder / "evidence.json").read_bytes()
-            source = self._copy_blob(source_key(status.input_sha256), folder / "source")
-            artifact = None
-            if status.output_sha256 and status.artifact_key:
-                artifact = self._copy_blob(status.artifact_key, folder / "artifact.pdf")
-            text = None
-            if status.ocr_text_sha256:  # beside the evidence, in the run's folder (or an older job's)
-                text = self._copy_blob(beside(status.evidence_key, TEXT_BLOB), folder / TEXT_BLOB)
-            summary = None
-            if status.redaction is not None:  # the summary the job reports must be the one the evidence binds
-                (summary := folder / "redaction.json").write_bytes(canonical_bytes(status.redaction))
-            return await asyncio.to_thread(
-                verify_evidence,
-                envelope,
-                signer,
-                job_id=job_id,
-                run_id=run_id,
-                artifact=artifact,
-                source=source,
-                ocr_text=text,
-                redaction_summary=summary,
-            )
+        return await verify_stored_evidence(self.store, status, signer, job_id=job_id, run_id=run_id)
 
     async def audit(self, job_id: str) -> list[dict[str, Any]]:
         """The job's history as content-free events: what ran, when, which attempt, which failure code."""
@@ -360,7 +256,7 @@ class JobClient:
         events: list[dict[str, Any]] = []
         stages: dict[int, str] = {}  # scheduled event ID -> stage, so every activity event names its stage
         async for event in self.handle(job_id).fetch_history_events():
-            events.append(_describe_event(event, stages))
+            events.append(describe_event(event, stages))
         return events
 
     async def timeline(self, job_id: str) -> list[dict[str, Any]]:
@@ -380,42 +276,3 @@ class JobClient:
             for activity in description.raw_description.pending_activities
         ]
         return narrate(events, pending, status)
-
-
-def _failure(failure: Any) -> str:
-    """A failure as a code: the application's stable code, or the kind of timeout (the lease is `heartbeat`)."""
-    if failure.HasField("timeout_failure_info"):
-        kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type).removeprefix("TIMEOUT_TYPE_").lower()
-        return f"timeout.{kind}"
-    return str(failure.application_failure_info.type or failure.WhichOneof("failure_info") or "unknown")
-
-
-def _describe_event(event: Any, stages: dict[int, str]) -> dict[str, Any]:
-    kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
-    entry: dict[str, Any] = {
-        "event_id": event.event_id,
-        "time": event.event_time.ToDatetime(tzinfo=UTC).isoformat(),
-        "event": kind,
-    }
-    attributes_field = event.WhichOneof("attributes")
-    attributes = getattr(event, attributes_field) if attributes_field else None
-    if attributes is None:
-        return entry
-    if kind == "activity_task_scheduled":
-        stages[event.event_id] = entry["stage"] = attributes.activity_type.name
-    elif kind.startswith("activity_task_"):
-        entry["stage"] = stages.get(attributes.scheduled_event_id)
-    if kind == "activity_task_started":
-        entry["attempt"] = attributes.attempt
-        entry["worker"] = attributes.identity
-        if attributes.HasField("last_failure"):
-            entry["previous_attempt_failure"] = _failure(attributes.last_failure)
-    if hasattr(attributes, "failure") and attributes.HasField("failure"):
-        entry["failure_code"] = _failure(attributes.failure)
-        entry["message"] = attributes.failure.message
-    if kind == "workflow_execution_signaled":
-        entry["signal"] = attributes.signal_name
-    if kind == "upsert_workflow_search_attributes":
-        fields = attributes.search_attributes.indexed_fields
-        entry["attributes"] = {name: payload.data.decode() for name, payload in fields.items()}
-    return entry

@@ -17,10 +17,10 @@ from temporalio.client import Client
 from temporalio.common import MetricMeter
 from temporalio.service import RPCError
 
-from docjobs.client import JobClient
-from docjobs.config import Settings
-from docjobs.metrics import ACTIVE_JOBS, OLDEST_ACTIVE_JOB_AGE
+from docjobs.metric_names import ACTIVE_JOBS, OLDEST_ACTIVE_JOB_AGE
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient
+from docjobs.temporal.settings import TemporalSettings
 
 log = logging.getLogger("docjobs.metrics")
 ACTIVE_STATES = (JobState.QUEUED, JobState.PROCESSING)
@@ -43,7 +43,9 @@ async def refresh_forever(jobs: JobClient, meter: MetricMeter, every: float) -> 
 
 
 @asynccontextmanager
-async def active_job_gauges(client: Client, settings: Settings, meter: MetricMeter | None) -> AsyncIterator[None]:
+async def active_job_gauges(
+    client: Client, settings: TemporalSettings, meter: MetricMeter | None
+) -> AsyncIterator[None]:
     """Keep the gauges fresh for as long as the block runs (nothing to do without a meter)."""
     if meter is None:
         yield
