@@ -28,11 +28,11 @@ from pdfminer.high_level import extract_text
 from pdfminer.layout import LAParams
 
 from docjobs.models import RedactPolicy
-from docjobs.pdf.redact import redact_pdf
-from docjobs.pdf.redact_content import remove_content
-from docjobs.pdf.redact_gate import check_redaction
-from docjobs.pdf.redact_locate import locate
-from docjobs.pdf.redact_patterns import compile_patterns
+from docjobs.pdf.redaction.content import remove_content
+from docjobs.pdf.redaction.gate import check_redaction
+from docjobs.pdf.redaction.locate import locate
+from docjobs.pdf.redaction.patterns import compile_patterns
+from docjobs.pdf.redaction.redact import redact_pdf
 from tests.fixtures.redact_samples import FIXTURES, make_redaction_bench_pdf
 
 POLICY = RedactPolicy(patterns=("ssn", "email", "phone"))

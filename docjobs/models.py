@@ -74,7 +74,7 @@ class OcrPolicy(Frozen):
 
 
 class RedactRegion(Frozen):
-    """A rectangle to black out, in PDF points in the page's default user space (see docjobs/pdf/regions.py)."""
+    """A rectangle to black out, in PDF points in the page's default user space (docjobs/pdf/redaction/regions.py)."""
 
     page: int = Field(ge=1)  # 1-based
     x0: float

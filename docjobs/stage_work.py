@@ -33,9 +33,9 @@ from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf, sniff_kind
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
-from docjobs.pdf.redact import redact_pdf
-from docjobs.pdf.redact_gate import check_redaction
-from docjobs.pdf.redact_patterns import compile_patterns
+from docjobs.pdf.redaction.gate import check_redaction
+from docjobs.pdf.redaction.patterns import compile_patterns
+from docjobs.pdf.redaction.redact import redact_pdf
 from docjobs.pdf.sanitize import check_no_active_content, sanitize_file
 from docjobs.pdf.signatures import signature_count, void_certification
 from docjobs.pdf.stamp import stamp

@@ -22,10 +22,10 @@ from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, budgets_for, decoded_s
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.raster import watermark_raster
-from docjobs.pdf.redact import redact_pdf
-from docjobs.pdf.redact_content import remove_content
-from docjobs.pdf.redact_sites import document_sites
-from docjobs.pdf.regions import Rect
+from docjobs.pdf.redaction.content import remove_content
+from docjobs.pdf.redaction.redact import redact_pdf
+from docjobs.pdf.redaction.regions import Rect
+from docjobs.pdf.redaction.sites import document_sites
 from docjobs.pdf.signatures import signature_count
 from docjobs.pdf.watermark import watermark_structure
 from tests import hostile

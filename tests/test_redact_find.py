@@ -22,9 +22,9 @@ from reportlab.pdfbase.ttfonts import TTFont
 
 from docjobs.errors import FAILURE_CODES, Outcome
 from docjobs.models import RedactPolicy
-from docjobs.pdf.redact_gate import GateReport, check_redaction
-from docjobs.pdf.redact_locate import PAD, Located, locate
-from docjobs.pdf.redact_patterns import (
+from docjobs.pdf.redaction.gate import GateReport, check_redaction
+from docjobs.pdf.redaction.locate import PAD, Located, locate
+from docjobs.pdf.redaction.patterns import (
     BUILTIN_PATTERNS,
     Match,
     NamedPattern,
@@ -33,9 +33,9 @@ from docjobs.pdf.redact_patterns import (
     find_matches_loose,
     value_pattern,
 )
-from docjobs.pdf.redact_scrub import scrub_document
-from docjobs.pdf.redact_sites import SITE_KINDS
-from docjobs.pdf.regions import PageRegions, Rect
+from docjobs.pdf.redaction.regions import PageRegions, Rect
+from docjobs.pdf.redaction.scrub import scrub_document
+from docjobs.pdf.redaction.sites import SITE_KINDS
 from tests.fixtures.redact_samples import (
     EMAIL,
     EMAIL_PREFIX,

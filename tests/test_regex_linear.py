@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from docjobs.api import create_app
 from docjobs.linear_regex import LinearRegex, UnsupportedRegex
 from docjobs.models import RedactPolicy
-from docjobs.pdf.redact_patterns import BUILTIN_PATTERNS, compile_patterns, find_matches, find_matches_loose
+from docjobs.pdf.redaction.patterns import BUILTIN_PATTERNS, compile_patterns, find_matches, find_matches_loose
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import REPO

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from docjobs.pdf.regions import Rect
+from docjobs.pdf.redaction.regions import Rect
 
 Matrix = tuple[float, float, float, float, float, float]
 Point = tuple[float, float]

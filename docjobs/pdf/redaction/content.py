@@ -5,7 +5,7 @@ The page's content (and every form XObject it draws, to any depth) is interprete
 and text state a viewer keeps, so each glyph's box is known in default user space; a glyph whose box
 overlaps a region is dropped and replaced by a TJ displacement of exactly its advance (character and
 word spacing included), so every other glyph keeps its position and stays extractable. Image
-XObjects under a region get their pixels overwritten (see redact_images). Edited forms and images
+XObjects under a region get their pixels overwritten (see images). Edited forms and images
 become page-private copies, so other pages that draw them are untouched.
 
 Where content under a region cannot be removed exactly, UnsafePage is raised with a short stable
@@ -26,12 +26,12 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, too_complex
-from docjobs.pdf.redact_fonts import UNKNOWN_FONT, FontModel, font_model
-from docjobs.pdf.redact_geometry import IDENTITY, Matrix, corners, multiply, quad_hits, strip_hits, translate
-from docjobs.pdf.redact_images import copy_stream, redact_image
-from docjobs.pdf.redact_resources import Instruction, MarkedContent, ResourceScope
-from docjobs.pdf.redact_stream import make_instruction, matrix_of, matrix_operand, numbers, parse_instructions
-from docjobs.pdf.regions import Rect, UnsafePage
+from docjobs.pdf.redaction.fonts import UNKNOWN_FONT, FontModel, font_model
+from docjobs.pdf.redaction.geometry import IDENTITY, Matrix, corners, multiply, quad_hits, strip_hits, translate
+from docjobs.pdf.redaction.images import copy_stream, redact_image
+from docjobs.pdf.redaction.regions import Rect, UnsafePage
+from docjobs.pdf.redaction.resources import Instruction, MarkedContent, ResourceScope
+from docjobs.pdf.redaction.stream import make_instruction, matrix_of, matrix_operand, numbers, parse_instructions
 
 _ZERO_WIDTH_BOX = 0.01  # em: a glyph without advance still gets a box, so it cannot hide under a region
 

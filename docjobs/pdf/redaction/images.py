@@ -18,8 +18,8 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, decoded_size
-from docjobs.pdf.redact_geometry import Matrix, Point, corners, invert, multiply
-from docjobs.pdf.regions import Rect, UnsafePage
+from docjobs.pdf.redaction.geometry import Matrix, Point, corners, invert, multiply
+from docjobs.pdf.redaction.regions import Rect, UnsafePage
 
 _ADDITIVE = {"/DeviceGray": 1, "/CalGray": 1, "/DeviceRGB": 3, "/CalRGB": 3, "/Lab": 3}
 _SUBTRACTIVE = {"/DeviceCMYK": 4, "/Separation": 1}

@@ -1,10 +1,10 @@
 """True redaction: what matches a pattern or lies in a region is removed from the file, then proven gone.
 
-The steps, each its own module: locate the matches to character boxes (`redact_locate`), remove the glyphs
-and image pixels under every region from the content (`redact_content`), remove the annotations and form
+The steps, each its own module: locate the matches to character boxes (`locate`), remove the glyphs
+and image pixels under every region from the content (`content`), remove the annotations and form
 fields there, draw an opaque box, scrub the document-level copies (metadata, bookmarks, attachments,
-scripts, form values: `redact_scrub`), burn in the pages that could not be rewritten safely, and finally
-re-read the result with two independent extractors (`redact_gate`). A leak found by the gate is a
+scripts, form values: `scrub`), burn in the pages that could not be rewritten safely, and finally
+re-read the result with two independent extractors (`gate`). A leak found by the gate is a
 `redaction.leak` (the job is quarantined); the summary carries counts and codes, never the matched values.
 """
 
@@ -23,12 +23,12 @@ from docjobs.models import PageRedaction, RedactionSummary, RedactPolicy, Redact
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.raster import check_page_pixels, image_content, render_page
-from docjobs.pdf.redact_content import remove_content
-from docjobs.pdf.redact_gate import Word, check_redaction, poppler_words
-from docjobs.pdf.redact_locate import locate
-from docjobs.pdf.redact_patterns import NamedPattern, compile_patterns, value_pattern
-from docjobs.pdf.redact_scrub import scrub_document
-from docjobs.pdf.regions import PageRegions, Rect, UnsafePage
+from docjobs.pdf.redaction.content import remove_content
+from docjobs.pdf.redaction.gate import Word, check_redaction, poppler_words
+from docjobs.pdf.redaction.locate import locate
+from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, value_pattern
+from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
+from docjobs.pdf.redaction.scrub import scrub_document
 from docjobs.pdf.watermark import open_states
 
 BOX_COLOR = "0 g"  # opaque black

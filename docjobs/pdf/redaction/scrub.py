@@ -2,7 +2,7 @@
 
 Info entries and the XMP packet, bookmarks, named destinations, attachments (names, descriptions and
 bytes), JavaScript, form values and annotation texts can all carry a value that the page redaction never
-sees (see docjobs/pdf/redact_sites.py for the list). A place is sensitive when a pattern matches its text
+sees (see docjobs/pdf/redaction/sites.py for the list). A place is sensitive when a pattern matches its text
 or a value found on the pages appears in it; it is then deleted or cleared. The report counts places per
 kind and never holds their text.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import pikepdf
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets
-from docjobs.pdf.redact_patterns import NamedPattern, sensitive_kinds
-from docjobs.pdf.redact_sites import document_sites
+from docjobs.pdf.redaction.patterns import NamedPattern, sensitive_kinds
+from docjobs.pdf.redaction.sites import document_sites
 
 
 @dataclass(frozen=True)

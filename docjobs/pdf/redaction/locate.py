@@ -33,8 +33,8 @@ from pdfminer.pdftypes import dict_value, int_value, list_value, resolve1
 from pdfminer.psparser import PSLiteral
 from pdfminer.utils import decode_text
 
-from docjobs.pdf.redact_patterns import NamedPattern, find_matches_loose
-from docjobs.pdf.regions import PageRegions, Rect
+from docjobs.pdf.redaction.patterns import NamedPattern, find_matches_loose
+from docjobs.pdf.redaction.regions import PageRegions, Rect
 
 PAD = 1.0  # points added around a matched run: anti-aliasing and rounding must not leave a sliver
 SPACE_GAP = 0.15  # a gap wider than this many ems between glyphs on a line reads as a space

@@ -24,9 +24,9 @@ import pikepdf
 from pypdf import PdfReader
 
 from docjobs.errors import DocJobError
-from docjobs.pdf.redact_patterns import NamedPattern, sensitive_kinds
-from docjobs.pdf.redact_sites import document_sites
-from docjobs.pdf.regions import PageRegions, Rect
+from docjobs.pdf.redaction.patterns import NamedPattern, sensitive_kinds
+from docjobs.pdf.redaction.regions import PageRegions, Rect
+from docjobs.pdf.redaction.sites import document_sites
 
 EXTRACTORS = ("pdftotext", "pypdf", "pikepdf")
 IN_REGION_SHARE = 0.5  # a word with at least this share of its box inside a region is in that region

@@ -11,9 +11,9 @@ import warnings
 import pikepdf
 
 from docjobs.pdf.budgets import OperatorBudget
-from docjobs.pdf.redact_geometry import Matrix
-from docjobs.pdf.redact_resources import Instruction
-from docjobs.pdf.regions import UnsafePage
+from docjobs.pdf.redaction.geometry import Matrix
+from docjobs.pdf.redaction.regions import UnsafePage
+from docjobs.pdf.redaction.resources import Instruction
 
 
 def parse_instructions(owner: pikepdf.Page | pikepdf.Stream, budget: OperatorBudget) -> list[Instruction]:
