@@ -244,7 +244,7 @@ async def cmd_evidence(args: argparse.Namespace, settings: TemporalSettings, out
 async def cmd_verify_evidence(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     """A job's stored evidence, or copies kept elsewhere (`--evidence FILE --artifact PDF`)."""
     from docjobs.evidence import verify_evidence  # pyHanko is heavy: loaded by the commands that need it
-    from docjobs.signing import SignerConfig
+    from docjobs.signing.config import SignerConfig
 
     if args.evidence:
         check = await asyncio.to_thread(  # pyHanko's validation runs its own event loop

@@ -32,7 +32,7 @@ from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPol
 from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.sandbox import ChildLimits, ChildPool
-from docjobs.signing import ensure_dev_signer
+from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server

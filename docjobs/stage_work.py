@@ -39,7 +39,9 @@ from docjobs.pdf.redaction.redact import redact_pdf
 from docjobs.pdf.sanitize import check_no_active_content, sanitize_file
 from docjobs.pdf.signatures import signature_count, void_certification
 from docjobs.pdf.stamp import stamp
-from docjobs.signing import SignerConfig, sign_pdf, verify_pdf
+from docjobs.signing.config import SignerConfig
+from docjobs.signing.sign import sign_pdf
+from docjobs.signing.verify import verify_pdf
 
 ProgressFn = Callable[[int, int], None]
 WorkT = TypeVar("WorkT", bound=BaseModel)

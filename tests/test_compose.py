@@ -16,9 +16,11 @@ import yaml
 
 import starter
 import worker
-from docjobs import config, signing
+from docjobs import config
 from docjobs.codec_server import create_codec_app
 from docjobs.s3store import S3BlobStore
+from docjobs.signing.config import ENV_NAMES as SIGNING_ENV_NAMES
+from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import REPO
 from workflows import search_attributes
@@ -42,7 +44,7 @@ _SOURCES = [
 ]
 KNOWN_SETTINGS = (
     set(re.findall(r'"(DOCJOBS_[A-Z_]+)"', Path(config.__file__).read_text()))
-    | set(signing.ENV_NAMES)
+    | set(SIGNING_ENV_NAMES)
     | {name for path in _SOURCES for name in _ENV_READ.findall(path.read_text())}
 )
 
@@ -112,7 +114,7 @@ def test_the_default_set_is_unchanged_and_the_cluster_path_is_a_profile() -> Non
 
 def test_secret_files_are_provided_and_never_committed(tmp_path: Path) -> None:
     """Each secret file is gitignored and has a committed `.example`, or is what `make secrets` generates."""
-    dev = signing.ensure_dev_signer(tmp_path / "signing")  # what `make secrets` runs for ops/secrets/signing
+    dev = ensure_dev_signer(tmp_path / "signing")  # what `make secrets` runs for ops/secrets/signing
     assert dev.key_path is not None and dev.cert_path is not None
     generated = {REPO / "ops/secrets/signing" / path.name for path in (dev.key_path, dev.cert_path, *dev.trust_roots)}
     makefile = (REPO / "Makefile").read_text()
@@ -189,7 +191,7 @@ def test_general_workers_share_one_signer_and_the_tenants() -> None:
     env = environment("docjobs-worker-general")
     secret_paths = {f"/run/secrets/{secret}" for secret in SERVICES["docjobs-worker-general"]["secrets"]}
     for setting in ("DOCJOBS_SIGNING_KEY", "DOCJOBS_SIGNING_CERT", "DOCJOBS_TRUST_ROOTS"):
-        assert setting in signing.ENV_NAMES and env[setting] in secret_paths
+        assert setting in SIGNING_ENV_NAMES and env[setting] in secret_paths
     tenants = PurePosixPath(env["DOCJOBS_TENANTS_FILE"])
     assert tenants.parent in map(PurePosixPath, named_volumes("docjobs-worker-general").values())
     assert environment("docjobs-api")["DOCJOBS_TENANTS_FILE"] == str(tenants)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from docjobs.models import Policy
 from docjobs.policies import PolicyBook
-from docjobs.signing import cert_pem, ensure_dev_signer, issue_signer, key_pem, make_ca
+from docjobs.signing.config import cert_pem, key_pem
+from docjobs.signing.dev_ca import ensure_dev_signer, issue_signer, make_ca
 from docjobs.states import JobState
 from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal

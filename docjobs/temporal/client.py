@@ -241,7 +241,7 @@ class JobClient:
 
     async def verify_evidence(self, job_id: str) -> EvidenceCheck:
         """Check the envelope's signature and recompute every digest it binds from the stored blobs."""
-        from docjobs.signing import SignerConfig  # pyHanko is heavy: only the commands that verify load it
+        from docjobs.signing.config import SignerConfig  # pyHanko is heavy: only the commands that verify load it
 
         status = await self.status(job_id)
         if not status.evidence_key:

@@ -14,7 +14,7 @@ from docjobs.storage import TEXT_BLOB, BlobStore, beside, sha256_file, source_ke
 
 if TYPE_CHECKING:
     from docjobs.evidence import EvidenceCheck
-    from docjobs.signing import SignerConfig
+    from docjobs.signing.config import SignerConfig
 
 
 def export_blob(store: BlobStore, key: str, sha256: str, out: Path) -> None:
