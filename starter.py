@@ -343,7 +343,7 @@ def http_server(app: Any, args: argparse.Namespace) -> uvicorn.Server:
 
 
 async def cmd_serve(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    from docjobs.api import create_app
+    from docjobs.api.app import create_app
 
     configure_logging(args.log_format or default_log_format())  # before connecting: the SDK's logs too
     client = await connect(settings)
@@ -362,7 +362,7 @@ async def cmd_serve(args: argparse.Namespace, settings: TemporalSettings, out: O
 
 
 async def cmd_codec_server(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    from docjobs.codec_server import create_codec_app
+    from docjobs.api.codec_server import create_codec_app
 
     configure_logging(args.log_format or default_log_format())
     server = http_server(create_codec_app(settings, cors_origin=args.cors_origin, host=args.host), args)

@@ -31,7 +31,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 from temporalio.service import RPCError
 
-from docjobs.api import create_app
+from docjobs.api.app import create_app
 from docjobs.config import ConfigError
 from docjobs.idempotency import is_valid_client_key
 from docjobs.storage import FileBlobStore

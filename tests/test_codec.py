@@ -22,8 +22,8 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
-from docjobs.api import create_app
-from docjobs.codec_server import MAX_BODY_BYTES, create_codec_app
+from docjobs.api.app import create_app
+from docjobs.api.codec_server import MAX_BODY_BYTES, create_codec_app
 from docjobs.config import ConfigError
 from docjobs.policies import PolicyBook
 from docjobs.sealing import UNSEALED_ENCODING, CodecKey

@@ -17,7 +17,7 @@ import yaml
 import starter
 import worker
 from docjobs import config
-from docjobs.codec_server import create_codec_app
+from docjobs.api.codec_server import create_codec_app
 from docjobs.s3store import S3BlobStore
 from docjobs.signing.config import ENV_NAMES as SIGNING_ENV_NAMES
 from docjobs.signing.dev_ca import ensure_dev_signer

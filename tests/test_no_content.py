@@ -22,7 +22,7 @@ from pikepdf import Name
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from docjobs.api import create_app
+from docjobs.api.app import create_app
 from docjobs.models import JobStatus
 from docjobs.policies import PolicyBook
 from docjobs.sealing import CodecKey

@@ -22,7 +22,7 @@ import pytest
 import re2
 from pydantic import ValidationError
 
-from docjobs.api import create_app
+from docjobs.api.app import create_app
 from docjobs.linear_regex import LinearRegex, UnsupportedRegex
 from docjobs.models import RedactPolicy
 from docjobs.pdf.redaction.patterns import BUILTIN_PATTERNS, compile_patterns, find_matches, find_matches_loose
