@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader
 
-import starter
+from docjobs.cli.output import describe
 from docjobs.models import Policy
 from docjobs.pdf.sanitize import find_active_content
 from docjobs.policies import PolicyBook
@@ -43,7 +43,7 @@ async def test_active_pdf_comes_back_signed_without_it(
     assert status.state is JobState.SUCCEEDED, status
     assert status.sanitized == ACTIVE_COUNTS
     assert run_starter(env, "status", submitted.job_id)[1]["sanitized"] == ACTIVE_COUNTS
-    assert "active content removed: embedded_file x3, goto_remote x1," in starter.describe(status)
+    assert "active content removed: embedded_file x3, goto_remote x1," in describe(status)
     assert status.signature is not None and status.signature["bottom_line"] is True
     assert {"no_active_content", "links", "text_kept"} <= set(status.fidelity_checks)
     await jobs.fetch(submitted.job_id, out := tmp_path / "out.pdf")
