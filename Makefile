@@ -57,6 +57,7 @@ secrets: deps
 lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(PY) -m pytest
