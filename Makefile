@@ -27,23 +27,17 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 SAMPLES := $(DATA_DIR)/samples
 
-# Generated once: the same bytes again make the same jobs, so a second `make demo` reuses them.
-$(SAMPLES)/sample.pdf: | deps
-	$(PY) -m docjobs.samples $@ --pages 4
-
-$(SAMPLES)/scan.pdf: | deps
-	$(PY) -m docjobs.scans $@ --pages 3
-
-$(SAMPLES)/redaction/cid_font.pdf: | deps
-	$(PY) -m docjobs.redact_samples $(SAMPLES)/redaction >/dev/null
+# Generated once (demo/make_samples.py): the same bytes again make the same jobs, so a second `make demo` reuses them.
+$(SAMPLES)/sample.pdf: demo/make_samples.py | deps
+	$(PY) demo/make_samples.py $(SAMPLES)
 
 # The main job on the embedded defaults: a generated sample through both watermark modes, a scan via OCR, and
 # a letter with (fake) personal data in a CID font, as Word writes it, redacted for real.
-demo: deps $(SAMPLES)/sample.pdf $(SAMPLES)/scan.pdf $(SAMPLES)/redaction/cid_font.pdf
+demo: deps $(SAMPLES)/sample.pdf
 	$(PY) starter.py run $(SAMPLES)/sample.pdf --out out/sample.watermarked.pdf
 	$(PY) starter.py run $(SAMPLES)/sample.pdf --policy preview --out out/sample.preview.pdf
 	$(PY) starter.py run $(SAMPLES)/scan.pdf --policy scan --out out/scan.searchable.pdf
-	$(PY) starter.py run $(SAMPLES)/redaction/cid_font.pdf --policy external --out out/letter.redacted.pdf
+	$(PY) starter.py run $(SAMPLES)/letter.pdf --policy external --out out/letter.redacted.pdf
 	@echo "outputs in out/; Temporal Web UI: http://127.0.0.1:8233 ; stop the dev server with 'make stop'"
 
 # The HTTP API on the embedded defaults, with an in-process worker (create a tenant: starter.py tenant add NAME).
@@ -57,12 +51,13 @@ secrets: deps
 		$(PY) -c "import base64,os;print('k1:'+base64.b64encode(os.urandom(32)).decode())" > ops/secrets/codec_keys
 	@umask 077; [ -s ops/secrets/codec_token ] || \
 		$(PY) -c "import secrets;print(secrets.token_urlsafe(32))" > ops/secrets/codec_token
-	@$(PY) -c "from pathlib import Path; from docjobs.signing import ensure_dev_signer; ensure_dev_signer(Path('ops/secrets/signing'))"
+	@$(PY) -c "from pathlib import Path; from docjobs.signing.dev_ca import ensure_dev_signer; ensure_dev_signer(Path('ops/secrets/signing'))"
 	@echo "ops/secrets/: codec_keys, codec_token, signing/ (DEVELOPMENT signer; its CA: ops/secrets/signing/ca.pem)"
 
 lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(PY) -m pytest

@@ -31,13 +31,15 @@ from activities.publish import PublishActivities
 from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
 from activities.render import RenderActivities
-from docjobs.client import DEADLINE_GRACE, connect
-from docjobs.config import ConfigError, PolicyBook, Settings
-from docjobs.job_gauges import active_job_gauges
-from docjobs.logs import LOG_FORMATS, configure_logging, default_log_format, identify
-from docjobs.metrics import metrics_runtime
+from docjobs.config import ConfigError
+from docjobs.policies import PolicyBook
 from docjobs.sandbox import ChildLimits, ChildPool
 from docjobs.sweep import sweep_stale
+from docjobs.temporal.client import DEADLINE_GRACE, connect
+from docjobs.temporal.job_gauges import active_job_gauges
+from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format, identify
+from docjobs.temporal.metrics import metrics_runtime
+from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import tenants_file
 from workflows.document_job import DocumentJobWorkflow
 
@@ -49,7 +51,7 @@ QUEUES = ("general", "ocr")
 
 
 def create_workers(
-    client: Client, settings: Settings, pools: dict[str, ChildPool], threads: dict[str, ThreadPoolExecutor]
+    client: Client, settings: TemporalSettings, pools: dict[str, ChildPool], threads: dict[str, ThreadPoolExecutor]
 ) -> list[Worker]:
     """One worker per served task queue (the keys of `pools`): `general` runs the workflow and the light
     stages, `ocr` the OCR stage. See `serving`."""
@@ -107,7 +109,9 @@ def create_workers(
 
 
 @asynccontextmanager
-async def serving(client: Client, settings: Settings, queues: Sequence[str] = QUEUES) -> AsyncIterator[list[Worker]]:
+async def serving(
+    client: Client, settings: TemporalSettings, queues: Sequence[str] = QUEUES
+) -> AsyncIterator[list[Worker]]:
     """Workers for `queues`, running until the block ends, then shut down together (draining running stages).
 
     Each queue has its own threads, exactly as many as the stages it may run at once, so an accepted stage
@@ -136,14 +140,14 @@ async def serving(client: Client, settings: Settings, queues: Sequence[str] = QU
             executor.shutdown(wait=False, cancel_futures=True)
 
 
-def sweep_leftovers(settings: Settings) -> None:
+def sweep_leftovers(settings: TemporalSettings) -> None:
     """Remove what crashed attempts and uploads left behind (plaintext documents), older than any live job."""
     longest = max(policy.deadline_seconds for policy in PolicyBook.load(settings.policy_file).policies.values())
     for folder in (settings.work_dir, settings.spool_dir):
         sweep_stale(folder, timedelta(seconds=longest) + DEADLINE_GRACE)
 
 
-async def serve(settings: Settings, queues: Sequence[str]) -> None:
+async def serve(settings: TemporalSettings, queues: Sequence[str]) -> None:
     runtime = metrics_runtime(settings)
     client = await connect(settings, runtime)
     identify(client.identity)
@@ -190,7 +194,7 @@ def main() -> int:
     except ConfigError as error:
         parser.error(str(error))
     try:
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
         if args.task_queue:
             settings = replace(settings, task_queue=args.task_queue)
         if args.metrics_port is not None:

@@ -13,7 +13,7 @@ from activities.runs import marked_run
 from docjobs.errors import DocJobError
 from docjobs.evidence import Evidence, sign_evidence, tool_versions
 from docjobs.models import BlobRef, EvidenceInput, EvidenceOutput
-from docjobs.signing import SignerConfig
+from docjobs.signing.config import SignerConfig
 from docjobs.storage import BlobStore, RunScope, evidence_key, sha256_file, staging_key
 
 

@@ -16,13 +16,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from docjobs.metrics import (
-    ACTIVITY_ATTEMPTS,
-    FIDELITY_FAILURES,
-    LEASE_EXPIRATIONS,
-    STAGE_DURATION,
-    shape_labels,
-)
+from docjobs.metric_names import ACTIVITY_ATTEMPTS, FIDELITY_FAILURES, LEASE_EXPIRATIONS, STAGE_DURATION, shape_labels
 from docjobs.models import JobShape
 
 log = logging.getLogger("docjobs.activities")

@@ -10,7 +10,7 @@ from activities.isolated import IsolatedStages
 from activities.runs import put_staged
 from docjobs.models import SignInput, SignOutput, VerifyInput, VerifyOutput
 from docjobs.sandbox import ChildPool
-from docjobs.signing import SignerConfig
+from docjobs.signing.config import SignerConfig
 from docjobs.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
 from docjobs.storage import BlobStore
 

@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 import pikepdf
 
-from docjobs.config import Settings
-from docjobs.devserver import ensure_dev_server, stop_dev_server
-from docjobs.samples import make_sample_pdf
+from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
+from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import add_tenant
 from tests.conftest import free_port
+from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,7 +96,7 @@ def main() -> int:
         saved = dict(os.environ)
         os.environ.update(env)
         try:
-            settings = Settings.from_env()
+            settings = TemporalSettings.from_env()
         finally:
             os.environ.clear()
             os.environ.update(saved)

@@ -28,15 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pydantic import BaseModel
 
-from docjobs.client import JobClient, connect
-from docjobs.config import PolicyBook, Settings
-from docjobs.devserver import stop_dev_server
 from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.samples import make_sample_pdf
 from docjobs.sandbox import ChildLimits, ChildPool
-from docjobs.signing import ensure_dev_signer
+from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.devserver import stop_dev_server
+from docjobs.temporal.settings import TemporalSettings
+from tests.fixtures.samples import make_sample_pdf
 from worker import serving
 
 CPU = CpuBudget(base_seconds=600, per_page_seconds=10)
@@ -133,7 +134,7 @@ async def concurrency_table(runs: int, folder: Path) -> None:
             "DOCJOBS_ACTIVITY_THREADS": "2",
         }
     )
-    settings = Settings.from_env()
+    settings = TemporalSettings.from_env()
     documents = []
     for index in range(2):
         documents.append(folder / f"fifty-{index}.pdf")

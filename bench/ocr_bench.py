@@ -26,14 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from docjobs.client import JobClient, connect
-from docjobs.config import PolicyBook, Settings
-from docjobs.devserver import stop_dev_server
 from docjobs.models import Policy
 from docjobs.pdf.ocr import ocrmypdf_args
+from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.scans import make_scan_pdf, scan_words
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.devserver import stop_dev_server
+from docjobs.temporal.settings import TemporalSettings
+from tests.fixtures.scans import make_scan_pdf, scan_words
 from worker import serving
 
 
@@ -85,7 +86,7 @@ async def main() -> None:
                 "DOCJOBS_TASK_QUEUE": "docjobs-bench",
             }
         )
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
         scan = folder / "scan.pdf"
         make_scan_pdf(scan, scan_words(options.pages), ["upright"] * options.pages)
         # OCR only: the scan policy without the signature (the verify gate still runs).

@@ -6,7 +6,7 @@
 that every word outside the regions is still in place) runs on a generated text PDF with an SSN, an e-mail
 and a phone number on every page; its main steps are also timed alone. Beside it, the raw tools on the same
 file: `pdftotext` (poppler) and pdfminer's text extraction, the floor any locate-and-verify redactor pays.
-The fallback share is over the redaction fixtures (docjobs/redact_samples.py, the scan excluded: it needs OCR
+The fallback share is over the redaction fixtures (tests/fixtures/redact_samples.py, the scan excluded: it needs OCR
 first): pages burned in at the fallback DPI / pages redacted. Prints medians.
 """
 
@@ -28,12 +28,12 @@ from pdfminer.high_level import extract_text
 from pdfminer.layout import LAParams
 
 from docjobs.models import RedactPolicy
-from docjobs.pdf.redact import redact_pdf
-from docjobs.pdf.redact_content import remove_content
-from docjobs.pdf.redact_gate import check_redaction
-from docjobs.pdf.redact_locate import locate
-from docjobs.pdf.redact_patterns import compile_patterns
-from docjobs.redact_samples import FIXTURES, make_redaction_bench_pdf
+from docjobs.pdf.redaction.content import remove_content
+from docjobs.pdf.redaction.gate import check_redaction
+from docjobs.pdf.redaction.locate import locate
+from docjobs.pdf.redaction.patterns import compile_patterns
+from docjobs.pdf.redaction.redact import redact_pdf
+from tests.fixtures.redact_samples import FIXTURES, make_redaction_bench_pdf
 
 POLICY = RedactPolicy(patterns=("ssn", "email", "phone"))
 

@@ -29,8 +29,9 @@ import boto3  # type: ignore[import-untyped]
 from moto.server import ThreadedMotoServer
 
 from docjobs.s3store import open_blob_store
-from docjobs.samples import make_sample_pdf
-from docjobs.signing import ensure_dev_signer, sign_pdf, verify_pdf
+from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.signing.sign import sign_pdf
+from docjobs.signing.verify import verify_pdf
 from docjobs.storage import (
     BlobStore,
     RunScope,
@@ -41,6 +42,7 @@ from docjobs.storage import (
     staging_key,
     staging_prefix,
 )
+from tests.fixtures.samples import make_sample_pdf
 
 
 def median_ms(runs: int, action: Callable[[], object]) -> float:

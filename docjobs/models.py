@@ -14,8 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from docjobs.linear_regex import LinearRegex
-from docjobs.pdf.budgets import DEFAULT_BUDGETS, MIB, Budgets
-from docjobs.pdf.watermark import encode_text
+from docjobs.stamp_text import encode_text
 from docjobs.states import JobState, Stage
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
@@ -91,7 +90,7 @@ class DeskewedPage(Frozen):
 
 
 class RedactRegion(Frozen):
-    """A rectangle to black out, in PDF points in the page's default user space (see docjobs/pdf/regions.py)."""
+    """A rectangle to black out, in PDF points in the page's default user space (docjobs/pdf/redaction/regions.py)."""
 
     page: int = Field(ge=1)  # 1-based
     x0: float
@@ -167,19 +166,6 @@ class LimitsPolicy(Frozen):
     nesting_depth: int = Field(default=100, gt=0)  # levels of a walked hierarchy (fields, outline, structure)
     objects_per_walk: int = Field(default=1_000_000, gt=0)  # objects visited by one walk
 
-    def budgets(self, max_pages: int | None = None) -> Budgets:
-        """These limits as the parsers' budgets, with the policy's page limit (None: the parsers' own ceiling,
-        for a stage whose input render already counted)."""
-        return Budgets(
-            max_stream_bytes=self.stream_decoded_mb * MIB,
-            max_document_bytes=self.document_decoded_mb * MIB,
-            max_operators=self.operators_per_page,
-            max_pixels=self.megapixels * 1_000_000,
-            max_depth=self.nesting_depth,
-            max_objects=self.objects_per_walk,
-            max_pages=DEFAULT_BUDGETS.max_pages if max_pages is None else max_pages,
-        )
-
 
 class Policy(Frozen):
     """How one document class is processed. Its version is derived from its content."""
@@ -193,10 +179,6 @@ class Policy(Frozen):
     sign: SignPolicy = SignPolicy()
     sanitize: SanitizePolicy = SanitizePolicy()
     limits: LimitsPolicy = LimitsPolicy()
-
-    def budgets(self) -> Budgets:
-        """The parser budgets of this policy: its `limits` section and its `max_pages`."""
-        return self.limits.budgets(self.max_pages)
 
     @property
     def version(self) -> str:

@@ -29,17 +29,20 @@ from docjobs.models import (
     SanitizePolicy,
     WatermarkPolicy,
 )
+from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf, sniff_kind
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
-from docjobs.pdf.redact import redact_pdf
-from docjobs.pdf.redact_gate import check_redaction
-from docjobs.pdf.redact_patterns import compile_patterns
+from docjobs.pdf.redaction.gate import check_redaction
+from docjobs.pdf.redaction.patterns import compile_patterns
+from docjobs.pdf.redaction.redact import redact_pdf
 from docjobs.pdf.sanitize import check_no_active_content, sanitize_file
 from docjobs.pdf.signatures import signature_count, void_certification
 from docjobs.pdf.stamp import stamp
-from docjobs.signing import SignerConfig, sign_pdf, verify_pdf
+from docjobs.signing.config import SignerConfig
+from docjobs.signing.sign import sign_pdf
+from docjobs.signing.verify import verify_pdf
 
 ProgressFn = Callable[[int, int], None]
 WorkT = TypeVar("WorkT", bound=BaseModel)
@@ -71,7 +74,7 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     with work.source.open("rb") as head:
         kind = sniff_kind(head.read(16))
     normalized = work.workdir / "normalized.pdf"
-    budgets = work.limits.budgets(work.max_pages)
+    budgets = budgets_for(work.limits, work.max_pages)
     if kind in IMAGE_KINDS:
         image_to_pdf(work.source, normalized, max_pages=work.max_pages, budgets=budgets)
     else:
@@ -154,7 +157,7 @@ def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
     """Remove matches and regions for real, prove it (the gate needs the matched values: they exist only
     in this child's memory), then stamp the watermark."""
     redacted = work.workdir / "redacted.pdf"
-    budgets = work.limits.budgets()  # render counted the pages
+    budgets = budgets_for(work.limits)  # render counted the pages
     summary = redact_pdf(
         work.source,
         redacted,

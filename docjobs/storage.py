@@ -6,7 +6,7 @@ ID reused after its run is gone starts clean. There every attempt writes to its 
 conditional promotion makes the final `artifact.pdf`. Promotion is create-only: the first artifact wins, the
 same digest again is a no-op, a different digest is a conflict. Readers only ever see complete files
 (write-then-rename, hard links). A run's first blob is its marker (`run.json`: namespace, workflow and run
-ID), which lets the retention sweep (docjobs/retention.py) ask Temporal whether the run still exists.
+ID), which lets the retention sweep (docjobs/temporal/retention.py) ask Temporal whether the run still exists.
 Jobs that ended before runs had folders keep their files in the job folder; their statuses name those keys.
 """
 

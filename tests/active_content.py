@@ -18,7 +18,7 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Array, Dictionary, Name, String
 
-from docjobs.samples import make_sample_pdf
+from tests.fixtures.samples import make_sample_pdf
 
 # What `make_active_pdf` holds, by kind (the counts strip must report).
 ACTIVE_COUNTS = {

@@ -28,13 +28,14 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from docjobs.client import JobClient, connect
-from docjobs.codec import ENCODING
-from docjobs.config import PolicyBook, Settings
-from docjobs.devserver import ensure_dev_server, stop_dev_server
 from docjobs.models import JobStatus, Policy
+from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.samples import make_sample_pdf
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.codec import ENCODING
+from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
+from docjobs.temporal.settings import TemporalSettings
+from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 LEASE_SECONDS = 3
@@ -85,11 +86,11 @@ class Env:
 
     vars: dict[str, str]
 
-    def settings(self, **overrides: str) -> Settings:
+    def settings(self, **overrides: str) -> TemporalSettings:
         saved = dict(os.environ)
         os.environ.update({**self.vars, **overrides})
         try:
-            return Settings.from_env()
+            return TemporalSettings.from_env()
         finally:
             os.environ.clear()
             os.environ.update(saved)

@@ -31,15 +31,15 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 from temporalio.service import RPCError
 
-from docjobs.api import create_app
-from docjobs.client import JobClient
+from docjobs.api.app import create_app
 from docjobs.config import ConfigError
 from docjobs.idempotency import is_valid_client_key
-from docjobs.redact_samples import EMAIL, SSN, make_plain
-from docjobs.samples import make_sample_pdf
 from docjobs.storage import FileBlobStore
+from docjobs.temporal.client import JobClient
 from docjobs.tenants import TenantBook, add_tenant, key_digest
 from tests.conftest import REPO, Env, WorkerProcess, free_port, run_starter
+from tests.fixtures.redact_samples import EMAIL, SSN, make_plain
+from tests.fixtures.samples import make_sample_pdf
 from tests.test_redact_jobs import assert_nothing_left
 
 LIMIT = 512 * 1024  # the server's upload limit in these tests

@@ -18,18 +18,18 @@ from pydantic import ValidationError
 
 from docjobs.errors import DocJobError
 from docjobs.models import LimitsPolicy, Policy, RedactPolicy, RedactRegion, WatermarkPolicy
-from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, decoded_size
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, budgets_for, decoded_size
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.raster import watermark_raster
-from docjobs.pdf.redact import redact_pdf
-from docjobs.pdf.redact_content import remove_content
-from docjobs.pdf.redact_sites import document_sites
-from docjobs.pdf.regions import Rect
+from docjobs.pdf.redaction.content import remove_content
+from docjobs.pdf.redaction.redact import redact_pdf
+from docjobs.pdf.redaction.regions import Rect
+from docjobs.pdf.redaction.sites import document_sites
 from docjobs.pdf.signatures import signature_count
 from docjobs.pdf.watermark import watermark_structure
-from docjobs.samples import make_sample_pdf
 from tests import hostile
+from tests.fixtures.samples import make_sample_pdf
 
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_MIB = 200  # a fresh interpreter with pikepdf is ~40 MiB; the unbounded parsers needed 446 MiB to 1 GiB
@@ -273,10 +273,10 @@ def test_an_oversized_image_input_is_too_complex(width: int, height: int, tmp_pa
 
 def test_a_policy_sets_the_budgets(tmp_path: Path) -> None:
     policy = Policy(name="t", watermark=WatermarkPolicy(text="W"), max_pages=7)
-    assert policy.budgets() == Budgets(**{**DEFAULT_BUDGETS.__dict__, "max_pages": 7})
+    assert budgets_for(policy.limits, policy.max_pages) == Budgets(**{**DEFAULT_BUDGETS.__dict__, "max_pages": 7})
     sample = tmp_path / "sample.pdf"
     make_sample_pdf(sample)
-    strict = policy.model_copy(update={"limits": LimitsPolicy(operators_per_page=5)})
-    assert code_of(lambda: inspect_pdf(sample, budgets=strict.budgets())) == "input.too_complex"
+    strict = budgets_for(LimitsPolicy(operators_per_page=5), policy.max_pages)
+    assert code_of(lambda: inspect_pdf(sample, budgets=strict)) == "input.too_complex"
     with pytest.raises(ValidationError):
         LimitsPolicy(megapixels=0)

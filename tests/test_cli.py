@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pikepdf
 
-from docjobs.client import JobClient
-from docjobs.samples import make_sample_pdf
+from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, free_port, run_starter
+from tests.fixtures.samples import make_sample_pdf
 
 
 def test_run_is_the_one_shot_main_job(env: Env, samples: Path, tmp_path: Path) -> None:

@@ -26,22 +26,24 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
-from docjobs.client import JobClient, connect
-from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.config import ConfigError
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import Env, StartWorker, free_port, run_starter, wait_terminal
 
 CONNECTION_VARIABLES = ("DOCJOBS_TEMPORAL_ADDRESS", "DOCJOBS_TEMPORAL_NAMESPACE")
 
 
-def clean_settings(monkeypatch: pytest.MonkeyPatch, **variables: str) -> Settings:
+def clean_settings(monkeypatch: pytest.MonkeyPatch, **variables: str) -> TemporalSettings:
     for name in list(os.environ):
         if name.startswith("TEMPORAL_") or name in CONNECTION_VARIABLES:
             monkeypatch.delenv(name)
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", os.devnull)  # never the host's ~/.config/temporalio
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    return Settings.from_env()
+    return TemporalSettings.from_env()
 
 
 def test_which_variable_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -22,21 +22,16 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
-from docjobs.api import create_app
-from docjobs.client import JobClient, connect
-from docjobs.codec import (
-    ENCODING,
-    NAMESPACE_FIELD,
-    UNSEALED_ENCODING,
-    WORKFLOW_ID_FIELD,
-    CodecKey,
-    EncryptionCodec,
-    PayloadDecryptionError,
-)
-from docjobs.codec_server import MAX_BODY_BYTES, create_codec_app
-from docjobs.config import ConfigError, PolicyBook, Settings
+from docjobs.api.app import create_app
+from docjobs.api.codec_server import MAX_BODY_BYTES, create_codec_app
+from docjobs.config import ConfigError
+from docjobs.policies import PolicyBook
+from docjobs.sealing import UNSEALED_ENCODING, CodecKey
 from docjobs.states import JobState
 from docjobs.storage import source_key
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.codec import ENCODING, NAMESPACE_FIELD, WORKFLOW_ID_FIELD, EncryptionCodec, PayloadDecryptionError
+from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import (
     REPO,
@@ -138,12 +133,12 @@ async def test_undecryptable_payloads_name_the_key_not_the_content() -> None:
     assert "secret" not in str(unknown.value) + str(forged.value) + str(truncated.value)
 
 
-def settings_with(monkeypatch: pytest.MonkeyPatch, **variables: str) -> Settings:
+def settings_with(monkeypatch: pytest.MonkeyPatch, **variables: str) -> TemporalSettings:
     for name in ("DOCJOBS_CODEC_KEYS", "DOCJOBS_CODEC_KEYS_FILE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    return Settings.from_env()
+    return TemporalSettings.from_env()
 
 
 def test_keys_from_the_environment_or_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -16,11 +16,14 @@ import yaml
 
 import starter
 import worker
-from docjobs import config, search_attributes, signing
-from docjobs.codec_server import create_codec_app
-from docjobs.config import Settings
+from docjobs import config
+from docjobs.api.codec_server import create_codec_app
 from docjobs.s3store import S3BlobStore
+from docjobs.signing.config import ENV_NAMES as SIGNING_ENV_NAMES
+from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import REPO
+from workflows import search_attributes
 
 COMPOSE = yaml.safe_load((REPO / "docker-compose.temporal.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
@@ -41,7 +44,7 @@ _SOURCES = [
 ]
 KNOWN_SETTINGS = (
     set(re.findall(r'"(DOCJOBS_[A-Z_]+)"', Path(config.__file__).read_text()))
-    | set(signing.ENV_NAMES)
+    | set(SIGNING_ENV_NAMES)
     | {name for path in _SOURCES for name in _ENV_READ.findall(path.read_text())}
 )
 
@@ -111,7 +114,7 @@ def test_the_default_set_is_unchanged_and_the_cluster_path_is_a_profile() -> Non
 
 def test_secret_files_are_provided_and_never_committed(tmp_path: Path) -> None:
     """Each secret file is gitignored and has a committed `.example`, or is what `make secrets` generates."""
-    dev = signing.ensure_dev_signer(tmp_path / "signing")  # what `make secrets` runs for ops/secrets/signing
+    dev = ensure_dev_signer(tmp_path / "signing")  # what `make secrets` runs for ops/secrets/signing
     assert dev.key_path is not None and dev.cert_path is not None
     generated = {REPO / "ops/secrets/signing" / path.name for path in (dev.key_path, dev.cert_path, *dev.trust_roots)}
     makefile = (REPO / "Makefile").read_text()
@@ -132,7 +135,7 @@ def test_worker_environment_is_docjobs_configuration() -> None:
     worker_service = SERVICES["docjobs-worker"]
     env = environment("docjobs-worker")
     with mock.patch.dict(os.environ, env, clear=True):
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
     assert settings.address == "temporal:7233" and not settings.embedded
     assert settings.storage_url.startswith(f"file://{env['DOCJOBS_DATA_DIR']}/")
     settings.blob_store()  # a usable store, not just a string
@@ -156,7 +159,7 @@ def test_cluster_services_share_the_minio_bucket_and_nothing_local(name: str, tm
     secret = tmp_path / "docjobs_codec_keys"  # what compose mounts at /run/secrets/docjobs_codec_keys
     secret.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
     with mock.patch.dict(os.environ, {**env, "DOCJOBS_CODEC_KEYS_FILE": str(secret)}, clear=True):
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
         store = settings.blob_store()
     assert settings.address == "temporal:7233" and not settings.embedded
     assert isinstance(store, S3BlobStore) and store.bucket == created_bucket()
@@ -173,7 +176,7 @@ def test_cluster_services_share_the_minio_bucket_and_nothing_local(name: str, tm
     # A task queue is served only by workers that share one blob store: never the default worker's queues.
     default = environment("docjobs-worker")
     with mock.patch.dict(os.environ, default, clear=True):
-        default_settings = Settings.from_env()
+        default_settings = TemporalSettings.from_env()
     assert {settings.task_queue, settings.ocr_task_queue}.isdisjoint(
         {default_settings.task_queue, default_settings.ocr_task_queue}
     )
@@ -188,7 +191,7 @@ def test_general_workers_share_one_signer_and_the_tenants() -> None:
     env = environment("docjobs-worker-general")
     secret_paths = {f"/run/secrets/{secret}" for secret in SERVICES["docjobs-worker-general"]["secrets"]}
     for setting in ("DOCJOBS_SIGNING_KEY", "DOCJOBS_SIGNING_CERT", "DOCJOBS_TRUST_ROOTS"):
-        assert setting in signing.ENV_NAMES and env[setting] in secret_paths
+        assert setting in SIGNING_ENV_NAMES and env[setting] in secret_paths
     tenants = PurePosixPath(env["DOCJOBS_TENANTS_FILE"])
     assert tenants.parent in map(PurePosixPath, named_volumes("docjobs-worker-general").values())
     assert environment("docjobs-api")["DOCJOBS_TENANTS_FILE"] == str(tenants)
@@ -245,11 +248,11 @@ def test_the_codec_server_has_its_token_and_would_not_start_without_it(tmp_path:
     args = starter.build_parser().parse_args(SERVICES["docjobs-codec"]["command"][2:])
     mounted = {"DOCJOBS_CODEC_KEYS_FILE": str(keys), "DOCJOBS_CODEC_TOKEN_FILE": str(token)}
     with mock.patch.dict(os.environ, {**env, **mounted}, clear=True):
-        settings = Settings.from_env()
+        settings = TemporalSettings.from_env()
     assert settings.codec_token == "a-token-from-make-secrets"
     create_codec_app(settings, cors_origin=args.cors_origin, host=args.host)
     with mock.patch.dict(os.environ, {"DOCJOBS_CODEC_KEYS_FILE": str(keys)}, clear=True):
-        tokenless = Settings.from_env()
+        tokenless = TemporalSettings.from_env()
     with pytest.raises(config.ConfigError, match="DOCJOBS_CODEC_TOKEN"):
         create_codec_app(tokenless, cors_origin=args.cors_origin, host=args.host)
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from docjobs.client import derive_job_id
-from docjobs.config import SHIPPED_POLICIES, ConfigError, PolicyBook
+from docjobs.config import SHIPPED_POLICIES, ConfigError
 from docjobs.errors import DocJobError
 from docjobs.models import JobStatus, TransitionRecord, WatermarkMode
+from docjobs.policies import PolicyBook
 from docjobs.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
 from docjobs.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
 from docjobs.storage import FileBlobStore, RunScope, artifact_key, staging_key
+from docjobs.temporal.client import derive_job_id
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -18,11 +18,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from docjobs.client import JobClient, connect
-from docjobs.codec import CodecKey
-from docjobs.config import PolicyBook, Settings
 from docjobs.models import BlobRef, JobRequest, JobStatus
+from docjobs.policies import PolicyBook
+from docjobs.sealing import CodecKey
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import Env, StartWorker, wait_terminal
 from workflows.document_job import WORKFLOW_TYPE
 
@@ -35,7 +36,7 @@ def unique(name: str) -> str:
     return f"evil/{name}-{os.getpid()}"
 
 
-async def keyless_client(settings: Settings) -> Client:
+async def keyless_client(settings: TemporalSettings) -> Client:
     """A client of whoever reaches the frontend: docjobs' models, but no payload key."""
     return await Client.connect(settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter)
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from docjobs.samples import make_sample_pdf
 from docjobs.tenants import add_tenant
 from tests import hostile
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, free_port
+from tests.fixtures.samples import make_sample_pdf
 
 MEMORY_MB = 512  # each document child's address space
 STALL_SECONDS = 15

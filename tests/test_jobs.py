@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pikepdf
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
 from docjobs.models import Policy
-from docjobs.samples import make_encrypted_pdf, make_garbage, make_sample_pdf, page_word, truncate_pdf
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import RUNS_FOLDER, job_prefix, source_key
+from docjobs.temporal.client import JobClient
 from tests.conftest import Env, StartWorker, run_starter, wait_for_pages, wait_terminal, with_watermark
+from tests.fixtures.samples import make_encrypted_pdf, make_garbage, make_sample_pdf, page_word, truncate_pdf
 
 
 def page_geometry(path: Path) -> list[tuple[list[float], list[float], int]]:

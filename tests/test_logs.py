@@ -7,12 +7,12 @@ import logging
 import sys
 from pathlib import Path
 
-from docjobs.client import JobClient, connect
-from docjobs.config import PolicyBook
-from docjobs.logs import JsonFormatter, TextFormatter
-from docjobs.samples import make_garbage
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.logs import JsonFormatter, TextFormatter
 from tests.conftest import Env, StartWorker, wait_terminal
+from tests.fixtures.samples import make_garbage
 
 
 def failing_record() -> logging.LogRecord:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
-from docjobs.samples import truncate_pdf
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, free_port, wait_for_pages, wait_terminal
+from tests.fixtures.samples import truncate_pdf
 from tests.test_jobs import slow_policy
 
 PROMETHEUS = REPO / "ops" / "prometheus"

@@ -22,13 +22,12 @@ from pikepdf import Name
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from docjobs.api import create_app
-from docjobs.client import JobClient, connect
-from docjobs.codec import CodecKey
-from docjobs.config import PolicyBook
+from docjobs.api.app import create_app
 from docjobs.models import JobStatus
-from docjobs.samples import make_sample_pdf
+from docjobs.policies import PolicyBook
+from docjobs.sealing import CodecKey
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient, connect
 from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import (
     Env,
@@ -39,6 +38,7 @@ from tests.conftest import (
     unsealed_payloads,
     wait_terminal,
 )
+from tests.fixtures.samples import make_sample_pdf
 from tests.test_codec import entry
 from tests.test_metrics import assert_no_identity_in_labels, scrape_until, total
 from tests.test_redact_jobs import assert_nothing_left, extracted_texts

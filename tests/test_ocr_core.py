@@ -1,6 +1,6 @@
 """The OCR core on real files: OCRmyPDF in its child process, real Tesseract, poppler to read back.
 
-Recognition is measured by counting the known words of `docjobs.scans` in `pdftotext -raw` output.
+Recognition is measured by counting the known words of `tests.fixtures.scans` in `pdftotext -raw` output.
 Orientation is checked on pixels, independently of how OCRmyPDF corrected it (a /Rotate on the
 page, or a re-rasterized upright page when deskewing): each output page is rendered with
 `pdftoppm` (which applies /Rotate, as a viewer does) and must be portrait with its ink starting at
@@ -37,8 +37,8 @@ from docjobs.models import OcrMode, OcrPolicy
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.ocr import ExitCode, OcrCanceled, OcrResult, exit_failure, ocrmypdf_args, run_ocr
-from docjobs.samples import make_encrypted_pdf, make_garbage, truncate_pdf
-from docjobs.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_png, make_scan_tiff, scan_words
+from tests.fixtures.samples import make_encrypted_pdf, make_garbage, truncate_pdf
+from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_png, make_scan_tiff, scan_words
 
 REPO = Path(__file__).resolve().parent.parent
 JOBS = 2

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
-from docjobs.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_tiff
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
+from docjobs.temporal.client import JobClient
 from tests.conftest import Env, StartWorker, run_starter, wait_terminal
+from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_tiff
 from tests.test_jobs import job_files
 
 pytestmark = pytest.mark.skipif(not Path("/usr/bin/tesseract").exists(), reason="tesseract is installed by make")

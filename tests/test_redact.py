@@ -12,8 +12,8 @@ from pypdf import PdfReader
 
 from docjobs.errors import DocJobError
 from docjobs.models import RedactPolicy, RedactRegion
-from docjobs.pdf.redact import redact_pdf
-from docjobs.redact_samples import FIXTURES, LINE_X, SSN, SSN_PREFIX, SSN_Y, make_plain, text_width
+from docjobs.pdf.redaction.redact import redact_pdf
+from tests.fixtures.redact_samples import FIXTURES, LINE_X, SSN, SSN_PREFIX, SSN_Y, make_plain, text_width
 
 
 def region(x0: float, y0: float, x1: float, y1: float, page: int = 1) -> RedactRegion:

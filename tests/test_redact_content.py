@@ -26,8 +26,8 @@ from pdfminer.layout import LAParams
 from pikepdf import Name
 from PIL import Image
 
-from docjobs.pdf.redact_content import ContentRemoval, remove_content
-from docjobs.pdf.regions import Rect, UnsafePage
+from docjobs.pdf.redaction.content import ContentRemoval, remove_content
+from docjobs.pdf.redaction.regions import Rect, UnsafePage
 
 SSN = "123-45-6789"
 EMAIL = "jane.doe@example.com"

@@ -1,6 +1,6 @@
 """Finding what to redact and proving it is gone: patterns, locate, document scrubbing and the gate.
 
-Everything runs on the generated fixtures of `docjobs.redact_samples` (real PDFs, read back with pdfminer,
+Everything runs on the generated fixtures of `tests.fixtures.redact_samples` (real PDFs, read back with pdfminer,
 pikepdf, pypdf and poppler's pdftotext). Positions are checked against the font metrics the fixtures were
 drawn with, in default user space, including a page with an offset MediaBox and pages with /Rotate.
 """
@@ -22,9 +22,9 @@ from reportlab.pdfbase.ttfonts import TTFont
 
 from docjobs.errors import FAILURE_CODES, Outcome
 from docjobs.models import RedactPolicy
-from docjobs.pdf.redact_gate import GateReport, check_redaction
-from docjobs.pdf.redact_locate import PAD, Located, locate
-from docjobs.pdf.redact_patterns import (
+from docjobs.pdf.redaction.gate import GateReport, check_redaction
+from docjobs.pdf.redaction.locate import PAD, Located, locate
+from docjobs.pdf.redaction.patterns import (
     BUILTIN_PATTERNS,
     Match,
     NamedPattern,
@@ -33,10 +33,10 @@ from docjobs.pdf.redact_patterns import (
     find_matches_loose,
     value_pattern,
 )
-from docjobs.pdf.redact_scrub import scrub_document
-from docjobs.pdf.redact_sites import SITE_KINDS
-from docjobs.pdf.regions import PageRegions, Rect
-from docjobs.redact_samples import (
+from docjobs.pdf.redaction.regions import PageRegions, Rect
+from docjobs.pdf.redaction.scrub import scrub_document
+from docjobs.pdf.redaction.sites import SITE_KINDS
+from tests.fixtures.redact_samples import (
     EMAIL,
     EMAIL_PREFIX,
     EMAIL_SUFFIX,
@@ -505,7 +505,7 @@ def test_redaction_failure_codes_are_registered() -> None:
 
 
 def test_fixtures_are_deterministic_and_written_by_the_cli(fixtures: Path, tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "docjobs.redact_samples", str(tmp_path)], cwd=REPO, check=True)
+    subprocess.run([sys.executable, "-m", "tests.fixtures.redact_samples", str(tmp_path)], cwd=REPO, check=True)
     for name in FIXTURES:
         assert (tmp_path / f"{name}.pdf").read_bytes() == (fixtures / f"{name}.pdf").read_bytes(), name
     assert PdfReader(tmp_path / "bench.pdf").get_num_pages() == 50

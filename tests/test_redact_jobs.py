@@ -11,13 +11,13 @@ import pikepdf
 import pytest
 from pypdf import PdfReader
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
 from docjobs.models import JobStatus
-from docjobs.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import TEXT_BLOB, beside
+from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
+from tests.fixtures.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
 from tests.test_jobs import job_files
 
 NOT_OCR = [name for name, spec in FIXTURES.items() if spec.where != "image"]

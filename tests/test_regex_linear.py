@@ -22,11 +22,11 @@ import pytest
 import re2
 from pydantic import ValidationError
 
-from docjobs.api import create_app
-from docjobs.config import Settings
+from docjobs.api.app import create_app
 from docjobs.linear_regex import LinearRegex, UnsupportedRegex
 from docjobs.models import RedactPolicy
-from docjobs.pdf.redact_patterns import BUILTIN_PATTERNS, compile_patterns, find_matches, find_matches_loose
+from docjobs.pdf.redaction.patterns import BUILTIN_PATTERNS, compile_patterns, find_matches, find_matches_loose
+from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import REPO
 
@@ -212,7 +212,7 @@ async def test_the_api_refuses_an_unsupported_regex_as_policy_invalid(
     monkeypatch.setenv("DOCJOBS_DATA_DIR", str(tmp_path))
     tenants = tmp_path / "tenants.json"
     key = add_tenant(tenants, "acme")
-    app = create_app(Settings.from_env(), tenants=TenantBook(tenants))
+    app = create_app(TemporalSettings.from_env(), tenants=TenantBook(tenants))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
         for regex, message in [(r"(\w)\1", "linear-time regex engine"), ("[0-9", "not valid")]:
             refused = await http.post(

@@ -6,11 +6,12 @@ import json
 import subprocess
 from pathlib import Path
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
 from docjobs.models import Policy
-from docjobs.signing import cert_pem, ensure_dev_signer, issue_signer, key_pem, make_ca
+from docjobs.policies import PolicyBook
+from docjobs.signing.config import cert_pem, key_pem
+from docjobs.signing.dev_ca import ensure_dev_signer, issue_signer, make_ca
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
 from tests.test_jobs import job_files
 

@@ -15,10 +15,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
-from docjobs.samples import make_garbage
+from docjobs.policies import PolicyBook
+from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
+from tests.fixtures.samples import make_garbage
 from workflows.document_job import DocumentJobWorkflow
 
 HISTORIES = Path(__file__).with_name("histories")

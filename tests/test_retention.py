@@ -22,12 +22,12 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
-from docjobs.samples import make_sample_pdf
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
 from docjobs.storage import StoredBlob, job_prefix, source_key
+from docjobs.temporal.client import JobClient
 from tests.conftest import BUCKET, Env, StartWorker, aws_environment, run_starter, wait_terminal
+from tests.fixtures.samples import make_sample_pdf
 
 
 @pytest.fixture(params=["file", "s3"])

@@ -9,10 +9,10 @@ from pathlib import Path
 import boto3  # type: ignore[import-untyped]
 import pytest
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import job_prefix
+from docjobs.temporal.client import JobClient
 from tests.conftest import BUCKET, REGION, Env, StartWorker, aws_environment, run_starter, wait_terminal
 
 

@@ -12,7 +12,7 @@ import pytest
 from pikepdf import Dictionary, Name, String
 from pypdf import PdfReader
 
-from docjobs.config import ConfigError, PolicyBook
+from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
 from docjobs.models import SanitizeMode, SanitizePolicy
 from docjobs.pdf.raster import watermark_raster
@@ -23,8 +23,9 @@ from docjobs.pdf.sanitize import (
     sanitize_file,
     strip_active_content,
 )
-from docjobs.samples import LINK_URL, make_sample_pdf
+from docjobs.policies import PolicyBook
 from tests.active_content import ACTIVE_COUNTS, EXECUTABLE, LOOPING_COUNTS, make_active_pdf, make_looping_pdf
+from tests.fixtures.samples import LINK_URL, make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 

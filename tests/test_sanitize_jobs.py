@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader
 
-import starter
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
+from docjobs.cli.output import describe
 from docjobs.models import Policy
 from docjobs.pdf.sanitize import find_active_content
-from docjobs.samples import LINK_URL
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient
 from tests.active_content import ACTIVE_COUNTS, make_active_pdf
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
+from tests.fixtures.samples import LINK_URL
 from tests.test_jobs import job_files
 from tests.test_release_jobs import pdfsig
 from tests.test_sanitize import ACTIVE_NAMES, link_actions, qpdf_names
@@ -43,7 +43,7 @@ async def test_active_pdf_comes_back_signed_without_it(
     assert status.state is JobState.SUCCEEDED, status
     assert status.sanitized == ACTIVE_COUNTS
     assert run_starter(env, "status", submitted.job_id)[1]["sanitized"] == ACTIVE_COUNTS
-    assert "active content removed: embedded_file x3, goto_remote x1," in starter.describe(status)
+    assert "active content removed: embedded_file x3, goto_remote x1," in describe(status)
     assert status.signature is not None and status.signature["bottom_line"] is True
     assert {"no_active_content", "links", "text_kept"} <= set(status.fidelity_checks)
     await jobs.fetch(submitted.job_id, out := tmp_path / "out.pdf")

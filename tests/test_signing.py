@@ -35,7 +35,6 @@ from pyhanko.pdf_utils import generic
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.sign.timestamps import DummyTimeStamper
 
-from docjobs import signing
 from docjobs.config import ConfigError
 from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.evidence import (
@@ -48,22 +47,12 @@ from docjobs.evidence import (
     tool_versions,
     verify_evidence,
 )
-from docjobs.samples import make_encrypted_pdf, make_sample_pdf
-from docjobs.signing import (
-    DEV_CA_CN,
-    DEV_SIGNER_CN,
-    ENV_NAMES,
-    SignatureReport,
-    SignerConfig,
-    cert_pem,
-    ensure_dev_signer,
-    failure_code,
-    issue_signer,
-    key_pem,
-    make_ca,
-    sign_pdf,
-    verify_pdf,
-)
+from docjobs.signing import dev_ca
+from docjobs.signing.config import ENV_NAMES, PrivateKey, SignerConfig, cert_pem, key_pem
+from docjobs.signing.dev_ca import DEV_CA_CN, DEV_SIGNER_CN, ensure_dev_signer, issue_signer, make_ca
+from docjobs.signing.sign import SignInfo, sign_pdf
+from docjobs.signing.verify import SignatureReport, failure_code, verify_pdf
+from tests.fixtures.samples import make_encrypted_pdf, make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -91,7 +80,7 @@ def poppler_says_valid(sig: dict[str, str]) -> bool:
 
 
 def write_signer(
-    directory: Path, ca_name: str, signer_name: str, *, key: signing.PrivateKey | None = None
+    directory: Path, ca_name: str, signer_name: str, *, key: PrivateKey | None = None
 ) -> SignerConfig:
     """A CA and a signer issued by it, as PEM files; the config trusts that CA."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -144,7 +133,7 @@ def sample(work: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def signed(work: Path, sample: Path, dev: SignerConfig) -> tuple[Path, signing.SignInfo]:
+def signed(work: Path, sample: Path, dev: SignerConfig) -> tuple[Path, SignInfo]:
     out = work / "signed.pdf"
     info = sign_pdf(sample, out, dev)
     return out, info
@@ -184,13 +173,13 @@ def test_dev_signer_race_between_threads_creates_one_ca(tmp_path: Path, monkeypa
     directory = tmp_path / "signing"
     threads = 4
     barrier = threading.Barrier(threads, timeout=30)
-    generate = signing._write_dev_material
+    generate = dev_ca._write_dev_material
 
     def slow_generate(target: Path) -> None:
         generate(target)
         barrier.wait()
 
-    monkeypatch.setattr(signing, "_write_dev_material", slow_generate)
+    monkeypatch.setattr(dev_ca, "_write_dev_material", slow_generate)
 
     def run() -> bytes:
         config = ensure_dev_signer(directory)
@@ -208,7 +197,7 @@ def test_dev_signer_race_between_processes(tmp_path: Path) -> None:
     directory = tmp_path / "signing"
     start_at = time.time() + 3  # both processes past their imports, then go together
     script = (
-        "import sys, time; from pathlib import Path; from docjobs.signing import ensure_dev_signer\n"
+        "import sys, time; from pathlib import Path; from docjobs.signing.dev_ca import ensure_dev_signer\n"
         "start = float(sys.argv[2]); time.sleep(max(0.0, start - time.time()))\n"
         "c = ensure_dev_signer(Path(sys.argv[1])); print(c.cert_path.read_bytes().hex())\n"
     )
@@ -293,7 +282,7 @@ def test_from_env_rejects_incomplete_settings(
 # signing and verifying PDFs
 
 
-def test_signed_pdf_verifies(signed: tuple[Path, signing.SignInfo], sample: Path, dev: SignerConfig) -> None:
+def test_signed_pdf_verifies(signed: tuple[Path, SignInfo], sample: Path, dev: SignerConfig) -> None:
     out, info = signed
     assert info.level == "B-B" and info.certified and info.invalidated_signatures == 0
     assert info.signer_subject == f"CN={DEV_SIGNER_CN}"
@@ -309,7 +298,7 @@ def test_signed_pdf_verifies(signed: tuple[Path, signing.SignInfo], sample: Path
     assert failure_code(report) is None and report.failure_code is None
 
 
-def test_pdfsig_agrees_the_signature_is_valid(signed: tuple[Path, signing.SignInfo]) -> None:
+def test_pdfsig_agrees_the_signature_is_valid(signed: tuple[Path, SignInfo]) -> None:
     out, _ = signed
     (sig,) = pdfsig(out)
     assert poppler_says_valid(sig)
@@ -320,7 +309,7 @@ def test_pdfsig_agrees_the_signature_is_valid(signed: tuple[Path, signing.SignIn
 
 
 def test_flipped_byte_breaks_the_signature(
-    work: Path, signed: tuple[Path, signing.SignInfo], dev: SignerConfig
+    work: Path, signed: tuple[Path, SignInfo], dev: SignerConfig
 ) -> None:
     out, _ = signed
     data = out.read_bytes()
@@ -348,7 +337,7 @@ def test_untrusted_signer(work: Path, sample: Path, untrusted: SignerConfig, dev
 
 
 def test_update_appended_after_signing_is_caught(
-    work: Path, signed: tuple[Path, signing.SignInfo], dev: SignerConfig
+    work: Path, signed: tuple[Path, SignInfo], dev: SignerConfig
 ) -> None:
     out, _ = signed
     appended = work / "appended.pdf"
@@ -379,7 +368,7 @@ def test_no_signature(sample: Path, dev: SignerConfig, work: Path) -> None:
 
 
 def test_signed_input_is_refused_unless_allowed(
-    work: Path, sample: Path, signed: tuple[Path, signing.SignInfo], untrusted: SignerConfig, dev: SignerConfig
+    work: Path, sample: Path, signed: tuple[Path, SignInfo], untrusted: SignerConfig, dev: SignerConfig
 ) -> None:
     out, _ = signed
     with pytest.raises(DocJobError) as refused:
@@ -443,7 +432,7 @@ def test_visible_stamp_on_page_one(work: Path, sample: Path, dev: SignerConfig) 
     assert poppler_says_valid(sig) and "Total document signed" in sig
 
 
-def test_invisible_by_default(signed: tuple[Path, signing.SignInfo]) -> None:
+def test_invisible_by_default(signed: tuple[Path, SignInfo]) -> None:
     out, _ = signed
     with pikepdf.open(out) as pdf:
         (field,) = [f for f in pdf.Root.AcroForm.Fields if f.get("/FT") == "/Sig"]
@@ -534,7 +523,7 @@ def sha256(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def evidence(sample: Path, signed: tuple[Path, signing.SignInfo]) -> Evidence:
+def evidence(sample: Path, signed: tuple[Path, SignInfo]) -> Evidence:
     out, _ = signed
     return Evidence(
         job_id="acme/job-1",
@@ -552,7 +541,7 @@ def evidence(sample: Path, signed: tuple[Path, signing.SignInfo]) -> Evidence:
 
 
 def test_evidence_envelope_round_trip(
-    evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, signing.SignInfo]
+    evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, SignInfo]
 ) -> None:
     out, _ = signed
     envelope = sign_evidence(evidence, dev)
@@ -570,7 +559,7 @@ def test_evidence_envelope_round_trip(
 
 
 def test_evidence_flipped_artifact_byte(
-    work: Path, evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, signing.SignInfo]
+    work: Path, evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, SignInfo]
 ) -> None:
     out, _ = signed
     tampered = work / "artifact-flipped.pdf"

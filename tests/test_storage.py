@@ -24,7 +24,6 @@ from botocore.exceptions import ClientError, IncompleteReadError  # type: ignore
 from docjobs import s3store
 from docjobs.errors import DocJobError, Outcome
 from docjobs.models import BlobRef
-from docjobs.retention import read_marker, run_folders
 from docjobs.s3store import S3BlobStore, open_blob_store
 from docjobs.storage import (
     TEXT_BLOB,
@@ -41,6 +40,7 @@ from docjobs.storage import (
     text_key,
     verified_chunks,
 )
+from docjobs.temporal.retention import read_marker, run_folders
 from tests.conftest import BUCKET, REGION, aws_environment, free_port
 
 MB = 1024 * 1024

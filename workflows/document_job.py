@@ -26,10 +26,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from docjobs import search_attributes as sa
-    from docjobs.codec import UNSEALED_ENCODING
     from docjobs.errors import FAILURE_CODES, Outcome, outcome_of
-    from docjobs.metrics import JOBS_TERMINAL, failure_family
+    from docjobs.metric_names import JOBS_TERMINAL, failure_family
     from docjobs.models import (
         BlobRef,
         CleanupInput,
@@ -57,7 +55,9 @@ with workflow.unsafe.imports_passed_through():
         VerifyOutput,
         WatermarkMode,
     )
+    from docjobs.sealing import UNSEALED_ENCODING
     from docjobs.states import JobState, Stage, check_transition
+    from workflows import search_attributes as sa
 
 
 class StageOutput(Protocol):

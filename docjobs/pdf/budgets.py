@@ -27,6 +27,7 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.errors import DocJobError
+from docjobs.models import LimitsPolicy
 
 MIB = 1024 * 1024
 QPDF_MAX_NESTING = 499  # qpdf's parser_max_nesting: deeper containers are read as null, with a warning
@@ -58,6 +59,20 @@ class Budgets:
 
 
 DEFAULT_BUDGETS = Budgets()
+
+
+def budgets_for(limits: LimitsPolicy, max_pages: int | None = None) -> Budgets:
+    """A policy's `limits` as the parsers' budgets, with its page limit (None: the parsers' own ceiling, for a
+    stage whose input render already counted)."""
+    return Budgets(
+        max_stream_bytes=limits.stream_decoded_mb * MIB,
+        max_document_bytes=limits.document_decoded_mb * MIB,
+        max_operators=limits.operators_per_page,
+        max_pixels=limits.megapixels * 1_000_000,
+        max_depth=limits.nesting_depth,
+        max_objects=limits.objects_per_walk,
+        max_pages=DEFAULT_BUDGETS.max_pages if max_pages is None else max_pages,
+    )
 
 
 def too_complex(limit: str) -> DocJobError:

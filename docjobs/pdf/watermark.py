@@ -19,11 +19,11 @@ from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
+from docjobs.stamp_text import encode_text
 
 # Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
 # measured from the top-left corner; shared with raster mode so both modes stamp the same area.
 STAMP_BAND = (0.1, 0.42, 0.9, 0.58)
-MAX_TEXT_CHARS = 200
 OPACITY = 0.35
 GRAY = 0.45
 
@@ -36,20 +36,6 @@ _HELVETICA_ASCII = (
     222, 833, 556, 556, 556, 556, 333, 500, 278, 556, 500, 722, 500, 500, 500, 334, 260, 334, 584,
 )  # fmt: skip
 _ASCENT, _DESCENT = 0.718, 0.207  # Helvetica glyph extents above and below the baseline, in em
-
-
-def encode_text(text: str) -> bytes:
-    """The watermark text in WinAnsiEncoding, which the standard-14 Helvetica can show unembedded.
-
-    Raises ValueError for text no watermark can carry (empty, control characters, too long, or
-    outside WinAnsi): that is a bad job parameter, best rejected when the job is submitted.
-    """
-    if not text.strip() or not text.isprintable() or len(text) > MAX_TEXT_CHARS:
-        raise ValueError(f"watermark text must be 1..{MAX_TEXT_CHARS} printable characters")
-    try:
-        return text.encode("cp1252")
-    except UnicodeEncodeError:
-        raise ValueError("watermark text must be representable in WinAnsiEncoding (Latin-1)") from None
 
 
 def text_width_em(encoded: bytes) -> float:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pikepdf
 
-from docjobs.pdf import redact
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets
-from docjobs.pdf.redact_content import ContentRemoval
-from docjobs.pdf.regions import Rect
+from docjobs.pdf.redaction import redact
+from docjobs.pdf.redaction.content import ContentRemoval
+from docjobs.pdf.redaction.regions import Rect
 from docjobs.stage_work import ENTRIES
 
 

@@ -1,0 +1,57 @@
+"""The HTTP API's app: its context, the job routes, the docs page and the error handlers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from docjobs.api import jobs
+from docjobs.api.deps import ApiContext
+from docjobs.api.docs import OPENAPI_URL, install_docs
+from docjobs.api.errors import install_error_handlers
+from docjobs.policies import PolicyBook
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.settings import TemporalSettings
+from docjobs.tenants import TenantBook, tenants_file
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Connects the job client (on the server's own loop) unless the app was given one."""
+    context: ApiContext = app.state.context
+    context.settings.spool_dir.mkdir(parents=True, exist_ok=True)
+    if context.client is None:
+        context.client = JobClient(await connect(context.settings), context.settings)
+    yield
+
+
+def create_app(
+    settings: TemporalSettings,
+    client: JobClient | None = None,
+    *,
+    tenants: TenantBook | None = None,
+    upload_limit: int | None = None,
+) -> FastAPI:
+    """The API app. Without `client`, it connects to the configured cluster when it starts (on its own loop)."""
+    app = FastAPI(
+        title="docjobs",
+        version="1",
+        description="Durable, auditable PDF document jobs: upload returns a job ID at once.",
+        lifespan=lifespan,
+        openapi_url=OPENAPI_URL,
+        docs_url=None,  # FastAPI's own pages load their scripts from a public CDN: see docs.py
+        redoc_url=None,
+    )
+    app.state.context = ApiContext(
+        settings=settings,
+        policies=PolicyBook.load(settings.policy_file),
+        tenants=tenants or TenantBook(tenants_file(settings)),
+        upload_limit=upload_limit if upload_limit is not None else settings.max_upload_bytes,
+        client=client,
+    )
+    install_docs(app)
+    install_error_handlers(app)
+    app.include_router(jobs.router)
+    return app

@@ -1,0 +1,217 @@
+"""The job routes: upload a document and get its job ID at once; read, cancel, fetch, list.
+
+The upload never waits for processing. Its order is fixed: spool the body (bounded) to a temp file, check
+its kind by content, store it by sha256, derive the workflow ID, start-or-get the workflow, answer. A retry
+of the same upload (same `Idempotency-Key`, or without a key the same bytes and policy) finds the same
+workflow, so it never creates a second job. The tenant comes only from the API key; another tenant's job
+answers 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
+from starlette.requests import ClientDisconnect
+from temporalio.service import RPCError, RPCStatusCode
+
+from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
+from docjobs.api.errors import ERRORS, ApiError
+from docjobs.api.uploads import CHUNK, TooLarge, effective_policy, spool
+from docjobs.errors import DocJobError
+from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
+from docjobs.models import JobRequest, JobSummary
+from docjobs.pdf.inspect import sniff_kind
+from docjobs.states import JobState, is_terminal
+from docjobs.storage import verified_chunks
+
+log = logging.getLogger("docjobs.api")
+
+ACCEPTED_KINDS = frozenset({"pdf", "png", "jpeg", "tiff"})
+RETRY_AFTER_SECONDS = 2
+INTERNAL_FIELDS = {"artifact_key", "evidence_key"}  # storage layout, not the caller's business
+
+router = APIRouter()
+
+
+class Accepted(BaseModel):
+    job_id: str
+    status_url: str
+
+
+class CancelRequested(BaseModel):
+    job_id: str
+    cancel_requested: bool
+
+
+class JobList(BaseModel):
+    jobs: list[JobSummary]
+
+
+def job_path(job_id: str) -> str:
+    return f"/v1/jobs/{quote(job_id, safe='/')}"
+
+
+@router.post(
+    "/v1/jobs",
+    status_code=202,
+    response_model=Accepted,
+    responses={200: {"model": Accepted, "description": "the job already existed"}, **ERRORS},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/pdf": {"schema": {"type": "string", "format": "binary"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file"],
+                        "properties": {
+                            "file": {"type": "string", "format": "binary"},
+                            "policy": {
+                                "type": "string",
+                                "description": "JSON: name, watermark, mode, ocr, redact, redact_regions",
+                            },
+                        },
+                    }
+                },
+            },
+        }
+    },
+)
+async def submit(
+    request: Request,
+    context: Context,
+    name: Tenant,
+    idempotency_key: Annotated[str | None, Header()] = None,
+    policy: Annotated[str | None, Query(description="policy name (raw-body uploads)")] = None,
+) -> Response:
+    """Accept a document (raw body or multipart `file` + JSON `policy`); answer with its job ID at once."""
+    if idempotency_key is not None and not is_valid_client_key(idempotency_key):
+        raise ApiError(422, "idempotency.invalid", f"Idempotency-Key: {CLIENT_KEY_RULE}")
+    limit = context.upload_limit
+    spool_dir = context.settings.spool_dir
+    spool_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=spool_dir, prefix="upload-") as folder:
+        try:
+            document, part = await spool(request, Path(folder), limit)
+        except TooLarge:
+            raise ApiError(413, "input.too_large", f"the document is larger than {limit} bytes") from None
+        except ClientDisconnect:
+            raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
+        with document.open("rb") as head:
+            kind = sniff_kind(head.read(1024))
+        if kind not in ACCEPTED_KINDS:
+            raise ApiError(415, "input.unsupported", "the body is not a PDF, PNG, JPEG or TIFF document")
+        chosen = effective_policy(context.policies, part)
+        try:
+            submitted = await context.jobs.submit(document, chosen, tenant=name, key=idempotency_key)
+        except DocJobError as error:
+            status = 413 if error.code == "input.too_large" else 422
+            raise ApiError(status, error.code, error.message) from None
+    body = {"job_id": submitted.job_id, "status_url": job_path(submitted.job_id)}
+    if submitted.created:
+        return JSONResponse(body, status_code=202, headers={"Location": body["status_url"]})
+    if idempotency_key is not None:
+        existing = await _request_of(context, submitted.job_id)
+        if existing.source.sha256 != submitted.input_sha256 or existing.policy_version != chosen.version:
+            raise ApiError(
+                422, "idempotency.conflict", "this Idempotency-Key was used with a different document or policy"
+            )
+    return JSONResponse(body, status_code=200, headers={"Content-Location": body["status_url"]})
+
+
+async def _request_of(context: ApiContext, job_id: str) -> JobRequest:
+    description = await context.jobs.handle(job_id).describe()
+    return JobRequest.model_validate(await description.memo_value("request"))
+
+
+@router.get("/v1/jobs", response_model=JobList, responses=ERRORS)
+async def list_jobs(
+    context: Context,
+    name: Tenant,
+    state: Annotated[JobState | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> JobList:
+    """The tenant's jobs (newest first), optionally in one state, from Temporal visibility."""
+    return JobList(jobs=await context.jobs.list_jobs(state=state, tenant=name, limit=limit))
+
+
+# The sub-resources come before the status route: `{job_id:path}` would swallow their suffix.
+@router.get(
+    "/v1/jobs/{job_id:path}/artifact",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/pdf": {}}}, **ERRORS},
+)
+async def artifact(job_id: str, context: Context, name: Tenant) -> StreamingResponse:
+    """The released PDF of a succeeded job; 409 `job.not_released` otherwise."""
+    status = await owned_status(context, job_id, name)
+    if status.state is not JobState.SUCCEEDED or not status.artifact_key or not status.output_sha256:
+        raise ApiError(409, "job.not_released", f"the job is {status.state.value}: only a succeeded job has one")
+    return await _stream(context, job_id, status.artifact_key, "application/pdf", status.output_sha256)
+
+
+@router.get(
+    "/v1/jobs/{job_id:path}/evidence",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/json": {}}}, **ERRORS},
+)
+async def evidence(job_id: str, context: Context, name: Tenant) -> StreamingResponse:
+    """The job's signed evidence envelope (every terminal job has one); 409 before that."""
+    status = await owned_status(context, job_id, name)
+    if not status.evidence_key or not status.evidence_sha256:
+        raise ApiError(409, "job.not_released", f"the job is {status.state.value} and has no evidence yet")
+    return await _stream(context, job_id, status.evidence_key, "application/json", status.evidence_sha256)
+
+
+async def _stream(context: ApiContext, job_id: str, key: str, media_type: str, sha256: str) -> StreamingResponse:
+    """The blob, re-hashed while it is sent: if it no longer has its recorded digest, the response breaks off.
+
+    No Content-Length (the body is chunked), so a client can tell a broken-off body from a complete one:
+    the error comes before the last chunk and uvicorn then closes the connection without the final one.
+    """
+    try:
+        blob = await asyncio.to_thread(context.jobs.store.open, key)  # on S3 a GetObject: never on the event loop
+    except DocJobError:
+        raise ApiError(409, "job.not_released", "the stored file is not available") from None
+
+    def chunks() -> Iterator[bytes]:  # a plain iterator: Starlette reads it in its thread pool
+        try:
+            yield from verified_chunks(blob, sha256, chunk_size=CHUNK)
+        except DocJobError as error:
+            log.error("%s: download of job %s broken off", error.code, job_id)
+            raise
+
+    return StreamingResponse(chunks(), media_type=media_type, headers={"X-Docjobs-Sha256": sha256})
+
+
+@router.post("/v1/jobs/{job_id:path}/cancel", status_code=202, response_model=CancelRequested, responses=ERRORS)
+async def cancel(job_id: str, context: Context, name: Tenant) -> CancelRequested:
+    """Request cancellation: the job ends `canceled` with reason `requested` (409 if it has already ended)."""
+    status = await owned_status(context, job_id, name)
+    if is_terminal(status.state):
+        raise ApiError(409, "job.ended", f"the job has already ended ({status.state.value})")
+    try:
+        await context.jobs.handle(job_id).cancel()
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            raise ApiError(409, "job.ended", "the job has already ended") from None
+        raise
+    return CancelRequested(job_id=job_id, cancel_requested=True)
+
+
+@router.get("/v1/jobs/{job_id:path}", responses=ERRORS)
+async def job_status(job_id: str, context: Context, name: Tenant) -> JSONResponse:
+    """State, stage, attempts, digests, failure code and transitions; `Retry-After` while it is active."""
+    status = await owned_status(context, job_id, name)
+    headers = {} if is_terminal(status.state) else {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return JSONResponse(status.model_dump(mode="json", exclude=INTERNAL_FIELDS), headers=headers)

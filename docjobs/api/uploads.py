@@ -1,0 +1,111 @@
+"""An upload spooled to a file, never more than the limit read: a raw body, or multipart `file` + JSON `policy`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+
+from docjobs.api.errors import ApiError
+from docjobs.config import ConfigError
+from docjobs.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
+from docjobs.models import Policy
+from docjobs.policies import PolicyBook
+
+MULTIPART_SLACK = 64 * 1024  # boundaries, part headers and the policy part on top of the file itself
+CHUNK = 64 * 1024
+UNSUPPORTED_REGEX_MESSAGE = (  # never the regex itself: the answer names the kind of problem only
+    f"a redaction regex uses features the linear-time regex engine (RE2) does not support ({UNSUPPORTED_FEATURES})"
+)
+
+
+class TooLarge(Exception):
+    pass
+
+
+class PolicyPart(BaseModel):
+    """The JSON `policy` part of a multipart upload: a named policy and optional overrides."""
+
+    name: str | None = None
+    watermark: str | None = None
+    mode: str | None = None
+    ocr: str | None = None
+    redact: list[str] = []  # built-in pattern names or regexes, as `--redact`
+    redact_regions: list[str] = []  # `PAGE:X0,Y0,X1,Y1`, as `--redact-region`
+
+
+def effective_policy(book: PolicyBook, part: PolicyPart) -> Policy:
+    if part.name is not None and part.name not in book.policies:
+        raise ApiError(422, "policy.unknown", "no policy of that name is configured")
+    try:
+        return book.resolve(
+            part.name,
+            watermark=part.watermark,
+            mode=part.mode,
+            ocr=part.ocr,
+            redact=part.redact,
+            redact_regions=part.redact_regions,
+        )
+    except ValidationError as error:
+        if any(isinstance(detail.get("ctx", {}).get("error"), UnsupportedRegex) for detail in error.errors()):
+            raise ApiError(422, "policy.invalid", UNSUPPORTED_REGEX_MESSAGE) from None
+        raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
+    except ConfigError:
+        raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
+
+
+async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:
+    total = 0
+    async for chunk in stream:
+        total += len(chunk)
+        if total > limit:
+            raise TooLarge
+        yield chunk
+
+
+async def spool(request: Request, tmp: Path, limit: int) -> tuple[Path, PolicyPart]:
+    """The document in `tmp` (never more than `limit` bytes read) and the policy part, if any."""
+    declared = request.headers.get("content-length")
+    content_type = request.headers.get("content-type", "")
+    multipart = content_type.lower().startswith("multipart/form-data")
+    cap = limit + MULTIPART_SLACK if multipart else limit
+    if declared and declared.isdigit() and int(declared) > cap:
+        raise TooLarge
+    target = tmp / "document"
+    part = PolicyPart(name=request.query_params.get("policy"))
+    if not multipart:
+        with target.open("wb") as out:
+            async for chunk in _limited(request.stream(), cap):
+                out.write(chunk)
+        return target, part
+    parser = MultiPartParser(request.headers, _limited(request.stream(), cap), max_files=1, max_fields=4)
+    try:
+        form = await parser.parse()
+    except MultiPartException:
+        raise ApiError(422, "request.invalid", "the multipart body cannot be parsed") from None
+    try:
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise ApiError(422, "request.invalid", "the multipart body needs a 'file' part")
+        raw_policy = form.get("policy")
+        if raw_policy is not None:
+            text = raw_policy if isinstance(raw_policy, str) else (await raw_policy.read()).decode("utf-8", "replace")
+            try:
+                loaded = json.loads(text)
+                part = PolicyPart.model_validate(loaded)
+            except (ValueError, ValidationError):
+                raise ApiError(422, "policy.invalid", "the 'policy' part is not a valid policy object") from None
+        size = 0
+        with target.open("wb") as out:
+            while chunk := await upload.read(CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge
+                out.write(chunk)
+    finally:
+        await form.close()
+    return target, part

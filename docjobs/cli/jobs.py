@@ -1,0 +1,236 @@
+"""Job commands: run, submit, wait, status, cancel, fetch, audit, jobs, timeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+from docjobs.cli.output import (
+    EXIT_BUDGET,
+    EXIT_JOB_NOT_SUCCEEDED,
+    EXIT_OK,
+    Output,
+    describe,
+    progress_printer,
+    status_payload,
+)
+from docjobs.config import ConfigError
+from docjobs.idempotency import CLIENT_KEY_RULE
+from docjobs.models import BUILTIN_PATTERN_NAMES, OcrMode, Policy
+from docjobs.policies import PolicyBook
+from docjobs.poller import WaitEnd, WaitResult, wait_for_job
+from docjobs.states import JobState, parse_state
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.settings import TemporalSettings
+from docjobs.tenants import CLI_TENANT
+
+
+async def job_client(settings: TemporalSettings) -> JobClient:
+    """A job client on a fresh connection (the embedded dev server is started on first use)."""
+    return JobClient(await connect(settings), settings)
+
+
+def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> Policy:
+    return PolicyBook.load(settings.policy_file).resolve(
+        args.policy,
+        watermark=args.watermark,
+        mode=args.mode,
+        dpi=args.dpi,
+        ocr=args.ocr,
+        sign=False if args.no_sign else None,
+        redact=args.redact,
+        redact_regions=args.redact_region,
+    )
+
+
+async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace, out: Output) -> int:
+    result: WaitResult = await wait_for_job(
+        lambda: jobs.status(job_id),
+        timeout=args.timeout,
+        max_polls=args.max_polls,
+        on_status=None if out.as_json else progress_printer(out),
+    )
+    if result.end is not WaitEnd.TERMINAL:
+        payload = status_payload(result.status) if result.status else {"job_id": job_id, "state": None}
+        payload["wait_end"] = result.end.value
+        await jobs.note_wait_ended(job_id, result.end.value)
+        out.result(payload, f"still running after the caller's budget ({result.end.value}); job ID: {job_id}")
+        return EXIT_BUDGET
+    assert result.status is not None
+    out.result({**status_payload(result.status), "wait_end": "terminal"}, describe(result.status))
+    return EXIT_OK if result.status.state is JobState.SUCCEEDED else EXIT_JOB_NOT_SUCCEEDED
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `15m`, `2h`, `1d`."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit():
+        raise ConfigError(f"not a duration: {text!r} (use e.g. 90s, 15m, 2h, 1d)")
+    return timedelta(seconds=int(text[:-1]) * units[text[-1]])
+
+
+async def cmd_submit(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    policy = choose_policy(args, settings)  # an invalid override is refused before any server is contacted
+    jobs = await job_client(settings)
+    submitted = await jobs.submit(
+        Path(args.file), policy, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
+    )
+    verb = "created" if submitted.created else "already exists"
+    out.result({"job_id": submitted.job_id, "created": submitted.created}, f"{submitted.job_id} ({verb})")
+    return EXIT_OK
+
+
+async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    from worker import serving  # the in-process worker of the one-shot run
+
+    # Stage failures are the job's business (reported below), not tracebacks for the person at the terminal.
+    logging.getLogger("temporalio").setLevel(logging.ERROR)
+    logging.getLogger("docjobs").setLevel(logging.ERROR)
+    logging.getLogger("pyhanko").setLevel(logging.CRITICAL)
+    policy = choose_policy(args, settings)
+    client = await connect(settings)
+    jobs = JobClient(client, settings)
+    source = Path(args.file)
+    target = Path(args.out) if args.out else source.with_name(f"{source.stem}.docjobs.pdf")
+    async with serving(client, settings):
+        submitted = await jobs.submit(source, policy, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline)
+        out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
+        code = await wait_and_report(jobs, submitted.job_id, args, out)
+    if code == EXIT_OK:
+        await jobs.fetch(submitted.job_id, target)
+        out.progress(f"wrote {target}")
+    return code
+
+
+async def cmd_wait(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    return await wait_and_report(await job_client(settings), args.job_id, args, out)
+
+
+async def cmd_status(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    status = await (await job_client(settings)).status(args.job_id)
+    out.result(status_payload(status), describe(status))
+    return EXIT_OK
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    await (await job_client(settings)).cancel(args.job_id)
+    out.result({"job_id": args.job_id, "cancel_requested": True}, f"cancel requested for {args.job_id}")
+    return EXIT_OK
+
+
+async def cmd_fetch(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    status = await (await job_client(settings)).fetch(args.job_id, Path(args.o))
+    out.result({"job_id": args.job_id, "path": args.o, "output_sha256": status.output_sha256}, f"wrote {args.o}")
+    return EXIT_OK
+
+
+async def cmd_audit(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    """The history as a readable timeline, or with `--json` as JSON lines (one object per event)."""
+    for event in await (await job_client(settings)).audit(args.job_id):
+        if out.as_json:
+            print(json.dumps(event, sort_keys=True))
+            continue
+        detail = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("event_id", "time", "event"))
+        print(f"{event['time']}  #{event['event_id']:<4} {event['event']}  {detail}".rstrip())
+    return EXIT_OK
+
+
+async def cmd_jobs(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    """Jobs through visibility: what is active, what is old, whose."""
+    found = await (await job_client(settings)).list_jobs(
+        state=parse_state(args.state) if args.state else None,
+        tenant=args.tenant,
+        older_than=parse_duration(args.older_than) if args.older_than else None,
+        limit=args.limit,
+    )
+    lines = [
+        f"{job.job_id}  {job.state or '?'}{f' ({job.stage})' if job.stage else ''}  "
+        f"{job.document_class or ''}  started {job.started_at.isoformat() if job.started_at else '?'}"
+        for job in found
+    ]
+    out.result({"jobs": [job.model_dump(mode="json") for job in found]}, "\n".join(lines) or "no jobs")
+    return EXIT_OK
+
+
+async def cmd_timeline(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    story = await (await job_client(settings)).timeline(args.job_id)
+    text = "\n".join(entry["text"] for entry in story)
+    out.result({"job_id": args.job_id, "timeline": story}, text)
+    return EXIT_OK
+
+
+def add_policy_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file")
+    parser.add_argument("--policy", help="policy (document class) name from the policy file")
+    parser.add_argument("--watermark", help="override the policy's watermark text")
+    parser.add_argument("--mode", choices=["structure", "raster"], help="override the watermark mode")
+    parser.add_argument("--dpi", type=int, help="override the raster DPI")
+    parser.add_argument(
+        "--ocr",
+        nargs="?",
+        const="skip",
+        choices=[mode.value for mode in OcrMode],
+        help="OCR the document (default mode: skip = only pages without text)",
+    )
+    parser.add_argument("--no-sign", action="store_true", help="do not sign this job's output")
+    parser.add_argument(
+        "--redact",
+        action="append",
+        default=[],
+        metavar="NAME_OR_REGEX",
+        help=f"remove every match for real (repeatable): a built-in pattern ({', '.join(BUILTIN_PATTERN_NAMES)}) "
+        "or a regular expression",
+    )
+    parser.add_argument(
+        "--redact-region",
+        action="append",
+        default=[],
+        metavar="PAGE:X0,Y0,X1,Y1",
+        help="remove everything in this rectangle (repeatable; page from 1, PDF points in the page's unrotated "
+        "coordinates, origin bottom-left)",
+    )
+    parser.add_argument(
+        "--tenant", default=CLI_TENANT, help=f"default: {CLI_TENANT} (reserved: no API key can hold that tenant)"
+    )
+    parser.add_argument("--key", help=f"client idempotency key (job ID = TENANT/KEY): {CLIENT_KEY_RULE}")
+    parser.add_argument("--deadline", type=int, metavar="SECONDS", help="server-side deadline of the job")
+
+
+def add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
+    parser.add_argument("--timeout", type=float, default=timeout, metavar="S", help="absolute wait deadline")
+    parser.add_argument("--max-polls", type=int, default=10_000, metavar="N", help="poll budget")
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = commands.add_parser("run", help="one-shot job with an in-process worker")
+    add_policy_flags(run)
+    add_wait_flags(run, 1800)
+    run.add_argument("--out", help="output path (default: FILE.docjobs.pdf beside the input)")
+    run.set_defaults(handler=cmd_run)
+    submit = commands.add_parser("submit", help="accept a document and print its job ID")
+    add_policy_flags(submit)
+    submit.set_defaults(handler=cmd_submit)
+    wait = commands.add_parser("wait", help="wait for a job (bounded)")
+    wait.add_argument("job_id")
+    add_wait_flags(wait, 300)
+    wait.set_defaults(handler=cmd_wait)
+    for name, handler in (("status", cmd_status), ("cancel", cmd_cancel), ("audit", cmd_audit)):
+        by_id = commands.add_parser(name)
+        by_id.add_argument("job_id")
+        by_id.set_defaults(handler=handler)
+    fetch = commands.add_parser("fetch", help="write a succeeded job's artifact")
+    fetch.add_argument("job_id")
+    fetch.add_argument("-o", required=True, metavar="PATH")
+    fetch.set_defaults(handler=cmd_fetch)
+    listing = commands.add_parser("jobs", help="list jobs through Temporal visibility")
+    listing.add_argument("--state", choices=[state.value for state in JobState])
+    listing.add_argument("--older-than", metavar="DURATION", help="started before now minus e.g. 15m, 2h, 1d")
+    listing.add_argument("--tenant")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.set_defaults(handler=cmd_jobs)
+    timeline = commands.add_parser("timeline", help="a job's story in plain words")
+    timeline.add_argument("job_id")
+    timeline.set_defaults(handler=cmd_timeline)

@@ -1,0 +1,61 @@
+"""API tenants: create one with its key, and optionally its signed callback."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from functools import partial
+
+from docjobs.cli.output import (
+    EXIT_OK,
+    EXIT_USAGE,
+    Output,
+    fail,
+)
+from docjobs.temporal.settings import TemporalSettings
+from docjobs.tenants import TenantExists, add_tenant, set_callback, tenants_file
+from docjobs.webhooks import CallbackInvalid, parse_callback
+
+
+async def cmd_tenant(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    path = tenants_file(settings)
+    if args.allow_http_loopback and not args.callback:
+        return fail(out, EXIT_USAGE, "callback.invalid", "--allow-http-loopback needs --callback URL")
+    if args.callback:  # checked before the tenant exists: a refused callback leaves nothing half-made
+        try:
+            parse_callback(args.callback, allow_http_loopback=args.allow_http_loopback)
+        except CallbackInvalid as error:
+            return fail(out, EXIT_USAGE, "callback.invalid", str(error), tenant=args.name)
+    try:
+        key = await asyncio.to_thread(add_tenant, path, args.name)
+    except TenantExists:
+        return fail(out, EXIT_USAGE, "tenant.exists", f"tenant {args.name!r} already exists", tenant=args.name)
+    payload = {"tenant": args.name, "api_key": key, "tenants_file": str(path)}
+    text = f"tenant {args.name} created; its API key (shown only this once):\n{key}"
+    if args.callback:
+        secret = await asyncio.to_thread(
+            partial(set_callback, allow_http_loopback=args.allow_http_loopback), path, args.name, args.callback
+        )
+        payload |= {
+            "callback_url": args.callback,
+            "webhook_secret": secret,
+            "allow_http_loopback": args.allow_http_loopback,
+        }
+        text += f"\nterminal-state events go to {args.callback}, signed (HMAC-SHA256) with this secret:\n{secret}"
+        if args.allow_http_loopback:
+            text += "\n(plain http to loopback allowed: for development and tests only)"
+    out.result(payload, text)
+    return EXIT_OK
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tenant = commands.add_parser("tenant", help="API tenants and their keys")
+    tenant.add_argument("action", choices=["add"])
+    tenant.add_argument("name")
+    tenant.add_argument("--callback", metavar="URL", help="POST a signed event here on every terminal state (https)")
+    tenant.add_argument(
+        "--allow-http-loopback",
+        action="store_true",
+        help="development and tests only: let the callback be plain http to 127.0.0.0/8, ::1 or localhost",
+    )
+    tenant.set_defaults(handler=cmd_tenant)

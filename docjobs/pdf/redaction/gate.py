@@ -1,0 +1,159 @@
+"""The redaction gate: read the output back as an attacker would and fail on anything that is still there.
+
+Two extractors that share no code with the redaction read every page: poppler's `pdftotext` (with word
+boxes) and pypdf. Each page's text is searched for every value that was found before redaction and for
+every pattern, also with stray whitespace squeezed out. Any word pdftotext still sees inside a redaction
+region is a leak even when it matches nothing: a black box drawn over text that is still there is the
+classic failed redaction. Document-level places (metadata, outlines, attachments, scripts, form values,
+annotations) are read with pikepdf, through the same list the scrubber cleans.
+
+A leak says which extractor saw what kind of thing on which page, never the text itself. Images are not
+read here: text that only exists as pixels is OCR's business before redaction.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pikepdf
+from pypdf import PdfReader
+
+from docjobs.errors import DocJobError
+from docjobs.pdf.redaction.patterns import NamedPattern, sensitive_kinds
+from docjobs.pdf.redaction.regions import PageRegions, Rect
+from docjobs.pdf.redaction.sites import document_sites
+
+EXTRACTORS = ("pdftotext", "pypdf", "pikepdf")
+IN_REGION_SHARE = 0.5  # a word with at least this share of its box inside a region is in that region
+PDFTOTEXT_TIMEOUT = 300.0  # seconds, for the whole document
+_XHTML = "{http://www.w3.org/1999/xhtml}"
+
+
+@dataclass(frozen=True)
+class Leak:
+    extractor: str
+    page: int | None  # 1-based; None for document-level places
+    kind: str  # "value", "pattern:<name>", "in_region", "unreadable" or a document site kind ("metadata", ...)
+
+
+@dataclass(frozen=True)
+class GateReport:
+    leaks: list[Leak]
+    extractors: tuple[str, ...]
+
+    @property
+    def clean(self) -> bool:
+        return not self.leaks
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+    box: Rect  # default user space
+
+
+def check_redaction(
+    pdf_path: Path, values: frozenset[str], patterns: Sequence[NamedPattern], regions: PageRegions
+) -> GateReport:
+    """Every way the redacted content at `pdf_path` could still be read, one leak per (extractor, page,
+    kind); a clean report means both extractors and the document scan found nothing."""
+    leaks: list[Leak] = []
+    with pikepdf.open(pdf_path) as pdf:
+        for site in document_sites(pdf):
+            if any(sensitive_kinds(text, patterns, values) for text in site.texts):
+                leaks.append(Leak("pikepdf", site.page, site.kind))
+    pdftotext_pages = poppler_words(pdf_path)
+    if pdftotext_pages is None:
+        leaks.append(Leak("pdftotext", None, "unreadable"))
+    for number, words in pdftotext_pages or ():
+        page_text = " ".join(word.text for word in words)
+        leaks += [Leak("pdftotext", number, kind) for kind in sorted(sensitive_kinds(page_text, patterns, values))]
+        if any(_inside(word.box, region) for word in words for region in regions.get(number, ())):
+            leaks.append(Leak("pdftotext", number, "in_region"))
+    for number, text in _pypdf_pages(pdf_path):
+        if text is None:
+            leaks.append(Leak("pypdf", number, "unreadable"))
+        else:
+            leaks += [Leak("pypdf", number, kind) for kind in sorted(sensitive_kinds(text, patterns, values))]
+    return GateReport(leaks=list(dict.fromkeys(leaks)), extractors=EXTRACTORS)
+
+
+def _inside(word: Rect, region: Rect) -> bool:
+    width, height = min(word.x1, region.x1) - max(word.x0, region.x0), min(word.y1, region.y1) - max(word.y0, region.y0)
+    if width <= 0 or height <= 0:
+        return False
+    area = (word.x1 - word.x0) * (word.y1 - word.y0)
+    return area <= 0 or width * height >= IN_REGION_SHARE * area
+
+
+def _page_box(page: pikepdf.Page) -> tuple[Rect, int]:
+    """The page's MediaBox and /Rotate: what maps poppler's word boxes back to default user space."""
+    x0, y0, x1, y1 = (float(value) for value in page.mediabox)
+    return Rect.spanning(x0, y0, x1, y1), int(page.obj.get("/Rotate", 0)) % 360
+
+
+def poppler_words(pdf_path: Path) -> list[tuple[int, list[Word]]] | None:
+    """Words and their boxes per page, as pdftotext sees them, boxes mapped back to default user space;
+    None when pdftotext cannot read the file."""
+    with pikepdf.open(pdf_path) as pdf:
+        boxes = [_page_box(page) for page in pdf.pages]
+    if shutil.which("pdftotext") is None:
+        raise DocJobError("tool.missing")
+    try:
+        result = subprocess.run(
+            ["pdftotext", "-q", "-bbox", "-enc", "UTF-8", str(pdf_path), "-"],
+            capture_output=True,
+            timeout=PDFTOTEXT_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise DocJobError("redaction.failed", "the redaction check timed out") from None
+    if result.returncode != 0:
+        return None
+    root = ElementTree.fromstring(result.stdout)
+    pages = []
+    for number, (page, (box, rotation)) in enumerate(zip(root.iter(f"{_XHTML}page"), boxes, strict=False), 1):
+        words = [
+            Word(word.text or "", _to_user_space(_word_box(word), box, rotation)) for word in page.iter(f"{_XHTML}word")
+        ]
+        pages.append((number, words))
+    return pages
+
+
+def _word_box(word: ElementTree.Element) -> Rect:
+    return Rect(*(float(word.get(key, "0")) for key in ("xMin", "yMin", "xMax", "yMax")))
+
+
+def _to_user_space(word: Rect, mediabox: Rect, rotation: int) -> Rect:
+    """Undo poppler's page transform for a word box: the MediaBox origin, /Rotate, and y pointing down
+    from the top of the (rotated) page."""
+    points = [(x, y) for x in (word.x0, word.x1) for y in (word.y0, word.y1)]
+    left, bottom, right, top = mediabox.x0, mediabox.y0, mediabox.x1, mediabox.y1
+    if rotation == 90:
+        mapped = [(y + left, x + bottom) for x, y in points]
+    elif rotation == 180:
+        mapped = [(right - x, y + bottom) for x, y in points]
+    elif rotation == 270:
+        mapped = [(right - y, top - x) for x, y in points]
+    else:
+        mapped = [(x + left, top - y) for x, y in points]
+    xs, ys = [x for x, _ in mapped], [y for _, y in mapped]
+    return Rect(min(xs), min(ys), max(xs), max(ys))
+
+
+def _pypdf_pages(pdf_path: Path) -> list[tuple[int, str | None]]:
+    """Each page's text as pypdf extracts it; None for a page it cannot read (which then counts as a leak:
+    what cannot be checked is not known to be clean)."""
+    reader = PdfReader(pdf_path)
+    pages: list[tuple[int, str | None]] = []
+    for number, page in enumerate(reader.pages, 1):
+        try:
+            pages.append((number, page.extract_text()))
+        except Exception:  # noqa: BLE001 - any extractor failure is reported as an unreadable page
+            pages.append((number, None))
+    return pages

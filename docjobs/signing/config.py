@@ -1,0 +1,208 @@
+"""Where the signing key and the trust roots are (`DOCJOBS_SIGNING_*`, `DOCJOBS_TRUST_ROOTS`), and loading them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import pkcs12
+from pyhanko.keys import load_certs_from_pemder_data
+from pyhanko_certvalidator import ValidationContext
+
+from docjobs.config import ConfigError
+
+PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
+DEFAULT_STAMP_BOX = (36, 36, 266, 96)  # (x0, y0, x1, y1) on page 1, PDF points
+
+
+@dataclass(frozen=True)
+class SignerConfig:
+    """Where the signing key and the trust roots are. Exactly one of `p12_path` or `key_path` + `cert_path`.
+
+    `trust_roots` are PEM files (each may hold several certificates); verification trusts nothing else.
+    `chain_paths` are intermediate certificates, embedded in signatures and used to build paths.
+    """
+
+    trust_roots: tuple[Path, ...]
+    p12_path: Path | None = None
+    p12_passphrase: str | None = field(default=None, repr=False)
+    key_path: Path | None = None
+    cert_path: Path | None = None
+    chain_paths: tuple[Path, ...] = ()
+    tsa_url: str | None = None  # set: PAdES B-T (RFC 3161 timestamp); unset: B-B
+    visible: bool = False  # a visible stamp on page 1 at `stamp_box`; the default is invisible
+    stamp_box: tuple[int, int, int, int] = DEFAULT_STAMP_BOX
+
+    def __post_init__(self) -> None:
+        pem = self.key_path is not None or self.cert_path is not None
+        if (self.p12_path is None) == (not pem):
+            raise ConfigError("give either DOCJOBS_SIGNING_P12 or DOCJOBS_SIGNING_KEY + DOCJOBS_SIGNING_CERT")
+        if pem and (self.key_path is None or self.cert_path is None):
+            raise ConfigError("DOCJOBS_SIGNING_KEY and DOCJOBS_SIGNING_CERT must be set together")
+        if not self.trust_roots:
+            raise ConfigError("DOCJOBS_TRUST_ROOTS must name at least one trust root (PEM)")
+        x0, y0, x1, y1 = self.stamp_box
+        if x1 <= x0 or y1 <= y0:
+            raise ConfigError("the signature stamp box must have a positive width and height")
+
+    @classmethod
+    def from_env(cls, data_dir: Path) -> SignerConfig:
+        """From DOCJOBS_SIGNING_* / DOCJOBS_TRUST_ROOTS / DOCJOBS_TSA_URL; without a key, the development signer.
+
+        With the development signer (`ensure_dev_signer(data_dir / "signing")`), DOCJOBS_TRUST_ROOTS adds
+        roots to its CA and DOCJOBS_TSA_URL still applies.
+        """
+        env = {name: os.environ.get(name) or None for name in ENV_NAMES}
+        roots = _paths(env["DOCJOBS_TRUST_ROOTS"])
+        tsa_url = env["DOCJOBS_TSA_URL"]
+        if tsa_url is not None and not tsa_url.startswith(("http://", "https://")):
+            raise ConfigError("DOCJOBS_TSA_URL must be an http(s) URL")
+        if not any(env[name] for name in ("DOCJOBS_SIGNING_P12", "DOCJOBS_SIGNING_KEY", "DOCJOBS_SIGNING_CERT")):
+            from docjobs.signing.dev_ca import ensure_dev_signer  # imports this module: resolved when needed
+
+            dev = ensure_dev_signer(data_dir / "signing")
+            _check_files("DOCJOBS_TRUST_ROOTS", roots)
+            return cls(
+                trust_roots=dev.trust_roots + roots,
+                key_path=dev.key_path,
+                cert_path=dev.cert_path,
+                tsa_url=tsa_url,
+            )
+        p12 = Path(env["DOCJOBS_SIGNING_P12"]) if env["DOCJOBS_SIGNING_P12"] else None
+        key = Path(env["DOCJOBS_SIGNING_KEY"]) if env["DOCJOBS_SIGNING_KEY"] else None
+        cert = Path(env["DOCJOBS_SIGNING_CERT"]) if env["DOCJOBS_SIGNING_CERT"] else None
+        chain = _paths(env["DOCJOBS_SIGNING_CHAIN"])
+        for name, value in (("DOCJOBS_SIGNING_P12", p12), ("DOCJOBS_SIGNING_KEY", key), ("DOCJOBS_SIGNING_CERT", cert)):
+            _check_files(name, () if value is None else (value,))
+        _check_files("DOCJOBS_SIGNING_CHAIN", chain)
+        _check_files("DOCJOBS_TRUST_ROOTS", roots)
+        return cls(
+            trust_roots=roots,
+            p12_path=p12,
+            p12_passphrase=env["DOCJOBS_SIGNING_P12_PASSPHRASE"],
+            key_path=key,
+            cert_path=cert,
+            chain_paths=chain,
+            tsa_url=tsa_url,
+        )
+
+
+ENV_NAMES = (
+    "DOCJOBS_SIGNING_P12",
+    "DOCJOBS_SIGNING_P12_PASSPHRASE",
+    "DOCJOBS_SIGNING_KEY",
+    "DOCJOBS_SIGNING_CERT",
+    "DOCJOBS_SIGNING_CHAIN",
+    "DOCJOBS_TRUST_ROOTS",
+    "DOCJOBS_TSA_URL",
+)
+
+
+def _paths(raw: str | None) -> tuple[Path, ...]:
+    return tuple(Path(part) for part in (raw or "").split(os.pathsep) if part)
+
+
+def _check_files(setting: str, paths: Sequence[Path]) -> None:
+    for path in paths:
+        if not path.is_file():
+            raise ConfigError(f"{setting}: {path} is not a readable file")
+
+
+@dataclass(frozen=True)
+class SignerMaterial:
+    """The loaded key, its certificate and the intermediates (cryptography objects)."""
+
+    key: PrivateKey
+    certificate: x509.Certificate
+    chain: tuple[x509.Certificate, ...]
+
+    @property
+    def subject(self) -> str:
+        return self.certificate.subject.rfc4514_string()
+
+    @property
+    def fingerprint(self) -> str:
+        return self.certificate.fingerprint(hashes.SHA256()).hex()
+
+
+def load_signer(config: SignerConfig) -> SignerMaterial:
+    """Load the signing key and certificate. Raises ConfigError naming the setting."""
+    chain = tuple(cert for path in config.chain_paths for cert in _read_certs("DOCJOBS_SIGNING_CHAIN", path))
+    if config.p12_path is not None:
+        passphrase = config.p12_passphrase.encode() if config.p12_passphrase else None
+        try:
+            key, cert, extra = pkcs12.load_key_and_certificates(config.p12_path.read_bytes(), passphrase)
+        except (OSError, ValueError):
+            raise ConfigError("DOCJOBS_SIGNING_P12: unreadable, or wrong DOCJOBS_SIGNING_P12_PASSPHRASE") from None
+        if cert is None or key is None:
+            raise ConfigError("DOCJOBS_SIGNING_P12 must hold a private key and its certificate")
+        chain = tuple(extra) + chain
+    else:
+        assert config.key_path is not None and config.cert_path is not None  # __post_init__
+        try:
+            key = serialization.load_pem_private_key(config.key_path.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError):
+            raise ConfigError("DOCJOBS_SIGNING_KEY: not a readable, unencrypted PEM private key") from None
+        cert = _read_certs("DOCJOBS_SIGNING_CERT", config.cert_path)[0]
+    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+        raise ConfigError("the signing key must be an RSA or an EC key")
+    if _spki(key.public_key()) != _spki(cert.public_key()):
+        raise ConfigError("the signing key does not belong to the signing certificate")
+    return SignerMaterial(key=key, certificate=cert, chain=chain)
+
+
+def _spki(public_key: Any) -> bytes:
+    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return cast(bytes, der)
+
+
+def load_trust_roots(config: SignerConfig) -> list[x509.Certificate]:
+    return [cert for path in config.trust_roots for cert in _read_certs("DOCJOBS_TRUST_ROOTS", path)]
+
+
+def _read_certs(setting: str, path: Path) -> list[x509.Certificate]:
+    try:
+        data = path.read_bytes()
+        certs = (
+            x509.load_pem_x509_certificates(data) if b"-----BEGIN" in data else [x509.load_der_x509_certificate(data)]
+        )
+    except (OSError, ValueError):
+        raise ConfigError(f"{setting}: {path} is not a readable PEM/DER certificate file") from None
+    return certs
+
+
+def asn1_certs(certs: Sequence[x509.Certificate]) -> list[Any]:
+    """cryptography certificates as pyHanko's (asn1crypto) certificates."""
+    der = b"".join(cert.public_bytes(serialization.Encoding.PEM) for cert in certs)
+    return list(load_certs_from_pemder_data(der)) if der else []
+
+
+def validation_context(config: SignerConfig) -> ValidationContext:
+    """Trust exactly the configured roots; offline, revocation soft-fail (nothing is fetched)."""
+    return ValidationContext(
+        trust_roots=asn1_certs(load_trust_roots(config)),
+        other_certs=asn1_certs(load_signer_chain(config)),
+        allow_fetching=False,
+        revocation_mode="soft-fail",
+    )
+
+
+def load_signer_chain(config: SignerConfig) -> list[x509.Certificate]:
+    """The configured intermediates (not the key: a verifier may not have it)."""
+    return [cert for path in config.chain_paths for cert in _read_certs("DOCJOBS_SIGNING_CHAIN", path)]
+
+
+def key_pem(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)

@@ -1,0 +1,146 @@
+"""Verification: pyHanko's verdicts on the last regular signature, offline, against the configured roots."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal, cast
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from pyhanko.pdf_utils.crypt.api import AuthStatus
+from pyhanko.pdf_utils.misc import PdfError
+from pyhanko.pdf_utils.reader import PdfFileReader
+from pyhanko.sign.diff_analysis import ModificationLevel
+from pyhanko.sign.validation import validate_pdf_signature
+from pyhanko.sign.validation.errors import SignatureValidationError
+from pyhanko.sign.validation.pdf_embedded import EmbeddedPdfSignature
+from pyhanko.sign.validation.settings import KeyUsageConstraints
+from pyhanko.sign.validation.status import PdfSignatureStatus, SignatureCoverageLevel
+
+from docjobs.models import Frozen
+from docjobs.signing.config import SignerConfig, validation_context
+
+# A signer certificate must allow signatures: nonRepudiation (what pyHanko asks by default) or
+# digitalSignature (common on organisational document-signing certificates).
+KEY_USAGE = KeyUsageConstraints(key_usage={"non_repudiation", "digital_signature"}, match_all_key_usages=False)
+
+# What reading or validating an untrusted PDF can raise (pyHanko's errors derive from these).
+PDF_ERRORS = (PdfError, SignatureValidationError, ValueError, KeyError, TypeError, IndexError)
+
+
+Coverage = Literal["entire_file", "entire_revision", "partial", "none"]
+
+_COVERAGE: dict[SignatureCoverageLevel, Coverage] = {
+    SignatureCoverageLevel.ENTIRE_FILE: "entire_file",
+    SignatureCoverageLevel.ENTIRE_REVISION: "entire_revision",
+    SignatureCoverageLevel.CONTIGUOUS_BLOCK_FROM_START: "partial",
+    SignatureCoverageLevel.UNCLEAR: "partial",
+}
+
+
+class SignatureReport(Frozen):
+    """pyHanko's separate verdicts on the last regular signature of a PDF.
+
+    intact: the digest over the signed byte ranges matches the signed one; valid: the cryptographic
+    signature over the signed attributes verifies with the signer certificate; trusted: the certificate
+    chains to a configured root and is usable for signing (key usage, validity); bottom_line: pyHanko's
+    overall judgment (intact, valid, trusted, the timestamp token if any, DocMDP and seed values);
+    coverage: how much of the file the signed byte ranges cover.
+    """
+
+    signature_count: int  # regular signatures in the file (document timestamps excluded)
+    intact: bool = False
+    valid: bool = False
+    trusted: bool = False
+    bottom_line: bool = False
+    coverage: Coverage = "none"
+    # after the signed revision: none, lta_updates, form_filling, annotations, other (None: not analysed)
+    modification_level: str | None = None
+    docmdp_ok: bool | None = None
+    signer_subject: str | None = None
+    certificate_sha256: str | None = None
+    field_name: str | None = None
+    level: str | None = None  # "B-B", "B-T" for PAdES (ETSI.CAdES.detached); "CMS" for other subfilters
+    timestamp_trusted: bool | None = None  # the signature timestamp token (B-T), if present
+    trust_problem: str | None = None  # AdES sub-indication when not trusted, e.g. NO_CERTIFICATE_CHAIN_FOUND
+    problem: str | None = None  # why the signature could not be evaluated at all (safe, generic text)
+
+    @property
+    def failure_code(self) -> str | None:
+        return failure_code(self)
+
+
+def failure_code(report: SignatureReport) -> str | None:
+    """None when the signature is acceptable, otherwise the failure code (all QUARANTINE).
+
+    signature.invalid: no signature, or not intact / not valid (also any other `bottom_line` failure,
+    e.g. an invalid timestamp token); signature.untrusted: cryptographically fine but the certificate (or
+    the timestamp's) does not chain to a configured root; signature.coverage: the signature does not
+    cover the entire file (something was appended after signing).
+    """
+    if report.signature_count == 0 or not (report.intact and report.valid):
+        return "signature.invalid"
+    if not report.trusted or report.timestamp_trusted is False:
+        return "signature.untrusted"
+    if report.coverage != "entire_file":
+        return "signature.coverage"
+    if not report.bottom_line:
+        return "signature.invalid"
+    return None
+
+
+def verify_pdf(path: Path, config: SignerConfig) -> SignatureReport:
+    """Validate the last regular signature of `path` against `config`'s trust roots (offline)."""
+    context = validation_context(config)
+    with path.open("rb") as file:
+        try:
+            reader = PdfFileReader(file, strict=False)
+            if reader.encrypted and reader.decrypt(b"").status == AuthStatus.FAILED:
+                return SignatureReport(signature_count=0, problem="the PDF is encrypted with a user password")
+            signatures = cast(list[EmbeddedPdfSignature], reader.embedded_regular_signatures)
+        except PDF_ERRORS:
+            return SignatureReport(signature_count=0, problem="the PDF or its signature fields are unreadable")
+        if not signatures:
+            return SignatureReport(signature_count=0, problem="the PDF has no signature")
+        signature = signatures[-1]
+        try:
+            status = validate_pdf_signature(signature, context, key_usage_settings=KEY_USAGE)
+        except PDF_ERRORS:
+            return SignatureReport(
+                signature_count=len(signatures),
+                field_name=str(signature.field_name),
+                problem="the signature could not be evaluated (malformed signature data)",
+            )
+    return _report(status, signature, len(signatures))
+
+
+def _report(status: PdfSignatureStatus, signature: EmbeddedPdfSignature, count: int) -> SignatureReport:
+    cert = x509.load_der_x509_certificate(cast(bytes, status.signing_cert.dump()))
+    level: ModificationLevel | None = status.modification_level
+    subfilter = str(signature.sig_object.get("/SubFilter", ""))
+    timestamp = status.timestamp_validity
+    pades_level = ("B-T" if timestamp is not None else "B-B") if subfilter == "/ETSI.CAdES.detached" else "CMS"
+    timestamp_ok = None if timestamp is None else bool(timestamp.intact and timestamp.valid and timestamp.trusted)
+    problem = status.trust_problem_indic
+    return SignatureReport(
+        signature_count=count,
+        intact=status.intact,
+        valid=status.valid,
+        trusted=status.trusted,
+        bottom_line=status.bottom_line,
+        coverage=_COVERAGE.get(status.coverage, "none") if status.coverage is not None else "none",
+        modification_level=level.name.lower() if level is not None else None,
+        docmdp_ok=status.docmdp_ok,
+        signer_subject=cert.subject.rfc4514_string(),
+        certificate_sha256=cert.fingerprint(hashes.SHA256()).hex(),
+        field_name=str(signature.field_name),
+        level=pades_level,
+        timestamp_trusted=timestamp_ok,
+        trust_problem=None if problem is None else str(problem.standard_name),
+    )
+
+
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()

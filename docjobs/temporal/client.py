@@ -1,0 +1,278 @@
+"""The docjobs client: accept a document, start-or-get its job, read its status, cancel, fetch, audit.
+
+Acceptance stores the bytes content-addressed, binds them by sha256 and starts one workflow whose ID is
+the idempotency key. The ID reuse policy rejects duplicates and the conflict policy fails the start, so
+the server decides atomically who created a job; everyone else gets the existing job, whether it is
+still running or already ended (even failed or canceled), for as long as the namespace retains it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.runtime import Runtime
+from temporalio.service import RPCError, RPCStatusCode
+
+from docjobs.errors import DocJobError
+from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
+from docjobs.states import JobState, Stage
+from docjobs.storage import sha256_file, source_key
+from docjobs.temporal.converter import data_converter
+from docjobs.temporal.devserver import ensure_dev_server
+from docjobs.temporal.export import export_blob, verify_stored_evidence
+from docjobs.temporal.history import describe_event
+from docjobs.temporal.settings import TemporalSettings
+from docjobs.temporal.visibility import list_jobs, status_from_visibility
+from docjobs.timeline import narrate
+from workflows import search_attributes as sa
+from workflows.document_job import DocumentJobWorkflow
+
+if TYPE_CHECKING:
+    from docjobs.evidence import EvidenceCheck
+
+# Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
+# itself times the workflow out, so not even a wedged workflow can stay active forever.
+DEADLINE_GRACE = timedelta(minutes=10)
+QUERY_TIMEOUT = timedelta(seconds=5)
+STAGE_NAMES = frozenset(stage.value for stage in Stage)
+
+
+class JobNotFound(Exception):
+    pass
+
+
+class NotReleased(Exception):
+    """The job has no releasable artifact (it has not succeeded)."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    created: bool
+    input_sha256: str
+
+
+def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, policy_version: str) -> str:
+    """`{tenant}/{client key}`, or a digest of tenant, input sha256 and policy version."""
+    if client_key:
+        return f"{tenant}/{client_key}"
+    digest = hashlib.sha256(f"{tenant}\0{input_sha256}\0{policy_version}".encode()).hexdigest()[:32]
+    return f"{tenant}/auto-{digest}"
+
+
+async def connect(settings: TemporalSettings, runtime: Runtime | None = None) -> Client:
+    """Connect to the configured cluster (TLS, mTLS, API key as the SDK's environment configuration says), or
+    to the embedded dev server (started on first use).
+
+    Every docjobs process (worker, CLI, API, tests) connects here, so all of them share one data converter.
+    `runtime`: the Temporal runtime of the client and its workers (e.g. one serving metrics); else the default.
+    """
+    if settings.embedded:
+        await asyncio.to_thread(ensure_dev_server, settings)
+    return await Client.connect(**settings.connect_config(), data_converter=data_converter(settings), runtime=runtime)
+
+
+class JobClient:
+    def __init__(self, client: Client, settings: TemporalSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.store = settings.blob_store()
+
+    async def submit(
+        self,
+        path: Path,
+        policy: Policy,
+        *,
+        tenant: str = "default",
+        key: str | None = None,
+        deadline_seconds: int | None = None,
+    ) -> Submitted:
+        size = path.stat().st_size
+        if size > self.settings.max_input_bytes:
+            raise DocJobError("input.too_large", f"the input is larger than {self.settings.max_input_bytes} bytes")
+        digest = await asyncio.to_thread(sha256_file, path)
+        stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
+        if stored.sha256 != digest:
+            raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+        # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
+        # also counts its pages and fails it with the precise code.
+        job_id = derive_job_id(tenant, key, digest, policy.version)
+        deadline = deadline_seconds or policy.deadline_seconds
+        request = JobRequest(
+            job_id=job_id,
+            tenant=tenant,
+            source=stored,
+            page_count=0,
+            policy=policy,
+            policy_version=policy.version,
+            deadline_seconds=deadline,
+            accepted_at=datetime.now(UTC),
+            timing=self.settings.timing,
+            ocr_task_queue=self.settings.ocr_task_queue,
+        )
+        try:
+            await self.client.start_workflow(
+                DocumentJobWorkflow.run,
+                request,
+                id=job_id,
+                task_queue=self.settings.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                execution_timeout=timedelta(seconds=deadline) + DEADLINE_GRACE,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.STATE, JobState.QUEUED.value),
+                        SearchAttributePair(sa.TENANT, tenant),
+                        SearchAttributePair(sa.DOCUMENT_CLASS, policy.name),
+                    ]
+                ),
+                memo={"request": request.model_dump(mode="json")},
+            )
+        except WorkflowAlreadyStartedError:
+            return Submitted(job_id, created=False, input_sha256=digest)
+        return Submitted(job_id, created=True, input_sha256=digest)
+
+    def handle(self, job_id: str) -> WorkflowHandle[DocumentJobWorkflow, JobStatus]:
+        return self.client.get_workflow_handle_for(DocumentJobWorkflow.run, job_id)
+
+    async def status(self, job_id: str) -> JobStatus:
+        """The job's status: the live query while it runs, the workflow's result once it has ended."""
+        handle = self.handle(job_id)
+        try:
+            description = await handle.describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                raise JobNotFound(job_id) from None
+            raise
+        execution = description.status
+        if execution is WorkflowExecutionStatus.COMPLETED:
+            return await handle.result()
+        memo = await description.memo_value("request")
+        # Running, or ended outside the workflow's own logic (an operator's terminate, the grace timeout).
+        try:
+            status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError:  # no worker to answer: fall back to what visibility knows
+            status = status_from_visibility(job_id, memo, description)
+        if execution is WorkflowExecutionStatus.RUNNING:
+            await self._add_live_attempts(status, description.raw_description)
+            return status
+        ended_at = description.close_time or datetime.now(UTC)
+        if execution is WorkflowExecutionStatus.TIMED_OUT:
+            status.cancel_reason = "deadline_exceeded"
+            final = JobState.CANCELED
+        elif execution is WorkflowExecutionStatus.CANCELED:
+            status.cancel_reason = "requested"
+            final = JobState.CANCELED
+        else:
+            status.failure_code = "workflow.terminated"
+            status.failure_message = "the job was ended outside its workflow (terminated or failed)"
+            final = JobState.FAILED
+        if status.transitions:
+            status.transitions.append(TransitionRecord(state=final, stage=status.stage, at=ended_at))
+        status.state = final
+        return status
+
+    async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
+        """Attempt numbers and page progress of the stages running right now (from pending activities)."""
+        for pending in raw.pending_activities:
+            if pending.activity_type.name not in STAGE_NAMES:
+                continue  # wrap-up steps (evidence, clean-up, notify) are not stages
+            status.attempts[pending.activity_type.name] = pending.attempt
+            if pending.heartbeat_details.payloads:
+                details = await self.client.data_converter.decode(pending.heartbeat_details.payloads)
+                if details and isinstance(details[0], dict):
+                    status.progress = {
+                        key: value for key, value in details[0].items() if key in ("stage", "pages_done", "pages_total")
+                    }
+
+    async def list_jobs(
+        self,
+        *,
+        state: JobState | None = None,
+        tenant: str | None = None,
+        older_than: timedelta | None = None,
+        running_only: bool = False,
+        limit: int | None = 100,
+    ) -> list[JobSummary]:
+        """Jobs through Temporal visibility (docjobs/temporal/visibility.py)."""
+        return await list_jobs(
+            self.client, state=state, tenant=tenant, older_than=older_than, running_only=running_only, limit=limit
+        )
+
+    async def note_wait_ended(self, job_id: str, end: str) -> None:
+        """Record in the job's history that a caller stopped waiting (`end`: budget or timeout), so the timeline
+        can tell; best effort: the job may have ended meanwhile, and the caller's answer does not depend on it."""
+        with suppress(RPCError):
+            await self.handle(job_id).signal("caller_wait_ended", end)
+
+    async def cancel(self, job_id: str) -> None:
+        await self.status(job_id)  # raises JobNotFound for an unknown ID
+        await self.handle(job_id).cancel()
+
+    async def fetch(self, job_id: str, out: Path) -> JobStatus:
+        """Write the released artifact to `out`, checked against the job's recorded output digest."""
+        status = await self.status(job_id)
+        if status.state is not JobState.SUCCEEDED or not status.artifact_key or not status.output_sha256:
+            raise NotReleased(f"the job is {status.state.value}: only a succeeded job has an artifact")
+        await asyncio.to_thread(export_blob, self.store, status.artifact_key, status.output_sha256, out)
+        return status
+
+    async def evidence(self, job_id: str, out: Path) -> JobStatus:
+        """Write the job's signed evidence envelope to `out`, checked against the digest the job recorded."""
+        status = await self.status(job_id)
+        if not status.evidence_key or not status.evidence_sha256:
+            raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
+        await asyncio.to_thread(export_blob, self.store, status.evidence_key, status.evidence_sha256, out)
+        return status
+
+    async def verify_evidence(self, job_id: str) -> EvidenceCheck:
+        """Check the envelope's signature and recompute every digest it binds from the stored blobs."""
+        from docjobs.signing.config import SignerConfig  # pyHanko is heavy: only the commands that verify load it
+
+        status = await self.status(job_id)
+        if not status.evidence_key:
+            raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
+        run_id = (await self.handle(job_id).describe()).run_id
+        signer = SignerConfig.from_env(self.settings.data_dir)
+        return await verify_stored_evidence(self.store, status, signer, job_id=job_id, run_id=run_id)
+
+    async def audit(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's history as content-free events: what ran, when, which attempt, which failure code."""
+        await self.status(job_id)
+        events: list[dict[str, Any]] = []
+        stages: dict[int, str] = {}  # scheduled event ID -> stage, so every activity event names its stage
+        async for event in self.handle(job_id).fetch_history_events():
+            events.append(describe_event(event, stages))
+        return events
+
+    async def timeline(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's story in plain words: history, then what is running right now."""
+        status = await self.status(job_id)
+        events = await self.audit(job_id)
+        description = await self.handle(job_id).describe()
+        pending = [
+            {
+                "stage": activity.activity_type.name,
+                "attempt": activity.attempt,
+                "worker": activity.last_worker_identity,
+                "last_heartbeat": activity.last_heartbeat_time.ToDatetime(tzinfo=UTC).isoformat()
+                if activity.HasField("last_heartbeat_time")
+                else None,
+            }
+            for activity in description.raw_description.pending_activities
+        ]
+        return narrate(events, pending, status)

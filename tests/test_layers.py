@@ -1,0 +1,85 @@
+"""The layers are enforced: `lint-imports` (the contracts in pyproject.toml) passes on the tree and fails on a
+copy with a deliberate bad import; every docjobs module is placed; the workflow loads no I/O library."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import docjobs
+
+REPO = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+SETTINGS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+CONTRACTS = {contract["id"]: contract for contract in SETTINGS["contracts"]}
+UPPER_LAYERS = {"docjobs.temporal", "docjobs.api", "docjobs.cli"}
+IO_LIBRARIES = ("pikepdf", "PIL", "pdfminer", "pyhanko", "pyhanko_certvalidator", "boto3", "fastapi", "uvicorn")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--config", str(root / "pyproject.toml")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_contracts_hold_on_the_tree() -> None:
+    result = lint_imports(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "bad_import", "broken", "chain"),
+    [
+        ("docjobs/models.py", "import temporalio", "core", "docjobs.models -> temporalio"),
+        ("docjobs/pdf/inspect.py", "import fastapi", "core", "docjobs.pdf.inspect -> fastapi"),
+        ("docjobs/storage.py", "import docjobs.temporal.client", "core", "docjobs.storage -> docjobs.temporal.client"),
+        ("docjobs/temporal/codec.py", "import docjobs.api.app", "layers", "docjobs.temporal.codec -> docjobs.api.app"),
+        ("docjobs/states.py", "import pikepdf", "workflow", "docjobs.states -> pikepdf"),
+    ],
+)
+def test_a_bad_import_breaks_its_contract(
+    tmp_path: Path, module: str, bad_import: str, broken: str, chain: str
+) -> None:
+    for package in ("docjobs", "workflows", "activities"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    target = tmp_path / module
+    target.write_text(f"{target.read_text()}\n{bad_import}  # deliberately against the layers\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert f"{' '.join(CONTRACTS[broken]['name'].split())} BROKEN" in " ".join(result.stdout.split())
+    assert "0 broken" not in result.stdout
+    assert chain in result.stdout
+
+
+def test_every_docjobs_module_is_placed() -> None:
+    """A new docjobs module must be named in the contracts: in the core (and then allowed in the workflow or
+    not), or in one of the upper layers."""
+    children = {f"docjobs.{module.name}" for module in pkgutil.iter_modules(docjobs.__path__)}
+    core = set(CONTRACTS["core"]["source_modules"])
+    assert children == core | UPPER_LAYERS
+    assert not core & UPPER_LAYERS
+    forbidden_to_workflow = {name for name in CONTRACTS["workflow"]["forbidden_modules"] if name.startswith("docjobs.")}
+    assert forbidden_to_workflow >= UPPER_LAYERS
+    allowed_to_workflow = core - forbidden_to_workflow
+    assert {"docjobs.models", "docjobs.states", "docjobs.errors", "docjobs.metric_names"} <= allowed_to_workflow
+
+
+def test_importing_the_workflow_loads_no_io_library() -> None:
+    """What the workflow sandbox passes through: no PDF, crypto-signing, storage or HTTP library."""
+    code = "import json, sys, workflows.document_job; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, check=True).stdout)
+    assert "workflows" in loaded and "temporalio" in loaded
+    assert not set(IO_LIBRARIES) & set(loaded)
