@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/ocr_quality.py [--sets skew,turned,conditions,hard] [--jobs 2] [--words 60]
 
-Each scan set is an image-only PDF made by `docjobs.scans` (known words; skews, quarter turns, speckle
+Each scan set is an image-only PDF made by `tests.fixtures.scans` (known words; skews, quarter turns, speckle
 noise, 200 dpi, low contrast). Both sides get the same OCRmyPDF options (docjobs' `ocrmypdf_args` for the
 `scan` policy): plain is `python -m ocrmypdf` with them; docjobs is `run_ocr` (its own child, plugin,
 skew estimate and retries). Recall is the share of a page's words found in its `pdftotext -raw` text.
@@ -20,11 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from docjobs.config import PolicyBook, Settings
+from docjobs.config import Settings
 from docjobs.errors import DocJobError
 from docjobs.models import OcrPolicy
 from docjobs.pdf.ocr import ocrmypdf_args, run_ocr
-from docjobs.scans import make_scan_pdf, scan_words, word_recall
+from docjobs.policies import PolicyBook
+from tests.fixtures.scans import make_scan_pdf, scan_words, word_recall
 
 # set name -> one (transform, dpi) per page
 SETS: dict[str, list[tuple[str, int]]] = {

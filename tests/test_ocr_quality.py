@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from docjobs.client import JobClient
-from docjobs.config import PolicyBook
 from docjobs.errors import DocJobError
 from docjobs.models import OcrMode, OcrPolicy, OcrUnreadable
 from docjobs.pdf.deskew import estimate_skew
 from docjobs.pdf.ocr import run_ocr
-from docjobs.scans import make_scan_pages, make_scan_pdf, make_scan_tiff, scan_words, word_recall
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
+from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
+from tests.fixtures.scans import make_scan_pages, make_scan_pdf, make_scan_tiff, scan_words, word_recall
 
 JOBS = 2
 SCAN = OcrPolicy(mode=OcrMode.SKIP)  # the scan policy's OCR: turn pages, deskew

@@ -27,9 +27,9 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.codec import PayloadDecryptionError
 from docjobs.models import BlobRef
 from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob, job_prefix
+from docjobs.temporal.codec import PayloadDecryptionError
 from workflows.document_job import WORKFLOW_TYPE
 
 SOURCE_GRACE = timedelta(hours=1)
