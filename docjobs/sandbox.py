@@ -5,7 +5,8 @@ Tenants' bytes are parsed only in these children, never in a worker's own thread
 - starts from an environment built from an allow-list (no codec keys, signing passphrase, AWS or Temporal
   credentials), in its own session, so that it and every tool it runs form one process group;
 - limits its own address space (`RLIMIT_AS`, DOCJOBS_STAGE_MEMORY_MB) before importing anything, with core
-  dumps off (a core file would hold the document);
+  dumps off (a core file would hold the document), and runs at a lower CPU priority (nice 10), so that
+  parsing a document never slows the API, Temporal or the worker's own threads;
 - runs one task at a time under a CPU limit (soft `RLIMIT_CPU`): a base budget, grown by a per-page budget as
   soon as the task reports its page count;
 - dies with its worker (`PR_SET_PDEATHSIG`; children are started by one long-lived thread for that reason).

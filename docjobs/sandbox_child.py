@@ -20,6 +20,7 @@ PARENT_ENV = "DOCJOBS_CHILD_PARENT_PID"
 CHANNEL_ENV = "DOCJOBS_CHILD_CHANNEL_FD"
 ENTRIES_ENV = "DOCJOBS_CHILD_ENTRIES"
 PR_SET_PDEATHSIG = 1
+NICENESS = 10
 # Written when memory has run out: prepared beforehand, since building it then may fail too.
 _OUT_OF_MEMORY = b""
 
@@ -35,6 +36,7 @@ def _write(channel: int, data: bytes) -> None:
 
 
 def _limit_self(memory_mb: int, parent: int) -> None:
+    os.nice(NICENESS)  # tenants' documents yield the CPU to the API, Temporal and the workers' own threads
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a core file would hold the document
     libc = ctypes.CDLL(None, use_errno=True)

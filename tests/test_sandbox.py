@@ -178,3 +178,9 @@ def test_children_die_with_their_worker(tmp_path: Path) -> None:
         assert wait_gone(child)
     finally:
         worker.kill()
+
+
+def test_a_child_yields_the_cpu(pool: ChildPool) -> None:
+    """Document work runs at a lower priority than the worker (and the API and Temporal beside it)."""
+    child = pool.run("pages", Order(pages=0), Seen, cpu=QUICK).pid
+    assert os.getpriority(os.PRIO_PROCESS, child) == os.getpriority(os.PRIO_PROCESS, 0) + 10
