@@ -40,7 +40,6 @@ from docjobs.temporal.job_gauges import active_job_gauges
 from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.temporal.metrics import metrics_runtime
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import tenants_file
 from workflows.document_job import DocumentJobWorkflow
 
 log = logging.getLogger("docjobs.worker")
@@ -61,7 +60,7 @@ def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) ->
         render = RenderActivities(store, workdir, pool)
         release = ReleaseActivities(store, workdir, pool, settings.data_dir)
         evidence = EvidenceActivities(store, workdir, settings.data_dir)
-        notify = NotifyActivities(tenants_file(settings))
+        notify = NotifyActivities(settings.tenants_file)
         publish = PublishActivities(store, workdir)
         redact = RedactActivities(store, workdir, pool)
         served["general"] = [
