@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -40,7 +40,6 @@ from docjobs.temporal.job_gauges import active_job_gauges
 from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.temporal.metrics import metrics_runtime
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import tenants_file
 from workflows.document_job import DocumentJobWorkflow
 
 log = logging.getLogger("docjobs.worker")
@@ -50,13 +49,40 @@ HEARTBEAT_THROTTLE = timedelta(seconds=2)
 QUEUES = ("general", "ocr")
 
 
+def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) -> dict[str, list[Callable[..., Any]]]:
+    """The activity implementations each served queue (the keys of `pools`) registers: `general` the light
+    stages, `ocr` the OCR stage. Each under the name of its declaration in workflows/stages.py."""
+    store = settings.blob_store()
+    workdir = settings.work_dir
+    served: dict[str, list[Callable[..., Any]]] = {}
+    if "general" in pools:
+        pool = pools["general"]
+        render = RenderActivities(store, workdir, pool)
+        release = ReleaseActivities(store, workdir, pool, settings.data_dir)
+        evidence = EvidenceActivities(store, workdir, settings.data_dir)
+        notify = NotifyActivities(settings.tenants_file)
+        publish = PublishActivities(store, workdir)
+        redact = RedactActivities(store, workdir, pool)
+        served["general"] = [
+            render.render,
+            redact.redact,
+            release.sign,
+            release.verify,
+            publish.publish,
+            evidence.evidence,
+            publish.cleanup,
+            notify.notify,
+        ]
+    if "ocr" in pools:
+        served["ocr"] = [OcrActivities(store, workdir, pools["ocr"]).ocr]
+    return served
+
+
 def create_workers(
     client: Client, settings: TemporalSettings, pools: dict[str, ChildPool], threads: dict[str, ThreadPoolExecutor]
 ) -> list[Worker]:
     """One worker per served task queue (the keys of `pools`): `general` runs the workflow and the light
     stages, `ocr` the OCR stage. See `serving`."""
-    store = settings.blob_store()
-    workdir = settings.work_dir
     common: dict[str, Any] = {
         "graceful_shutdown_timeout": timedelta(seconds=5),
         # Heartbeats carry page progress: send them often enough for a live progress bar.
@@ -64,42 +90,26 @@ def create_workers(
         "default_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
         "interceptors": [LeaseExpiries(client)] if settings.metrics_port else [],
     }
+    served = stage_activities(settings, pools)
     workers = []
-    if "general" in pools:
-        pool = pools["general"]
-        render = RenderActivities(store, workdir, pool)
-        release = ReleaseActivities(store, workdir, pool, settings.data_dir)
-        evidence = EvidenceActivities(store, workdir, settings.data_dir)
-        notify = NotifyActivities(tenants_file(settings))
-        publish = PublishActivities(store)
-        redact = RedactActivities(store, workdir, pool)
+    if "general" in served:
         workers.append(
             Worker(
                 client,
                 task_queue=settings.task_queue,
                 workflows=[DocumentJobWorkflow],
-                activities=[
-                    render.render,
-                    redact.redact,
-                    release.sign,
-                    release.verify,
-                    publish.publish,
-                    evidence.evidence,
-                    publish.cleanup,
-                    notify.notify,
-                ],
+                activities=served["general"],
                 activity_executor=threads["general"],
                 max_concurrent_activities=settings.activity_threads,
                 **common,
             )
         )
-    if "ocr" in pools:
-        ocr = OcrActivities(store, workdir, pools["ocr"])
+    if "ocr" in served:
         workers.append(
             Worker(
                 client,
                 task_queue=settings.ocr_task_queue,
-                activities=[ocr.ocr],
+                activities=served["ocr"],
                 activity_executor=threads["ocr"],
                 max_concurrent_activities=settings.ocr_activity_threads,
                 **common,

@@ -3,29 +3,28 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 from temporalio import activity
 
+from activities.attempt import StoreStages
 from activities.lease import typed_failures
 from activities.runs import marked_run
 from docjobs.errors import DocJobError
 from docjobs.evidence import Evidence, sign_evidence, tool_versions
 from docjobs.models import BlobRef, EvidenceInput, EvidenceOutput
 from docjobs.signing.config import SignerConfig
-from docjobs.storage import BlobStore, RunScope, evidence_key, sha256_file, staging_key
+from docjobs.storage import BlobStore, RunScope, evidence_key, sha256_file
 
 
-class EvidenceActivities:
+class EvidenceActivities(StoreStages):
     def __init__(self, store: BlobStore, workdir: Path, data_dir: Path) -> None:
-        self._store = store
-        self._workdir = workdir
+        super().__init__(store, workdir)
         self._data_dir = data_dir
 
     @activity.defn(name="evidence")
     def evidence(self, request: EvidenceInput) -> EvidenceOutput:
-        with typed_failures("evidence") as attempt:
+        with typed_failures("evidence") as attempt, self._folder("evidence") as folder:
             run = marked_run(self._store)
             evidence = Evidence(
                 job_id=request.job_id,
@@ -44,27 +43,23 @@ class EvidenceActivities:
                 terminal_state=request.terminal_state.value,
                 completed_at=request.completed_at,
             )
-            envelope = sign_evidence(evidence, SignerConfig.from_env(self._data_dir))
-            self._workdir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=self._workdir, prefix="evidence-") as tmp:
-                path = Path(tmp) / "evidence.json"
-                path.write_bytes(envelope)
-                staged = self._store.put_file(staging_key(run, "evidence", attempt, ".json"), path)
+            path = folder / "evidence.json"
+            path.write_bytes(sign_evidence(evidence, SignerConfig.from_env(self._data_dir)))
+            staged = self._put_staged("evidence", attempt, path, ".json")
             final = evidence_key(run)
             try:
                 ref, _ = self._store.promote(staged, final)
             except DocJobError as error:
                 if error.code != "publish.conflict":
                     raise
-                ref = self._existing(final, run)  # an earlier attempt of this run wrote it: the first envelope stands
+                ref = self._existing(final, run, folder / "existing.json")  # an earlier attempt of this run wrote it
         return EvidenceOutput(evidence=ref)
 
-    def _existing(self, key: str, run: RunScope) -> BlobRef:
-        """The envelope already at the run's key, if it is this run's (the key says so; the payload must agree)."""
-        with tempfile.TemporaryDirectory(dir=self._workdir, prefix="evidence-") as tmp:
-            path = Path(tmp) / "existing.json"
-            with self._store.open(key) as blob:
-                path.write_bytes(blob.read())
-            if json.loads(path.read_bytes()).get("payload", {}).get("run_id") != run.run_id:
-                raise DocJobError("publish.conflict")
-            return BlobRef(key=key, sha256=sha256_file(path), size=path.stat().st_size)
+    def _existing(self, key: str, run: RunScope, path: Path) -> BlobRef:
+        """The envelope already at the run's key, if it is this run's (the key says so; the payload must agree):
+        the first envelope stands."""
+        with self._store.open(key) as blob:
+            path.write_bytes(blob.read())
+        if json.loads(path.read_bytes()).get("payload", {}).get("run_id") != run.run_id:
+            raise DocJobError("publish.conflict")
+        return BlobRef(key=key, sha256=sha256_file(path), size=path.stat().st_size)

@@ -1,9 +1,8 @@
-"""What every stage that opens document bytes shares: the store, a work folder per attempt, and the pool of
-limited child processes that does the document work while the activity's thread keeps the lease."""
+"""What every stage that opens document bytes shares: every part of an attempt (activities/attempt.py), and the
+pool of limited child processes that does the document work while the activity's thread keeps the lease."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
+from activities.attempt import StoreStages
 from activities.lease import Lease, typed_failures
 from docjobs.models import CpuBudget, StageInput
 from docjobs.sandbox import ChildPool, ChildStopped
@@ -29,24 +29,21 @@ class Attempt:
     folder: Path
 
 
-class IsolatedStages:
+class IsolatedStages(StoreStages):
     def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool) -> None:
-        self._store = store
-        self._workdir = workdir
+        super().__init__(store, workdir)
         self._pool = pool
 
     @contextmanager
     def _attempt(self, stage: str, request: StageInput) -> Iterator[Attempt]:
-        """One attempt of `stage`: typed failures, the lease, and a private folder that is gone when it ends
-        (a crash leaves it to the worker's sweep)."""
-        self._workdir.mkdir(parents=True, exist_ok=True)
+        """One attempt of `stage`: typed failures, the lease and a private folder."""
         lease = Lease(stage)
         with (
             typed_failures(stage, request.shape, pages=lease.pages_total) as number,
             lease,
-            tempfile.TemporaryDirectory(dir=self._workdir, prefix=f"{stage}-") as folder,
+            self._folder(stage) as folder,
         ):
-            yield Attempt(number, lease, Path(folder))
+            yield Attempt(number, lease, folder)
 
     def _isolated(self, attempt: Attempt, work: BaseModel, done: type[DoneT], cpu: CpuBudget) -> DoneT:
         """Run the attempt's stage on `work` in a document child; its page progress renews the lease, and a

@@ -1,21 +1,21 @@
 """The `notify` step: POST a small signed JSON event to the tenant's callback on every terminal state.
 
-The body is canonical JSON (codes and digests, no content); `docjobs.webhooks` signs it, pins the resolved
-address and refuses internal ones. The event ID derives from the workflow run, so every retry of one event
-carries the same ID. Delivery is retried with backoff by the workflow's retry policy; its failure never changes
-the job's outcome, and every attempt is in the job's history with the one code `notify.failed` (why it failed
-is only in the worker log, as a reason code without the URL).
+The body is canonical JSON (RFC 8785, docjobs/canonical.py; codes and digests, no content); `docjobs.webhooks`
+signs it, pins the resolved address and refuses internal ones. The event ID derives from the workflow run, so
+every retry of one event carries the same ID. Delivery is retried with backoff by the workflow's retry policy;
+its failure never changes the job's outcome, and every attempt is in the job's history with the one code
+`notify.failed` (why it failed is only in the worker log, as a reason code without the URL).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 from temporalio import activity
 
 from activities.lease import typed_failures
+from docjobs.canonical import canonical_model
 from docjobs.errors import DocJobError
 from docjobs.models import NotifyInput
 from docjobs.tenants import callback_of
@@ -34,7 +34,7 @@ class NotifyActivities:
             callback = callback_of(self._tenants, event.tenant)
             if callback is None:
                 return "no callback"
-            body = json.dumps(event.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+            body = canonical_model(event)
             run_id = activity.info().workflow_run_id
             assert run_id is not None, "notify runs inside a workflow"
             try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from activities.runs import put_staged
 from docjobs.models import OcrInput, OcrOutput
 from docjobs.stage_work import OcrDone, OcrWork
 
@@ -18,10 +17,10 @@ class OcrActivities(IsolatedStages):
     @activity.defn(name="ocr")
     def ocr(self, request: OcrInput) -> OcrOutput:
         with self._attempt("ocr", request) as attempt:
-            self._store.verify(request.source, mismatch_code="source.digest_mismatch")
+            self._verify_source(request.source)
             folder = attempt.folder
             rendered, output, text_file = folder / "rendered.pdf", folder / "output.pdf", folder / "text.json"
-            self._store.fetch(request.staged, rendered, mismatch_code="artifact.digest_mismatch")
+            self._fetch_staged(request.staged, rendered)
             work = OcrWork(
                 source=rendered,
                 output=output,
@@ -32,8 +31,8 @@ class OcrActivities(IsolatedStages):
                 tag=request.job_id,
             )
             done = self._isolated(attempt, work, OcrDone, request.cpu)
-            text = put_staged(self._store, "ocr-text", attempt.number, text_file, ".json")
-            staged = put_staged(self._store, "ocr", attempt.number, output)
+            text = self._put_staged("ocr-text", attempt.number, text_file, ".json")
+            staged = self._put_staged("ocr", attempt.number, output)
         return OcrOutput(
             staged=staged,
             text=text,

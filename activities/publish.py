@@ -6,24 +6,22 @@ import logging
 
 from temporalio import activity
 
+from activities.attempt import StoreStages
 from activities.lease import Lease, typed_failures
 from activities.runs import current_run, marked_run
 from docjobs.models import CleanupInput, PublishInput, PublishOutput
-from docjobs.storage import BlobStore, artifact_key, job_prefix, staging_prefix, text_key
+from docjobs.storage import artifact_key, job_prefix, staging_prefix, text_key
 
 log = logging.getLogger("docjobs.activities")
 
 
-class PublishActivities:
-    def __init__(self, store: BlobStore) -> None:
-        self._store = store
-
+class PublishActivities(StoreStages):
     @activity.defn(name="publish")
     def publish(self, request: PublishInput) -> PublishOutput:
         """Promote the staged artifact to the job's final key; create-only, so a stale attempt can't replace it."""
         with typed_failures("publish", request.shape) as attempt, Lease("publish"):
             run = marked_run(self._store)  # a job in flight across the upgrade to run folders has no marker yet
-            self._store.verify(request.source, mismatch_code="source.digest_mismatch")
+            self._verify_source(request.source)
             text = None
             if request.text is not None:  # the searchable text goes first: an artifact is never without it
                 text, _ = self._store.promote(request.text, text_key(run))
@@ -33,9 +31,10 @@ class PublishActivities:
     @activity.defn(name="cleanup")
     def cleanup(self, request: CleanupInput) -> int:
         """Delete every staged attempt of the run (the promoted artifact is a separate link and stays)."""
-        run = current_run()
-        removed = self._store.delete_prefix(staging_prefix(run))
-        # A job in flight across the upgrade to run folders staged its first stages in the job's folder.
-        removed += self._store.delete_prefix(f"{job_prefix(run.workflow_id)}/staging")
+        with typed_failures("cleanup"):
+            run = current_run()
+            removed = self._store.delete_prefix(staging_prefix(run))
+            # A job in flight across the upgrade to run folders staged its first stages in the job's folder.
+            removed += self._store.delete_prefix(f"{job_prefix(run.workflow_id)}/staging")
         log.info("cleanup removed %d staged blob(s)", removed)
         return removed

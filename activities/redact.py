@@ -10,7 +10,6 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from activities.runs import put_staged
 from docjobs.models import RedactInput, RedactOutput
 from docjobs.stage_work import RedactDone, RedactWork
 
@@ -19,9 +18,9 @@ class RedactActivities(IsolatedStages):
     @activity.defn(name="redact")
     def redact(self, request: RedactInput) -> RedactOutput:
         with self._attempt("redact", request) as attempt:
-            self._store.verify(request.source, mismatch_code="source.digest_mismatch")
+            self._verify_source(request.source)
             staged_in, output = attempt.folder / "input.pdf", attempt.folder / "output.pdf"
-            self._store.fetch(request.staged, staged_in, mismatch_code="artifact.digest_mismatch")
+            self._fetch_staged(request.staged, staged_in)
             text_file = attempt.folder / "text.json" if request.rebuild_text else None
             work = RedactWork(
                 source=staged_in,
@@ -35,6 +34,6 @@ class RedactActivities(IsolatedStages):
             done = self._isolated(attempt, work, RedactDone, request.cpu)
             text = None
             if text_file is not None:
-                text = put_staged(self._store, "redact-text", attempt.number, text_file, ".json")
-            staged = put_staged(self._store, "redact", attempt.number, output)
+                text = self._put_staged("redact-text", attempt.number, text_file, ".json")
+            staged = self._put_staged("redact", attempt.number, output)
         return RedactOutput(staged=staged, text=text, summary=done.summary, attempt=attempt.number)

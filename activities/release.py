@@ -7,7 +7,6 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from activities.runs import put_staged
 from docjobs.models import SignInput, SignOutput, VerifyInput, VerifyOutput
 from docjobs.sandbox import ChildPool
 from docjobs.signing.config import SignerConfig
@@ -27,9 +26,9 @@ class ReleaseActivities(IsolatedStages):
     @activity.defn(name="sign")
     def sign(self, request: SignInput) -> SignOutput:
         with self._attempt("sign", request) as attempt:
-            self._store.verify(request.source, mismatch_code="source.digest_mismatch")
+            self._verify_source(request.source)
             unsigned, signed = attempt.folder / "unsigned.pdf", attempt.folder / "signed.pdf"
-            self._store.fetch(request.staged, unsigned, mismatch_code="artifact.digest_mismatch")
+            self._fetch_staged(request.staged, unsigned)
             work = SignWork(
                 source=unsigned,
                 output=signed,
@@ -38,7 +37,7 @@ class ReleaseActivities(IsolatedStages):
                 allow_signed_input=request.sign.allow_signed_input,
             )
             done = self._isolated(attempt, work, SignDone, request.cpu)
-            staged = put_staged(self._store, "sign", attempt.number, signed)
+            staged = self._put_staged("sign", attempt.number, signed)
         return SignOutput(
             staged=staged,
             level=done.level,
@@ -53,8 +52,8 @@ class ReleaseActivities(IsolatedStages):
         """Nothing is released unless the signature (if any) and every fidelity check pass: else quarantine."""
         with self._attempt("verify", request) as attempt:
             source, output = attempt.folder / "input", attempt.folder / "output.pdf"
-            self._store.fetch(request.source, source, mismatch_code="source.digest_mismatch")
-            self._store.fetch(request.staged, output, mismatch_code="artifact.digest_mismatch")
+            self._fetch_source(request.source, source)
+            self._fetch_staged(request.staged, output)
             work = VerifyWork(
                 source=source,
                 output=output,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from activities.runs import put_staged
 from docjobs.models import RenderInput, RenderOutput
 from docjobs.stage_work import RenderDone, RenderWork
 
@@ -15,7 +14,7 @@ class RenderActivities(IsolatedStages):
     def render(self, request: RenderInput) -> RenderOutput:
         with self._attempt("render", request) as attempt:
             source, output = attempt.folder / "input", attempt.folder / "output.pdf"
-            self._store.fetch(request.source, source, mismatch_code="source.digest_mismatch")
+            self._fetch_source(request.source, source)
             work = RenderWork(
                 source=source,
                 output=output,
@@ -27,7 +26,7 @@ class RenderActivities(IsolatedStages):
                 limits=request.limits,
             )
             done = self._isolated(attempt, work, RenderDone, request.cpu)
-            staged = put_staged(self._store, "render", attempt.number, output)
+            staged = self._put_staged("render", attempt.number, output)
         return RenderOutput(
             staged=staged,
             page_count=done.page_count,

@@ -6,12 +6,9 @@ is gone gets a folder of its own (docjobs/storage.py).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from temporalio import activity
 
-from docjobs.models import BlobRef
-from docjobs.storage import BlobStore, RunScope, mark_run, staging_key
+from docjobs.storage import BlobStore, RunScope, mark_run
 
 
 def current_run() -> RunScope:
@@ -26,8 +23,3 @@ def marked_run(store: BlobStore) -> RunScope:
     run = current_run()
     mark_run(store, run)
     return run
-
-
-def put_staged(store: BlobStore, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
-    """Store an attempt's output in the run's staging folder."""
-    return store.put_file(staging_key(marked_run(store), stage, attempt, suffix), path)

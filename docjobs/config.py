@@ -1,78 +1,166 @@
 """Settings from the environment, with the embedded defaults (local dev server, blobs on disk).
 
-Free of Temporal: how to reach a cluster beyond its address and namespace (API key, TLS) is the Temporal
-layer's (docjobs/temporal/settings.py)."""
+`Environment` is every `DOCJOBS_*` variable docjobs reads, in one place: its name is `DOCJOBS_` and the
+field's name in capitals, with its type and default (an empty value counts as unset). A secret value (the codec
+keys and token, the PKCS#12 passphrase) may also come as a file in the secrets directory (`/run/secrets`,
+where compose mounts them) named like its variable in lower case (`docjobs_codec_keys`), unless the
+environment gives it or its `*_FILE` path. `Settings` is what
+the processes use, resolved from it. Free of Temporal: how to reach a cluster beyond its address and namespace
+(API key, TLS) is the Temporal layer's (docjobs/temporal/settings.py)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Self
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from docjobs.models import ActivityTiming
 from docjobs.sealing import CodecKey, parse_keys
 from docjobs.storage import BlobStore
 
 SHIPPED_POLICIES = Path(__file__).with_name("policies.toml")
-NumberT = TypeVar("NumberT", int, float)
+SECRETS_DIR = Path("/run/secrets")
+ENV_PREFIX = "DOCJOBS_"
 
 
 class ConfigError(Exception):
     """A setting or policy file that cannot be used; the message names the setting."""
 
 
-def _env_number(name: str, default: NumberT, kind: Callable[[str], NumberT]) -> NumberT:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
+SECRET_VALUES = ("codec_keys", "codec_token", "signing_p12_passphrase")  # what a secrets directory file may give
+
+
+class _MountedSecrets(PydanticBaseSettingsSource):
+    """The secrets directory's files, for the secret values (SECRET_VALUES; never a path setting, which would
+    then hold the secret) that the environment gives neither inline nor as a path (`*_FILE`): compose mounts
+    a secret and may name it too, and that is not two values."""
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], secrets: PydanticBaseSettingsSource, env: PydanticBaseSettingsSource
+    ) -> None:
+        super().__init__(settings_cls)
+        self._secrets = secrets
+        self._env = env
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ answers for all fields at once
+
+    def __call__(self) -> dict[str, Any]:
+        given = self._env()
+        mounted = self._secrets().items()
+        return {name: value for name, value in mounted if name in SECRET_VALUES and f"{name}_file" not in given}
+
+
+class Environment(BaseSettings):
+    """Every `DOCJOBS_*` variable (the name: `DOCJOBS_` + the field's name in capitals)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, frozen=True, extra="ignore")
+
+    data_dir: Path = Path(".docjobs")
+    temporal_address: str | None = None  # None: the embedded dev server
+    temporal_namespace: str | None = None  # None: the Temporal profile's, else "default"
+    task_queue: str = "docjobs"
+    ocr_task_queue: str | None = None  # None: the task queue's name + "-ocr"
+    temporal_port: int = 7233
+    temporal_ui_port: int = 8233
+    temporal_bin: str | None = None
+    retention: str = "720h"
+    storage_url: str | None = None  # None: the data dir's blobs folder
+    storage_sse: str | None = None
+    storage_kms_key_id: str | None = None
+    policy_file: Path = SHIPPED_POLICIES
+    max_input_bytes: int = 100 * 1024 * 1024
+    max_upload_bytes: int = 20 * 1024 * 1024
+    lease_seconds: float = 30.0
+    stage_base_seconds: float = 60.0
+    stage_per_page_seconds: float = 10.0
+    ocr_per_page_seconds: float = 60.0
+    max_attempts: int = 5
+    activity_threads: int = Field(default_factory=lambda: max(2, os.cpu_count() or 2))
+    ocr_activity_threads: int | None = None  # None: as many as the general queue's
+    stage_memory_mb: int = 1536
+    stall_seconds: float = 300.0
+    child_recycle_after: int = 50
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # 0: no metrics endpoint
+    metrics_refresh_seconds: float = 15.0
+    log_format: str = "text"
+    codec_keys: str | None = Field(default=None, repr=False)
+    codec_keys_file: Path | None = None
+    codec_token: str | None = Field(default=None, repr=False)
+    codec_token_file: Path | None = None
+    tenants_file: Path | None = None  # None: the data dir's tenants.json
+    signing_p12: Path | None = None
+    signing_p12_passphrase: str | None = Field(default=None, repr=False)
+    signing_key: Path | None = None
+    signing_cert: Path | None = None
+    signing_chain: str | None = None  # paths, os.pathsep-separated
+    trust_roots: str | None = None  # paths, os.pathsep-separated
+    tsa_url: str | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _MountedSecrets(settings_cls, file_secret_settings, env_settings)
+
+
+VARIABLES = tuple(ENV_PREFIX + name.upper() for name in Environment.model_fields)  # every one docjobs reads
+
+
+def read_environment(secrets_dir: Path | None = SECRETS_DIR) -> Environment:
+    """The `DOCJOBS_*` settings; a bad value is a ConfigError naming its variable (never quoting the value)."""
     try:
-        return kind(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number ({kind.__name__})") from None
+        mounted = secrets_dir if secrets_dir is not None and secrets_dir.is_dir() else None
+        return Environment(_secrets_dir=mounted)  # type: ignore[call-arg]  # BaseSettings' own argument
+    except ValidationError as error:
+        first = error.errors()[0]
+        name = ENV_PREFIX + str(first["loc"][0]).upper()
+        kind = {"int_parsing": "int", "float_parsing": "float"}.get(first["type"])
+        raise ConfigError(f"{name} must be a number ({kind})" if kind else f"{name}: {first['msg']}") from None
 
 
-def _env_int(name: str, default: int) -> int:
-    return _env_number(name, default, int)
-
-
-def _env_float(name: str, default: float) -> float:
-    return _env_number(name, default, float)
-
-
-def _codec_keys() -> tuple[CodecKey, ...]:
-    """Payload encryption keys from DOCJOBS_CODEC_KEYS_FILE (preferred: no secret in the environment) or
-    DOCJOBS_CODEC_KEYS; errors name the variable, never a key."""
-    inline = os.environ.get("DOCJOBS_CODEC_KEYS") or None
-    path = os.environ.get("DOCJOBS_CODEC_KEYS_FILE") or None
+def _secret_text(name: str, inline: str | None, path: Path | None, what: str) -> str | None:
+    """A secret given inline (DOCJOBS_X) or as a file (DOCJOBS_X_FILE, preferred: no secret in the environment);
+    errors name the variable, never the secret."""
     if inline and path:
-        raise ConfigError("set DOCJOBS_CODEC_KEYS or DOCJOBS_CODEC_KEYS_FILE, not both")
-    name = "DOCJOBS_CODEC_KEYS_FILE" if path else "DOCJOBS_CODEC_KEYS"
+        raise ConfigError(f"set {name} or {name}_FILE, not both")
+    if path is None:
+        return inline
     try:
-        text = Path(path).read_text() if path else inline or ""
-        keys = parse_keys(text)
+        return path.read_text()
     except OSError as error:
-        raise ConfigError(f"{name}: cannot read the key file ({error.strerror})") from None
+        raise ConfigError(f"{name}_FILE: cannot read the {what} file ({error.strerror})") from None
+
+
+def _codec_keys(env: Environment) -> tuple[CodecKey, ...]:
+    """Payload encryption keys from DOCJOBS_CODEC_KEYS_FILE or DOCJOBS_CODEC_KEYS."""
+    text = _secret_text("DOCJOBS_CODEC_KEYS", env.codec_keys, env.codec_keys_file, "key")
+    name = "DOCJOBS_CODEC_KEYS_FILE" if env.codec_keys_file else "DOCJOBS_CODEC_KEYS"
+    try:
+        keys = parse_keys(text or "")
     except ValueError as error:
         raise ConfigError(f"{name}: {error}") from None
-    if (inline or path) and not keys:
+    if text is not None and not keys:
         raise ConfigError(f"{name} is set but holds no key")
     return keys
 
 
-def _codec_token() -> str | None:
+def _codec_token(env: Environment) -> str | None:
     """The codec endpoint's bearer token: DOCJOBS_CODEC_TOKEN_FILE (a compose secret) or DOCJOBS_CODEC_TOKEN."""
-    inline = os.environ.get("DOCJOBS_CODEC_TOKEN") or None
-    path = os.environ.get("DOCJOBS_CODEC_TOKEN_FILE") or None
-    if inline and path:
-        raise ConfigError("set DOCJOBS_CODEC_TOKEN or DOCJOBS_CODEC_TOKEN_FILE, not both")
-    if path is None:
-        return inline
-    try:
-        token = Path(path).read_text().strip()
-    except OSError as error:
-        raise ConfigError(f"DOCJOBS_CODEC_TOKEN_FILE: cannot read the token file ({error.strerror})") from None
+    text = _secret_text("DOCJOBS_CODEC_TOKEN", env.codec_token, env.codec_token_file, "token")
+    if env.codec_token_file is None:
+        return text
+    token = (text or "").strip()
     if not token:
         raise ConfigError("DOCJOBS_CODEC_TOKEN_FILE is set but holds no token")
     return token
@@ -106,6 +194,7 @@ class Settings:
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges
     codec_keys: tuple[CodecKey, ...] = field(default=(), repr=False)  # the first one encrypts
     codec_token: str | None = field(default=None, repr=False)  # bearer token the codec server demands
+    tenants_file: Path = Path("tenants.json")  # the API's tenants and their callbacks (docjobs/tenants.py)
 
     @property
     def embedded(self) -> bool:
@@ -140,46 +229,33 @@ class Settings:
             raise ConfigError(f"DOCJOBS_STORAGE_URL / DOCJOBS_STORAGE_SSE: {error}") from None
 
     @classmethod
-    def from_env(cls) -> Self:
+    def from_env(cls, secrets_dir: Path = SECRETS_DIR) -> Self:
         """The `DOCJOBS_*` settings. A process that connects to Temporal reads `TemporalSettings.from_env`
         (docjobs/temporal/settings.py): the Temporal SDK's connection profile may name the cluster too."""
-        return cls(**cls._fields_from_env())
+        return cls(**cls._fields_from(read_environment(secrets_dir)))
 
     @classmethod
-    def _fields_from_env(cls) -> dict[str, Any]:
-        data_dir = Path(os.environ.get("DOCJOBS_DATA_DIR") or ".docjobs").resolve()
-        threads = _env_int("DOCJOBS_ACTIVITY_THREADS", max(2, os.cpu_count() or 2))
-        return dict(
+    def _fields_from(cls, env: Environment) -> dict[str, Any]:
+        """The settings named as their variable taken as they are; the others resolved from theirs."""
+        data_dir = env.data_dir.resolve()
+        as_named = {name: getattr(env, name) for name in {f.name for f in fields(cls)} & set(Environment.model_fields)}
+        return as_named | dict(
             data_dir=data_dir,
-            temporal_address=os.environ.get("DOCJOBS_TEMPORAL_ADDRESS") or None,
-            namespace=os.environ.get("DOCJOBS_TEMPORAL_NAMESPACE") or "default",
-            task_queue=os.environ.get("DOCJOBS_TASK_QUEUE") or "docjobs",
-            ocr_task_queue_override=os.environ.get("DOCJOBS_OCR_TASK_QUEUE") or None,
-            dev_server_port=_env_int("DOCJOBS_TEMPORAL_PORT", 7233),
-            dev_server_ui_port=_env_int("DOCJOBS_TEMPORAL_UI_PORT", 8233),
-            retention=os.environ.get("DOCJOBS_RETENTION") or "720h",
-            storage_url=os.environ.get("DOCJOBS_STORAGE_URL") or (data_dir / "blobs").as_uri(),
-            storage_sse=os.environ.get("DOCJOBS_STORAGE_SSE") or None,
-            storage_kms_key_id=os.environ.get("DOCJOBS_STORAGE_KMS_KEY_ID") or None,
-            policy_file=Path(os.environ.get("DOCJOBS_POLICY_FILE") or SHIPPED_POLICIES),
-            max_input_bytes=_env_int("DOCJOBS_MAX_INPUT_BYTES", 100 * 1024 * 1024),
-            max_upload_bytes=_env_int("DOCJOBS_MAX_UPLOAD_BYTES", 20 * 1024 * 1024),
+            namespace=env.temporal_namespace or "default",
+            ocr_task_queue_override=env.ocr_task_queue,
+            dev_server_port=env.temporal_port,
+            dev_server_ui_port=env.temporal_ui_port,
+            storage_url=env.storage_url or (data_dir / "blobs").as_uri(),
             timing=ActivityTiming(
-                lease_seconds=_env_float("DOCJOBS_LEASE_SECONDS", 30.0),
-                base_seconds=_env_float("DOCJOBS_STAGE_BASE_SECONDS", 60.0),
-                per_page_seconds=_env_float("DOCJOBS_STAGE_PER_PAGE_SECONDS", 10.0),
-                ocr_per_page_seconds=_env_float("DOCJOBS_OCR_PER_PAGE_SECONDS", 60.0),
-                max_attempts=_env_int("DOCJOBS_MAX_ATTEMPTS", 5),
+                lease_seconds=env.lease_seconds,
+                base_seconds=env.stage_base_seconds,
+                per_page_seconds=env.stage_per_page_seconds,
+                ocr_per_page_seconds=env.ocr_per_page_seconds,
+                max_attempts=env.max_attempts,
             ),
-            activity_threads=threads,
-            ocr_activity_threads=_env_int("DOCJOBS_OCR_ACTIVITY_THREADS", threads),
-            stage_memory_mb=_env_int("DOCJOBS_STAGE_MEMORY_MB", 1536),
-            stall_seconds=_env_float("DOCJOBS_STALL_SECONDS", 300.0),
-            child_recycle_after=_env_int("DOCJOBS_CHILD_RECYCLE_AFTER", 50),
-            temporal_bin=os.environ.get("DOCJOBS_TEMPORAL_BIN") or None,
-            metrics_host=os.environ.get("DOCJOBS_METRICS_HOST") or "127.0.0.1",
-            metrics_port=_env_int("DOCJOBS_METRICS_PORT", 0) or None,
-            metrics_refresh_seconds=_env_float("DOCJOBS_METRICS_REFRESH_SECONDS", 15.0),
-            codec_keys=_codec_keys(),
-            codec_token=_codec_token(),
+            ocr_activity_threads=env.ocr_activity_threads or env.activity_threads,
+            metrics_port=env.metrics_port or None,
+            codec_keys=_codec_keys(env),
+            codec_token=_codec_token(env),
+            tenants_file=env.tenants_file.resolve() if env.tenants_file else data_dir / "tenants.json",
         )

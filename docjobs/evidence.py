@@ -1,20 +1,18 @@
 """The evidence envelope: a signed statement of what a job did, bound to its files by SHA-256.
 
-Canonical JSON (the bytes that are signed)
-  `canonical_json(obj)` is exactly
-  ``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")``:
-  object keys sorted by Unicode code point at every level, no whitespace anywhere, strings as UTF-8
-  (not \\u-escaped, except the control characters and the quote and backslash that JSON must escape),
-  integers in decimal, floats as Python's shortest round-trip repr (e.g. ``180.0``), NaN and infinities
-  refused. The evidence object is `Evidence.model_dump(mode="json")`: datetimes are ISO 8601 in UTC with
-  a ``Z`` suffix, absent optional digests are ``null``.
-
 Envelope
-  ``{"algorithm": ..., "certificate": PEM, "payload": {...evidence...}, "signature": base64}``, itself
-  written as canonical JSON. The signature is over `canonical_json(payload)`; a verifier re-canonicalizes
-  the payload it parsed, so what is verified is exactly what is read. Algorithms: ``rsa-pss-sha256``
+  ``{"algorithm": ..., "canonicalization": "RFC8785", "certificate": PEM, "payload": {...evidence...},
+  "signature": base64}``, itself written as canonical JSON (RFC 8785, docjobs/canonical.py). The signature is
+  over the canonical JSON of the payload; a verifier re-canonicalizes the payload it parsed, so what is
+  verified is exactly what is read. The evidence object is `Evidence.model_dump(mode="json")`: datetimes are
+  ISO 8601 in UTC with a ``Z`` suffix, absent optional digests are ``null``. Algorithms: ``rsa-pss-sha256``
   (RSASSA-PSS, SHA-256, MGF1-SHA-256, 32-byte salt) for RSA keys, ``ecdsa-p256-sha256`` (ECDSA on P-256
   with SHA-256, DER-encoded signature) for EC keys; the algorithm must match the certificate's key.
+
+Envelopes written before RFC 8785 have no ``canonicalization`` field: their signature is over the
+payload as ``json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+allow_nan=False)`` in UTF-8 (Python's float repr, e.g. ``180.0``), and they are verified over those bytes.
+Any other ``canonicalization`` makes the envelope unreadable.
 """
 
 from __future__ import annotations
@@ -40,9 +38,10 @@ from pyhanko_certvalidator import CertificateValidator
 from pyhanko_certvalidator.errors import PathError
 from pyhanko_certvalidator.errors import ValidationError as CertificateValidationError
 
+from docjobs.canonical import FORMAT, canonical_json
 from docjobs.models import SHA256_PATTERN, Frozen
 from docjobs.signing.config import SignerConfig, asn1_certs, load_signer, validation_context
-from docjobs.signing.verify import file_sha256
+from docjobs.storage import sha256_file
 
 Algorithm = Literal["rsa-pss-sha256", "ecdsa-p256-sha256"]
 
@@ -94,9 +93,9 @@ class EvidenceCheck(Frozen):
         return not self.broken
 
 
-def canonical_json(obj: Any) -> bytes:
-    """The canonical form (see the module docstring)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+def _legacy_json(payload: dict[str, Any]) -> bytes:
+    """The bytes an envelope without a `canonicalization` field was signed over (see the module docstring)."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
 def evidence_payload(evidence: Evidence) -> dict[str, Any]:
@@ -124,6 +123,7 @@ def sign_payload(payload: dict[str, Any], config: SignerConfig) -> bytes:
         signature = key.sign(message, ec.ECDSA(hashes.SHA256()))
     envelope = {
         "algorithm": algorithm,
+        "canonicalization": FORMAT,
         "certificate": material.certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"),
         "payload": payload,
         "signature": base64.b64encode(signature).decode("ascii"),
@@ -162,11 +162,12 @@ def verify_evidence(
             raise ValueError("envelope fields have the wrong types")
         signature = base64.b64decode(signature_b64, validate=True)
         certificate = x509.load_pem_x509_certificate(cert_pem.encode("ascii"))
+        signed = _signed_bytes(payload, parsed.get("canonicalization"))
     except (ValueError, KeyError, TypeError, UnicodeError):
         return EvidenceCheck(broken=["envelope"], problem="the envelope is not a well-formed evidence envelope")
 
     broken: list[str] = []
-    problem = _check_signature(canonical_json(payload), signature, algorithm, certificate, config)
+    problem = _check_signature(signed, signature, algorithm, certificate, config)
     if problem is not None:
         broken.append("signature")
     try:
@@ -191,7 +192,7 @@ def verify_evidence(
         if path is None:
             continue
         recorded = getattr(evidence, name, None) if evidence is not None else None
-        if recorded is None or file_sha256(path) != recorded:
+        if recorded is None or sha256_file(path) != recorded:
             broken.append(name)
     return EvidenceCheck(
         broken=broken,
@@ -199,6 +200,15 @@ def verify_evidence(
         signer_subject=certificate.subject.rfc4514_string(),
         problem=problem,
     )
+
+
+def _signed_bytes(payload: dict[str, Any], canonicalization: object) -> bytes:
+    """The bytes the envelope's signature covers, by the form its `canonicalization` names."""
+    if canonicalization == FORMAT:
+        return canonical_json(payload)
+    if canonicalization is None:
+        return _legacy_json(payload)
+    raise ValueError("unknown canonicalization")
 
 
 def _check_signature(

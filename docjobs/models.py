@@ -6,27 +6,17 @@ document bytes, text, file names or metadata values.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from datetime import datetime
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from docjobs.canonical import canonical_sha256
 from docjobs.linear_regex import LinearRegex
 from docjobs.stamp_text import encode_text
 from docjobs.states import JobState, Stage
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
-
-
-def canonical_bytes(model: BaseModel) -> bytes:
-    """A model's canonical JSON (sorted keys, no spaces): equal content, equal bytes."""
-    return json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
-
-
-def canonical_sha256(model: BaseModel) -> str:
-    return hashlib.sha256(canonical_bytes(model)).hexdigest()
 
 
 class Frozen(BaseModel):

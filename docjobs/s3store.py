@@ -12,16 +12,19 @@ Promotion is create-only: the staged object is downloaded and hashed, and exactl
 written to the final key with `If-None-Match: *` (an atomic conditional create on S3). A 412 means an
 artifact is already there: the same digest is a no-op, a different one is `publish.conflict`. A single PUT
 is atomic for readers, so nobody ever sees a half-written artifact.
+
+Retries are botocore's own, in its `standard` mode (`AWS_MAX_ATTEMPTS` sets the attempts, 3 by default):
+throttling, transient errors and 5xx are retried there with backoff. What still fails after them, by
+botocore's own judgement of which errors are transient, is `storage.unavailable`, which the activity's retry
+policy retries later; so is a 409 `ConditionalRequestConflict` (another conditional write in flight).
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
@@ -29,6 +32,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 import boto3  # type: ignore[import-untyped]
+from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import (  # type: ignore[import-untyped]
     ChecksumError,
     ClientError,
@@ -39,16 +43,23 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     PartialCredentialsError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.retries.standard import (  # type: ignore[import-untyped]
+    OrRetryChecker,
+    RetryContext,
+    ThrottledRetryableChecker,
+    TransientRetryableChecker,
+)
 
 from docjobs.errors import DocJobError
 from docjobs.models import BlobRef
-from docjobs.storage import CHUNK, BlobStore, FileBlobStore, StoredBlob
+from docjobs.storage import CHUNK, BlobStore, FileBlobStore, StoredBlob, chunks_of, hashed_copy
 
 SSE_MODES = ("AES256", "aws:kms", "aws:kms:dsse")
 DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 LIST_PAGE = 1000  # keys per ListObjectsV2 page
 SPOOL_BYTES = 8 * 1024 * 1024  # promotion keeps smaller artifacts in memory, larger ones in a temp file
-CONDITIONAL_ATTEMPTS = 5  # 409 ConditionalRequestConflict (a concurrent conditional write) is retried
+RETRY_MODE = "standard"  # botocore's; the attempts are AWS_MAX_ATTEMPTS (botocore's default: 3)
+_BOTOCORE_RETRYABLE = OrRetryChecker([TransientRetryableChecker(), ThrottledRetryableChecker()])
 
 # Transport-level failures: the request may not have reached the store, or its answer was lost.
 _TRANSIENT_EXCEPTIONS: tuple[type[Exception], ...] = (
@@ -60,17 +71,6 @@ _TRANSIENT_EXCEPTIONS: tuple[type[Exception], ...] = (
     PartialCredentialsError,
     CredentialRetrievalError,
 )
-_THROTTLING = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "RequestThrottled",
-    "TooManyRequestsException",
-    "RequestTimeout",
-    "ServiceUnavailable",
-    "InternalError",
-}
 # The store refuses us: wrong credentials, bucket or policy. An operator can fix it, so it is retried.
 _REFUSED = {
     "AccessDenied",
@@ -98,6 +98,13 @@ def _is_missing(error: Exception) -> bool:
     return isinstance(error, ClientError) and (_error_code(error) in _MISSING or _http_status(error) == 404)
 
 
+def _retried_by_botocore(error: ClientError) -> bool:
+    """Whether botocore's standard retry mode counts this error as transient or throttling (its retries ran out)."""
+    return _http_status(error) >= 500 or bool(
+        _BOTOCORE_RETRYABLE.is_retryable(RetryContext(attempt_number=1, parsed_response=error.response))
+    )
+
+
 def _storage_error(error: Exception, operation: str) -> Exception:
     """A typed failure for a boto error; the message names the operation and S3's error code, never a key."""
     if isinstance(error, _TRANSIENT_EXCEPTIONS):
@@ -106,7 +113,7 @@ def _storage_error(error: Exception, operation: str) -> Exception:
         )
     if isinstance(error, ClientError):
         code = _error_code(error)
-        if _http_status(error) >= 500 or code in _THROTTLING:
+        if _retried_by_botocore(error) or code == "ConditionalRequestConflict":
             return DocJobError("storage.unavailable", f"object storage is unavailable ({operation}: {code})")
         if code in _REFUSED:
             return DocJobError("storage.unavailable", f"object storage refused the request ({operation}: {code})")
@@ -121,7 +128,8 @@ def _checksum(sha256_hex: str) -> str:
 def _default_client() -> Any:
     # botocore reads AWS_DEFAULT_REGION; AWS_REGION (what the other AWS SDKs read) is honoured as a fallback.
     region = None if os.environ.get("AWS_DEFAULT_REGION") else os.environ.get("AWS_REGION") or None
-    return boto3.client("s3", region_name=region)
+    # A fresh Config per client: botocore writes the attempts it read from the environment into it.
+    return boto3.client("s3", region_name=region, config=Config(retries={"mode": RETRY_MODE}))
 
 
 class _BodyReader(io.RawIOBase):
@@ -214,12 +222,7 @@ class S3BlobStore:
 
     def _copy_hashed(self, key: str, out: IO[bytes] | None, operation: str) -> str:
         """Stream the object (into `out`, if given) and return the sha256 of the bytes received."""
-        digest = hashlib.sha256()
-        for chunk in self._chunks(self._get(key, operation), operation):
-            digest.update(chunk)
-            if out is not None:
-                out.write(chunk)
-        return digest.hexdigest()
+        return hashed_copy(self._chunks(self._get(key, operation), operation), out)[0]
 
     def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: str) -> None:
         try:
@@ -265,11 +268,7 @@ class S3BlobStore:
     def put_file(self, key: str, path: Path) -> BlobRef:
         """One PUT (atomic for readers), streamed from the file; S3 rejects it if the bytes don't hash right."""
         with path.open("rb") as body:
-            digest, size = hashlib.sha256(), 0
-            for chunk in iter(lambda: body.read(CHUNK), b""):
-                digest.update(chunk)
-                size += len(chunk)
-            sha256 = digest.hexdigest()
+            sha256, size = hashed_copy(chunks_of(body))
             body.seek(0)
             try:
                 self._put(key, body, sha256)
@@ -285,33 +284,26 @@ class S3BlobStore:
             # Verify the staged bytes and publish exactly those: the staged object may change meanwhile.
             if self._copy_hashed(staged.key, local, "GetObject") != staged.sha256:
                 raise DocJobError("artifact.digest_mismatch")
-            for attempt in range(CONDITIONAL_ATTEMPTS):
-                local.seek(0)
-                try:
-                    response = self._put(final_key, cast(IO[bytes], local), staged.sha256, IfNoneMatch="*")
-                except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
-                    code = _error_code(error) if isinstance(error, ClientError) else ""
-                    if code == "PreconditionFailed" or (isinstance(error, ClientError) and _http_status(error) == 412):
-                        existing = self._existing_digest(final_key)
-                        if existing is None:
-                            continue  # deleted since the 412: try to create it again
-                        if existing == staged.sha256:
-                            return final, False
-                        raise DocJobError("publish.conflict") from None
-                    if code == "ConditionalRequestConflict":  # 409: another conditional write is in flight
-                        time.sleep(0.05 * 2**attempt)
-                        continue
+            local.seek(0)
+            try:
+                response = self._put(final_key, cast(IO[bytes], local), staged.sha256, IfNoneMatch="*")
+            except ClientError as error:
+                if _error_code(error) != "PreconditionFailed" and _http_status(error) != 412:
                     raise _storage_error(error, "PutObject") from None
-                if self._still_ours(final_key, str(response.get("ETag", ""))):
-                    return final, True
-                # Overwritten since our create: only possible if the store's conditional write is not atomic
-                # (or something writes the final key unconditionally). Settle it like a 412.
-                existing = self._existing_digest(final_key)
-                if existing == staged.sha256:
-                    return final, True
-                if existing is not None:
-                    raise DocJobError("publish.conflict")
-        raise DocJobError("storage.unavailable", "object storage kept reporting conflicting conditional writes")
+                response = None  # an artifact is already there
+            except _TRANSIENT_EXCEPTIONS as error:
+                raise _storage_error(error, "PutObject") from None
+        created = response is not None
+        if created and self._still_ours(final_key, str(response.get("ETag", ""))):
+            return final, True
+        # A 412, or overwritten since our create (only possible if the store's conditional write is not atomic,
+        # or something writes the final key unconditionally): the bytes now there settle it.
+        existing = self._existing_digest(final_key)
+        if existing == staged.sha256:
+            return final, created
+        if existing is None:  # deleted meanwhile: the next attempt creates it
+            raise DocJobError("storage.unavailable", "the artifact went missing while it was being published")
+        raise DocJobError("publish.conflict")
 
     def _existing_digest(self, key: str) -> str | None:
         """The sha256 of the bytes stored at `key` (hashed, not read from metadata); None if there is none."""

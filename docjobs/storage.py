@@ -17,11 +17,11 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import IO, BinaryIO, Protocol
 
 from pydantic import field_validator
 
@@ -31,12 +31,25 @@ from docjobs.models import BlobRef, Frozen
 CHUNK = 1024 * 1024
 
 
+def chunks_of(handle: IO[bytes]) -> Iterator[bytes]:
+    """A file's bytes from where it stands, CHUNK by CHUNK."""
+    return iter(lambda: handle.read(CHUNK), b"")
+
+
+def hashed_copy(chunks: Iterable[bytes], out: IO[bytes] | None = None) -> tuple[str, int]:
+    """The sha256 and size of `chunks`, written on to `out` (if given) as they pass: the one file-hashing loop."""
+    digest, size = hashlib.sha256(), 0
+    for chunk in chunks:
+        digest.update(chunk)
+        size += len(chunk)
+        if out is not None:
+            out.write(chunk)
+    return digest.hexdigest(), size
+
+
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashed_copy(chunks_of(handle))[0]
 
 
 def verified_chunks(blob: BinaryIO, sha256: str, *, chunk_size: int = CHUNK) -> Iterator[bytes]:
@@ -194,22 +207,17 @@ class FileBlobStore:
     def put_file(self, key: str, path: Path) -> BlobRef:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256()
-        size = 0
         fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
         try:
             with os.fdopen(fd, "wb") as out, path.open("rb") as src:
-                for chunk in iter(lambda: src.read(CHUNK), b""):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    out.write(chunk)
+                sha256, size = hashed_copy(chunks_of(src), out)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp_name, target)
         except BaseException:
             Path(tmp_name).unlink(missing_ok=True)
             raise
-        return BlobRef(key=key, sha256=digest.hexdigest(), size=size)
+        return BlobRef(key=key, sha256=sha256, size=size)
 
     def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: str) -> None:
         source = self._path(ref.key)

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from docjobs.config import ConfigError, Settings
+from docjobs.config import ConfigError
 from docjobs.webhooks import Callback, parse_callback
 
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -34,11 +34,6 @@ RESERVED_TENANTS = frozenset({CLI_TENANT})
 
 class TenantExists(Exception):
     pass
-
-
-def tenants_file(settings: Settings) -> Path:
-    configured = os.environ.get("DOCJOBS_TENANTS_FILE")
-    return Path(configured).resolve() if configured else settings.data_dir / "tenants.json"
 
 
 def key_digest(key: str) -> str:

@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import worker
 from activities.render import RenderActivities
-from activities.runs import put_staged
 from docjobs.models import RenderInput, RenderOutput
 from docjobs.sandbox import ChildPool
 
@@ -36,11 +35,11 @@ class PageDroppingRender(RenderActivities):
         rendered = super().render(request)
         with tempfile.TemporaryDirectory() as tmp:
             whole, short = Path(tmp) / "whole.pdf", Path(tmp) / "short.pdf"
-            self._store.fetch(rendered.staged, whole, mismatch_code="artifact.digest_mismatch")
+            self._fetch_staged(rendered.staged, whole)
             with pikepdf.open(whole) as pdf:
                 del pdf.pages[-1]
                 pdf.save(short)
-            staged = put_staged(self._store, "render-faulty", rendered.attempt, short)
+            staged = self._put_staged("render-faulty", rendered.attempt, short)
         return rendered.model_copy(update={"staged": staged})
 
 

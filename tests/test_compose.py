@@ -33,8 +33,8 @@ WORKERS = {"docjobs-worker-general": "general", "docjobs-worker-ocr": "ocr"}  # 
 CLUSTER_CLIENTS = (*WORKERS, "docjobs-api")  # every Temporal client of the full profile
 METRICS_PORT = 9464
 
-# Environment variables docjobs reads: config.py hands names to its parsers, signing lists its own, and the
-# other modules read theirs with os.environ.get("...") / os.environ["..."].
+# Environment variables docjobs reads: config.Environment's, and any a module reads itself with
+# os.environ.get("...") / os.environ["..."].
 _ENV_READ = re.compile(r'environ(?:\.get\(|\[)\s*"(DOCJOBS_[A-Z0-9_]+)"')
 _SOURCES = [
     *(REPO / "docjobs").rglob("*.py"),
@@ -42,11 +42,7 @@ _SOURCES = [
     REPO / "worker.py",
     REPO / "starter.py",
 ]
-KNOWN_SETTINGS = (
-    set(re.findall(r'"(DOCJOBS_[A-Z_]+)"', Path(config.__file__).read_text()))
-    | set(SIGNING_ENV_NAMES)
-    | {name for path in _SOURCES for name in _ENV_READ.findall(path.read_text())}
-)
+KNOWN_SETTINGS = set(config.VARIABLES) | {name for path in _SOURCES for name in _ENV_READ.findall(path.read_text())}
 
 
 def environment(name: str) -> dict[str, str]:
@@ -236,6 +232,58 @@ def test_the_ui_decodes_through_the_published_codec_server() -> None:
     assert ui["TEMPORAL_CORS_ORIGINS"] == args.cors_origin
     assert SERVICES["docjobs-codec"]["secrets"] == ["docjobs_codec_keys", "docjobs_codec_token"]
     assert environment("docjobs-codec")["DOCJOBS_CODEC_KEYS_FILE"] == "/run/secrets/docjobs_codec_keys"
+
+
+def test_mounted_secrets_are_read_from_the_secrets_directory(tmp_path: Path) -> None:
+    """compose mounts secrets in /run/secrets: a secret value there counts unless the environment gives it (or its
+    *_FILE path, which may name that very file); a path setting is never read from there."""
+    key = "k1:" + base64.b64encode(os.urandom(32)).decode()
+    (tmp_path / "docjobs_codec_keys").write_text(key + "\n")
+    (tmp_path / "docjobs_codec_token").write_text("mounted-token\n")
+    (tmp_path / "docjobs_signing_key").write_text("-----BEGIN PRIVATE KEY-----\n")
+    with mock.patch.dict(os.environ, {}, clear=True):
+        mounted = TemporalSettings.from_env(secrets_dir=tmp_path)
+        assert config.read_environment(tmp_path).signing_key is None
+    assert [codec_key.key_id for codec_key in mounted.codec_keys] == ["k1"]
+    assert mounted.codec_token == "mounted-token"
+    named = {"DOCJOBS_CODEC_KEYS_FILE": str(tmp_path / "docjobs_codec_keys"), "DOCJOBS_CODEC_TOKEN": "env-token"}
+    with mock.patch.dict(os.environ, named, clear=True):
+        both = TemporalSettings.from_env(secrets_dir=tmp_path)
+    assert both.codec_keys == mounted.codec_keys and both.codec_token == "env-token"
+    with mock.patch.dict(os.environ, {}, clear=True):
+        assert TemporalSettings.from_env(secrets_dir=tmp_path / "none").codec_keys == ()
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({"DOCJOBS_MAX_ATTEMPTS": "five"}, "DOCJOBS_MAX_ATTEMPTS must be a number (int)"),
+        ({"DOCJOBS_LEASE_SECONDS": "soon"}, "DOCJOBS_LEASE_SECONDS must be a number (float)"),
+        ({"DOCJOBS_TEMPORAL_PORT": "7233x"}, "DOCJOBS_TEMPORAL_PORT must be a number (int)"),
+    ],
+)
+def test_a_bad_setting_is_a_config_error_naming_it(variables: dict[str, str], expected: str) -> None:
+    with mock.patch.dict(os.environ, variables, clear=True), pytest.raises(config.ConfigError) as error:
+        TemporalSettings.from_env()
+    assert str(error.value) == expected
+
+
+def test_settings_keep_their_names_and_defaults(tmp_path: Path) -> None:
+    empty = {name: "" for name in config.VARIABLES}  # an empty value counts as unset
+    with mock.patch.dict(os.environ, {**empty, "DOCJOBS_DATA_DIR": str(tmp_path)}, clear=True):
+        settings = TemporalSettings.from_env(secrets_dir=tmp_path / "none")
+    assert (settings.task_queue, settings.ocr_task_queue, settings.namespace) == ("docjobs", "docjobs-ocr", "default")
+    assert (settings.dev_server_port, settings.dev_server_ui_port, settings.retention) == (7233, 8233, "720h")
+    assert settings.timing.model_dump() == {
+        "lease_seconds": 30.0,
+        "base_seconds": 60.0,
+        "per_page_seconds": 10.0,
+        "ocr_per_page_seconds": 60.0,
+        "max_attempts": 5,
+    }
+    assert settings.storage_url == (tmp_path / "blobs").as_uri() and settings.tenants_file == tmp_path / "tenants.json"
+    assert settings.metrics_port is None and settings.ocr_activity_threads == settings.activity_threads >= 2
+    assert (settings.max_input_bytes, settings.max_upload_bytes) == (100 * 1024 * 1024, 20 * 1024 * 1024)
 
 
 def test_the_codec_server_has_its_token_and_would_not_start_without_it(tmp_path: Path) -> None:

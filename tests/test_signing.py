@@ -6,6 +6,7 @@ signature verdict (it exits 0 even on a digest mismatch, so its output is parsed
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import importlib
@@ -26,7 +27,7 @@ from typing import Any
 import pikepdf
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -35,12 +36,12 @@ from pyhanko.pdf_utils import generic
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.sign.timestamps import DummyTimeStamper
 
+from docjobs.canonical import canonical_json
 from docjobs.config import ConfigError
 from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.evidence import (
     Evidence,
     EvidenceCheck,
-    canonical_json,
     evidence_payload,
     sign_evidence,
     sign_payload,
@@ -48,7 +49,7 @@ from docjobs.evidence import (
     verify_evidence,
 )
 from docjobs.signing import dev_ca
-from docjobs.signing.config import ENV_NAMES, PrivateKey, SignerConfig, cert_pem, key_pem
+from docjobs.signing.config import ENV_NAMES, PrivateKey, SignerConfig, cert_pem, key_pem, load_signer
 from docjobs.signing.dev_ca import DEV_CA_CN, DEV_SIGNER_CN, ensure_dev_signer, issue_signer, make_ca
 from docjobs.signing.sign import SignInfo, sign_pdf
 from docjobs.signing.verify import SignatureReport, failure_code, verify_pdf
@@ -546,8 +547,8 @@ def test_evidence_envelope_round_trip(
     out, _ = signed
     envelope = sign_evidence(evidence, dev)
     parsed = json.loads(envelope)
-    assert sorted(parsed) == ["algorithm", "certificate", "payload", "signature"]
-    assert parsed["algorithm"] == "ecdsa-p256-sha256"
+    assert sorted(parsed) == ["algorithm", "canonicalization", "certificate", "payload", "signature"]
+    assert (parsed["algorithm"], parsed["canonicalization"]) == ("ecdsa-p256-sha256", "RFC8785")
     assert envelope == canonical_json(parsed)  # the envelope itself is canonical: no whitespace, sorted keys
     assert "CONFIDENTIAL — ü".encode() in envelope  # UTF-8, not \u-escaped
     assert parsed["payload"]["completed_at"] == "2026-01-02T01:04:05Z"  # normalised to UTC
@@ -640,6 +641,52 @@ def test_evidence_from_before_sanitization_still_verifies(evidence: Evidence, de
     del payload["sanitized"]
     check = verify_evidence(sign_payload(payload, dev), dev)
     assert check.ok and check.evidence is not None and check.evidence.sanitized is None
+
+
+def test_canonical_json_is_rfc8785() -> None:
+    """RFC 8785's own example (section 3.2.3): numbers as ECMAScript prints them, UTF-8, minimal escapes."""
+    value = json.loads(
+        r'''{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],'''
+        r'''"string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/", "literals": [null, true, false]}'''
+    )
+    expected = (
+        r'''{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'''
+        r'''"string":"€$\u000f\nA'B\"\\\\\"/"}'''
+    )
+    assert canonical_json(value) == expected.encode()
+
+
+def legacy_envelope(payload: dict[str, Any], config: SignerConfig) -> bytes:
+    """An envelope exactly as docjobs wrote it before RFC 8785: no `canonicalization`, and signed over
+    Python's sorted, compact JSON (floats as Python prints them)."""
+    material = load_signer(config)
+    assert isinstance(material.key, ec.EllipticCurvePrivateKey)
+
+    def legacy(value: object) -> bytes:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+    signature = material.key.sign(legacy(payload), ec.ECDSA(hashes.SHA256()))
+    return legacy(
+        {
+            "algorithm": "ecdsa-p256-sha256",
+            "certificate": cert_pem(material.certificate).decode(),
+            "payload": payload,
+            "signature": base64.b64encode(signature).decode(),
+        }
+    )
+
+
+def test_evidence_from_before_rfc8785_still_verifies(evidence: Evidence, dev: SignerConfig) -> None:
+    payload = evidence_payload(evidence) | {"policy": {"name": "standard", "ocr": {"tesseract_timeout": 180.0}}}
+    old = legacy_envelope(payload, dev)
+    assert b'"tesseract_timeout":180.0' in old and b"180.0" not in canonical_json(payload)  # the forms differ
+    check = verify_evidence(old, dev)
+    assert check.ok and check.evidence is not None and check.evidence.policy["ocr"]["tesseract_timeout"] == 180.0
+    parsed = json.loads(old)
+    assert verify_evidence(canonical_json(parsed | {"canonicalization": "RFC8785"}), dev).broken == ["signature"]
+    assert verify_evidence(canonical_json(parsed | {"canonicalization": "other"}), dev).broken == ["envelope"]
+    parsed["payload"]["terminal_state"] = "failed"
+    assert verify_evidence(canonical_json(parsed), dev).broken == ["signature"]
 
 
 def test_evidence_rejects_naive_time() -> None:

@@ -446,6 +446,8 @@ class ScriptedClient:
         (client_error("SlowDown", 503), "storage.unavailable"),
         (client_error("InternalError", 500), "storage.unavailable"),
         (client_error("AccessDenied", 403), "storage.unavailable"),
+        (client_error("TooManyRequestsException", 429), "storage.unavailable"),
+        (client_error("RequestTimeout", 400), "storage.unavailable"),
         (client_error("NoSuchKey", 404), "source.missing"),
     ],
 )
@@ -477,13 +479,24 @@ def test_s3_connection_lost_mid_body_is_not_a_digest_mismatch(s3: Any, tmp_path:
         raises_code("storage.unavailable", handle.read)
 
 
-def test_s3_conditional_conflict_409_is_retried(s3: Any, tmp_path: Path) -> None:
+def test_s3_conditional_conflict_409_is_left_to_the_next_attempt(s3: Any, tmp_path: Path) -> None:
+    """A 409 (another conditional write in flight) is `storage.unavailable`: the activity's retry promotes."""
     conflict = client_error("ConditionalRequestConflict", 409, "PutObject")
     store = s3_store(client=ScriptedClient(s3, put_object=[]))
     staged = store.put_file("staged", write(tmp_path / "s", b"%PDF-s"))
-    store._client = ScriptedClient(s3, put_object=[conflict, conflict])
+    store._client = ScriptedClient(s3, put_object=[conflict])
+    error = raises_code("storage.unavailable", lambda: store.promote(staged, "final"))
+    assert error.outcome is Outcome.RETRY and not store.exists("final")
     assert store.promote(staged, "final")[1] is True
-    assert store._client.calls.count("put_object") == 3
+    assert store._client.calls.count("put_object") == 2
+
+
+def test_s3_client_uses_botocores_standard_retries(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mode whose judgement of transient errors `storage.unavailable` follows; AWS_MAX_ATTEMPTS still counts."""
+    monkeypatch.setenv("AWS_RETRY_MODE", "legacy")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "4")
+    retries = s3_store()._client.meta.config.retries
+    assert (retries["mode"], retries["total_max_attempts"]) == ("standard", 4)
 
 
 def test_s3_overwrite_after_create_is_settled(s3: Any, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ storage key a stage derives from `job_id` is therefore the workflow ID's.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,37 +34,32 @@ with workflow.unsafe.imports_passed_through():
         CleanupInput,
         CpuBudget,
         EvidenceInput,
-        EvidenceOutput,
         JobRequest,
         JobShape,
         JobStatus,
         NotifyInput,
         OcrInput,
         OcrMode,
-        OcrOutput,
         PublishInput,
-        PublishOutput,
         RedactInput,
-        RedactOutput,
         RenderInput,
-        RenderOutput,
         SignInput,
-        SignOutput,
         StageInput,
         TransitionRecord,
         VerifyInput,
-        VerifyOutput,
         WatermarkMode,
     )
     from docjobs.sealing import UNSEALED_ENCODING
     from docjobs.states import JobState, Stage, check_transition
     from workflows import search_attributes as sa
+    from workflows import stages
 
 
 class StageOutput(Protocol):
     attempt: int
 
 
+InputT = TypeVar("InputT", bound=StageInput)
 OutputT = TypeVar("OutputT", bound=StageOutput)
 
 # Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.
@@ -234,7 +230,7 @@ class DocumentJobWorkflow:
         if workflow.patched(RELEASE_GATES):
             ending = await self._record_evidence(ending)
         await workflow.execute_activity(
-            "cleanup",
+            stages.cleanup,
             CleanupInput(job_id=self._request.job_id),
             start_to_close_timeout=CLEANUP_TIMEOUT,
             retry_policy=RetryPolicy(maximum_attempts=3),
@@ -257,10 +253,9 @@ class DocumentJobWorkflow:
             evidence_sha256=status.evidence_sha256,
         )
         try:
-            delivered: str = await workflow.execute_activity(
-                "notify",
+            delivered = await workflow.execute_activity(
+                stages.notify,
                 event,
-                result_type=str,
                 start_to_close_timeout=NOTIFY_TIMEOUT,
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
@@ -289,7 +284,7 @@ class DocumentJobWorkflow:
                 sanitize=policy.sanitize,
                 limits=policy.limits,
             )
-            rendered = await self._stage(Stage.RENDER, render, RenderOutput)
+            rendered = await self._stage(stages.render, render)
             self._status.page_count = rendered.page_count
             self._status.input_encryption = rendered.input_encryption
             self._status.invalidated_signatures = rendered.invalidated_signatures
@@ -303,7 +298,7 @@ class DocumentJobWorkflow:
                     ocr=policy.ocr,
                     watermark=policy.watermark if stamp_at is Stage.OCR else None,
                 )
-                ocred = await self._stage(Stage.OCR, ocr, OcrOutput, task_queue=request.ocr_task_queue)
+                ocred = await self._stage(stages.ocr, ocr, task_queue=request.ocr_task_queue)
                 staged, text = ocred.staged, ocred.text
                 self._status.ocr_text_sha256 = text.sha256
                 self._status.pages_ocred = ocred.pages_ocred
@@ -319,14 +314,14 @@ class DocumentJobWorkflow:
                     watermark=policy.watermark if stamp_at is Stage.REDACT else None,
                     rebuild_text=text is not None,
                 )
-                redacted = await self._stage(Stage.REDACT, redact, RedactOutput)
+                redacted = await self._stage(stages.redact, redact)
                 staged, text = redacted.staged, redacted.text or text
                 self._status.ocr_text_sha256 = text.sha256 if text else None
                 self._status.redaction = redacted.summary
             if workflow.patched(RELEASE_GATES):  # histories recorded before the gates existed replay without them
                 staged = await self._release_gates(staged, ocr_on)
             publish = PublishInput(job_id=request.job_id, source=request.source, staged=staged, text=text)
-            published = await self._stage(Stage.PUBLISH, publish, PublishOutput)
+            published = await self._stage(stages.publish, publish)
             self._status.output_sha256 = published.artifact.sha256
             self._status.artifact_key = published.artifact.key
             return Ending(JobState.SUCCEEDED)
@@ -359,9 +354,8 @@ class DocumentJobWorkflow:
         )
         try:
             recorded = await workflow.execute_activity(
-                "evidence",
+                stages.evidence,
                 evidence,
-                result_type=EvidenceOutput,
                 start_to_close_timeout=CLEANUP_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NON_RETRYABLE_CODES),
             )
@@ -379,7 +373,7 @@ class DocumentJobWorkflow:
         policy = request.policy
         if policy.sign.enabled:
             sign = SignInput(job_id=request.job_id, source=request.source, staged=staged, sign=policy.sign)
-            staged = (await self._stage(Stage.SIGN, sign, SignOutput)).staged
+            staged = (await self._stage(stages.sign, sign)).staged
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         verify = VerifyInput(
             job_id=request.job_id,
@@ -393,14 +387,15 @@ class DocumentJobWorkflow:
             pages_may_turn=ocr_on,
             sanitize=policy.sanitize,
         )
-        verified = await self._stage(Stage.VERIFY, verify, VerifyOutput)
+        verified = await self._stage(stages.verify, verify)
         self._status.signature = verified.signature
         self._status.fidelity_checks = verified.fidelity_checks
         return staged
 
     async def _stage(
-        self, stage: Stage, payload: StageInput, output_type: type[OutputT], *, task_queue: str | None = None
+        self, declaration: Callable[[InputT], OutputT], payload: InputT, *, task_queue: str | None = None
     ) -> OutputT:
+        stage = Stage(stages.activity_name(declaration))
         self._transition(JobState.PROCESSING, stage)
         timing = self._request.timing
         # Until render has counted them (nothing parses a document at acceptance), the pages are as many as
@@ -410,10 +405,9 @@ class DocumentJobWorkflow:
         per_page = timing.ocr_per_page_seconds if stage is Stage.OCR else timing.per_page_seconds
         shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
         cpu = CpuBudget(base_seconds=timing.base_seconds, per_page_seconds=per_page)
-        result: OutputT = await workflow.execute_activity(
-            stage.value,
+        result = await workflow.execute_activity(
+            declaration,
             payload.model_copy(update={"shape": shape, "cpu": cpu}),
-            result_type=output_type,
             task_queue=task_queue,
             start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),
             heartbeat_timeout=timedelta(seconds=timing.lease_seconds),

@@ -14,7 +14,7 @@ from docjobs.api.errors import install_error_handlers
 from docjobs.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import TenantBook, tenants_file
+from docjobs.tenants import TenantBook
 
 
 @asynccontextmanager
@@ -47,7 +47,7 @@ def create_app(
     app.state.context = ApiContext(
         settings=settings,
         policies=PolicyBook.load(settings.policy_file),
-        tenants=tenants or TenantBook(tenants_file(settings)),
+        tenants=tenants or TenantBook(settings.tenants_file),
         upload_limit=upload_limit if upload_limit is not None else settings.max_upload_bytes,
         client=client,
     )

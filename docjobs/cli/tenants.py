@@ -13,12 +13,12 @@ from docjobs.cli.output import (
     fail,
 )
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import TenantExists, add_tenant, set_callback, tenants_file
+from docjobs.tenants import TenantExists, add_tenant, set_callback
 from docjobs.webhooks import CallbackInvalid, parse_callback
 
 
 async def cmd_tenant(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    path = tenants_file(settings)
+    path = settings.tenants_file
     if args.allow_http_loopback and not args.callback:
         return fail(out, EXIT_USAGE, "callback.invalid", "--allow-http-loopback needs --callback URL")
     if args.callback:  # checked before the tenant exists: a refused callback leaves nothing half-made

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from pyhanko.keys import load_certs_from_pemder_data
 from pyhanko_certvalidator import ValidationContext
 
-from docjobs.config import ConfigError
+from docjobs.config import VARIABLES, ConfigError, read_environment
 
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 DEFAULT_STAMP_BOX = (36, 36, 266, 96)  # (x0, y0, x1, y1) on page 1, PDF points
@@ -58,12 +58,13 @@ class SignerConfig:
         With the development signer (`ensure_dev_signer(data_dir / "signing")`), DOCJOBS_TRUST_ROOTS adds
         roots to its CA and DOCJOBS_TSA_URL still applies.
         """
-        env = {name: os.environ.get(name) or None for name in ENV_NAMES}
-        roots = _paths(env["DOCJOBS_TRUST_ROOTS"])
-        tsa_url = env["DOCJOBS_TSA_URL"]
+        env = read_environment()
+        roots = _paths(env.trust_roots)
+        tsa_url = env.tsa_url
         if tsa_url is not None and not tsa_url.startswith(("http://", "https://")):
             raise ConfigError("DOCJOBS_TSA_URL must be an http(s) URL")
-        if not any(env[name] for name in ("DOCJOBS_SIGNING_P12", "DOCJOBS_SIGNING_KEY", "DOCJOBS_SIGNING_CERT")):
+        p12, key, cert = env.signing_p12, env.signing_key, env.signing_cert
+        if p12 is None and key is None and cert is None:
             from docjobs.signing.dev_ca import ensure_dev_signer  # imports this module: resolved when needed
 
             dev = ensure_dev_signer(data_dir / "signing")
@@ -74,10 +75,7 @@ class SignerConfig:
                 cert_path=dev.cert_path,
                 tsa_url=tsa_url,
             )
-        p12 = Path(env["DOCJOBS_SIGNING_P12"]) if env["DOCJOBS_SIGNING_P12"] else None
-        key = Path(env["DOCJOBS_SIGNING_KEY"]) if env["DOCJOBS_SIGNING_KEY"] else None
-        cert = Path(env["DOCJOBS_SIGNING_CERT"]) if env["DOCJOBS_SIGNING_CERT"] else None
-        chain = _paths(env["DOCJOBS_SIGNING_CHAIN"])
+        chain = _paths(env.signing_chain)
         for name, value in (("DOCJOBS_SIGNING_P12", p12), ("DOCJOBS_SIGNING_KEY", key), ("DOCJOBS_SIGNING_CERT", cert)):
             _check_files(name, () if value is None else (value,))
         _check_files("DOCJOBS_SIGNING_CHAIN", chain)
@@ -85,7 +83,7 @@ class SignerConfig:
         return cls(
             trust_roots=roots,
             p12_path=p12,
-            p12_passphrase=env["DOCJOBS_SIGNING_P12_PASSPHRASE"],
+            p12_passphrase=env.signing_p12_passphrase,
             key_path=key,
             cert_path=cert,
             chain_paths=chain,
@@ -93,15 +91,7 @@ class SignerConfig:
         )
 
 
-ENV_NAMES = (
-    "DOCJOBS_SIGNING_P12",
-    "DOCJOBS_SIGNING_P12_PASSPHRASE",
-    "DOCJOBS_SIGNING_KEY",
-    "DOCJOBS_SIGNING_CERT",
-    "DOCJOBS_SIGNING_CHAIN",
-    "DOCJOBS_TRUST_ROOTS",
-    "DOCJOBS_TSA_URL",
-)
+ENV_NAMES = tuple(name for name in VARIABLES if name.startswith(("DOCJOBS_SIGNING_", "DOCJOBS_TRUST_", "DOCJOBS_TSA_")))
 
 
 def _paths(raw: str | None) -> tuple[Path, ...]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Literal, cast
 
@@ -139,8 +138,3 @@ def _report(status: PdfSignatureStatus, signature: EmbeddedPdfSignature, count: 
         timestamp_trusted=timestamp_ok,
         trust_problem=None if problem is None else str(problem.standard_name),
     )
-
-
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()

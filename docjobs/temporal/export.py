@@ -8,8 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from docjobs.canonical import canonical_model
 from docjobs.errors import DocJobError
-from docjobs.models import JobStatus, canonical_bytes
+from docjobs.models import JobStatus
 from docjobs.storage import TEXT_BLOB, BlobStore, beside, sha256_file, source_key
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ async def verify_stored_evidence(
             text = copy_blob(store, beside(status.evidence_key, TEXT_BLOB), folder / TEXT_BLOB)
         summary = None
         if status.redaction is not None:  # the summary the job reports must be the one the evidence binds
-            (summary := folder / "redaction.json").write_bytes(canonical_bytes(status.redaction))
+            (summary := folder / "redaction.json").write_bytes(canonical_model(status.redaction))
         return await asyncio.to_thread(
             verify_evidence,
             envelope,

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from temporalio import activity, workflow
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from docjobs.config import ConfigError
+from docjobs.config import ConfigError, read_environment
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -29,7 +28,7 @@ _process: dict[str, str] = {}  # fields of every JSON line (the worker identity,
 
 def default_log_format() -> LogFormat:
     """DOCJOBS_LOG_FORMAT, else text."""
-    chosen = os.environ.get("DOCJOBS_LOG_FORMAT") or "text"
+    chosen = read_environment().log_format
     if chosen not in LOG_FORMATS:
         raise ConfigError(f"DOCJOBS_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
     return chosen

@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
-from docjobs.config import ConfigError, Settings
+from docjobs.config import ConfigError, Environment, Settings
 from docjobs.temporal.codec import EncryptionCodec
 
 
@@ -38,14 +38,14 @@ class TemporalSettings(Settings):
     temporal_profile: ClientConfigProfile = field(default_factory=ClientConfigProfile, repr=False)
 
     @classmethod
-    def _fields_from_env(cls) -> dict[str, Any]:
+    def _fields_from(cls, env: Environment) -> dict[str, Any]:
         profile = load_temporal_profile()
-        fields = super()._fields_from_env()
+        fields = super()._fields_from(env)
         address = fields["temporal_address"] or profile.address or None
         tls_on = profile.tls is not None and profile.tls.disabled is not True
         if address is None and (profile.api_key or tls_on):
             raise ConfigError("TEMPORAL_API_KEY / TEMPORAL_TLS_* need a cluster: set TEMPORAL_ADDRESS")
-        namespace = os.environ.get("DOCJOBS_TEMPORAL_NAMESPACE") or profile.namespace or "default"
+        namespace = env.temporal_namespace or profile.namespace or "default"
         return fields | {"temporal_address": address, "namespace": namespace, "temporal_profile": profile}
 
     def connect_config(self) -> ClientConnectConfig:

@@ -1,0 +1,49 @@
+"""The parts of a stage attempt, shared by every activity and composed as each needs them.
+
+Every attempt runs under `typed_failures` (activities/lease.py: stable codes, metrics); a long one also holds
+the `Lease`; one that writes files gets a private `folder`; one that reads the job's blobs fetches them with
+their digest checked (`fetch_source`, `fetch_staged`, `verify_source`); one that produces a blob stages it
+under its attempt's key (`put_staged`). activities/isolated.py composes all of them for the document stages.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from activities.runs import marked_run
+from docjobs.models import BlobRef
+from docjobs.storage import BlobStore, staging_key
+
+
+class StoreStages:
+    """Activities that work on the job's blobs: the store, and where their attempts keep files."""
+
+    def __init__(self, store: BlobStore, workdir: Path) -> None:
+        self._store = store
+        self._workdir = workdir
+
+    @contextmanager
+    def _folder(self, stage: str) -> Iterator[Path]:
+        """A private folder for one attempt, gone when it ends (a crash leaves it to the worker's sweep)."""
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self._workdir, prefix=f"{stage}-") as folder:
+            yield Path(folder)
+
+    def _fetch_source(self, ref: BlobRef, dest: Path) -> None:
+        """The job's accepted input, at `dest`, re-checked against the digest it was accepted with."""
+        self._store.fetch(ref, dest, mismatch_code="source.digest_mismatch")
+
+    def _verify_source(self, ref: BlobRef) -> None:
+        """The job's accepted input still has its digest (a stage that does not read it still refuses a changed one)."""
+        self._store.verify(ref, mismatch_code="source.digest_mismatch")
+
+    def _fetch_staged(self, ref: BlobRef, dest: Path) -> None:
+        """An earlier stage's output, at `dest`, checked against the digest that stage recorded."""
+        self._store.fetch(ref, dest, mismatch_code="artifact.digest_mismatch")
+
+    def _put_staged(self, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
+        """Store an attempt's output under its own staging key in the run's folder (promoted only by `publish`)."""
+        return self._store.put_file(staging_key(marked_run(self._store), stage, attempt, suffix), path)
