@@ -37,6 +37,7 @@ from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
 from tests.fixtures.samples import make_sample_pdf
 
+pytest_plugins = ("tests.ci_skips",)  # under CI=true a skip fails the run
 REPO = Path(__file__).resolve().parent.parent
 LEASE_SECONDS = 3
 
