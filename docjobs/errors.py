@@ -60,7 +60,11 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "redaction.needs_ocr": (Outcome.FAIL, "pages to redact by pattern have no text, only images: OCR them first"),
     "stage.retries_exhausted": (Outcome.FAIL, "a stage kept failing after all retries"),
     "stage.timeout": (Outcome.FAIL, "a stage did not finish within its time budget"),
-    "workflow.terminated": (Outcome.FAIL, "the job was terminated by an operator"),
+    "workflow.terminated": (Outcome.FAIL, "the job was ended outside its workflow (terminated or failed)"),
+    "workflow.timed_out": (
+        Outcome.FAIL,
+        "the job's workflow reached its execution timeout before the job's deadline: a fault, not a deadline",
+    ),
     "request.invalid": (Outcome.FAIL, "the job request could not be read or does not belong to this job ID"),
     "codec.unsealed": (Outcome.FAIL, "the job request was not sealed with this deployment's payload key"),
 }

@@ -6,7 +6,7 @@ document bytes, text, file names or metadata values.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -209,6 +209,10 @@ class JobRequest(Frozen):
     @property
     def document_class(self) -> str:
         return self.policy.name
+
+    @property
+    def deadline_at(self) -> datetime:
+        return self.accepted_at + timedelta(seconds=self.deadline_seconds)
 
 
 class JobShape(Frozen):

@@ -87,8 +87,9 @@ async def wait_for_job(
     previous: JobStatus | None = None
     polls = 0
     while True:
-        try:
-            status = await asyncio.wait_for(fetch(), timeout=max(deadline - time.monotonic(), 0.5))
+        try:  # not asyncio.wait_for: on 3.11 it drops a cancel (Ctrl-C) that lands as the poll completes
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.5)):
+                status = await fetch()
         except TimeoutError:
             return WaitResult(WaitEnd.TIMEOUT, previous, polls)
         polls += 1

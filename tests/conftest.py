@@ -6,7 +6,6 @@ the main task queue. Fault tests start and kill their own workers on their own t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -35,8 +34,10 @@ from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.codec import ENCODING
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
+from tests.fault_worker import Hold
 from tests.fixtures.samples import make_sample_pdf
 
+pytest_plugins = ("tests.ci_skips",)  # under CI=true a skip fails the run
 REPO = Path(__file__).resolve().parent.parent
 LEASE_SECONDS = 3
 
@@ -222,19 +223,6 @@ async def wait_terminal(jobs: JobClient, job_id: str, timeout: float = 180) -> J
     return result.status
 
 
-async def wait_for_pages(jobs: JobClient, job_id: str, pages: int = 1, timeout: float = 60) -> JobStatus:
-    """Wait until the running stage has heartbeated progress of at least `pages` pages."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = await jobs.status(job_id)
-        done = (status.progress or {}).get("pages_done")
-        if isinstance(done, int) and done >= pages:
-            return status
-        assert status.state.value in ("queued", "processing"), status
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{job_id} made no progress in {timeout} s")
-
-
 def payloads_in(message: Message, path: str = "") -> Iterator[tuple[str, Payload]]:
     """Every Payload inside a protobuf message (maps and repeated fields included), with its field path."""
     if isinstance(message, Payload):
@@ -297,3 +285,29 @@ def run_starter(env: Env, *args: str, timeout: float = 300, **overrides: str) ->
     lines = done.stdout.strip().splitlines()
     payload = json.loads(lines[-1]) if lines else {}
     return done.returncode, payload, done.stderr
+
+
+@dataclass
+class HeldQueue:
+    """A task queue whose worker holds every job's `render` until the test releases it (tests/fault_worker.py,
+    `hold-render`): a job that is running for as long as the test needs, on any machine."""
+
+    queue: str
+    folder: Path
+    env: Env
+
+    def settings(self) -> TemporalSettings:
+        return self.env.settings(DOCJOBS_TASK_QUEUE=self.queue)
+
+    def hold(self, job_id: str) -> Hold:
+        return Hold(self.folder, job_id)
+
+
+@pytest.fixture(scope="session")
+def held(env: Env, start_worker: StartWorker, tmp_path_factory: pytest.TempPathFactory) -> HeldQueue:
+    folder = tmp_path_factory.mktemp("holds")
+    queue = "docjobs-held"
+    start_worker(
+        queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="hold-render", DOCJOBS_HOLD_DIR=str(folder)
+    )
+    return HeldQueue(queue, folder, env)

@@ -5,6 +5,8 @@
 `drop-last-page` (the default): `render` drops the document's last page (the fidelity gate must catch it).
 `box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it).
 `keep-active-content`: `render` strips nothing (the verify gate must find the active content).
+`hold-render`: `render` holds, renewing its lease, until the test releases the job (`Hold`, in the folder
+`DOCJOBS_HOLD_DIR`), then renders for real: the stand-in for a document slow enough to interfere with.
 
 The last two break the document work, so they live where the document children import them: the worker's
 children serve the entries of `tests/faults/<fault>.py`.
@@ -16,17 +18,63 @@ import functools
 import os
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pikepdf
 from temporalio import activity
+from temporalio.exceptions import CancelledError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import worker
+from activities.lease import Lease
 from activities.render import RenderActivities
 from docjobs.models import RenderInput, RenderOutput
 from docjobs.sandbox import ChildPool
+
+
+@dataclass(frozen=True)
+class Hold:
+    """The files through which a test and a held `render` of one job talk: `held` once the stage holds,
+    `released` when the test lets it go on, `canceled` when the stage saw its cancellation."""
+
+    folder: Path
+    job_id: str
+
+    def path(self, event: str) -> Path:
+        return self.folder / f"{self.job_id.replace('/', '~')}.{event}"
+
+    def mark(self, event: str) -> None:
+        self.path(event).touch()
+
+    def has(self, event: str) -> bool:
+        return self.path(event).exists()
+
+    def wait(self, event: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.has(event):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.job_id}: no {event} in {timeout} s")
+            time.sleep(0.05)
+
+
+class HeldRender(RenderActivities):
+    @activity.defn(name="render")
+    def render(self, request: RenderInput) -> RenderOutput:
+        hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id)
+        with Lease("render"):
+            hold.mark("held")
+            try:
+                while not hold.has("released"):
+                    if activity.is_cancelled():
+                        raise CancelledError("the held render was canceled")
+                    time.sleep(0.05)
+            except CancelledError:  # raised here, or by the SDK into this thread
+                hold.mark("canceled")
+                raise
+        return super().render(request)
 
 
 class PageDroppingRender(RenderActivities):
@@ -45,8 +93,9 @@ class PageDroppingRender(RenderActivities):
 
 if __name__ == "__main__":
     fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
-    if fault == "drop-last-page":
-        setattr(worker, "RenderActivities", PageDroppingRender)  # noqa: B010 - swap the stage in, keep the rest
+    if fault in ("drop-last-page", "hold-render"):
+        swapped = PageDroppingRender if fault == "drop-last-page" else HeldRender
+        setattr(worker, "RenderActivities", swapped)  # noqa: B010 - swap the stage in, keep the rest
     elif fault in ("box-only-redaction", "keep-active-content"):
         entries = f"tests.faults.{fault.replace('-', '_')}"
         setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010

@@ -36,8 +36,9 @@ from docjobs.config import ConfigError
 from docjobs.idempotency import is_valid_client_key
 from docjobs.storage import FileBlobStore
 from docjobs.temporal.client import JobClient
+from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, add_tenant, key_digest
-from tests.conftest import REPO, Env, WorkerProcess, free_port, run_starter
+from tests.conftest import REPO, Env, HeldQueue, WorkerProcess, free_port, run_starter
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_redact_jobs import assert_nothing_left
@@ -51,6 +52,7 @@ class Api:
     host: str
     port: int
     keys: dict[str, str]
+    tenants: Path
 
     def auth(self, tenant: str = "acme") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[tenant]}"}
@@ -58,10 +60,20 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api(env: Env, main_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    """The app served by uvicorn in a background thread (its own event loop and Temporal connection)."""
     tenants_path = tmp_path_factory.mktemp("api") / "tenants.json"
     keys = {name: add_tenant(tenants_path, name) for name in ("acme", "globex")}
-    app = create_app(env.settings(), tenants=TenantBook(tenants_path), upload_limit=LIMIT)
+    yield from serve_api(env.settings(), tenants_path, keys)
+
+
+@pytest.fixture(scope="module")
+def held_api(api: Api, held: HeldQueue) -> Iterator[Api]:
+    """The same API (tenants, keys), submitting to the queue whose render holds until released."""
+    yield from serve_api(held.settings(), api.tenants, api.keys)
+
+
+def serve_api(settings: TemporalSettings, tenants_path: Path, keys: dict[str, str]) -> Iterator[Api]:
+    """The app served by uvicorn in a background thread (its own event loop and Temporal connection)."""
+    app = create_app(settings, tenants=TenantBook(tenants_path), upload_limit=LIMIT)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="api-server", daemon=True)
@@ -70,7 +82,7 @@ def api(env: Env, main_worker: WorkerProcess, tmp_path_factory: pytest.TempPathF
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
         time.sleep(0.05)
-    yield Api(f"http://127.0.0.1:{port}", "127.0.0.1", port, keys)
+    yield Api(f"http://127.0.0.1:{port}", "127.0.0.1", port, keys, tenants_path)
     server.should_exit = True
     thread.join(timeout=20)
 
@@ -219,17 +231,21 @@ async def test_job_lifecycle_listing_and_tenant_isolation(api: Api, http: httpx.
     assert (mine.status_code, mine.json()["job_id"]) == (202, f"globex/{key}")
 
 
-async def test_cancel_a_running_job(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:
-    body = pdf_bytes(tmp_path, "cancel me", pages=30)
-    created = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": uuid.uuid4().hex})
-    job_id = created.json()["job_id"]
-    cancel = await http.post(f"/v1/jobs/{job_id}/cancel", headers=api.auth())
-    assert cancel.status_code == 202, cancel.text
-    assert cancel.json() == {"job_id": job_id, "cancel_requested": True}
-    status = await wait_api_terminal(http, api, job_id)
-    assert (status["state"], status["cancel_reason"]) == ("canceled", "requested")
-    artifact = await http.get(f"/v1/jobs/{job_id}/artifact", headers=api.auth())
-    assert (artifact.status_code, artifact.json()["code"]) == (409, "job.not_released")
+async def test_cancel_a_running_job(held_api: Api, held: HeldQueue, tmp_path: Path) -> None:
+    """The job's render holds until it is canceled: the cancel lands while the job runs, on any machine."""
+    api, body = held_api, pdf_bytes(tmp_path, "cancel me")
+    async with httpx.AsyncClient(base_url=api.base, timeout=60) as http:
+        created = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": uuid.uuid4().hex})
+        job_id = created.json()["job_id"]
+        await asyncio.to_thread(held.hold(job_id).wait, "held")
+        cancel = await http.post(f"/v1/jobs/{job_id}/cancel", headers=api.auth())
+        assert cancel.status_code == 202, cancel.text
+        assert cancel.json() == {"job_id": job_id, "cancel_requested": True}
+        status = await wait_api_terminal(http, api, job_id)
+        assert (status["state"], status["cancel_reason"]) == ("canceled", "requested")
+        assert held.hold(job_id).has("canceled")  # the running stage was stopped
+        artifact = await http.get(f"/v1/jobs/{job_id}/artifact", headers=api.auth())
+        assert (artifact.status_code, artifact.json()["code"]) == (409, "job.not_released")
 
 
 async def test_errors_have_a_status_and_a_stable_code(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:

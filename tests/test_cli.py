@@ -12,7 +12,7 @@ from pathlib import Path
 import pikepdf
 
 from docjobs.temporal.client import JobClient
-from tests.conftest import REPO, Env, StartWorker, WorkerProcess, free_port, run_starter
+from tests.conftest import REPO, Env, HeldQueue, StartWorker, WorkerProcess, free_port, run_starter
 from tests.fixtures.samples import make_sample_pdf
 
 
@@ -62,8 +62,10 @@ def test_submit_status_fetch_audit(env: Env, main_worker: WorkerProcess, samples
     assert (code, missing["error"]) == (2, "job.not_found")
 
 
-def test_wait_budget_returns_the_job_id_with_exit_3(env: Env, main_worker: WorkerProcess, samples: Path) -> None:
-    submitted = run_starter(env, "submit", str(samples / "long.pdf"), "--policy", "preview", "--dpi", "300")[1]
+def test_wait_budget_returns_the_job_id_with_exit_3(env: Env, held: HeldQueue, samples: Path) -> None:
+    """The job's render holds: it cannot end before the caller's budget does."""
+    sample = str(samples / "sample.pdf")
+    submitted = run_starter(env, "submit", sample, "--key", "held-wait", DOCJOBS_TASK_QUEUE=held.queue)[1]
     code, payload, _ = run_starter(env, "wait", str(submitted["job_id"]), "--max-polls", "2")
     assert code == 3
     assert payload["job_id"] == submitted["job_id"] and payload["wait_end"] == "budget"
@@ -73,22 +75,24 @@ def test_wait_budget_returns_the_job_id_with_exit_3(env: Env, main_worker: Worke
     assert run_starter(env, "cancel", str(submitted["job_id"]))[0] == 0  # the job goes on until told otherwise
 
 
-def test_ctrl_c_during_backoff_aborts_cleanly(env: Env, main_worker: WorkerProcess, samples: Path) -> None:
-    submitted = run_starter(env, "submit", str(samples / "long.pdf"), "--policy", "preview", "--dpi", "250")[1]
+def test_ctrl_c_during_backoff_aborts_cleanly(env: Env, held: HeldQueue, samples: Path) -> None:
+    sample = str(samples / "sample.pdf")
+    submitted = run_starter(env, "submit", sample, "--key", "held-ctrl-c", DOCJOBS_TASK_QUEUE=held.queue)[1]
+    held.hold(str(submitted["job_id"])).wait("held")  # and it stays held: the waiter cannot see it end
     waiter = subprocess.Popen(
         [sys.executable, "starter.py", "wait", str(submitted["job_id"]), "--timeout", "120"],
         cwd=REPO, env=env.process_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert waiter.stderr is not None
     first_progress = waiter.stderr.readline()  # the first poll answered: the waiter is in its backoff loop
-    assert first_progress.strip().startswith(("queued", "processing")), first_progress
-    time.sleep(0.5)
+    assert first_progress.strip() == "processing render", first_progress
     waiter.send_signal(signal.SIGINT)
     stdout, stderr = waiter.communicate(timeout=20)
     assert waiter.returncode == 130, stderr
     last = stdout.strip().splitlines()[-1]
     assert last == f"error: interrupted: aborted by the caller; the job goes on (job {submitted['job_id']})"
     assert "Traceback" not in stderr
+    assert run_starter(env, "status", str(submitted["job_id"]))[1]["state"] == "processing"  # it goes on
     assert run_starter(env, "cancel", str(submitted["job_id"]))[0] == 0
 
 

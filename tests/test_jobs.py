@@ -8,12 +8,21 @@ from pathlib import Path
 
 import pikepdf
 
-from docjobs.models import Policy
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import RUNS_FOLDER, job_prefix, source_key
 from docjobs.temporal.client import JobClient
-from tests.conftest import Env, StartWorker, run_starter, wait_for_pages, wait_terminal, with_watermark
+from tests.conftest import (
+    REPO,
+    Env,
+    HeldQueue,
+    StartWorker,
+    WorkerProcess,
+    run_starter,
+    wait_terminal,
+    with_watermark,
+)
+from tests.fault_worker import Hold
 from tests.fixtures.samples import make_encrypted_pdf, make_garbage, make_sample_pdf, page_word, truncate_pdf
 
 
@@ -140,41 +149,51 @@ async def test_permissions_only_encryption_is_processed_and_recorded(
     assert status.input_encryption == "permissions_only"
 
 
-def slow_policy(policies: PolicyBook, deadline: int = 900) -> Policy:
-    """40 pages rasterized at 300 dpi: long enough to interfere with, short enough for CI."""
-    body = with_watermark(policies.get("preview"), dpi=300).model_dump()
-    body["deadline_seconds"] = deadline
-    return Policy.model_validate(body)
-
-
 async def test_deadline_cancels_the_job_and_cleans_up(
-    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path
+    jobs: JobClient, env: Env, held: HeldQueue, policies: PolicyBook, samples: Path
 ) -> None:
-    submitted = await jobs.submit(samples / "long.pdf", slow_policy(policies), key="deadline", deadline_seconds=3)
+    """Its render holds until it is canceled: the job's deadline, not a document's size, ends it."""
+    on_held = JobClient(jobs.client, held.settings())
+    submitted = await on_held.submit(
+        samples / "sample.pdf", policies.get("standard"), key="deadline", deadline_seconds=3
+    )
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "deadline_exceeded"), status
+    assert held.hold(submitted.job_id).has("canceled")  # the running stage was stopped, not left to finish
     assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # no artifact, no staging leftovers
 
 
-async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, policies: PolicyBook, samples: Path) -> None:
-    submitted = await jobs.submit(samples / "long.pdf", slow_policy(policies), key="cancel-me")
-    await wait_for_pages(jobs, submitted.job_id, pages=1)
+async def test_cancel_request_ends_canceled(
+    jobs: JobClient, env: Env, held: HeldQueue, policies: PolicyBook, samples: Path
+) -> None:
+    on_held = JobClient(jobs.client, held.settings())
+    submitted = await on_held.submit(samples / "sample.pdf", policies.get("standard"), key="cancel-me")
+    hold = held.hold(submitted.job_id)
+    await asyncio.to_thread(hold.wait, "held")  # the render is running, and stays so until canceled
     code, payload, _ = await asyncio.to_thread(run_starter, env, "cancel", submitted.job_id)
     assert (code, payload.get("cancel_requested")) == (0, True)
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "requested"), status
+    assert hold.has("canceled")
     assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # only the signed record of the outcome
 
 
+def holding_worker(start_worker: StartWorker, queue: str, folder: Path) -> WorkerProcess:
+    """A worker on `queue` whose render holds (renewing its lease) until released: one to kill mid-stage."""
+    folder.mkdir(exist_ok=True)
+    fault_worker = REPO / "tests" / "fault_worker.py"
+    return start_worker(queue, script=fault_worker, DOCJOBS_FAULT="hold-render", DOCJOBS_HOLD_DIR=str(folder))
+
+
 async def test_killed_worker_loses_its_lease_and_another_finishes(
-    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker, tmp_path: Path
 ) -> None:
     queue = "docjobs-kill"
-    doomed = start_worker(queue)
+    doomed = holding_worker(start_worker, queue, tmp_path / "holds")
     jobs_on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await jobs_on_queue.submit(samples / "long.pdf", slow_policy(policies), key="kill-me")
-    await wait_for_pages(jobs, submitted.job_id, pages=2)
-    doomed.kill()
+    submitted = await jobs_on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="kill-me")
+    await asyncio.to_thread(Hold(tmp_path / "holds", submitted.job_id).wait, "held")
+    doomed.kill()  # mid-render, its lease held
     start_worker(queue)
     status = await wait_terminal(jobs, submitted.job_id, timeout=180)
     assert status.state is JobState.SUCCEEDED, status

@@ -16,9 +16,10 @@ import yaml
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.temporal.client import JobClient
-from tests.conftest import REPO, Env, StartWorker, free_port, wait_for_pages, wait_terminal
+from tests.conftest import REPO, Env, StartWorker, free_port, wait_terminal
+from tests.fault_worker import Hold
 from tests.fixtures.samples import truncate_pdf
-from tests.test_jobs import slow_policy
+from tests.test_jobs import holding_worker
 
 PROMETHEUS = REPO / "ops" / "prometheus"
 SAMPLE_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
@@ -120,14 +121,19 @@ async def test_fidelity_failures_are_counted_by_check(
 
 @pytest.fixture(scope="module")
 async def after_lost_lease(
-    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker
+    jobs: JobClient,
+    env: Env,
+    policies: PolicyBook,
+    samples: Path,
+    start_worker: StartWorker,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> list[Sample]:
     """A worker SIGKILLed mid-render; the scrape of the worker that took the stage over and finished the job."""
-    queue, port = "docjobs-metrics-kill", free_port()
-    doomed = start_worker(queue)
+    queue, port, holds = "docjobs-metrics-kill", free_port(), tmp_path_factory.mktemp("metrics-holds")
+    doomed = holding_worker(start_worker, queue, holds)
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await on_queue.submit(samples / "long.pdf", slow_policy(policies), key="metrics-kill")
-    await wait_for_pages(jobs, submitted.job_id, pages=2)
+    submitted = await on_queue.submit(samples / "long.pdf", policies.get("standard"), key="metrics-kill")
+    await asyncio.to_thread(Hold(holds, submitted.job_id).wait, "held")
     doomed.kill()
     start_worker(queue, "--metrics-port", str(port))
     status = await wait_terminal(jobs, submitted.job_id)
@@ -138,7 +144,7 @@ async def after_lost_lease(
 def test_a_lost_lease_is_counted_by_the_next_attempt(after_lost_lease: list[Sample]) -> None:
     assert total(after_lost_lease, "docjobs_lease_expirations", stage="render") == 1
     assert total(after_lost_lease, "docjobs_lease_expirations", stage="publish") == 0
-    shape = {"stage": "render", "watermark_mode": "raster", "page_bucket": "11-50"}  # 40 pages
+    shape = {"stage": "render", "watermark_mode": "structure", "page_bucket": "11-50"}  # 40 pages
     assert total(after_lost_lease, "docjobs_stage_duration_seconds_count", **shape) == 1
 
 

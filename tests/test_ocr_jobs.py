@@ -12,11 +12,12 @@ import pytest
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
 from docjobs.temporal.client import JobClient
+from tests.ci_skips import needs_tools
 from tests.conftest import Env, StartWorker, run_starter, wait_terminal
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_tiff
 from tests.test_jobs import job_files
 
-pytestmark = pytest.mark.skipif(not Path("/usr/bin/tesseract").exists(), reason="tesseract is installed by make")
+needs_ocr_tools = needs_tools("tesseract", "gs")  # the worker's OCR stage runs OCRmyPDF on them
 
 
 def words_for(pages: int, per_page: int = 12, offset: int = 0) -> list[list[str]]:
@@ -54,6 +55,7 @@ async def wait_for_ocr_processes(jobs: JobClient, job_id: str, timeout: float = 
     raise AssertionError("OCR never started")
 
 
+@needs_ocr_tools
 @pytest.mark.parametrize("kind", ["tiff", "jpeg"])
 async def test_image_scans_become_searchable_pdfs(
     kind: str, jobs: JobClient, policies: PolicyBook, tmp_path: Path
@@ -78,6 +80,7 @@ async def test_image_scans_become_searchable_pdfs(
     assert "confidential" in found  # stamped after OCR: the watermark is there and did not block OCR
 
 
+@needs_ocr_tools
 async def test_text_pdf_under_skip_is_not_ocred(jobs: JobClient, policies: PolicyBook, samples: Path) -> None:
     submitted = await jobs.submit(samples / "sample.pdf", policies.get("scan"))
     status = await wait_terminal(jobs, submitted.job_id, timeout=240)
@@ -85,6 +88,7 @@ async def test_text_pdf_under_skip_is_not_ocred(jobs: JobClient, policies: Polic
     assert status.pages_ocred == []
 
 
+@needs_ocr_tools
 async def test_cancel_during_ocr_kills_the_process_tree(
     jobs: JobClient, env: Env, policies: PolicyBook, tmp_path: Path
 ) -> None:
@@ -105,6 +109,7 @@ async def test_cancel_during_ocr_kills_the_process_tree(
     assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # only the signed record of the outcome
 
 
+@needs_ocr_tools
 async def test_worker_killed_during_ocr_another_finishes(
     jobs: JobClient, env: Env, policies: PolicyBook, start_worker: StartWorker, tmp_path: Path
 ) -> None:

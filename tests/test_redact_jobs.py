@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pikepdf
-import pytest
 from pypdf import PdfReader
 
 from docjobs.models import JobStatus
@@ -16,6 +15,7 @@ from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import TEXT_BLOB, beside
 from docjobs.temporal.client import JobClient
+from tests.ci_skips import needs_tools
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
 from tests.fixtures.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
 from tests.test_jobs import job_files
@@ -160,7 +160,7 @@ def test_cli_rejects_a_bad_region_or_regex(env: Env, tmp_path: Path) -> None:
         assert code == 2 and "Traceback" not in stderr, (flag, value, stderr)
 
 
-@pytest.mark.skipif(not Path("/usr/bin/tesseract").exists(), reason="tesseract is installed by make")
+@needs_tools("tesseract")
 async def test_scan_is_redacted_after_ocr_and_burned_into_the_image(
     jobs: JobClient, env: Env, policies: PolicyBook, tmp_path: Path
 ) -> None:
@@ -182,7 +182,7 @@ async def test_scan_is_redacted_after_ocr_and_burned_into_the_image(
     assert SSN not in seen and EMAIL not in seen and "Patient" in seen
 
 
-@pytest.mark.skipif(not Path("/usr/bin/tesseract").exists(), reason="tesseract is installed by make")
+@needs_tools("tesseract")
 async def test_raster_preview_is_redacted_before_it_is_flattened(
     jobs: JobClient, policies: PolicyBook, tmp_path: Path
 ) -> None:

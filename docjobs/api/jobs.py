@@ -155,8 +155,10 @@ async def list_jobs(
 async def artifact(job_id: str, context: Context, name: Tenant) -> StreamingResponse:
     """The released PDF of a succeeded job; 409 `job.not_released` otherwise."""
     status = await owned_status(context, job_id, name)
-    if status.state is not JobState.SUCCEEDED or not status.artifact_key or not status.output_sha256:
+    if status.state is not JobState.SUCCEEDED:
         raise ApiError(409, "job.not_released", f"the job is {status.state.value}: only a succeeded job has one")
+    if not status.artifact_key or not status.output_sha256:
+        raise ApiError(409, "job.not_released", "the job succeeded, but its artifact reference could not be read")
     return await _stream(context, job_id, status.artifact_key, "application/pdf", status.output_sha256)
 
 

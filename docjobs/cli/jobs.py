@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import hashlib
 import json
 import logging
+from contextlib import suppress
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+
+from temporalio.client import WorkflowFailureError
 
 from docjobs.cli.output import (
     EXIT_BUDGET,
@@ -23,7 +29,8 @@ from docjobs.models import BUILTIN_PATTERN_NAMES, OcrMode, Policy
 from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
-from docjobs.temporal.client import JobClient, connect
+from docjobs.storage import sha256_file
+from docjobs.temporal.client import JobClient, connect, derive_job_id
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import CLI_TENANT
 
@@ -91,18 +98,34 @@ async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Out
     logging.getLogger("docjobs").setLevel(logging.ERROR)
     logging.getLogger("pyhanko").setLevel(logging.CRITICAL)
     policy = choose_policy(args, settings)
-    client = await connect(settings)
-    jobs = JobClient(client, settings)
     source = Path(args.file)
     target = Path(args.out) if args.out else source.with_name(f"{source.stem}.docjobs.pdf")
+    settings = await run_settings(settings, source, policy, args)
+    client = await connect(settings)
+    jobs = JobClient(client, settings)
     async with serving(client, settings):
         submitted = await jobs.submit(source, policy, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline)
         out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
         code = await wait_and_report(jobs, submitted.job_id, args, out)
+        if code != EXIT_BUDGET:  # the worker stays until the job's wrap-up (evidence, callback) is done too
+            with suppress(WorkflowFailureError):
+                await jobs.handle(submitted.job_id).result()
     if code == EXIT_OK:
         await jobs.fetch(submitted.job_id, target)
         out.progress(f"wrote {target}")
     return code
+
+
+async def run_settings(
+    settings: TemporalSettings, source: Path, policy: Policy, args: argparse.Namespace
+) -> TemporalSettings:
+    """The settings of a one-shot `run`: its in-process worker serves only the run's own job, on a task queue
+    (and OCR queue) named after the job, never the shared queue where other clients' jobs wait. Running the same
+    command again (same job ID) serves the same queue, so it resumes a job an interrupted run left."""
+    digest = await asyncio.to_thread(sha256_file, source)
+    job_id = derive_job_id(args.tenant, args.key, digest, policy.version)
+    own_queue = f"{settings.task_queue}-run-{hashlib.sha256(job_id.encode()).hexdigest()[:16]}"
+    return replace(settings, task_queue=own_queue, ocr_task_queue_override=None)
 
 
 async def cmd_wait(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:

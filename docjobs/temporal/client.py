@@ -27,16 +27,16 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.errors import DocJobError
+from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
 from docjobs.states import JobState, Stage
 from docjobs.storage import sha256_file, source_key
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
-from docjobs.temporal.history import describe_event
+from docjobs.temporal.history import add_released, describe_event
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.temporal.visibility import list_jobs, status_from_visibility
+from docjobs.temporal.visibility import closed_outside, list_jobs, status_from_visibility
 from docjobs.timeline import narrate
 from workflows import search_attributes as sa
 from workflows.document_job import DocumentJobWorkflow
@@ -124,27 +124,34 @@ class JobClient:
             timing=self.settings.timing,
             ocr_task_queue=self.settings.ocr_task_queue,
         )
+        return Submitted(job_id, created=await self.start(request), input_sha256=digest)
+
+    async def start(self, request: JobRequest, *, execution_timeout: timedelta | None = None) -> bool:
+        """Start the job's workflow on this client's task queue; False when the job ID exists already.
+
+        `execution_timeout`: Temporal's backstop for the run (default: the job's deadline plus its grace).
+        """
         try:
             await self.client.start_workflow(
                 DocumentJobWorkflow.run,
                 request,
-                id=job_id,
+                id=request.job_id,
                 task_queue=self.settings.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                execution_timeout=timedelta(seconds=deadline) + DEADLINE_GRACE,
+                execution_timeout=execution_timeout or timedelta(seconds=request.deadline_seconds) + DEADLINE_GRACE,
                 search_attributes=TypedSearchAttributes(
                     [
                         SearchAttributePair(sa.STATE, JobState.QUEUED.value),
-                        SearchAttributePair(sa.TENANT, tenant),
-                        SearchAttributePair(sa.DOCUMENT_CLASS, policy.name),
+                        SearchAttributePair(sa.TENANT, request.tenant),
+                        SearchAttributePair(sa.DOCUMENT_CLASS, request.document_class),
                     ]
                 ),
                 memo={"request": request.model_dump(mode="json")},
             )
         except WorkflowAlreadyStartedError:
-            return Submitted(job_id, created=False, input_sha256=digest)
-        return Submitted(job_id, created=True, input_sha256=digest)
+            return False
+        return True
 
     def handle(self, job_id: str) -> WorkflowHandle[DocumentJobWorkflow, JobStatus]:
         return self.client.get_workflow_handle_for(DocumentJobWorkflow.run, job_id)
@@ -167,23 +174,19 @@ class JobClient:
             status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
         except RPCError:  # no worker to answer: fall back to what visibility knows
             status = status_from_visibility(job_id, memo, description)
+            if status.state is JobState.SUCCEEDED:  # decided, still wrapping up: what it released is in history
+                await add_released(status, handle.fetch_history_events(), self.client.data_converter)
         if execution is WorkflowExecutionStatus.RUNNING:
             await self._add_live_attempts(status, description.raw_description)
             return status
         ended_at = description.close_time or datetime.now(UTC)
-        if execution is WorkflowExecutionStatus.TIMED_OUT:
-            status.cancel_reason = "deadline_exceeded"
-            final = JobState.CANCELED
-        elif execution is WorkflowExecutionStatus.CANCELED:
-            status.cancel_reason = "requested"
-            final = JobState.CANCELED
-        else:
-            status.failure_code = "workflow.terminated"
-            status.failure_message = "the job was ended outside its workflow (terminated or failed)"
-            final = JobState.FAILED
+        ending = closed_outside(execution, deadline_passed=ended_at >= status.deadline_at)
+        status.failure_code = ending.failure_code
+        status.failure_message = FAILURE_CODES[ending.failure_code][1] if ending.failure_code else None
+        status.cancel_reason = ending.cancel_reason
         if status.transitions:
-            status.transitions.append(TransitionRecord(state=final, stage=status.stage, at=ended_at))
-        status.state = final
+            status.transitions.append(TransitionRecord(state=ending.state, stage=status.stage, at=ended_at))
+        status.state = ending.state
         return status
 
     async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
@@ -226,8 +229,10 @@ class JobClient:
     async def fetch(self, job_id: str, out: Path) -> JobStatus:
         """Write the released artifact to `out`, checked against the job's recorded output digest."""
         status = await self.status(job_id)
-        if status.state is not JobState.SUCCEEDED or not status.artifact_key or not status.output_sha256:
+        if status.state is not JobState.SUCCEEDED:
             raise NotReleased(f"the job is {status.state.value}: only a succeeded job has an artifact")
+        if not status.artifact_key or not status.output_sha256:
+            raise NotReleased("the job succeeded, but its artifact reference could not be read: try again")
         await asyncio.to_thread(export_blob, self.store, status.artifact_key, status.output_sha256, out)
         return status
 

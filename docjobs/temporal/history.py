@@ -1,11 +1,18 @@
-"""A job's history as content-free events: what ran, when, which attempt, which failure code."""
+"""A job's history as content-free events (what ran, when, which attempt, which failure code), and what a job
+released, read back from its history when no worker can answer for it."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.converter import DataConverter
+
+from docjobs.models import EvidenceOutput, JobStatus, PublishOutput
+from docjobs.states import Stage
 
 
 def failure_code(failure: Any) -> str:
@@ -45,3 +52,24 @@ def describe_event(event: Any, stages: dict[int, str]) -> dict[str, Any]:
         fields = attributes.search_attributes.indexed_fields
         entry["attributes"] = {name: payload.data.decode() for name, payload in fields.items()}
     return entry
+
+
+async def add_released(status: JobStatus, events: AsyncIterator[HistoryEvent], converter: DataConverter) -> None:
+    """The artifact (and its searchable text) and the evidence of a succeeded job whose status was rebuilt
+    without a worker, from the results of its `publish` and `evidence` activities in its history."""
+    scheduled: dict[int, str] = {}
+    async for event in events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+            continue
+        if not event.HasField("activity_task_completed_event_attributes"):
+            continue
+        completed = event.activity_task_completed_event_attributes
+        activity = scheduled.get(completed.scheduled_event_id)
+        if activity == Stage.PUBLISH.value:
+            (published,) = await converter.decode(completed.result.payloads, [PublishOutput])
+            status.artifact_key, status.output_sha256 = published.artifact.key, published.artifact.sha256
+            status.ocr_text_sha256 = published.text.sha256 if published.text else None
+        elif activity == "evidence":
+            (recorded,) = await converter.decode(completed.result.payloads, [EvidenceOutput])
+            status.evidence_key, status.evidence_sha256 = recorded.evidence.key, recorded.evidence.sha256

@@ -1,13 +1,14 @@
-"""What Temporal visibility knows of jobs: listings filtered by the search attributes, and a job's status rebuilt
-from its start memo when no worker can answer a query."""
+"""What Temporal visibility knows of jobs: listings filtered by the search attributes, a job's status rebuilt
+from its start memo when no worker can answer a query, and the state of a run Temporal closed itself."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from docjobs.models import JobRequest, JobStatus, JobSummary
 from docjobs.states import JobState, Stage, parse_state
@@ -15,6 +16,55 @@ from workflows import search_attributes as sa
 from workflows.document_job import WORKFLOW_TYPE
 
 SAFE_QUERY_VALUE = re.compile(r"[A-Za-z0-9_.@-]+")  # what may be put in a visibility query unquoted-safe
+
+
+@dataclass(frozen=True)
+class OutsideEnding:
+    """How a run that Temporal closed outside the workflow's own logic is reported."""
+
+    state: JobState
+    failure_code: str | None = None
+    cancel_reason: str | None = None
+
+
+def closed_outside(execution: WorkflowExecutionStatus | None, *, deadline_passed: bool) -> OutsideEnding:
+    """The job state of a run the workflow did not end itself: canceled by request, timed out by Temporal
+    (its execution timeout: `deadline_exceeded` once the job's deadline had passed, else `workflow.timed_out`,
+    a run that ran out of Temporal time for another reason), or terminated (by an operator) or failed."""
+    if execution is WorkflowExecutionStatus.CANCELED:
+        return OutsideEnding(JobState.CANCELED, cancel_reason="requested")
+    if execution is WorkflowExecutionStatus.TIMED_OUT:
+        if deadline_passed:
+            return OutsideEnding(JobState.CANCELED, cancel_reason="deadline_exceeded")
+        return OutsideEnding(JobState.FAILED, failure_code="workflow.timed_out")
+    return OutsideEnding(JobState.FAILED, failure_code="workflow.terminated")
+
+
+# Visibility's name of each way Temporal closes a run outside the workflow's logic -> the job states it reads as.
+CLOSED_OUTSIDE: dict[str, frozenset[JobState]] = {
+    "Canceled": frozenset({JobState.CANCELED}),
+    "TimedOut": frozenset({JobState.CANCELED, JobState.FAILED}),
+    "Terminated": frozenset({JobState.FAILED}),
+    "Failed": frozenset({JobState.FAILED}),
+}
+
+
+def state_clause(state: JobState) -> str:
+    """The visibility query for jobs in `state`: by the workflow's state attribute while it runs or once it
+    ended itself; a run Temporal closed otherwise still has the attribute of where it was, so it is matched by
+    how it closed instead."""
+    own = f'({sa.STATE.name} = "{state.value}" AND ExecutionStatus IN ("Running", "Completed"))'
+    closed = [f'"{name}"' for name, states in CLOSED_OUTSIDE.items() if state in states]
+    return f"({own} OR ExecutionStatus IN ({', '.join(closed)}))" if closed else own
+
+
+async def listed_closed_outside(execution: WorkflowExecution) -> OutsideEnding:
+    """How a listed run that Temporal closed reads (a timed-out one by its job's deadline, from the start memo)."""
+    deadline_passed = True
+    if execution.status is WorkflowExecutionStatus.TIMED_OUT:
+        request = JobRequest.model_validate(await execution.memo_value("request"))
+        deadline_passed = (execution.close_time or datetime.now(UTC)) >= request.deadline_at
+    return closed_outside(execution.status, deadline_passed=deadline_passed)
 
 
 async def list_jobs(
@@ -28,8 +78,9 @@ async def list_jobs(
 ) -> list[JobSummary]:
     """Jobs through Temporal visibility (newest first), filtered by the search attributes.
 
-    `running_only` leaves out workflows that ended outside the job's logic (terminated, timed out): their
-    state attribute still says where they were. `limit=None` lists every match.
+    A run that Temporal closed outside the job's logic (terminated, timed out, canceled before it started)
+    is listed, and filtered, in the state `status` reports for it, not by its last state attribute.
+    `running_only` lists running workflows only. `limit=None` lists every match.
     """
     clauses = [f'WorkflowType = "{WORKFLOW_TYPE}"']
     if running_only:
@@ -39,16 +90,21 @@ async def list_jobs(
             raise ValueError("a tenant name may only hold letters, digits and . _ @ -")
         clauses.append(f'{sa.TENANT.name} = "{tenant}"')
     if state is not None:
-        clauses.append(f'{sa.STATE.name} = "{state.value}"')
+        clauses.append(state_clause(state))
     if older_than is not None:
         clauses.append(f'StartTime < "{(datetime.now(UTC) - older_than).isoformat()}"')
     found: list[JobSummary] = []
     async for execution in client.list_workflows(" AND ".join(clauses), limit=limit):
         attributes = execution.typed_search_attributes
+        listed_state = attributes.get(sa.STATE)
+        if execution.status not in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED):
+            listed_state = (await listed_closed_outside(execution)).state.value
+            if state is not None and listed_state != state.value:
+                continue  # a timed-out run matched by how it closed, read in the other state
         found.append(
             JobSummary(
                 job_id=execution.id,
-                state=attributes.get(sa.STATE),
+                state=listed_state,
                 stage=attributes.get(sa.STAGE) or None,
                 tenant=attributes.get(sa.TENANT),
                 document_class=attributes.get(sa.DOCUMENT_CLASS),
@@ -79,5 +135,5 @@ def status_from_visibility(job_id: str, memo: Any, description: Any) -> JobStatu
         input_sha256=request.source.sha256,
         page_count=request.page_count,
         accepted_at=request.accepted_at,
-        deadline_at=request.accepted_at + timedelta(seconds=request.deadline_seconds),
+        deadline_at=request.deadline_at,
     )
