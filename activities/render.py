@@ -25,6 +25,7 @@ class RenderActivities(IsolatedStages):
                 allow_signed_input=request.allow_signed_input,
                 sanitize=request.sanitize,
                 limits=request.limits,
+                refuse_encrypted=request.refuse_encrypted,
             )
             done = self._isolated(attempt, work, RenderDone, request.cpu)
             staged = put_staged(self._store, "render", attempt.number, output)
@@ -35,4 +36,5 @@ class RenderActivities(IsolatedStages):
             attempt=attempt.number,
             invalidated_signatures=done.invalidated_signatures,
             sanitized=done.sanitized,
+            repair_warnings=done.repair_warnings,
         )

@@ -6,9 +6,13 @@ object data, and an exception's cause travels with it (into logs and workflow hi
 Truncation policy. qpdf silently rebuilds a missing cross-reference table, so a file cut off at
 half its length can open with blank pages and no error. We therefore require the end-of-file
 marker `%%EOF` in the last KiB (where readers look for it): an interrupted upload never has one.
-A file that does have it may still need its xref rebuilt (wrong offsets are common and lose
-nothing), so repairs made while opening are accepted; but every stream must then decode and every
-page's content must parse without a single qpdf warning (the checks of `qpdf --check`).
+
+Repair policy. What qpdf recovers from with a warning and without losing data is accepted and
+counted (`PdfInfo.repair_warnings`; render then processes qpdf's clean rewrite, docjobs/pdf/normalize.py):
+a rebuilt cross-reference table (an off-by-one `startxref`, wrong offsets), a direct page-tree kid,
+objects that needed recovery, and content-stream syntax errors (readers skip the same tokens; the
+content bytes are kept as they are). What loses data stays `input.malformed`: a stream whose data
+does not decode, a page content that cannot be read, a page tree qpdf cannot walk.
 
 Budgets (docjobs/pdf/budgets.py). The page tree is counted from the tree itself, on a first opening that
 builds no page objects, so a reference repeated 200,000 times fails `input.too_large` before qpdf copies a
@@ -50,6 +54,8 @@ Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in PDF user space, n
 _PARSE_ERRORS = (pikepdf.PdfError, RuntimeError, ValueError, TypeError, KeyError, IndexError)
 
 _WINDOW = 1024  # readers accept the header within the first, and %%EOF within the last, KiB
+# How qpdf words a stream whose data does not decode: the data is lost, not repaired.
+_UNDECODABLE = "error decoding stream data"
 
 
 class Encryption(StrEnum):
@@ -61,6 +67,7 @@ class Encryption(StrEnum):
 class PdfInfo:
     page_count: int
     encryption: Encryption
+    repair_warnings: int = 0  # qpdf's warnings about what it recovered (only counted, never their text)
 
 
 def sniff_kind(head: bytes) -> Kind:
@@ -114,18 +121,17 @@ def open_checked(
             raise DocJobError("input.malformed", "the page tree of the input PDF is unreadable") from None
     pdf = _open(path)
     try:
-        info = PdfInfo(
-            page_count=_page_count(pdf),
-            encryption=Encryption.PERMISSIONS_ONLY if pdf.is_encrypted else Encryption.NONE,
-        )
-        if info.page_count == 0:
+        page_count = _page_count(pdf)
+        if page_count == 0:
             raise DocJobError("input.empty")
-        if info.page_count > limit:
+        if page_count > limit:
             raise DocJobError("input.too_large", f"the input has more than {limit} pages")
+        repairs = len(pdf.get_warnings())  # made while opening and building the pages: accepted
         if check_streams:
-            _check_syntax(pdf, budgets)
+            repairs += _check_syntax(pdf, budgets)
         _check_geometry(pdf)
-        yield pdf, info
+        encryption = Encryption.PERMISSIONS_ONLY if pdf.is_encrypted else Encryption.NONE
+        yield pdf, PdfInfo(page_count=page_count, encryption=encryption, repair_warnings=repairs)
     finally:
         pdf.close()
 
@@ -146,19 +152,21 @@ def _page_count(pdf: pikepdf.Pdf) -> int:
         raise DocJobError("input.malformed", "the page tree of the input PDF is unreadable") from None
 
 
-def _check_syntax(pdf: pikepdf.Pdf, budgets: Budgets) -> None:
-    pdf.get_warnings()  # drains the repairs made while opening; accepted, see the module docstring
+def _check_syntax(pdf: pikepdf.Pdf, budgets: Budgets) -> int:
+    """Decode every stream and parse every page's content (the checks of `qpdf --check`); returns the
+    number of qpdf's warnings about what it recovered, raises `input.malformed` where data is lost."""
     try:
-        check_stream_sizes(pdf, budgets=budgets)  # resolves every object: their warnings are problems too
+        check_stream_sizes(pdf, budgets=budgets)  # resolves every object: recovered ones warn
         warnings = pdf.get_warnings()
         check_nesting(warnings)
         for page in pdf.pages:
             check_operators(page, budgets)
-        clean = not warnings and not pdf.check_pdf_syntax()
+        warnings += pdf.check_pdf_syntax()  # raises for page content that cannot be decoded
     except _PARSE_ERRORS:
-        clean = False
-    if not clean:
+        raise DocJobError("input.malformed", "the input PDF has damaged streams or page content") from None
+    if any(_UNDECODABLE in warning for warning in warnings):
         raise DocJobError("input.malformed", "the input PDF has damaged streams or page content")
+    return len(warnings)
 
 
 def _check_geometry(pdf: pikepdf.Pdf) -> None:
