@@ -232,12 +232,8 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
     source = work.source
     with source.open("rb") as head:
         if sniff_kind(head.read(16)) in IMAGE_KINDS:  # compare with the PDF that render made of it
-            image_to_pdf(source, scan := work.workdir / "scan.pdf")
-            source = scan
-    # ... and with the file render worked on: qpdf's repair, decryption and form appearances (render
-    # validated every stream; poppler may not read an input that qpdf had to repair).
-    repair_input(source, repaired := work.workdir / "input.pdf", check_streams=False)
-    source = repaired
+            image_to_pdf(source, normalized := work.workdir / "input.pdf")
+            source = normalized
     signature = None
     if work.signer is not None:
         report = verify_pdf(work.output, work.signer)
@@ -249,6 +245,7 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
     checks = check_fidelity(
         source,
         work.output,
+        workdir=work.workdir,
         text_layer_kept=work.text_layer_kept,
         watermark_text=work.watermark_text,
         pages_may_turn=work.pages_may_turn,

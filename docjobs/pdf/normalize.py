@@ -59,16 +59,24 @@ def _needs_appearances(pdf: pikepdf.Pdf) -> bool:
 
 
 def _generate_appearances(pdf: pikepdf.Pdf, budgets: Budgets) -> None:
-    """qpdf draws the appearances of text and choice fields (and clears `NeedAppearances`); if a widget is
-    still without one (a kind qpdf does not draw), `NeedAppearances` stays for the viewers that honour it."""
+    """qpdf draws the value of every text and choice field into its appearance (and clears `NeedAppearances`);
+    an appearance stream without resources gets the form's default resources, where the /DA font lives. If a
+    widget is still without an appearance (a kind qpdf does not draw), `NeedAppearances` stays for the
+    viewers that honour it."""
     fields = form_fields(pdf, budgets=budgets)  # the field tree within budget before qpdf walks it
     pdf.generate_appearance_streams()
-    undrawn = any(
-        field.get(Name.Subtype) == Name.Widget and not isinstance(field.get(Name.AP), pikepdf.Dictionary)
-        for field in fields
-    )
+    form = pdf.Root.AcroForm
+    undrawn = False
+    for widget in fields:
+        if widget.get(Name.Subtype) != Name.Widget:
+            continue
+        appearances = widget.get(Name.AP)
+        normal = appearances.get(Name.N) if isinstance(appearances, pikepdf.Dictionary) else None
+        undrawn = undrawn or normal is None
+        if isinstance(normal, pikepdf.Stream) and Name.Resources not in normal and Name.DR in form:
+            normal.Resources = form.DR
     if undrawn:
-        pdf.Root.AcroForm.NeedAppearances = True
+        form.NeedAppearances = True
 
 
 def _flatten_page_tree(pdf: pikepdf.Pdf) -> None:

@@ -99,12 +99,12 @@ class _Stamper:
         name = self._add_xobject(page, form)
         # The original content in states of its own, closed after it (sloppy producers leave states
         # pushed, pop more than they push, or end inside BT), so the form is drawn in default user space.
-        balance = content_balance(page, self._budgets)
+        balance = content_balance(self._pdf, page, self._budgets)
         wrappers = 1 + balance.underflow
         if wrappers not in self._pushes:
             self._pushes[wrappers] = self._pdf.make_stream(b"q\n" * wrappers)
         page.contents_add(self._pushes[wrappers], prepend=True)
-        closing = (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
+        closing = balance.unclosed + b"\n" + (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
         mark = b"/Artifact <</Type /Pagination /Subtype /Watermark>> BDC\n"
         page.contents_add(self._pdf.make_stream(b"\n" + closing + mark + name.unparse() + b" Do\nEMC\n"))
 
@@ -154,17 +154,20 @@ class _Stamper:
 
 @dataclass(frozen=True)
 class ContentBalance:
-    """How a page's content leaves the graphics state stack and text object, relative to its start."""
+    """How a page's content leaves the graphics state stack, text object and tokens, relative to its start."""
 
     underflow: int  # `Q`s issued beyond the content's own `q`s (a viewer ignores them on an empty stack)
     depth: int  # states the content leaves pushed, after its stray `Q`s (from -underflow up)
     in_text: bool  # the content ends inside a BT … ET text object
+    unclosed: bytes = b""  # what closes a string, array or dictionary left open at its end (else it swallows ours)
 
 
-def content_balance(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> ContentBalance:
+def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> ContentBalance:
     """The `q`/`Q` and `BT`/`ET` balance of a page's content (the parser builds an object per operator it
-    keeps: the operators are counted within `budgets` first)."""
+    keeps: the operators are counted within `budgets` first). Only content that qpdf warns about is
+    tokenized again, for what it leaves open."""
     check_operators(page, budgets)
+    pdf.get_warnings()
     depth = lowest = 0
     in_text = False
     for instruction in pikepdf.parse_content_stream(page, "q Q BT ET"):
@@ -174,7 +177,39 @@ def content_balance(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> C
             lowest = min(lowest, depth)
         else:
             in_text = operator == "BT"
-    return ContentBalance(underflow=-lowest, depth=depth, in_text=in_text)
+    unclosed = b""
+    if pdf.get_warnings():
+        tokens = _OpenTokens()
+        page.get_filtered_contents(tokens)
+        unclosed = tokens.closers()
+    return ContentBalance(underflow=-lowest, depth=depth, in_text=in_text, unclosed=unclosed)
+
+
+class _OpenTokens(pikepdf.TokenFilter):
+    """Arrays, dictionaries and a literal string still open where the content ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: list[bytes] = []  # the closers of the open arrays and dictionaries, innermost last
+        self._string = 0  # parentheses an unterminated literal string at the end leaves open
+
+    def handle_token(self, token: pikepdf.Token | None = None) -> None:
+        if token is None:
+            return
+        kind = token.type_
+        self._string = 0
+        if kind in (pikepdf.TokenType.dict_open, pikepdf.TokenType.array_open):
+            self._open.append(b">>" if kind == pikepdf.TokenType.dict_open else b"]")
+        elif kind in (pikepdf.TokenType.dict_close, pikepdf.TokenType.array_close):
+            closer = b">>" if kind == pikepdf.TokenType.dict_close else b"]"
+            if self._open and self._open[-1] == closer:
+                self._open.pop()
+        elif kind == pikepdf.TokenType.bad and token.raw_value.startswith(b"("):
+            raw = token.raw_value.replace(b"\\\\", b"").replace(b"\\(", b"").replace(b"\\)", b"")
+            self._string = max(1, raw.count(b"(") - raw.count(b")"))
+
+    def closers(self) -> bytes:
+        return b")" * self._string + b" " + b" ".join(reversed(self._open))
 
 
 def open_states(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> int:
