@@ -15,7 +15,7 @@ import pytest
 from docjobs.errors import DocJobError
 from docjobs.models import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
 from docjobs.pdf.inspect import Encryption, inspect_pdf
-from docjobs.pdf.watermark import STAMP_BAND
+from docjobs.pdf.watermark import STAMP_BAND, watermark_structure
 from docjobs.signing.config import SignerConfig
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.stage_work import RenderDone, RenderWork, SignWork, VerifyDone, VerifyWork, render, sign, verify
@@ -117,6 +117,20 @@ def _assert_stamp_in_band(pdf: Path) -> None:
         box = {key: float(value.strip('"')) for key, value in values.items()}
         assert x0 * width - 1 <= box["xMin"] and box["xMax"] <= x1 * width + 1, line
         assert top * height - 1 <= box["yMin"] and box["yMax"] <= bottom * height + 1, line
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"(unterminated (nested", b"[1 2 <</A [3", b"BT /F1 9 Tf", b"Q Q 1 0 0 1 0 -900 cm", b"q q 0 0 0 0 0 0 cm"],
+    ids=["string", "array-dictionary", "text-object", "stray-Q-then-cm", "degenerate-cm"],
+)
+def test_stamp_survives_content_left_open(tail: bytes, tmp_path: Path) -> None:
+    source, stamped = tmp_path / "input.pdf", tmp_path / "stamped.pdf"
+    source.write_bytes(realworld.content_left_open(tail))
+    watermark_structure(source, stamped, STAMP)
+    assert _run("qpdf", "--check", stamped).returncode in (0, 3)  # 3: the page's own broken tokens
+    assert set(realworld.WORDS) <= set(_run("pdftotext", stamped, "-").stdout.split())
+    _assert_stamp_in_band(stamped)
 
 
 def test_repairs_are_counted_and_clean_inputs_are_untouched(tmp_path: Path) -> None:

@@ -3,8 +3,9 @@
 The original content streams, fonts, annotations and boxes are kept exactly as they are. Each page's
 content is wrapped in graphics states of its own: a stream of `q`s before it, one more than the
 `Q`s the content issues beyond its own `q`s (so no stray `Q` can reach the page's initial state and
-leave a `cm` after it in force), and after it an `ET` if the content left a text object open and the
-`Q`s that restore the initial state; then one Form XObject draws the text. The form's own space is the
+leave a `cm` after it in force), and after it what closes a string, array or dictionary that the
+content left open (else our operators would be read as part of it), an `ET` if it left a text object
+open, and the `Q`s that restore the initial state; then one Form XObject draws the text. The form's own space is the
 page as a viewer shows it (upright, origin at the bottom-left of the visible box) and its /Matrix maps
 that onto user space, which is how /Rotate and offset boxes are honoured. The file is written by
 `save_normalized` (flat page tree, form appearances, qpdf's xref), so poppler reads what qpdf read.
@@ -194,10 +195,10 @@ class _OpenTokens(pikepdf.TokenFilter):
         self._string = 0  # parentheses an unterminated literal string at the end leaves open
 
     def handle_token(self, token: pikepdf.Token | None = None) -> None:
-        if token is None:
+        if token is None or token.type_ in (pikepdf.TokenType.space, pikepdf.TokenType.comment, pikepdf.TokenType.eof):
             return
         kind = token.type_
-        self._string = 0
+        self._string = 0  # only the last token can be an unterminated string
         if kind in (pikepdf.TokenType.dict_open, pikepdf.TokenType.array_open):
             self._open.append(b">>" if kind == pikepdf.TokenType.dict_open else b"]")
         elif kind in (pikepdf.TokenType.dict_close, pikepdf.TokenType.array_close):
