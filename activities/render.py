@@ -24,6 +24,7 @@ class RenderActivities(IsolatedStages):
                 allow_signed_input=request.allow_signed_input,
                 sanitize=request.sanitize,
                 limits=request.limits,
+                refuse_encrypted=request.refuse_encrypted,
             )
             done = self._isolated(attempt, work, RenderDone, request.cpu)
             staged = self._put_staged("render", attempt.number, output)
@@ -34,4 +35,5 @@ class RenderActivities(IsolatedStages):
             attempt=attempt.number,
             invalidated_signatures=done.invalidated_signatures,
             sanitized=done.sanitized,
+            repair_warnings=done.repair_warnings,
         )

@@ -164,6 +164,9 @@ class Policy(Frozen):
     watermark: WatermarkPolicy
     deadline_seconds: int = Field(default=900, ge=1, le=7 * 24 * 3600)
     max_pages: int = Field(default=2000, ge=1)
+    # True: an input encrypted with an empty user password (it opens without one, and is otherwise processed
+    # and recorded as `input_encryption`) fails `input.encrypted` like one that needs a password.
+    refuse_encrypted: bool = False
     ocr: OcrPolicy = OcrPolicy()
     redact: RedactPolicy = RedactPolicy()
     sign: SignPolicy = SignPolicy()
@@ -248,6 +251,7 @@ class RenderInput(StageInput):
     max_pages: int
     allow_signed_input: bool = False  # False: an input with signatures fails `input.signed`
     sanitize: SanitizePolicy = SanitizePolicy()
+    refuse_encrypted: bool = False  # True: an input encrypted with an empty user password fails too
 
 
 class RenderOutput(Frozen):
@@ -257,6 +261,7 @@ class RenderOutput(Frozen):
     attempt: int
     invalidated_signatures: int = 0  # signatures of an (allowed) signed input that processing voids
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count
+    repair_warnings: int = Field(default=0, ge=0)  # qpdf's warnings on the input: render worked on its repair
 
 
 class OcrInput(StageInput):
@@ -418,6 +423,8 @@ class JobStatus(BaseModel):
     artifact_key: str | None = None
     page_count: int = 0
     input_encryption: str | None = None
+    repaired: bool = False  # qpdf had to repair the input: the job processed its clean rewrite
+    repair_warnings: int = 0  # how many warnings qpdf gave on the way in (never their text)
     ocr_text_sha256: str | None = None
     pages_ocred: list[int] = Field(default_factory=list)
     pages_deskewed: list[DeskewedPage] = Field(default_factory=list)  # skew found and turn applied, per page

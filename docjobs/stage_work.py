@@ -32,7 +32,8 @@ from docjobs.models import (
 from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
-from docjobs.pdf.inspect import inspect_pdf, sniff_kind
+from docjobs.pdf.inspect import Encryption, sniff_kind
+from docjobs.pdf.normalize import repair_input
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
 from docjobs.pdf.redaction.gate import check_redaction
 from docjobs.pdf.redaction.patterns import compile_patterns
@@ -59,6 +60,7 @@ class RenderWork(Frozen):
     allow_signed_input: bool
     sanitize: SanitizePolicy
     limits: LimitsPolicy
+    refuse_encrypted: bool = False  # True: an input encrypted even with an empty user password fails
 
 
 class RenderDone(Frozen):
@@ -66,20 +68,23 @@ class RenderDone(Frozen):
     input_encryption: str
     invalidated_signatures: int
     sanitized: dict[str, int]
+    repair_warnings: int = 0  # qpdf's warnings about what it recovered; the stages worked on its rewrite
 
 
 def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
-    """Normalize the input to PDF (a scan becomes image pages), validate it, strip active content, stamp the
-    watermark."""
+    """Normalize the input to PDF (a scan becomes image pages), validate it and repair what qpdf recovers,
+    strip active content, stamp the watermark."""
     with work.source.open("rb") as head:
         kind = sniff_kind(head.read(16))
     normalized = work.workdir / "normalized.pdf"
     budgets = budgets_for(work.limits, work.max_pages)
+    source = work.source  # not a PDF either: inspection says which code
     if kind in IMAGE_KINDS:
-        image_to_pdf(work.source, normalized, max_pages=work.max_pages, budgets=budgets)
-    else:
-        shutil.copyfile(work.source, normalized)  # not a PDF either: inspection says which code
-    info = inspect_pdf(normalized, max_pages=work.max_pages, budgets=budgets)
+        source = work.workdir / "scan.pdf"
+        image_to_pdf(work.source, source, max_pages=work.max_pages, budgets=budgets)
+    info = repair_input(source, normalized, max_pages=work.max_pages, budgets=budgets)
+    if work.refuse_encrypted and info.encryption is not Encryption.NONE:
+        raise DocJobError("input.encrypted", "the policy refuses encrypted inputs")
     progress(0, info.page_count)  # the page count is known: the child's CPU budget grows with it
     signatures = signature_count(normalized, budgets=budgets)
     if signatures and not work.allow_signed_input:
@@ -96,6 +101,7 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
         input_encryption=info.encryption.value,
         invalidated_signatures=signatures,
         sanitized=sanitized,
+        repair_warnings=info.repair_warnings,
     )
 
 
@@ -239,6 +245,7 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
     checks = check_fidelity(
         source,
         work.output,
+        workdir=work.workdir,
         text_layer_kept=work.text_layer_kept,
         watermark_text=work.watermark_text,
         pages_may_turn=work.pages_may_turn,

@@ -283,12 +283,15 @@ class DocumentJobWorkflow:
                 allow_signed_input=policy.sign.allow_signed_input,
                 sanitize=policy.sanitize,
                 limits=policy.limits,
+                refuse_encrypted=policy.refuse_encrypted,
             )
             rendered = await self._stage(stages.render, render)
             self._status.page_count = rendered.page_count
             self._status.input_encryption = rendered.input_encryption
             self._status.invalidated_signatures = rendered.invalidated_signatures
             self._status.sanitized = rendered.sanitized
+            self._status.repaired = rendered.repair_warnings > 0
+            self._status.repair_warnings = rendered.repair_warnings
             staged, text = rendered.staged, None
             if ocr_on:
                 ocr = OcrInput(

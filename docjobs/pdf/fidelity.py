@@ -14,6 +14,7 @@ import pikepdf
 
 from docjobs.errors import DocJobError
 from docjobs.pdf.inspect import open_checked
+from docjobs.pdf.normalize import repair_input
 
 TOOL_TIMEOUT = 120
 
@@ -50,25 +51,46 @@ def _run(tool: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([path, *args], capture_output=True, timeout=TOOL_TIMEOUT)
 
 
-def _page_words(pdf: Path) -> list[set[str]]:
-    """Words per page as poppler reads them (an independent reader: not pikepdf, not pyHanko)."""
+def _page_words(pdf: Path) -> list[set[str]] | None:
+    """Words per page as poppler reads them (an independent reader: not pikepdf, not pyHanko); None if it
+    cannot read the file."""
     result = _run("pdftotext", "-raw", "-enc", "UTF-8", "-q", str(pdf), "-")
     if result.returncode != 0:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
+        return None
     pages = result.stdout.decode("utf-8", "replace").split("\f")[:-1]
     return [set(page.split()) for page in pages]
 
 
+def _source_words(source: Path, page_count: int, workdir: Path | None) -> list[set[str]]:
+    """poppler's words of the input; of the file render worked on (qpdf's repair: docjobs/pdf/normalize.py) when
+    poppler cannot read the input itself (a direct page-tree kid, AES without a key length)."""
+    words = _page_words(source)
+    if (words is None or len(words) != page_count) and workdir is not None:
+        repair_input(source, repaired := workdir / "input-as-rendered.pdf", check_streams=False)
+        words = _page_words(repaired)
+    if words is None:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the input")
+    return words
+
+
 def check_fidelity(
-    source: Path, output: Path, *, text_layer_kept: bool, watermark_text: str | None, pages_may_turn: bool = False
+    source: Path,
+    output: Path,
+    *,
+    text_layer_kept: bool,
+    watermark_text: str | None,
+    pages_may_turn: bool = False,
+    workdir: Path | None = None,
 ) -> list[str]:
     """Compare `output` with `source`; `text_layer_kept` is true in structure mode, `watermark_text` names
     the stamp that must be searchable on every page (None when it is only pixels), `pages_may_turn` allows
-    OCR to set scanned pages upright (then page sizes are compared in either orientation)."""
+    OCR to set scanned pages upright (then page sizes are compared in either orientation). With `workdir`,
+    an input poppler cannot read is compared as qpdf repaired it (render worked on that)."""
     checks: list[str] = []
     # The source passed the full check at render (and its digest since); the output gets qpdf's below.
     with open_checked(source, check_streams=False) as (before, _), pikepdf.open(output) as after:
-        if len(after.pages) != len(before.pages):
+        page_count = len(before.pages)
+        if len(after.pages) != page_count:
             raise DocJobError("fidelity.page_count", "the output does not have the input's page count")
         checks.append("page_count")
         if _geometry(after, pages_may_turn) != _geometry(before, pages_may_turn):
@@ -81,7 +103,9 @@ def check_fidelity(
     if _run("qpdf", "--check", str(output)).returncode not in (0, 3):  # 3: warnings only
         raise DocJobError("fidelity.qpdf", "qpdf --check rejects the output")
     checks.append("qpdf_check")
-    source_words, output_words = _page_words(source), _page_words(output)
+    source_words, output_words = _source_words(source, page_count, workdir), _page_words(output)
+    if output_words is None:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
     if not len(output_words) == _reader_page_count(output) == len(source_words):
         raise DocJobError("fidelity.reader", "a second PDF reader sees a different page count")
     checks.append("second_reader")

@@ -6,9 +6,18 @@ object data, and an exception's cause travels with it (into logs and workflow hi
 Truncation policy. qpdf silently rebuilds a missing cross-reference table, so a file cut off at
 half its length can open with blank pages and no error. We therefore require the end-of-file
 marker `%%EOF` in the last KiB (where readers look for it): an interrupted upload never has one.
-A file that does have it may still need its xref rebuilt (wrong offsets are common and lose
-nothing), so repairs made while opening are accepted; but every stream must then decode and every
-page's content must parse without a single qpdf warning (the checks of `qpdf --check`).
+
+Repair policy. What qpdf recovers from with a warning and without losing data is accepted and
+counted (`PdfInfo.repair_warnings`; render then processes qpdf's clean rewrite, docjobs/pdf/normalize.py):
+a rebuilt cross-reference table (an off-by-one `startxref`, wrong offsets), a direct page-tree kid,
+objects that needed recovery, and content-stream syntax errors (readers skip the same tokens; the
+content bytes are kept as they are). What loses data stays `input.malformed`: a stream whose data
+does not decode, a page content that cannot be read, a page tree qpdf cannot walk.
+
+Encryption. A file encrypted with an empty user password opens without one and is processed (recorded
+as `permissions_only`). AESV2 (V4) without /Length in the encryption dictionary is common and means a
+128-bit key, but qpdf derives a 40-bit key from the missing /Length and then decrypts nothing; such a
+file is decrypted by qpdf with the 128-bit key computed here (Algorithm 2 of ISO 32000) first.
 
 Budgets (docjobs/pdf/budgets.py). The page tree is counted from the tree itself, on a first opening that
 builds no page objects, so a reference repeated 200,000 times fails `input.too_large` before qpdf copies a
@@ -18,9 +27,12 @@ measured within their budgets (`input.too_complex`).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import struct
+import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -50,6 +62,8 @@ Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in PDF user space, n
 _PARSE_ERRORS = (pikepdf.PdfError, RuntimeError, ValueError, TypeError, KeyError, IndexError)
 
 _WINDOW = 1024  # readers accept the header within the first, and %%EOF within the last, KiB
+# How qpdf words a stream whose data does not decode: the data is lost, not repaired.
+_UNDECODABLE = "error decoding stream data"
 
 
 class Encryption(StrEnum):
@@ -61,6 +75,7 @@ class Encryption(StrEnum):
 class PdfInfo:
     page_count: int
     encryption: Encryption
+    repair_warnings: int = 0  # qpdf's warnings about what it recovered (only counted, never their text)
 
 
 def sniff_kind(head: bytes) -> Kind:
@@ -112,22 +127,26 @@ def open_checked(
                 raise DocJobError("input.too_large", f"the input has more than {limit} pages")
         except _PARSE_ERRORS:
             raise DocJobError("input.malformed", "the page tree of the input PDF is unreadable") from None
-    pdf = _open(path)
+    stack = ExitStack()
+    pdf = stack.enter_context(_open(path))
     try:
-        info = PdfInfo(
-            page_count=_page_count(pdf),
-            encryption=Encryption.PERMISSIONS_ONLY if pdf.is_encrypted else Encryption.NONE,
-        )
-        if info.page_count == 0:
+        encryption = Encryption.PERMISSIONS_ONLY if pdf.is_encrypted else Encryption.NONE
+        key = _aes_key_without_length(pdf)
+        if key is not None:
+            pdf.close()
+            pdf = stack.enter_context(_decrypted(path, key, stack))
+        page_count = _page_count(pdf)
+        if page_count == 0:
             raise DocJobError("input.empty")
-        if info.page_count > limit:
+        if page_count > limit:
             raise DocJobError("input.too_large", f"the input has more than {limit} pages")
+        repairs = len(pdf.get_warnings())  # made while opening and building the pages: accepted
         if check_streams:
-            _check_syntax(pdf, budgets)
+            repairs += _check_syntax(pdf, budgets)
         _check_geometry(pdf)
-        yield pdf, info
+        yield pdf, PdfInfo(page_count=page_count, encryption=encryption, repair_warnings=repairs)
     finally:
-        pdf.close()
+        stack.close()
 
 
 def _open(path: Path, *, inherit_page_attributes: bool = True) -> pikepdf.Pdf:
@@ -139,6 +158,51 @@ def _open(path: Path, *, inherit_page_attributes: bool = True) -> pikepdf.Pdf:
         raise DocJobError("input.malformed") from None
 
 
+_PASSWORD_PAD = bytes.fromhex("28BF4E5E4E758A4164004E56FFFA01082E2E00B6D0683E802F0CA9FE6453697A")
+
+
+def _aes_key_without_length(pdf: pikepdf.Pdf) -> bytes | None:
+    """The 128-bit file key of an AESV2 file (opened with the empty user password) whose encryption dictionary
+    lacks /Length; None for every other file. See "Encryption" in the module docstring."""
+    try:
+        if (
+            not pdf.is_encrypted or pdf.encryption.V != 4 or pdf.encryption.stream_method.name != "aes"  # AESV2
+        ):
+            return None
+        encrypt, identifier = pdf.trailer.Encrypt, pdf.trailer.ID[0]
+        if Name.Length in encrypt:
+            return None
+        digest = hashlib.md5(  # the standard's key derivation
+            _PASSWORD_PAD + bytes(encrypt.O)[:32] + struct.pack("<i", int(encrypt.P)) + bytes(identifier),
+            usedforsecurity=False,
+        )
+        metadata_in_clear: object = encrypt.get(Name.EncryptMetadata)
+        if metadata_in_clear is False:
+            digest.update(b"\xff\xff\xff\xff")
+        key = digest.digest()
+        for _ in range(50):
+            key = hashlib.md5(key, usedforsecurity=False).digest()
+        return key
+    except _PARSE_ERRORS:
+        raise DocJobError("input.malformed", "the encryption dictionary of the input PDF is unreadable") from None
+
+
+def _decrypted(path: Path, key: bytes, stack: ExitStack) -> pikepdf.Pdf:
+    """`path` decrypted by qpdf with `key` into a temporary file beside it (kept until `stack` closes), opened."""
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=path.parent)))
+    clear = folder / "decrypted.pdf"
+    arguments = ["qpdf", "--no-warn", "--password-is-hex-key", f"--password={key.hex()}", "--decrypt", str(path)]
+    try:
+        job = pikepdf.Job([*arguments, str(clear)])
+        job.run()
+        failed = job.exit_code not in (0, 3)
+    except _PARSE_ERRORS:
+        failed = True
+    if failed:
+        raise DocJobError("input.malformed", "the input PDF cannot be decrypted")
+    return _open(clear)
+
+
 def _page_count(pdf: pikepdf.Pdf) -> int:
     try:
         return len(pdf.pages)
@@ -146,19 +210,21 @@ def _page_count(pdf: pikepdf.Pdf) -> int:
         raise DocJobError("input.malformed", "the page tree of the input PDF is unreadable") from None
 
 
-def _check_syntax(pdf: pikepdf.Pdf, budgets: Budgets) -> None:
-    pdf.get_warnings()  # drains the repairs made while opening; accepted, see the module docstring
+def _check_syntax(pdf: pikepdf.Pdf, budgets: Budgets) -> int:
+    """Decode every stream and parse every page's content (the checks of `qpdf --check`); returns the
+    number of qpdf's warnings about what it recovered, raises `input.malformed` where data is lost."""
     try:
-        check_stream_sizes(pdf, budgets=budgets)  # resolves every object: their warnings are problems too
+        check_stream_sizes(pdf, budgets=budgets)  # resolves every object: recovered ones warn
         warnings = pdf.get_warnings()
         check_nesting(warnings)
         for page in pdf.pages:
             check_operators(page, budgets)
-        clean = not warnings and not pdf.check_pdf_syntax()
+        warnings += pdf.check_pdf_syntax()  # raises for page content that cannot be decoded
     except _PARSE_ERRORS:
-        clean = False
-    if not clean:
+        raise DocJobError("input.malformed", "the input PDF has damaged streams or page content") from None
+    if any(_UNDECODABLE in warning for warning in warnings):
         raise DocJobError("input.malformed", "the input PDF has damaged streams or page content")
+    return len(warnings)
 
 
 def _check_geometry(pdf: pikepdf.Pdf) -> None:

@@ -1,10 +1,14 @@
 """Structure mode: stamp a text watermark onto each page without rewriting the page.
 
-The original content streams, fonts, annotations and boxes are kept exactly as they are. Each page
-gets a `q` stream before its content and, after it, enough `Q`s to restore the initial graphics
-state followed by one Form XObject that draws the text. The form's own space is the page as a
-viewer shows it (upright, origin at the bottom-left of the visible box) and its /Matrix maps that
-onto user space, which is how /Rotate and offset boxes are honoured.
+The original content streams, fonts, annotations and boxes are kept exactly as they are. Each page's
+content is wrapped in graphics states of its own: a stream of `q`s before it, one more than the
+`Q`s the content issues beyond its own `q`s (so no stray `Q` can reach the page's initial state and
+leave a `cm` after it in force), and after it what closes a string, array or dictionary that the
+content left open (else our operators would be read as part of it), an `ET` if it left a text object
+open, and the `Q`s that restore the initial state; then one Form XObject draws the text. The form's own space is the
+page as a viewer shows it (upright, origin at the bottom-left of the visible box) and its /Matrix maps
+that onto user space, which is how /Rotate and offset boxes are honoured. The file is written by
+`save_normalized` (flat page tree, form appearances, qpdf's xref), so poppler reads what qpdf read.
 
 The text is horizontal, not diagonal: poppler's text extraction only follows text at multiples of
 90 degrees, and a watermark that extraction cannot find is not auditable.
@@ -12,6 +16,7 @@ The text is horizontal, not diagonal: poppler's text extraction only follows tex
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pikepdf
@@ -19,6 +24,7 @@ from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
+from docjobs.pdf.normalize import save_normalized
 from docjobs.stamp_text import encode_text
 
 # Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
@@ -62,8 +68,7 @@ def watermark_structure(
             stamper.stamp(page)
             if on_page is not None:
                 on_page(number, info.page_count)
-        # deterministic_id: a retried job writes identical bytes, so its digest stays stable.
-        pdf.save(dst, encryption=False, deterministic_id=True)
+        save_normalized(pdf, dst, budgets=budgets)
     return info
 
 
@@ -87,18 +92,22 @@ class _Stamper:
                 ExtGState=pikepdf.Dictionary(G0=pikepdf.Dictionary(Type=Name.ExtGState, ca=OPACITY, CA=OPACITY)),
             )
         )
-        self._push = pdf.make_stream(b"q\n")
+        self._pushes: dict[int, pikepdf.Stream] = {}  # the `q`s before a page's content, shared by count
         self._forms: dict[tuple[Box, int], pikepdf.Stream] = {}  # one form per page geometry
 
     def stamp(self, page: pikepdf.Page) -> None:
         form = self._form(visible_box(page), rotation(page))
         name = self._add_xobject(page, form)
-        # Pop ours and every state the original content left pushed (sloppy producers leave some),
-        # so the form is drawn in default user space.
-        pops = b"Q\n" * open_states(page, self._budgets)
-        page.contents_add(self._push, prepend=True)
+        # The original content in states of its own, closed after it (sloppy producers leave states
+        # pushed, pop more than they push, or end inside BT), so the form is drawn in default user space.
+        balance = content_balance(self._pdf, page, self._budgets)
+        wrappers = 1 + balance.underflow
+        if wrappers not in self._pushes:
+            self._pushes[wrappers] = self._pdf.make_stream(b"q\n" * wrappers)
+        page.contents_add(self._pushes[wrappers], prepend=True)
+        closing = balance.unclosed + b"\n" + (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
         mark = b"/Artifact <</Type /Pagination /Subtype /Watermark>> BDC\n"
-        page.contents_add(self._pdf.make_stream(b"\n" + pops + mark + name.unparse() + b" Do\nEMC\n"))
+        page.contents_add(self._pdf.make_stream(b"\n" + closing + mark + name.unparse() + b" Do\nEMC\n"))
 
     def _form(self, box: Box, rotate: int) -> pikepdf.Stream:
         if (box, rotate) not in self._forms:
@@ -142,6 +151,66 @@ class _Stamper:
         resources[Name.XObject] = xobjects
         page.obj.Resources = resources
         return name
+
+
+@dataclass(frozen=True)
+class ContentBalance:
+    """How a page's content leaves the graphics state stack, text object and tokens, relative to its start."""
+
+    underflow: int  # `Q`s issued beyond the content's own `q`s (a viewer ignores them on an empty stack)
+    depth: int  # states the content leaves pushed, after its stray `Q`s (from -underflow up)
+    in_text: bool  # the content ends inside a BT … ET text object
+    unclosed: bytes = b""  # what closes a string, array or dictionary left open at its end (else it swallows ours)
+
+
+def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> ContentBalance:
+    """The `q`/`Q` and `BT`/`ET` balance of a page's content (the parser builds an object per operator it
+    keeps: the operators are counted within `budgets` first). Only content that qpdf warns about is
+    tokenized again, for what it leaves open."""
+    check_operators(page, budgets)
+    pdf.get_warnings()
+    depth = lowest = 0
+    in_text = False
+    for instruction in pikepdf.parse_content_stream(page, "q Q BT ET"):
+        operator = str(instruction.operator)
+        if operator in ("q", "Q"):
+            depth += 1 if operator == "q" else -1
+            lowest = min(lowest, depth)
+        else:
+            in_text = operator == "BT"
+    unclosed = b""
+    if pdf.get_warnings():
+        tokens = _OpenTokens()
+        page.get_filtered_contents(tokens)
+        unclosed = tokens.closers()
+    return ContentBalance(underflow=-lowest, depth=depth, in_text=in_text, unclosed=unclosed)
+
+
+class _OpenTokens(pikepdf.TokenFilter):
+    """Arrays, dictionaries and a literal string still open where the content ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: list[bytes] = []  # the closers of the open arrays and dictionaries, innermost last
+        self._string = 0  # parentheses an unterminated literal string at the end leaves open
+
+    def handle_token(self, token: pikepdf.Token | None = None) -> None:
+        if token is None or token.type_ in (pikepdf.TokenType.space, pikepdf.TokenType.comment, pikepdf.TokenType.eof):
+            return
+        kind = token.type_
+        self._string = 0  # only the last token can be an unterminated string
+        if kind in (pikepdf.TokenType.dict_open, pikepdf.TokenType.array_open):
+            self._open.append(b">>" if kind == pikepdf.TokenType.dict_open else b"]")
+        elif kind in (pikepdf.TokenType.dict_close, pikepdf.TokenType.array_close):
+            closer = b">>" if kind == pikepdf.TokenType.dict_close else b"]"
+            if self._open and self._open[-1] == closer:
+                self._open.pop()
+        elif kind == pikepdf.TokenType.bad and token.raw_value.startswith(b"("):
+            raw = token.raw_value.replace(b"\\\\", b"").replace(b"\\(", b"").replace(b"\\)", b"")
+            self._string = max(1, raw.count(b"(") - raw.count(b")"))
+
+    def closers(self) -> bytes:
+        return b")" * self._string + b" " + b" ".join(reversed(self._open))
 
 
 def open_states(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> int:
