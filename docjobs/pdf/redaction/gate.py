@@ -29,7 +29,6 @@ from docjobs.pdf.redaction.regions import PageRegions, Rect
 from docjobs.pdf.redaction.sites import document_sites
 
 EXTRACTORS = ("pdftotext", "pypdf", "pikepdf")
-IN_REGION_SHARE = 0.5  # a word with at least this share of its box inside a region is in that region
 PDFTOTEXT_TIMEOUT = 300.0  # seconds, for the whole document
 _XHTML = "{http://www.w3.org/1999/xhtml}"
 
@@ -73,7 +72,7 @@ def check_redaction(
     for number, words in pdftotext_pages or ():
         page_text = " ".join(word.text for word in words)
         leaks += [Leak("pdftotext", number, kind) for kind in sorted(sensitive_kinds(page_text, patterns, values))]
-        if any(_inside(word.box, region) for word in words for region in regions.get(number, ())):
+        if any(word.box.mostly_inside(region) for word in words for region in regions.get(number, ())):
             leaks.append(Leak("pdftotext", number, "in_region"))
     for number, text in _pypdf_pages(pdf_path):
         if text is None:
@@ -81,14 +80,6 @@ def check_redaction(
         else:
             leaks += [Leak("pypdf", number, kind) for kind in sorted(sensitive_kinds(text, patterns, values))]
     return GateReport(leaks=list(dict.fromkeys(leaks)), extractors=EXTRACTORS)
-
-
-def _inside(word: Rect, region: Rect) -> bool:
-    width, height = min(word.x1, region.x1) - max(word.x0, region.x0), min(word.y1, region.y1) - max(word.y0, region.y0)
-    if width <= 0 or height <= 0:
-        return False
-    area = (word.x1 - word.x0) * (word.y1 - word.y0)
-    return area <= 0 or width * height >= IN_REGION_SHARE * area
 
 
 def _page_box(page: pikepdf.Page) -> tuple[Rect, int]:
