@@ -16,7 +16,17 @@ from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval
 from docjobs.pdf.redaction.redact import redact_pdf
 from tests.fixtures.redact_fallback import FALLBACK_FIXTURES, make_soft_mask_trace
-from tests.fixtures.redact_samples import FIXTURES, LINE_X, SSN, SSN_PREFIX, SSN_Y, make_plain, text_width
+from tests.fixtures.redact_samples import (
+    FIXTURES,
+    LINE_X,
+    SSN,
+    SSN_PREFIX,
+    SSN_Y,
+    _new_pdf,
+    _save,
+    make_plain,
+    text_width,
+)
 
 
 def region(x0: float, y0: float, x1: float, y1: float, page: int = 1) -> RedactRegion:
@@ -96,3 +106,31 @@ def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(
     with pytest.raises(DocJobError) as failure:
         redact_pdf(source, tmp_path / "out.pdf", RedactPolicy(patterns=("ssn",)), workdir=tmp_path)
     assert failure.value.code == "redaction.leak" and SSN not in str(failure.value)
+
+
+def test_a_glyph_mapped_to_a_control_character_does_not_break_the_word_boxes(tmp_path: Path) -> None:
+    """pdftotext writes such a character into its XHTML as it is (an NCCN guideline maps a glyph to U+0017)."""
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+        b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+        b"2 beginbfrange <01> <01> <0017> <20> <7E> <0020> endbfrange\n"
+        b"endcmap CMapName currentdict /CMap defineresource pop end end\n"
+    )
+
+    def font(pdf: pikepdf.Pdf) -> pikepdf.Dictionary:
+        widths = [500] + [round(text_width(chr(code), 1000)) for code in range(2, 127)]
+        return pikepdf.Dictionary(
+            Type=pikepdf.Name.Font,
+            Subtype=pikepdf.Name.Type1,
+            BaseFont=pikepdf.Name.Helvetica,
+            FirstChar=1,
+            LastChar=126,
+            Widths=pikepdf.Array(widths),
+            ToUnicode=pdf.make_stream(cmap),
+        )
+
+    _save(_new_pdf(b"BT /F1 12 Tf 72 700 Td (\\001Repeat these words) Tj ET", font=font), source := tmp_path / "c.pdf")
+    assert b"\x17" in subprocess.run(["pdftotext", "-bbox", str(source), "-"], capture_output=True).stdout
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("these",)), workdir=tmp_path)
+    assert summary.pages[0].matches == {"custom1": 1} and summary.fallback_pages == []
+    assert "these" not in subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True).stdout

@@ -13,6 +13,7 @@ read here: text that only exists as pixels is OCR's business before redaction.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
@@ -31,6 +32,7 @@ from docjobs.pdf.redaction.sites import document_sites
 EXTRACTORS = ("pdftotext", "pypdf", "pikepdf")
 PDFTOTEXT_TIMEOUT = 300.0  # seconds, for the whole document
 _XHTML = "{http://www.w3.org/1999/xhtml}"
+_XML_FORBIDDEN = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,8 @@ def poppler_words(pdf_path: Path) -> list[tuple[int, list[Word]]] | None:
         raise DocJobError("redaction.failed", "the redaction check timed out") from None
     if result.returncode != 0:
         return None
-    root = ElementTree.fromstring(result.stdout)
+    # pdftotext copies control characters a font maps glyphs to into its XHTML, which XML 1.0 forbids.
+    root = ElementTree.fromstring(_XML_FORBIDDEN.sub("\ufffd".encode(), result.stdout))
     pages = []
     for number, (page, (box, rotation)) in enumerate(zip(root.iter(f"{_XHTML}page"), boxes, strict=False), 1):
         words = [
