@@ -12,8 +12,21 @@ from pypdf import PdfReader
 
 from docjobs.errors import DocJobError
 from docjobs.models import RedactPolicy, RedactRegion
+from docjobs.pdf.redaction import redact
+from docjobs.pdf.redaction.content import ContentRemoval
 from docjobs.pdf.redaction.redact import redact_pdf
-from tests.fixtures.redact_samples import FIXTURES, LINE_X, SSN, SSN_PREFIX, SSN_Y, make_plain, text_width
+from tests.fixtures.redact_fallback import FALLBACK_FIXTURES, make_soft_mask_trace
+from tests.fixtures.redact_samples import (
+    FIXTURES,
+    LINE_X,
+    SSN,
+    SSN_PREFIX,
+    SSN_Y,
+    _new_pdf,
+    _save,
+    make_plain,
+    text_width,
+)
 
 
 def region(x0: float, y0: float, x1: float, y1: float, page: int = 1) -> RedactRegion:
@@ -64,3 +77,60 @@ def test_a_region_on_a_page_the_document_lacks_is_refused(tmp_path: Path) -> Non
     with pytest.raises(DocJobError) as refused:
         redact_pdf(source, tmp_path / "out.pdf", RedactPolicy(regions=(region(1, 1, 2, 2, page=2),)), workdir=tmp_path)
     assert refused.value.code == "redaction.region_outside"
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACK_FIXTURES))
+def test_a_page_the_rewrite_cannot_finish_takes_the_raster_fallback(name: str, tmp_path: Path) -> None:
+    make, reason, values = FALLBACK_FIXTURES[name]
+    make(source := tmp_path / f"{name}.pdf")
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(patterns=("ssn", "email")), workdir=tmp_path)
+    assert (summary.fallback_pages, summary.pages[0].fallback) == ([1], reason)
+    poppler = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    pypdf = "".join(page.extract_text() for page in PdfReader(out).pages)
+    assert not any(value in text for value in values for text in (poppler, pypdf))
+    subprocess.run(["pdftoppm", "-r", "72", "-png", "-singlefile", str(out), str(tmp_path / "page")], check=True)
+    with Image.open(tmp_path / "page.png") as page:  # the burned-in page still shows the box over the SSN
+        middle_of_ssn = (round(LINE_X + text_width(SSN_PREFIX) + text_width(SSN) / 2), round(792 - (SSN_Y + 4)))
+        if name == "out_of_order":
+            middle_of_ssn = (round(LINE_X + 250 + text_width(SSN) / 2), middle_of_ssn[1])
+        assert page.convert("L").getpixel(middle_of_ssn) == 0
+
+
+def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback could hide the SSN under the burned-in box here too, but an engine that removed nothing
+    has a bug, not an unusual page: the job must fail, not pass burned in."""
+    make_soft_mask_trace(source := tmp_path / "trace.pdf")
+    monkeypatch.setattr(redact, "remove_content", lambda *_, **__: ContentRemoval(glyphs_removed=0, images_redacted=0))
+    with pytest.raises(DocJobError) as failure:
+        redact_pdf(source, tmp_path / "out.pdf", RedactPolicy(patterns=("ssn",)), workdir=tmp_path)
+    assert failure.value.code == "redaction.leak" and SSN not in str(failure.value)
+
+
+def test_a_glyph_mapped_to_a_control_character_does_not_break_the_word_boxes(tmp_path: Path) -> None:
+    """pdftotext writes such a character into its XHTML as it is (an NCCN guideline maps a glyph to U+0017)."""
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+        b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+        b"2 beginbfrange <01> <01> <0017> <20> <7E> <0020> endbfrange\n"
+        b"endcmap CMapName currentdict /CMap defineresource pop end end\n"
+    )
+
+    def font(pdf: pikepdf.Pdf) -> pikepdf.Dictionary:
+        widths = [500] + [round(text_width(chr(code), 1000)) for code in range(2, 127)]
+        return pikepdf.Dictionary(
+            Type=pikepdf.Name.Font,
+            Subtype=pikepdf.Name.Type1,
+            BaseFont=pikepdf.Name.Helvetica,
+            FirstChar=1,
+            LastChar=126,
+            Widths=pikepdf.Array(widths),
+            ToUnicode=pdf.make_stream(cmap),
+        )
+
+    _save(_new_pdf(b"BT /F1 12 Tf 72 700 Td (\\001Repeat these words) Tj ET", font=font), source := tmp_path / "c.pdf")
+    assert b"\x17" in subprocess.run(["pdftotext", "-bbox", str(source), "-"], capture_output=True).stdout
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("these",)), workdir=tmp_path)
+    assert summary.pages[0].matches == {"custom1": 1} and summary.fallback_pages == []
+    assert "these" not in subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True).stdout

@@ -17,6 +17,7 @@ from docjobs.storage import TEXT_BLOB, beside
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
+from tests.fixtures.redact_fallback import FALLBACK_FIXTURES
 from tests.fixtures.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
 from tests.test_jobs import job_files
 
@@ -106,6 +107,26 @@ async def test_summary_is_bound_into_the_evidence(
     assert json.loads(envelope.read_bytes())["payload"]["redaction_summary_sha256"] == status.redaction.sha256
     code, checked, _ = run_starter(env, "verify-evidence", status.job_id)  # the reported summary is the bound one
     assert (code, checked["ok"], checked["broken"]) == (0, True, [])
+
+
+async def test_pages_the_rewrite_cannot_finish_are_burned_in_and_recorded(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """A JBIG2 image with globals under a region, a trace only poppler reads, neighbours that poppler reads
+    differently once the value is gone: each job succeeds with its page burned in and the reason recorded
+    (an undecodable image was an internal.error, retried five times)."""
+    submitted = {}
+    for name, (make, _, _) in FALLBACK_FIXTURES.items():
+        make(source := tmp_path / f"{name}.pdf")
+        submitted[name] = await jobs.submit(source, policies.get("external"), key=f"redact-fallback-{name}")
+    for name, job in submitted.items():
+        _, reason, values = FALLBACK_FIXTURES[name]
+        status = await wait_terminal(jobs, job.job_id)
+        assert status.state is JobState.SUCCEEDED, (name, status.failure_code, status.failure_message)
+        assert status.attempts["redact"] == 1 and status.redaction is not None
+        assert status.redaction.fallback_pages == [1] and status.redaction.pages[0].fallback == reason, name
+        await jobs.fetch(job.job_id, out := tmp_path / f"{name}.out.pdf")
+        assert_nothing_left(out, values)
 
 
 async def test_box_only_redactor_is_caught_by_the_gate(

@@ -13,6 +13,7 @@ read here: text that only exists as pixels is OCR's business before redaction.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ElementTree
@@ -29,9 +30,9 @@ from docjobs.pdf.redaction.regions import PageRegions, Rect
 from docjobs.pdf.redaction.sites import document_sites
 
 EXTRACTORS = ("pdftotext", "pypdf", "pikepdf")
-IN_REGION_SHARE = 0.5  # a word with at least this share of its box inside a region is in that region
 PDFTOTEXT_TIMEOUT = 300.0  # seconds, for the whole document
 _XHTML = "{http://www.w3.org/1999/xhtml}"
+_XML_FORBIDDEN = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def check_redaction(
     for number, words in pdftotext_pages or ():
         page_text = " ".join(word.text for word in words)
         leaks += [Leak("pdftotext", number, kind) for kind in sorted(sensitive_kinds(page_text, patterns, values))]
-        if any(_inside(word.box, region) for word in words for region in regions.get(number, ())):
+        if any(word.box.mostly_inside(region) for word in words for region in regions.get(number, ())):
             leaks.append(Leak("pdftotext", number, "in_region"))
     for number, text in _pypdf_pages(pdf_path):
         if text is None:
@@ -81,14 +82,6 @@ def check_redaction(
         else:
             leaks += [Leak("pypdf", number, kind) for kind in sorted(sensitive_kinds(text, patterns, values))]
     return GateReport(leaks=list(dict.fromkeys(leaks)), extractors=EXTRACTORS)
-
-
-def _inside(word: Rect, region: Rect) -> bool:
-    width, height = min(word.x1, region.x1) - max(word.x0, region.x0), min(word.y1, region.y1) - max(word.y0, region.y0)
-    if width <= 0 or height <= 0:
-        return False
-    area = (word.x1 - word.x0) * (word.y1 - word.y0)
-    return area <= 0 or width * height >= IN_REGION_SHARE * area
 
 
 def _page_box(page: pikepdf.Page) -> tuple[Rect, int]:
@@ -115,7 +108,8 @@ def poppler_words(pdf_path: Path) -> list[tuple[int, list[Word]]] | None:
         raise DocJobError("redaction.failed", "the redaction check timed out") from None
     if result.returncode != 0:
         return None
-    root = ElementTree.fromstring(result.stdout)
+    # pdftotext copies control characters a font maps glyphs to into its XHTML, which XML 1.0 forbids.
+    root = ElementTree.fromstring(_XML_FORBIDDEN.sub("\ufffd".encode(), result.stdout))
     pages = []
     for number, (page, (box, rotation)) in enumerate(zip(root.iter(f"{_XHTML}page"), boxes, strict=False), 1):
         words = [

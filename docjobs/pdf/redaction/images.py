@@ -6,7 +6,9 @@ cannot), painted, and written back losslessly with Flate, keeping /Width, /Heigh
 /Decode, so every pixel outside the regions stays exactly as it was. "Black" is worked out per colour
 space and /Decode; the soft mask (/SMask) and an explicit /Mask are painted opaque under the regions
 too, since either can carry the shape of what was drawn. Regions map to pixels through the inverse of
-the image's placement matrix, so flipped, rotated and scaled placements are handled alike.
+the image's placement matrix, so flipped, rotated and scaled placements are handled alike. An image
+none of these decodes (JBIG2, a broken or unknown filter) raises UnsafePage("image_undecodable"): its page
+is burned in from a rendering instead.
 """
 
 from __future__ import annotations
@@ -104,10 +106,16 @@ def _samples(image: pikepdf.Stream, width: int, height: int, budgets: Budgets) -
     else:
         components, bits = _components(image.get(Name.ColorSpace)), int(image.get(Name.BitsPerComponent, 0))
     row = (width * components * bits + 7) // 8
+    if Name.JBIG2Decode in _filters(image):
+        # Only an external program (jbig2dec) decodes JBIG2, often against /JBIG2Globals shared with other
+        # images: not run on a hostile document here; the page is burned in from poppler's rendering instead.
+        raise UnsafePage("image_undecodable")
     try:
         data = image.read_bytes(decode_level=pikepdf.StreamDecodeLevel.all)
     except pikepdf.PdfError:
         return _pillow_samples(image)
+    except Exception:  # noqa: BLE001 - a decoder pikepdf adds (or lacks) fails its own way: not redactable in place
+        raise UnsafePage("image_undecodable") from None
     if not components or bits not in (1, 2, 4, 8, 16) or len(data) < row * height:
         raise UnsafePage("image_undecodable")
     return bytearray(data[: row * height]), components, bits, False
@@ -125,6 +133,13 @@ def _pillow_samples(image: pikepdf.Stream) -> tuple[bytearray, int, int, bool]:
     if layout is None:
         raise UnsafePage("image_undecodable")
     return bytearray(picture.tobytes()), *layout, True
+
+
+def _filters(image: pikepdf.Stream) -> list[Name]:
+    """The image's filter names, one or an array of them."""
+    chain = image.get(Name.Filter)
+    items = list(chain) if isinstance(chain, pikepdf.Array) else [chain]
+    return [item for item in items if isinstance(item, Name)]
 
 
 def _components(space: pikepdf.Object | None) -> int:

@@ -102,6 +102,28 @@ def locate(pdf_path: Path, patterns: list[NamedPattern]) -> Located:
     return Located(regions=regions, counts=counts, values=frozenset(values))
 
 
+def pages_with_glyphs_in(pdf_path: Path, regions: PageRegions) -> list[int]:
+    """The pages of `regions` on which this module's reader still sees a glyph mostly inside a region.
+
+    Run on the redaction's own output, it tells a removal that failed on content its own reader sees (a
+    removal bug: the job must fail) from a trace only other readers find (a construct outside the engine's
+    model: the page can be burned in)."""
+    found = []
+    with pdf_path.open("rb") as stream:
+        manager = _Fonts()
+        device = _Collector(manager, laparams=None)
+        interpreter = _Interpreter(manager, device)
+        for number, page in enumerate(PDFPage.get_pages(stream), 1):
+            if number not in regions:
+                continue
+            interpreter.process_page(page)
+            to_user = _inverse(device.page_ctm)
+            boxes = (_box(char, to_user) for char in _chars(device.get_result()))
+            if any(box.mostly_inside(region) for box in boxes for region in regions[number]):
+                found.append(number)
+    return found
+
+
 @dataclass
 class _Line:
     text: str

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pikepdf
@@ -24,9 +25,9 @@ from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, to
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.raster import check_page_pixels, image_content, render_page
 from docjobs.pdf.redaction.content import remove_content
-from docjobs.pdf.redaction.gate import Word, check_redaction, poppler_words
-from docjobs.pdf.redaction.locate import locate
-from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, value_pattern
+from docjobs.pdf.redaction.gate import GateReport, Word, check_redaction, poppler_words
+from docjobs.pdf.redaction.locate import locate, pages_with_glyphs_in
+from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, sensitive_kinds, value_pattern
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.redaction.scrub import scrub_document
 from docjobs.pdf.watermark import open_states
@@ -49,7 +50,8 @@ def redact_pdf(
     Unless `ocr_done`, a page that shows images but has no text to search fails `redaction.needs_ocr` when
     there are patterns: what is only pixels cannot be matched, so it would be released unredacted."""
     patterns = compile_patterns(policy)
-    with open_checked(src, check_streams=False, budgets=budgets) as (pdf, _):
+    with open_checked(src, check_streams=False, budgets=budgets) as (pdf, info):
+        page_count = info.page_count
         for page in pdf.pages:  # before pdfminer builds an object per glyph and operator
             check_page_content(page, budgets)
     if patterns and not ocr_done:
@@ -61,39 +63,120 @@ def redact_pdf(
         located = dataclasses.replace(
             locate(src, [*patterns, value_pattern(located.values)]), counts=located.counts, values=located.values
         )
+    regions = _merge_regions(located.regions, policy.regions, page_count)
     with tempfile.TemporaryDirectory(dir=workdir, prefix="redact-") as tmp:
         boxed = Path(tmp) / "boxed.pdf"
-        with open_checked(src, check_streams=False, budgets=budgets) as (pdf, info):
-            regions = _merge_regions(located.regions, policy.regions, info.page_count)
-            pages: list[PageRedaction] = []
-            unsafe: dict[int, str] = {}
-            for number, page in enumerate(pdf.pages, start=1):
-                rects = regions.get(number, [])
-                if rects:
-                    pages.append(_redact_page(pdf, number, page, rects, unsafe, budgets))
-                if on_page is not None:
-                    on_page(number, info.page_count)
-            scrub = scrub_document(pdf, patterns, located.values, budgets=budgets)
-            pdf.save(boxed, encryption=False, deterministic_id=True)
-        if unsafe:
-            _burn_in(boxed, dst, sorted(unsafe), policy.fallback_dpi, Path(tmp), budgets)
-        else:
-            shutil.copyfile(boxed, dst)
+        removal = _remove(src, boxed, regions, patterns, located.values, {}, on_page, budgets)
+        _render(boxed, dst, removal.fallback, policy.fallback_dpi, Path(tmp), budgets)
+        gate = check_redaction(dst, located.values, patterns, regions)
+        moved = _moved_pages(src, dst, regions, set(removal.fallback))
+        if not gate.clean or moved:
+            # Pages the rewrite could not finish are burned in (their original content, boxes drawn), and
+            # the whole result is checked again.
+            retry = _burnable_residue(gate, dst, boxed, regions, patterns, located.values, set(removal.fallback))
+            retry.update((page, "text_moved") for page in moved if page not in retry)
+            removal = _remove(src, boxed, regions, patterns, located.values, retry, on_page, budgets)
+            _render(boxed, dst, removal.fallback, policy.fallback_dpi, Path(tmp), budgets)
+            gate = check_redaction(dst, located.values, patterns, regions)
+            if not gate.clean:
+                raise _leak(gate, "after the raster fallback")
+            if _moved_pages(src, dst, regions, set(removal.fallback)):
+                raise DocJobError("fidelity.text", "text outside the redaction regions moved or vanished")
     pages = [
-        page.model_copy(update={"matches": located.counts.get(page.page, {}), "fallback": unsafe.get(page.page)})
-        for page in pages
+        page.model_copy(
+            update={"matches": located.counts.get(page.page, {}), "fallback": removal.fallback.get(page.page)}
+        )
+        for page in removal.pages
     ]
-    gate = check_redaction(dst, located.values, patterns, regions)
-    if not gate.clean:
-        kinds = ", ".join(sorted({leak.kind for leak in gate.leaks}))
-        raise DocJobError("redaction.leak", f"{len(gate.leaks)} trace(s) of redacted content remain ({kinds})")
-    _check_text_kept(src, dst, regions, set(unsafe))
     return RedactionSummary(
         pages=pages,
-        document={kind: count for kind, count in scrub.counts.items() if count},
-        fallback_pages=sorted(unsafe),
+        document={kind: count for kind, count in removal.document.items() if count},
+        fallback_pages=sorted(removal.fallback),
         gate=list(gate.extractors),
     )
+
+
+@dataclass(frozen=True)
+class _Removal:
+    pages: list[PageRedaction]
+    fallback: dict[int, str]  # page -> why it is burned in instead of rewritten
+    document: dict[str, int]  # document-level scrub counts
+
+
+def _remove(
+    src: Path,
+    boxed: Path,
+    regions: PageRegions,
+    patterns: list[NamedPattern],
+    values: frozenset[str],
+    burn: dict[int, str],
+    on_page: ProgressFn | None,
+    budgets: Budgets,
+) -> _Removal:
+    """Rewrite every page with regions (the pages in `burn` only get their boxes: they are burned in) and
+    scrub the document into `boxed`."""
+    with open_checked(src, check_streams=False, budgets=budgets) as (pdf, info):
+        pages: list[PageRedaction] = []
+        fallback = dict(burn)
+        for number, page in enumerate(pdf.pages, start=1):
+            rects = regions.get(number, [])
+            if rects:
+                pages.append(_redact_page(pdf, number, page, rects, fallback, budgets))
+            if on_page is not None:
+                on_page(number, info.page_count)
+        scrub = scrub_document(pdf, patterns, values, budgets=budgets)
+        pdf.save(boxed, encryption=False, deterministic_id=True)
+    return _Removal(pages=pages, fallback=fallback, document=scrub.counts)
+
+
+def _render(boxed: Path, dst: Path, fallback: dict[int, str], dpi: int, tmp: Path, budgets: Budgets) -> None:
+    if fallback:
+        _burn_in(boxed, dst, sorted(fallback), dpi, tmp, budgets)
+    else:
+        shutil.copyfile(boxed, dst)
+
+
+def _leak(gate: GateReport, where: str) -> DocJobError:
+    kinds = ", ".join(sorted({leak.kind for leak in gate.leaks}))
+    return DocJobError("redaction.leak", f"{len(gate.leaks)} trace(s) of redacted content remain {where} ({kinds})")
+
+
+def _burnable_residue(
+    gate: GateReport,
+    dst: Path,
+    boxed: Path,
+    regions: PageRegions,
+    patterns: list[NamedPattern],
+    values: frozenset[str],
+    burned: set[int],
+) -> dict[int, str]:
+    """The pages whose residue burning in removes, as {page: "gate_residue"}; raises `redaction.leak` when
+    any residue is out of the fallback's reach.
+
+    Burning a page in keeps what it shows and hides only what lies under its boxes, and the gate reads no
+    pixels: so every trace must be on a page of its own (not document-level), not already burned in, and
+    inside the regions as poppler places it (a pypdf-only trace has no place: it stays a leak). And the
+    engine's own reader (pdfminer, which located the matches) must no longer see a glyph in those regions in
+    the rewritten file: a trace only other readers find is a construct outside the engine's model (text in a
+    soft mask, say), while one its own reader still sees is a removal that failed, which must never pass
+    as a burned-in page."""
+    if gate.clean:
+        return {}
+    pages = {leak.page for leak in gate.leaks if leak.page is not None}
+    if any(leak.page is None for leak in gate.leaks) or pages & burned:
+        raise _leak(gate, "where the raster fallback cannot reach")
+    words = dict(poppler_words(dst) or ())
+    for number in pages:
+        page_words = words.get(number, [])
+        outside = [word for word in page_words if not any(map(word.box.mostly_inside, regions.get(number, [])))]
+        seen = sensitive_kinds(" ".join(word.text for word in page_words), patterns, values)
+        unplaced = {leak.kind for leak in gate.leaks if leak.page == number and leak.extractor == "pypdf"} - seen
+        if unplaced or sensitive_kinds(" ".join(word.text for word in outside), patterns, values):
+            raise _leak(gate, "outside the redaction regions")
+    residue = {number: regions[number] for number in pages if number in regions}
+    if pages_with_glyphs_in(boxed, residue):
+        raise _leak(gate, "that the removal should have taken")
+    return {number: "gate_residue" for number in residue}
 
 
 def _contextual_matches(counts: dict[int, dict[str, int]], patterns: list[NamedPattern]) -> bool:
@@ -103,15 +186,16 @@ def _contextual_matches(counts: dict[int, dict[str, int]], patterns: list[NamedP
     return any(contextual & set(page) for page in counts.values())
 
 
-def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int]) -> None:
-    """Every word poppler reads outside the regions is still there, at the same place (within half a point),
-    except on burned-in pages (recorded as such). Removal must never move or lose the neighbours."""
+def _moved_pages(src: Path, dst: Path, regions: PageRegions, burned: set[int]) -> list[int]:
+    """The pages (burned-in ones aside) on which a word poppler reads outside the regions is no longer there
+    at the same place (within half a point). Removal must never move or lose the neighbours."""
     with pikepdf.open(src) as before:
         # Annotation appearances are read as page text too; the annotations themselves are judged elsewhere.
         annotated = {
             number: [box for annotation in page.obj.get(Name.Annots, []) if (box := _annotation_rect(annotation))]
             for number, page in enumerate(before.pages, start=1)
         }
+    moved = []
     for (number, was), (_, now) in zip(_words(src), _words(dst), strict=True):
         if number in burned:
             continue
@@ -123,9 +207,9 @@ def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int
             if any(word.box.intersects(region) for region in exempt):
                 continue
             if not any(_same_place(word.box, box) for box in kept.get(word.text, ())):
-                raise DocJobError(
-                    "fidelity.text", f"text outside the redaction regions moved or vanished on page {number}"
-                )
+                moved.append(number)
+                break
+    return moved
 
 
 def _words(path: Path) -> list[tuple[int, list[Word]]]:
@@ -163,12 +247,15 @@ def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_
 def _redact_page(
     pdf: pikepdf.Pdf, number: int, page: pikepdf.Page, rects: list[Rect], unsafe: dict[int, str], budgets: Budgets
 ) -> PageRedaction:
+    """Remove what lies under `rects` from the page, unless it is in `unsafe` (to be burned in: its content
+    stays as it was), where a page that cannot be rewritten safely is added with its reason."""
     glyphs = images = 0
-    try:
-        removal = remove_content(pdf, number, rects, budgets=budgets)
-        glyphs, images = removal.glyphs_removed, removal.images_redacted
-    except UnsafePage as verdict:  # burned in after the save; the box drawn below is part of the pixels
-        unsafe[number] = verdict.reason
+    if number not in unsafe:
+        try:
+            removal = remove_content(pdf, number, rects, budgets=budgets)
+            glyphs, images = removal.glyphs_removed, removal.images_redacted
+        except UnsafePage as verdict:  # burned in after the save; the box drawn below is part of the pixels
+            unsafe[number] = verdict.reason
     annotations = _remove_annotations(pdf, page, rects, budgets)
     _draw_boxes(pdf, page, rects, budgets)
     return PageRedaction(

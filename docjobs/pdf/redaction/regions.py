@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+IN_REGION_SHARE = 0.5  # a box with at least this share of its area inside a region is in that region
+
 
 @dataclass(frozen=True)
 class Rect:
@@ -28,6 +30,15 @@ class Rect:
 
     def contains_point(self, x: float, y: float) -> bool:
         return self.x0 <= x <= self.x1 and self.y0 <= y <= self.y1
+
+    def mostly_inside(self, region: Rect) -> bool:
+        """True when at least IN_REGION_SHARE of this box lies in `region` (a box without area: any overlap)."""
+        width = min(self.x1, region.x1) - max(self.x0, region.x0)
+        height = min(self.y1, region.y1) - max(self.y0, region.y0)
+        if width <= 0 or height <= 0:
+            return False
+        area = (self.x1 - self.x0) * (self.y1 - self.y0)
+        return area <= 0 or width * height >= IN_REGION_SHARE * area
 
     def union(self, other: Rect) -> Rect:
         return Rect(min(self.x0, other.x0), min(self.y0, other.y0), max(self.x1, other.x1), max(self.y1, other.y1))
