@@ -24,16 +24,26 @@ from docjobs.models import JobShape
 log = logging.getLogger("docjobs.activities")
 
 
+RENEW_SECONDS = 2.0  # the worker's heartbeat throttle: a running stage hears a cancel within about this long
+
+
 class Lease:
-    """Renews the activity's heartbeat at least every second (the SDK throttles what it sends), carrying the
-    latest progress; a cancel request or a lost lease comes back on these heartbeats within seconds."""
+    """Renews the activity's heartbeat while the stage runs, carrying the latest progress.
+
+    Nothing is sent during the stage's first tick (at most a second): the start of the task holds the lease
+    that long, and most stages of a small document are over by then. After that a heartbeat goes out at a
+    tick when the progress changed, or when the last one is `RENEW_SECONDS` (or a third of the heartbeat
+    timeout, if shorter) old; a cancel request or a lost lease comes back on these heartbeats.
+    """
 
     def __init__(self, stage: str) -> None:
         info = activity.info()
         timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 30.0
-        self._interval = min(max(timeout / 3, 0.2), 1.0)
+        self._tick = min(max(timeout / 3, 0.2), 1.0)
+        self._renew_every = min(timeout / 3, RENEW_SECONDS)
         self.stage = stage
         self._details: dict[str, Any] = {"stage": stage, "pages_done": 0, "pages_total": None}
+        self._sent: dict[str, Any] | None = None
         self._stop = threading.Event()
         context = contextvars.copy_context()  # the activity context lives in a contextvar
         self._thread = threading.Thread(target=context.run, args=(self._renew,), daemon=True, name=f"lease-{stage}")
@@ -42,7 +52,6 @@ class Lease:
             log.info("stage %s resumes after an attempt that reached page %s", stage, previous.get("pages_done"))
 
     def __enter__(self) -> Lease:
-        activity.heartbeat(self._details)
         self._thread.start()
         return self
 
@@ -51,8 +60,8 @@ class Lease:
         self._thread.join(timeout=5)
 
     def progress(self, pages_done: int, pages_total: int) -> None:
+        """Record the progress; the next tick sends it."""
         self._details = {**self._details, "pages_done": pages_done, "pages_total": pages_total}
-        activity.heartbeat(self._details)
 
     def pages_total(self) -> int:
         """The page count the stage reported (0 until it did)."""
@@ -60,8 +69,12 @@ class Lease:
         return total if isinstance(total, int) else 0
 
     def _renew(self) -> None:
-        while not self._stop.wait(self._interval):
-            activity.heartbeat(self._details)
+        last = time.monotonic()
+        while not self._stop.wait(self._tick):
+            details = self._details
+            if details != self._sent or time.monotonic() - last >= self._renew_every:
+                activity.heartbeat(details)
+                self._sent, last = details, time.monotonic()
 
 
 @contextmanager

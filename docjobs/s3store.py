@@ -270,12 +270,20 @@ class S3BlobStore:
         with path.open("rb") as body:
             sha256, size = hashed_copy(chunks_of(body))
             body.seek(0)
-            try:
-                self._put(key, body, sha256)
-            except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
-                if isinstance(error, ClientError) and _error_code(error) in ("BadDigest", "InvalidDigest"):
-                    raise DocJobError("internal.error", "a file changed while it was being stored") from None
-                raise _storage_error(error, "PutObject") from None
+            return self._upload(key, body, sha256, size)
+
+    def put_hashed(self, key: str, path: Path, sha256: str) -> BlobRef:
+        """One PUT with the writer's digest, which S3 checks: the file is read once, by the upload."""
+        with path.open("rb") as body:
+            return self._upload(key, body, sha256, os.fstat(body.fileno()).st_size)
+
+    def _upload(self, key: str, body: IO[bytes], sha256: str, size: int) -> BlobRef:
+        try:
+            self._put(key, body, sha256)
+        except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
+            if isinstance(error, ClientError) and _error_code(error) in ("BadDigest", "InvalidDigest"):
+                raise DocJobError("internal.error", "a file changed while it was being stored") from None
+            raise _storage_error(error, "PutObject") from None
         return BlobRef(key=key, sha256=sha256, size=size)
 
     def promote(self, staged: BlobRef, final_key: str) -> tuple[BlobRef, bool]:

@@ -34,7 +34,7 @@ from temporalio.service import RPCError
 from docjobs.api.app import create_app
 from docjobs.config import ConfigError
 from docjobs.idempotency import is_valid_client_key
-from docjobs.storage import FileBlobStore
+from docjobs.storage import FileBlobStore, source_key
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, add_tenant, key_digest
@@ -182,6 +182,21 @@ async def test_a_client_that_disconnects_after_the_body_and_retries_gets_the_sam
     assert retry.json()["job_id"] == job_id
     again = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": key})
     assert (again.status_code, again.json()["job_id"]) == (200, job_id)
+
+
+async def test_an_upload_is_stored_by_its_sha256_and_leaves_nothing_in_the_spool(
+    api: Api, http: httpx.AsyncClient, env: Env, tmp_path: Path
+) -> None:
+    """The digest computed while the body streamed in names the stored source, whose bytes are the body's;
+    the spooled file was handed to the store, not left behind."""
+    settings = env.settings()
+    body = pdf_bytes(tmp_path, "streamed")
+    created = await http.post("/v1/jobs", content=body, headers={**api.auth(), "Idempotency-Key": uuid.uuid4().hex})
+    assert created.status_code == 202, created.text
+    digest = hashlib.sha256(body).hexdigest()
+    with settings.blob_store().open(source_key(digest)) as blob:
+        assert blob.read() == body
+    assert not [path for path in settings.spool_dir.rglob("*") if path.is_file()]
 
 
 async def test_job_lifecycle_listing_and_tenant_isolation(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:
@@ -436,6 +451,72 @@ def test_cli_tenant_add_and_serve(env: Env, main_worker: WorkerProcess, tmp_path
     finally:
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=30) == 130  # the CLI contract for an interrupt
+
+
+def supervised(pid: int) -> list[int]:
+    """The API processes uvicorn's supervisor `pid` started (not multiprocessing's resource tracker)."""
+    children = [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return [child for child in children if b"spawn_main" in _cmdline(child)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # it ended meanwhile
+        return b""
+
+
+def test_serve_with_workers_runs_api_processes_on_one_port(
+    env: Env, main_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """`serve --workers 3`: three API processes answer on the one port, each with its own Temporal connection,
+    and every upload becomes its job; an interrupt stops them all."""
+    tenants = tmp_path / "tenants.json"
+    key = add_tenant(tenants, "hooli")
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(REPO / "starter.py"), "serve", "--port", str(port), "--workers", "3"],
+        cwd=REPO,
+        env=env.process_env(DOCJOBS_TENANTS_FILE=str(tenants)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    auth = {"Authorization": f"Bearer {key}"}
+    try:
+        deadline = time.monotonic() + 90
+        while len(supervised(server.pid)) < 3 or not _answers(f"http://127.0.0.1:{port}/v1/jobs", auth):
+            assert server.poll() is None and time.monotonic() < deadline, "serve --workers did not come up"
+            time.sleep(0.2)
+        processes = supervised(server.pid)
+        assert len(processes) == 3
+        body = pdf_bytes(tmp_path, "api processes")
+
+        async def upload(http: httpx.AsyncClient, number: int) -> str:
+            answer = await http.post("/v1/jobs", content=body, headers={**auth, "Idempotency-Key": f"proc-{number}"})
+            assert answer.status_code == 202, answer.text
+            return str(answer.json()["job_id"])
+
+        async def uploads() -> list[str]:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+                return await asyncio.gather(*(upload(http, number) for number in range(12)))
+
+        assert sorted(asyncio.run(uploads())) == sorted(f"hooli/proc-{number}" for number in range(12))
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in processes)
+
+
+def test_serve_refuses_workers_with_an_in_process_worker(env: Env) -> None:
+    code, answer, _ = run_starter(env, "serve", "--workers", "2", "--with-worker")
+    assert (code, answer["error"]) == (2, "usage")
+
+
+def _answers(url: str, headers: dict[str, str]) -> bool:
+    try:
+        return httpx.get(url, headers=headers).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def test_schemathesis_finds_no_server_error(api: Api) -> None:

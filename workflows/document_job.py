@@ -429,12 +429,15 @@ class DocumentJobWorkflow:
 
     def _transition(self, state: JobState, stage: Stage | None = None) -> None:
         check_transition(self._status.state, state, stage_from=self._status.stage, stage_to=stage)
+        # Visibility gets only what changed (each upsert is an event and a visibility write on the server).
+        changed = [sa.STATE.value_set(state.value)] if state is not self._status.state else []
+        if stage is not self._status.stage:
+            changed.append(sa.STAGE.value_set(stage.value if stage else ""))
         self._status.state = state
         self._status.stage = stage
         self._status.transitions.append(TransitionRecord(state=state, stage=stage, at=workflow.now()))
-        workflow.upsert_search_attributes(
-            [sa.STATE.value_set(state.value), sa.STAGE.value_set(stage.value if stage else "")]
-        )
+        if changed:
+            workflow.upsert_search_attributes(changed)
         workflow.set_current_details(f"{state.value} ({stage.value})" if stage else state.value)
 
     def _finish(self, ending: Ending) -> None:

@@ -13,6 +13,7 @@ from docjobs.api.docs import OPENAPI_URL, install_docs
 from docjobs.api.errors import install_error_handlers
 from docjobs.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.logs import configure_logging, default_log_format
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook
 
@@ -55,3 +56,10 @@ def create_app(
     install_error_handlers(app)
     app.include_router(jobs.router)
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The app of one process of `starter.py serve --workers N` (uvicorn's factory): settings and logging from
+    the environment; it connects when it starts."""
+    configure_logging(default_log_format())
+    return create_app(TemporalSettings.from_env())

@@ -108,13 +108,13 @@ async def submit(
             raise ApiError(413, "input.too_large", f"the document is larger than {limit} bytes") from None
         except ClientDisconnect:
             raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-        with document.open("rb") as head:
-            kind = sniff_kind(head.read(1024))
-        if kind not in ACCEPTED_KINDS:
+        if sniff_kind(document.head) not in ACCEPTED_KINDS:
             raise ApiError(415, "input.unsupported", "the body is not a PDF, PNG, JPEG or TIFF document")
         chosen = effective_policy(context.policies, part)
         try:
-            submitted = await context.jobs.submit(document, chosen, tenant=name, key=idempotency_key)
+            submitted = await context.jobs.submit(
+                document.path, chosen, tenant=name, key=idempotency_key, hashed=document.sha256
+            )
         except DocJobError as error:
             status = 413 if error.code == "input.too_large" else 422
             raise ApiError(status, error.code, error.message) from None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import BaseModel, ValidationError
 from starlette.formparsers import MultiPartException, MultiPartParser
@@ -23,8 +26,44 @@ UNSUPPORTED_REGEX_MESSAGE = (  # never the regex itself: the answer names the ki
 )
 
 
+HEAD_BYTES = 1024  # what the type sniffer looks at
+
+
 class TooLarge(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """The spooled document, hashed and sniffed as it was written: nothing reads it again before it is stored."""
+
+    path: Path
+    sha256: str
+    size: int
+    head: bytes  # its first bytes, for the type sniffer
+
+
+class HashingWriter:
+    """Writes chunks to a file, hashing them and keeping the head, and refuses to go past `limit` bytes."""
+
+    def __init__(self, out: BinaryIO, limit: int) -> None:
+        self._out = out
+        self._limit = limit
+        self._digest = hashlib.sha256()
+        self._head = b""
+        self.size = 0
+
+    def write(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self._limit:
+            raise TooLarge
+        if len(self._head) < HEAD_BYTES:
+            self._head += chunk[: HEAD_BYTES - len(self._head)]
+        self._digest.update(chunk)
+        self._out.write(chunk)
+
+    def spooled(self, path: Path) -> Spooled:
+        return Spooled(path=path, sha256=self._digest.hexdigest(), size=self.size, head=self._head)
 
 
 class PolicyPart(BaseModel):
@@ -67,8 +106,9 @@ async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[b
         yield chunk
 
 
-async def spool(request: Request, tmp: Path, limit: int) -> tuple[Path, PolicyPart]:
-    """The document in `tmp` (never more than `limit` bytes read) and the policy part, if any."""
+async def spool(request: Request, tmp: Path, limit: int) -> tuple[Spooled, PolicyPart]:
+    """The document in `tmp` (never more than `limit` bytes read), hashed as it streams in, and the policy part,
+    if any."""
     declared = request.headers.get("content-length")
     content_type = request.headers.get("content-type", "")
     multipart = content_type.lower().startswith("multipart/form-data")
@@ -79,9 +119,10 @@ async def spool(request: Request, tmp: Path, limit: int) -> tuple[Path, PolicyPa
     part = PolicyPart(name=request.query_params.get("policy"))
     if not multipart:
         with target.open("wb") as out:
+            writer = HashingWriter(out, limit)
             async for chunk in _limited(request.stream(), cap):
-                out.write(chunk)
-        return target, part
+                writer.write(chunk)
+        return writer.spooled(target), part
     parser = MultiPartParser(request.headers, _limited(request.stream(), cap), max_files=1, max_fields=4)
     try:
         form = await parser.parse()
@@ -99,13 +140,10 @@ async def spool(request: Request, tmp: Path, limit: int) -> tuple[Path, PolicyPa
                 part = PolicyPart.model_validate(loaded)
             except (ValueError, ValidationError):
                 raise ApiError(422, "policy.invalid", "the 'policy' part is not a valid policy object") from None
-        size = 0
         with target.open("wb") as out:
+            writer = HashingWriter(out, limit)
             while chunk := await upload.read(CHUNK):
-                size += len(chunk)
-                if size > limit:
-                    raise TooLarge
-                out.write(chunk)
+                writer.write(chunk)
     finally:
         await form.close()
-    return target, part
+    return writer.spooled(target), part

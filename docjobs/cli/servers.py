@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from typing import TYPE_CHECKING, Any
 
-from docjobs.cli.output import (
-    EXIT_OK,
-    Output,
-)
+from docjobs.cli.output import EXIT_OK, EXIT_USAGE, Output, fail
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format
@@ -40,6 +38,8 @@ def http_server(app: Any, args: argparse.Namespace) -> uvicorn.Server:
 async def cmd_serve(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     from docjobs.api.app import create_app
 
+    if args.workers > 1:
+        return await serve_processes(args, settings, out)
     configure_logging(args.log_format or default_log_format())  # before connecting: the SDK's logs too
     client = await connect(settings)
     jobs = JobClient(client, settings)
@@ -56,6 +56,33 @@ async def cmd_serve(args: argparse.Namespace, settings: TemporalSettings, out: O
     return EXIT_OK
 
 
+async def serve_processes(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    """`--workers N`: uvicorn's supervisor binds the port once and runs N API processes on it (restarting any
+    that dies). Each builds its app from the environment and connects on its own: they share nothing but the
+    blob store and Temporal."""
+    import uvicorn
+
+    if args.with_worker:
+        return fail(out, EXIT_USAGE, "usage", "--with-worker runs in one process: use it without --workers")
+    if args.log_format:
+        os.environ["DOCJOBS_LOG_FORMAT"] = args.log_format  # the API processes start from this environment
+    configure_logging(args.log_format or default_log_format())
+    if settings.embedded:  # start it once here, not racing from N processes
+        await asyncio.to_thread(ensure_dev_server, settings)
+    out.progress(f"docjobs API on http://{args.host}:{args.port}, {args.workers} processes")
+    # Blocks this (otherwise idle) loop until SIGINT/SIGTERM has stopped every API process.
+    uvicorn.run(
+        "docjobs.api.app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_config=None,
+    )
+    out.result({"served": True, "host": args.host, "port": args.port}, "API stopped")
+    return EXIT_OK
+
+
 async def cmd_codec_server(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     from docjobs.api.codec_server import create_codec_app
 
@@ -67,6 +94,13 @@ async def cmd_codec_server(args: argparse.Namespace, settings: TemporalSettings,
     return EXIT_OK
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     server = commands.add_parser("server", help="the embedded Temporal dev server")
     server.add_argument("action", choices=["start", "stop", "status"])
@@ -75,6 +109,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--with-worker", action="store_true", help="also run a worker in this process")
+    serve.add_argument(
+        "--workers", type=positive_int, default=1, metavar="N", help="API processes sharing the port (default 1)"
+    )
     serve.set_defaults(handler=cmd_serve)
     codec = commands.add_parser("codec-server", help="the remote codec endpoint of the Web UI and CLI")
     codec.add_argument("--host", default="127.0.0.1")

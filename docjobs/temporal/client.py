@@ -100,14 +100,25 @@ class JobClient:
         tenant: str = "default",
         key: str | None = None,
         deadline_seconds: int | None = None,
+        hashed: str | None = None,
     ) -> Submitted:
+        """Store the input by its sha256 and start-or-get its job.
+
+        `hashed`: the caller wrote `path` itself and hashed it while writing (an API upload): the file is
+        handed to the store (moved, on the file store) and never read again here. Otherwise it is hashed,
+        then copied, and must not have changed in between.
+        """
         size = path.stat().st_size
         if size > self.settings.max_input_bytes:
             raise DocJobError("input.too_large", f"the input is larger than {self.settings.max_input_bytes} bytes")
-        digest = await asyncio.to_thread(sha256_file, path)
-        stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
-        if stored.sha256 != digest:
-            raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+        if hashed is not None:
+            digest = hashed
+            stored = await asyncio.to_thread(self.store.put_hashed, source_key(digest), path, digest)
+        else:
+            digest = await asyncio.to_thread(sha256_file, path)
+            stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
+            if stored.sha256 != digest:
+                raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
         # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
         # also counts its pages and fails it with the precise code.
         job_id = derive_job_id(tenant, key, digest, policy.version)

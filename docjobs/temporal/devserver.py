@@ -22,6 +22,13 @@ from docjobs.temporal.settings import TemporalSettings
 from workflows import search_attributes
 
 STARTUP_TIMEOUT = 60.0
+# Write-ahead log, synced at checkpoints rather than at every commit: the database stays consistent through
+# any crash, and the server's own crash loses nothing; a power loss or kernel crash can lose the last commits
+# (README, Configuration). Every job event is a commit, so this is most of the embedded server's CPU and latency.
+SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
+# A stage scheduled by a workflow task goes straight back to the worker that completed it, with no poll in
+# between (the worker asks for this; the server only grants it when the setting is on).
+DYNAMIC_CONFIG = ("system.enableActivityEagerExecution=true",)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,10 @@ def ensure_dev_server(settings: TemporalSettings) -> DevServer:
             "warn",
             "--ui-disable-news-fetch",
         ]
+        for pragma in SQLITE_PRAGMAS:
+            command += ["--sqlite-pragma", pragma]
+        for value in DYNAMIC_CONFIG:
+            command += ["--dynamic-config-value", value]
         if settings.namespace != "default":  # `default` always exists
             command += ["--namespace", settings.namespace]
         for registration in search_attributes.REGISTRATION:
