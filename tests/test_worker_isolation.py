@@ -1,0 +1,66 @@
+"""What a worker guarantees around its document children: each task queue has threads of its own, exactly
+as many as it runs stages at once, and a worker that starts sweeps away what a crash left behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+from docjobs.sweep import sweep_stale
+from docjobs.temporal.client import connect
+from tests.conftest import Env
+from worker import serving, sweep_leftovers
+
+DAY = 24 * 3600
+
+
+async def test_each_queue_has_threads_of_its_own_as_many_as_its_slots(env: Env) -> None:
+    """An accepted stage never waits for a thread (its lease running out meanwhile), and OCR cannot take
+    the threads of render, sign or verify."""
+    settings = env.settings(
+        DOCJOBS_TASK_QUEUE="docjobs-threads", DOCJOBS_ACTIVITY_THREADS="3", DOCJOBS_OCR_ACTIVITY_THREADS="1"
+    )
+    client = await connect(settings)
+    async with serving(client, settings) as workers:
+        configs = {worker.task_queue: worker.config() for worker in workers}
+    general, ocr = configs["docjobs-threads"], configs["docjobs-threads-ocr"]
+    for config, slots in ((general, 3), (ocr, 1)):
+        executor = config["activity_executor"]
+        assert isinstance(executor, ThreadPoolExecutor)
+        assert config["max_concurrent_activities"] == slots == executor._max_workers
+    assert general["activity_executor"] is not ocr["activity_executor"]
+
+
+def aged(path: Path, seconds: float) -> Path:
+    moment = time.time() - seconds
+    os.utime(path, (moment, moment))
+    return path
+
+
+def test_sweep_removes_only_what_is_older_than_any_live_job(tmp_path: Path) -> None:
+    old_folder = tmp_path / "render-crashed"
+    (old_folder / "inner").mkdir(parents=True)
+    (old_folder / "inner" / "input").write_bytes(b"%PDF- plaintext of a crashed attempt")
+    aged(old_folder, 2 * DAY)
+    (old_file := tmp_path / "upload-crashed").write_bytes(b"spooled upload")
+    aged(old_file, 2 * DAY)
+    live = tmp_path / "render-running"
+    live.mkdir()
+    assert sweep_stale(tmp_path, timedelta(days=1)) == 2
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["render-running"]
+    assert sweep_stale(tmp_path / "missing", timedelta(days=1)) == 0
+
+
+def test_a_starting_worker_sweeps_its_work_folder_and_the_upload_spool(env: Env, tmp_path: Path) -> None:
+    settings = env.settings(DOCJOBS_DATA_DIR=str(tmp_path))
+    for folder in (settings.work_dir, settings.spool_dir):
+        folder.mkdir(parents=True)
+        (stale := folder / "left-by-a-crash").write_bytes(b"plaintext")
+        aged(stale, 2 * DAY)  # the shipped policies' longest deadline plus its grace is far less
+        (folder / "in-use").write_bytes(b"plaintext of a live attempt")
+    sweep_leftovers(settings)
+    assert [path.name for path in settings.work_dir.iterdir()] == ["in-use"]
+    assert [path.name for path in settings.spool_dir.iterdir()] == ["in-use"]
