@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -28,7 +28,8 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.errors import DocJobError
-from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
+from docjobs.idempotency import keyed_job_id
+from docjobs.models import BlobRef, JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
 from docjobs.states import JobState, Stage
 from docjobs.storage import sha256_file, source_key
 from docjobs.temporal.converter import data_converter
@@ -69,7 +70,7 @@ class Submitted:
 def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, policy_version: str) -> str:
     """`{tenant}/{client key}`, or a digest of tenant, input sha256 and policy version."""
     if client_key:
-        return f"{tenant}/{client_key}"
+        return keyed_job_id(tenant, client_key)
     digest = hashlib.sha256(f"{tenant}\0{input_sha256}\0{policy_version}".encode()).hexdigest()[:32]
     return f"{tenant}/auto-{digest}"
 
@@ -101,6 +102,25 @@ class JobClient:
         key: str | None = None,
         deadline_seconds: int | None = None,
     ) -> Submitted:
+        stored = await self.accept(path)
+        job_id = derive_job_id(tenant, key, stored.sha256, policy.version)
+        request = JobRequest(
+            job_id=job_id,
+            tenant=tenant,
+            source=stored,
+            page_count=0,
+            policy=policy,
+            policy_version=policy.version,
+            deadline_seconds=deadline_seconds or policy.deadline_seconds,
+            accepted_at=datetime.now(UTC),
+            timing=self.settings.timing,
+            ocr_task_queue=self.settings.ocr_task_queue,
+        )
+        created = await self.start_job(request)
+        return Submitted(job_id, created=created, input_sha256=stored.sha256)
+
+    async def accept(self, path: Path) -> BlobRef:
+        """Check the input's size, hash it and store it as a source (every document a job or batch accepts)."""
         size = path.stat().st_size
         if size > self.settings.max_input_bytes:
             raise DocJobError("input.too_large", f"the input is larger than {self.settings.max_input_bytes} bytes")
@@ -110,41 +130,31 @@ class JobClient:
             raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
         # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
         # also counts its pages and fails it with the precise code.
-        job_id = derive_job_id(tenant, key, digest, policy.version)
-        deadline = deadline_seconds or policy.deadline_seconds
-        request = JobRequest(
-            job_id=job_id,
-            tenant=tenant,
-            source=stored,
-            page_count=0,
-            policy=policy,
-            policy_version=policy.version,
-            deadline_seconds=deadline,
-            accepted_at=datetime.now(UTC),
-            timing=self.settings.timing,
-            ocr_task_queue=self.settings.ocr_task_queue,
-        )
+        return stored
+
+    async def start_job(self, request: JobRequest, task_queue: str | None = None) -> bool:
+        """Start-or-get the job of `request` (on `task_queue`, default this client's); True if it was created."""
         try:
             await self.client.start_workflow(
                 DocumentJobWorkflow.run,
                 request,
-                id=job_id,
-                task_queue=self.settings.task_queue,
+                id=request.job_id,
+                task_queue=task_queue or self.settings.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                execution_timeout=timedelta(seconds=deadline) + DEADLINE_GRACE,
+                execution_timeout=timedelta(seconds=request.deadline_seconds) + DEADLINE_GRACE,
                 search_attributes=TypedSearchAttributes(
                     [
                         SearchAttributePair(sa.STATE, JobState.QUEUED.value),
-                        SearchAttributePair(sa.TENANT, tenant),
-                        SearchAttributePair(sa.DOCUMENT_CLASS, policy.name),
+                        SearchAttributePair(sa.TENANT, request.tenant),
+                        SearchAttributePair(sa.DOCUMENT_CLASS, request.policy.name),
                     ]
                 ),
                 memo={"request": request.model_dump(mode="json")},
             )
         except WorkflowAlreadyStartedError:
-            return Submitted(job_id, created=False, input_sha256=digest)
-        return Submitted(job_id, created=True, input_sha256=digest)
+            return False
+        return True
 
     def handle(self, job_id: str) -> WorkflowHandle[DocumentJobWorkflow, JobStatus]:
         return self.client.get_workflow_handle_for(DocumentJobWorkflow.run, job_id)
@@ -185,6 +195,20 @@ class JobClient:
             status.transitions.append(TransitionRecord(state=final, stage=status.stage, at=ended_at))
         status.state = final
         return status
+
+    async def ended(self, job_id: str) -> JobStatus:
+        """The job's final status, once it has ended (waits for it: a long poll on its history)."""
+        with suppress(WorkflowFailureError):  # ended outside its own logic: `status` says how
+            return await self.handle(job_id).result()
+        return await self.status(job_id)
+
+    async def cancel_running(self, job_id: str) -> None:
+        """Request cancellation, without a status read first; a job that has already ended is left as it is."""
+        try:
+            await self.handle(job_id).cancel()
+        except RPCError as error:
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise
 
     async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
         """Attempt numbers and page progress of the stages running right now (from pending activities)."""
