@@ -4,16 +4,21 @@ concurrency and cancellation are measured), real PDFs."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
+from docjobs.api.app import create_app
 from docjobs.batching import BatchState, BatchStatus
 from docjobs.models import Policy
 from docjobs.policies import PolicyBook
@@ -21,7 +26,9 @@ from docjobs.states import JobState
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.client import JobClient, JobNotFound, connect
 from docjobs.temporal.converter import data_converter
-from tests.conftest import REPO, Env, StartWorker, payloads_in
+from docjobs.temporal.retention import collect_garbage
+from docjobs.tenants import CLI_TENANT, TenantBook, add_tenant
+from tests.conftest import REPO, Env, StartWorker, WorkerProcess, payloads_in, run_starter
 from tests.fixtures.samples import make_sample_pdf, truncate_pdf
 from workflows.batch_job import DocumentBatchWorkflow
 
@@ -144,6 +151,10 @@ async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
     progress = await batches.status(submitted.batch_id, outcomes=False)
     assert record.read_text().count("enter ") == 2 and progress.running == 2 and progress.not_started == 4
 
+    # The retention sweep keeps the sources of documents still waiting for their turn (they have no job yet).
+    await collect_garbage(batches.jobs.client, batches.jobs.store, source_grace=timedelta(0))
+    assert all(batches.jobs.store.exists(source.key) for source in sources)
+
     await batches.cancel(submitted.batch_id)
     status = await finished(batches, submitted.batch_id)
     hold.touch()  # nothing may be waiting for it any more: no job of this batch may still be held
@@ -224,3 +235,88 @@ async def batch_runs(jobs: JobClient, batch_id: str) -> list[str]:
 
 def history_text(history: History) -> str:
     return "\n".join(payload.data.decode("utf-8", "replace") for _, payload in payloads_in(history))
+
+
+async def test_the_api_accepts_a_batch_once_and_lists_each_outcome(env: Env, jobs: JobClient, tmp_path: Path) -> None:
+    tenants = tmp_path / "tenants.json"
+    keys = {name: add_tenant(tenants, name) for name in ("acme", "globex")}
+    app = create_app(env.settings(), jobs, tenants=TenantBook(tenants))
+    paths = documents(tmp_path / "docs", 3, "api")
+    files = [("file", (path.name, path.read_bytes(), "application/pdf")) for path in paths]
+    policy = {"policy": json.dumps({"name": "standard", "watermark": "BATCH API"})}
+    acme = {"Authorization": f"Bearer {keys['acme']}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
+        keyed = {**acme, "Idempotency-Key": "api-batch"}
+        first = await http.post("/v1/batches?concurrency=2", files=files, data=policy, headers=keyed)
+        assert first.status_code == 202, first.text
+        assert first.json() == {
+            "batch_id": "acme/batch-api-batch",
+            "status_url": "/v1/batches/acme/batch-api-batch",
+            "total": 3,
+        }
+        again = await http.post("/v1/batches?concurrency=2", files=files, data=policy, headers=keyed)
+        assert again.status_code == 200 and again.json()["batch_id"] == "acme/batch-api-batch"
+        conflict = await http.post("/v1/batches", files=files[:2], data=policy, headers=keyed)
+        assert conflict.status_code == 422 and conflict.json()["code"] == "idempotency.conflict"
+
+        # One refused document refuses the batch, and the answer names its position only.
+        garbage = ("file", ("secret-name.pdf", b"not a document at all", "application/pdf"))
+        refused = await http.post("/v1/batches", files=[files[0], garbage], headers=acme)
+        assert refused.status_code == 415 and refused.json()["code"] == "input.unsupported"
+        assert "document 2" in refused.json()["message"] and "secret" not in refused.text
+
+        # The same documents named as stored sources: a batch of its own (no key: derived from what it is).
+        digests = [hashlib.sha256(path.read_bytes()).hexdigest() for path in paths]
+        stored = await http.post("/v1/batches", json={"sources": digests, "policy": {"name": "standard"}}, headers=acme)
+        assert stored.status_code == 202 and stored.json()["batch_id"].startswith("acme/batch-auto-")
+        missing = await http.post("/v1/batches", json={"sources": ["0" * 64]}, headers=acme)
+        assert missing.status_code == 422 and missing.json()["code"] == "source.missing"
+
+        for batch in (first.json(), stored.json()):
+            body: dict[str, Any] = {}
+            for _ in range(480):
+                answer = await http.get(batch["status_url"], headers=acme)
+                assert answer.status_code == 200
+                body = answer.json()
+                if body["state"] != "running":
+                    break
+                assert answer.headers["Retry-After"]
+                await asyncio.sleep(0.5)
+            assert body["state"] == "completed" and body["succeeded"] == 3 and "segments" not in body
+            assert sorted(outcome["index"] for outcome in body["outcomes"]) == [0, 1, 2]
+            assert {outcome["state"] for outcome in body["outcomes"]} == {"succeeded"}
+            job = await http.get(f"/v1/jobs/{body['outcomes'][0]['job_id']}", headers=acme)
+            assert job.status_code == 200 and job.json()["state"] == "succeeded"
+        ended = await http.post("/v1/batches/acme/batch-api-batch/cancel", headers=acme)
+        assert ended.status_code == 409 and ended.json()["code"] == "batch.ended"
+        globex = {"Authorization": f"Bearer {keys['globex']}"}
+        hidden = await http.get("/v1/batches/acme/batch-api-batch", headers=globex)
+        assert hidden.status_code == 404 and hidden.json()["code"] == "batch.not_found"
+
+
+def test_the_command_line_submits_waits_with_a_progress_bar_and_lists_outcomes(
+    env: Env, main_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    folder = tmp_path / "docs"
+    documents(folder, 2, "cli")
+    (folder / ".hidden").write_text("skipped")
+    code, submitted, _ = run_starter(env, "submit-batch", str(folder), "--key", "cli-batch", "--no-sign")
+    assert code == 0 and submitted["created"] and submitted["total"] == 2
+    batch_id = submitted["batch_id"]
+    assert batch_id == f"{CLI_TENANT}/batch-cli-batch"
+    code, again, _ = run_starter(
+        env, "submit-batch", *sorted(map(str, folder.glob("*.pdf"))), "--key", "cli-batch", "--no-sign"
+    )
+    assert code == 0 and again == {**submitted, "created": False}
+
+    code, waited, stderr = run_starter(env, "batch", "wait", batch_id, "--timeout", "240")
+    assert code == 0, (waited, stderr)
+    assert waited["state"] == "completed" and waited["wait_end"] == "terminal" and waited["succeeded"] == 2
+    assert "2/2 ended: 2 succeeded" in stderr
+    code, status, _ = run_starter(env, "batch", "status", batch_id)
+    assert code == 0 and [outcome["index"] for outcome in status["outcomes"]] == [0, 1]
+    assert run_starter(env, "batch", "cancel", batch_id)[1]["error"] == "batch.ended"
+    code, unknown, _ = run_starter(env, "batch", "status", f"{CLI_TENANT}/batch-nothing")
+    assert code == 2 and unknown["error"] == "batch.not_found"
+    code, invalid, _ = run_starter(env, "submit-batch", str(folder), "--key", "k" * 101)
+    assert code == 2 and invalid["error"] == "idempotency.invalid"

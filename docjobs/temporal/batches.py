@@ -120,7 +120,12 @@ class BatchClient:
             ocr_task_queue=settings.ocr_task_queue,
             accepted_at=datetime.now(UTC),
         )
-        identity = {"manifest_sha256": manifest.sha256, "policy_version": policy.version, "total": len(distinct)}
+        # What the batch is, in its memo: a resubmission is compared with it, and gc keeps the manifest's sources.
+        identity = {
+            "manifest": manifest.model_dump(mode="json"),
+            "policy_version": policy.version,
+            "total": len(distinct),
+        }
         try:
             await self.jobs.client.start_workflow(
                 DocumentBatchWorkflow.run,
