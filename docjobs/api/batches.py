@@ -136,7 +136,24 @@ async def accept_uploads(context: ApiContext, paths: list[Path]) -> list[BlobRef
                         },
                     }
                 },
-                "application/json": {"schema": StoredBatch.model_json_schema()},
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["sources"],
+                        "properties": {
+                            "sources": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": MAX_STORED_SOURCES,
+                                "items": {"type": "string", "pattern": SHA256_PATTERN},
+                            },
+                            "policy": {
+                                "type": "object",
+                                "description": "name, watermark, mode, ocr, redact, redact_regions",
+                            },
+                        },
+                    }
+                },
             },
         }
     },
