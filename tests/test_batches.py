@@ -170,6 +170,9 @@ async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
             with pytest.raises(JobNotFound):
                 await batches.jobs.status(job_id)
     assert record.read_text().count("enter ") == 2
+    history = await batches.handle(submitted.batch_id).fetch_history()
+    replay = Replayer(workflows=[DocumentBatchWorkflow], data_converter=data_converter(batches.jobs.settings))
+    assert (await replay.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
 
 
 async def test_a_resubmitted_batch_key_returns_the_same_batch(
