@@ -107,6 +107,7 @@ class BatchState(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"  # every document's job ended (each with its own outcome)
     CANCELED = "canceled"  # canceled: running jobs were canceled, the rest never started
+    TERMINATED = "terminated"  # ended outside its own logic (an operator's terminate): its jobs were left as they were
 
 
 class BatchStatus(BaseModel):

@@ -9,6 +9,7 @@ names its position, never its name. `Idempotency-Key` is the batch's key (batch 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import quote
@@ -31,6 +32,7 @@ from docjobs.temporal.batches import BatchClient, BatchNotFound
 
 MAX_UPLOAD_FILES = 100  # per multipart batch; larger batches name stored sources
 MAX_STORED_SOURCES = 10_000
+JSON_BODY_LIMIT = 2 * 1024 * 1024  # room for MAX_STORED_SOURCES digests and a policy
 RETRY_AFTER_SECONDS = 5
 
 router = APIRouter()
@@ -52,6 +54,13 @@ class StoredBatch(BaseModel):
 class BatchCancelRequested(BaseModel):
     batch_id: str
     cancel_requested: bool
+
+
+def limited_body(request: Request) -> AsyncIterator[bytes]:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > JSON_BODY_LIMIT:
+        raise TooLarge
+    return _limited(request.stream(), JSON_BODY_LIMIT)
 
 
 def batch_path(batch_id: str) -> str:
@@ -173,7 +182,9 @@ async def submit_batch(
     content_type = request.headers.get("content-type", "").lower()
     if content_type.startswith("application/json"):
         try:
-            stored = StoredBatch.model_validate_json(await request.body())
+            stored = StoredBatch.model_validate_json(b"".join([chunk async for chunk in limited_body(request)]))
+        except TooLarge:
+            raise ApiError(413, "input.too_large", f"the body is larger than {JSON_BODY_LIMIT} bytes") from None
         except ValidationError:
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
         part = stored.policy

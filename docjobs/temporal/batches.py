@@ -164,6 +164,8 @@ class BatchClient:
             status = await handle.result()
         else:
             status = await handle.query(DocumentBatchWorkflow.progress, rpc_timeout=QUERY_TIMEOUT)
+            if description.status is not WorkflowExecutionStatus.RUNNING:
+                status.state = BatchState.TERMINATED
         if outcomes:
             earlier = await asyncio.to_thread(read_outcomes, self.jobs.store, status.segments)
             status.outcomes = sorted([*earlier, *status.outcomes], key=lambda outcome: outcome.index)
