@@ -51,9 +51,13 @@ class RecordingRender(RenderActivities):
 
     def _hold(self) -> None:
         gate = int(os.environ.get("DOCJOBS_BATCH_GATE") or 0)
-        if gate:
+        waited = 0.0
+        while gate and waited < GATE_SECONDS:  # heartbeating: the wait must not cost the stage its lease
+            activity.heartbeat()
             with self.lock:
-                self.lock.wait_for(lambda: RecordingRender.inside >= gate, timeout=GATE_SECONDS)
+                if self.lock.wait_for(lambda: RecordingRender.inside >= gate, timeout=HOLD_POLL_SECONDS):
+                    break
+            waited += HOLD_POLL_SECONDS
         hold = os.environ.get("DOCJOBS_BATCH_HOLD")
         while hold and not Path(hold).exists():
             activity.heartbeat()
