@@ -5,6 +5,8 @@
     python starter.py wait JOB_ID     the bounded poller
     python starter.py status|cancel|fetch|audit|timeline|evidence|verify-evidence JOB_ID
     python starter.py jobs [--state S] [--older-than DURATION] [--tenant T]
+    python starter.py submit-batch DIR|FILE... [--concurrency N] [--key K] [--policy P ...]   one batch of jobs
+    python starter.py batch status|wait|cancel BATCH_ID   a batch's progress and outcomes (--json), wait, cancel
     python starter.py server start|stop|status
     python starter.py serve [--host H] [--port P] [--with-worker]   the HTTP API
     python starter.py codec-server [--host H] [--port P] [--cors-origin URL]   decrypts payloads for the Web UI/CLI
@@ -29,18 +31,19 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from docjobs.cli import evidence, gc, jobs, servers, tenants
+from docjobs.cli import batches, evidence, gc, jobs, servers, tenants
 from docjobs.cli.output import EXIT_INTERRUPTED, EXIT_JOB_NOT_SUCCEEDED, EXIT_PROTOCOL, EXIT_USAGE, Output, fail
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.poller import ProtocolError
+from docjobs.temporal.batches import BatchNotFound
 from docjobs.temporal.client import JobNotFound, NotReleased
 from docjobs.temporal.codec import PayloadDecryptionError
 from docjobs.temporal.settings import TemporalSettings
 
 Command = Callable[[argparse.Namespace, TemporalSettings, Output], Coroutine[Any, Any, int]]
-COMMAND_GROUPS = (jobs, evidence, servers, tenants, gc)  # in the order `--help` lists them
+COMMAND_GROUPS = (jobs, batches, evidence, servers, tenants, gc)  # in the order `--help` lists them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Output(args.json)
     job_id = getattr(args, "job_id", None)
+    batch_id = getattr(args, "batch_id", None)
     key = getattr(args, "key", None)
     if key is not None and not is_valid_client_key(key):  # the API's rule for Idempotency-Key
         return fail(out, EXIT_USAGE, "idempotency.invalid", f"--key: {CLIENT_KEY_RULE}")
@@ -73,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail(out, EXIT_USAGE, "config", str(error))
     except JobNotFound:
         return fail(out, EXIT_USAGE, "job.not_found", "no such job (or it is past the retention window)", job_id=job_id)
+    except BatchNotFound:
+        message = "no such batch (or it is past the retention window)"
+        return fail(out, EXIT_USAGE, "batch.not_found", message, batch_id=batch_id)
     except NotReleased as error:
         return fail(out, EXIT_JOB_NOT_SUCCEEDED, "job.not_released", str(error), job_id=job_id)
     except ProtocolError as error:

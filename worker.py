@@ -1,7 +1,7 @@
 """Runs a docjobs worker: the job workflow (async), the stage activities (threads, bounded per task queue),
 and their document work (limited child processes).
 
-    python worker.py [--task-queue NAME] [--queue general] [--queue ocr] [--metrics-port N] [--log-format text|json]
+    python worker.py [--task-queue NAME] [--queue general|ocr|batch]... [--metrics-port N] [--log-format text|json]
 
 Stops cleanly on SIGTERM or Ctrl-C: it stops polling, lets running stages finish for a short grace
 period, then cancels them (their leases lapse and another worker takes over).
@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.batch import BatchActivities
 from activities.evidence import EvidenceActivities
 from activities.metrics import LeaseExpiries
 from activities.notify import NotifyActivities
@@ -36,18 +37,22 @@ from docjobs.config import ConfigError
 from docjobs.policies import PolicyBook
 from docjobs.sandbox import ChildLimits, ChildPool
 from docjobs.sweep import sweep_stale
-from docjobs.temporal.client import DEADLINE_GRACE, connect
+from docjobs.temporal.batches import batch_task_queue
+from docjobs.temporal.client import DEADLINE_GRACE, JobClient, connect
 from docjobs.temporal.job_gauges import active_job_gauges
 from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.temporal.metrics import metrics_runtime
 from docjobs.temporal.settings import TemporalSettings
+from workflows.batch_job import DocumentBatchWorkflow
 from workflows.document_job import DocumentJobWorkflow
 
 log = logging.getLogger("docjobs.worker")
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 
-QUEUES = ("general", "ocr")
+QUEUES = ("general", "ocr", "batch")
+STAGE_QUEUES = ("general", "ocr")  # the queues whose stages open documents (threads and document children)
+BATCH_SLOTS = 200  # concurrent batch steps: async waits for jobs, no thread or child each
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
@@ -87,10 +92,14 @@ def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) ->
 
 
 def create_workers(
-    client: Client, settings: TemporalSettings, pools: dict[str, ChildPool], threads: dict[str, ThreadPoolExecutor]
+    client: Client,
+    settings: TemporalSettings,
+    pools: dict[str, ChildPool],
+    threads: dict[str, ThreadPoolExecutor],
+    queues: Sequence[str] = QUEUES,
 ) -> list[Worker]:
-    """One worker per served task queue (the keys of `pools`): `general` runs the workflow and the light
-    stages, `ocr` the OCR stage. See `serving`."""
+    """One worker per served task queue: `general` runs the job workflow and the light stages, `ocr` the OCR
+    stage, `batch` the batch workflow and its steps. See `serving`."""
     common: dict[str, Any] = {
         "graceful_shutdown_timeout": timedelta(seconds=5),
         # Heartbeats carry page progress: send them often enough for a live progress bar.
@@ -124,6 +133,19 @@ def create_workers(
                 **common,
             )
         )
+    if "batch" in queues:
+        batch = BatchActivities(JobClient(client, settings))
+        workers.append(
+            Worker(
+                client,
+                task_queue=batch_task_queue(settings),
+                workflows=[DocumentBatchWorkflow],
+                workflow_runner=workflow_runner(),
+                activities=[batch.start_documents, batch.await_jobs, batch.cancel_jobs, batch.record_outcomes],
+                max_concurrent_activities=BATCH_SLOTS,
+                graceful_shutdown_timeout=common["graceful_shutdown_timeout"],
+            )
+        )
     return workers
 
 
@@ -139,15 +161,16 @@ async def serving(
     """
     limits = ChildLimits(memory_mb=settings.stage_memory_mb, stall_seconds=settings.stall_seconds)
     slots = {"general": settings.activity_threads, "ocr": settings.ocr_activity_threads}
+    stage_queues = [queue for queue in queues if queue in STAGE_QUEUES]
     pools = {
         queue: ChildPool(limits, home=settings.work_dir, warm=slots[queue], recycle_after=settings.child_recycle_after)
-        for queue in queues
+        for queue in stage_queues
     }
-    threads = {queue: ThreadPoolExecutor(slots[queue], thread_name_prefix=f"{queue}-stage") for queue in queues}
+    threads = {queue: ThreadPoolExecutor(slots[queue], thread_name_prefix=f"{queue}-stage") for queue in stage_queues}
     for pool in pools.values():
         pool.start()
     try:
-        workers = create_workers(client, settings, pools, threads)
+        workers = create_workers(client, settings, pools, threads, queues)
         async with AsyncExitStack() as stack:
             for worker in workers:
                 await stack.enter_async_context(worker)
@@ -194,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=QUEUES,
         help="serve only these queues (repeatable; default: all). The OCR queue is DOCJOBS_OCR_TASK_QUEUE or "
-        "the general queue's name + '-ocr'",
+        "the general queue's name + '-ocr'; the batch queue is the general queue's name + '-batch'",
     )
     parser.add_argument(
         "--metrics-port",

@@ -29,7 +29,7 @@ COMPOSE = yaml.safe_load((REPO / "docker-compose.temporal.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 PROMETHEUS_CONFIG = REPO / "ops" / "prometheus" / "prometheus.yml"
 
-WORKERS = {"docjobs-worker-general": "general", "docjobs-worker-ocr": "ocr"}  # the scalable services
+WORKERS = {"docjobs-worker-general": ["general", "batch"], "docjobs-worker-ocr": ["ocr"]}  # the scalable services
 CLUSTER_CLIENTS = (*WORKERS, "docjobs-api")  # every Temporal client of the full profile
 METRICS_PORT = 9464
 
@@ -194,12 +194,12 @@ def test_general_workers_share_one_signer_and_the_tenants() -> None:
     assert str(tenants.parent) in named_volumes("docjobs-api").values()
 
 
-@pytest.mark.parametrize(("name", "queue"), WORKERS.items())
-def test_worker_commands_parse_with_the_worker_flags(name: str, queue: str) -> None:
+@pytest.mark.parametrize(("name", "queues"), WORKERS.items())
+def test_worker_commands_parse_with_the_worker_flags(name: str, queues: list[str]) -> None:
     command = SERVICES[name]["command"]
     assert command[:2] == ["python", "worker.py"]
     args = worker.build_parser().parse_args(command[2:])
-    assert (args.queue, args.metrics_port) == ([queue], METRICS_PORT)
+    assert (args.queue, args.metrics_port) == (queues, METRICS_PORT)
     assert environment(name)["DOCJOBS_METRICS_HOST"] == "0.0.0.0"
     assert environment(name)["DOCJOBS_LOG_FORMAT"] == "json"
 

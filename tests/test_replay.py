@@ -1,7 +1,8 @@
 """Determinism: recorded histories replay against the current workflow code without divergence.
 
-The committed histories in tests/histories/ were recorded from real jobs (succeeded, failed, canceled);
-a change to the workflow that would break jobs in flight fails here. Histories recorded in this session
+The committed histories in tests/histories/ were recorded from real jobs (succeeded, failed, canceled) and
+batches (a run that continued as new, the last run of one); a change to a workflow that would break jobs or
+batches in flight fails here. Histories recorded in this session
 are replayed too.
 """
 
@@ -19,13 +20,14 @@ from docjobs.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
 from tests.fixtures.samples import make_garbage
+from workflows.batch_job import DocumentBatchWorkflow
 from workflows.document_job import DocumentJobWorkflow
 
 HISTORIES = Path(__file__).with_name("histories")
 
 
 def replayer() -> Replayer:
-    return Replayer(workflows=[DocumentJobWorkflow], data_converter=pydantic_data_converter)
+    return Replayer(workflows=[DocumentJobWorkflow, DocumentBatchWorkflow], data_converter=pydantic_data_converter)
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)

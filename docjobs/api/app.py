@@ -1,4 +1,4 @@
-"""The HTTP API's app: its context, the job routes, the docs page and the error handlers."""
+"""The HTTP API's app: its context, the job and batch routes, the docs page and the error handlers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from docjobs.api import jobs
+from docjobs.api import batches, jobs
 from docjobs.api.deps import ApiContext
 from docjobs.api.docs import OPENAPI_URL, install_docs
 from docjobs.api.errors import install_error_handlers
@@ -55,6 +55,7 @@ def create_app(
     install_docs(app)
     install_error_handlers(app)
     app.include_router(jobs.router)
+    app.include_router(batches.router)
     return app
 
 

@@ -108,16 +108,14 @@ async def submit(
             raise ApiError(413, "input.too_large", f"the document is larger than {limit} bytes") from None
         except ClientDisconnect:
             raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-        if sniff_kind(document.head) not in ACCEPTED_KINDS:
-            raise ApiError(415, "input.unsupported", "the body is not a PDF, PNG, JPEG or TIFF document")
+        check_kind(document.head)
         chosen = effective_policy(context.policies, part)
         try:
             submitted = await context.jobs.submit(
                 document.path, chosen, tenant=name, key=idempotency_key, hashed=document.sha256
             )
         except DocJobError as error:
-            status = 413 if error.code == "input.too_large" else 422
-            raise ApiError(status, error.code, error.message) from None
+            raise acceptance_error(error) from None
     body = {"job_id": submitted.job_id, "status_url": job_path(submitted.job_id)}
     if submitted.created:
         return JSONResponse(body, status_code=202, headers={"Location": body["status_url"]})
@@ -128,6 +126,16 @@ async def submit(
                 422, "idempotency.conflict", "this Idempotency-Key was used with a different document or policy"
             )
     return JSONResponse(body, status_code=200, headers={"Content-Location": body["status_url"]})
+
+
+def check_kind(head: bytes) -> None:
+    """Accept only the kinds docjobs processes, by their magic bytes (nothing parses the document here)."""
+    if sniff_kind(head) not in ACCEPTED_KINDS:
+        raise ApiError(415, "input.unsupported", "the body is not a PDF, PNG, JPEG or TIFF document")
+
+
+def acceptance_error(error: DocJobError) -> ApiError:
+    return ApiError(413 if error.code == "input.too_large" else 422, error.code, error.message)
 
 
 async def _request_of(context: ApiContext, job_id: str) -> JobRequest:

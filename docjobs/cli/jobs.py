@@ -185,8 +185,10 @@ async def cmd_timeline(args: argparse.Namespace, settings: TemporalSettings, out
     return EXIT_OK
 
 
-def add_policy_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file")
+def add_policy_flags(
+    parser: argparse.ArgumentParser, key_help: str = f"client idempotency key (job ID = TENANT/KEY): {CLIENT_KEY_RULE}"
+) -> None:
+    """The policy choice and its overrides, the tenant, the key and the deadline (submit, run, submit-batch)."""
     parser.add_argument("--policy", help="policy (document class) name from the policy file")
     parser.add_argument("--watermark", help="override the policy's watermark text")
     parser.add_argument("--mode", choices=["structure", "raster"], help="override the watermark mode")
@@ -218,7 +220,7 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tenant", default=CLI_TENANT, help=f"default: {CLI_TENANT} (reserved: no API key can hold that tenant)"
     )
-    parser.add_argument("--key", help=f"client idempotency key (job ID = TENANT/KEY): {CLIENT_KEY_RULE}")
+    parser.add_argument("--key", help=key_help)
     parser.add_argument("--deadline", type=int, metavar="SECONDS", help="server-side deadline of the job")
 
 
@@ -229,11 +231,13 @@ def add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = commands.add_parser("run", help="one-shot job with an in-process worker")
+    run.add_argument("file")
     add_policy_flags(run)
     add_wait_flags(run, 1800)
     run.add_argument("--out", help="output path (default: FILE.docjobs.pdf beside the input)")
     run.set_defaults(handler=cmd_run)
     submit = commands.add_parser("submit", help="accept a document and print its job ID")
+    submit.add_argument("file")
     add_policy_flags(submit)
     submit.set_defaults(handler=cmd_submit)
     wait = commands.add_parser("wait", help="wait for a job (bounded)")

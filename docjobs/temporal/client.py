@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -28,7 +28,8 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.errors import FAILURE_CODES, DocJobError
-from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
+from docjobs.idempotency import keyed_job_id
+from docjobs.models import BlobRef, JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
 from docjobs.states import JobState, Stage
 from docjobs.storage import sha256_file, source_key
 from docjobs.temporal.converter import data_converter
@@ -69,7 +70,7 @@ class Submitted:
 def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, policy_version: str) -> str:
     """`{tenant}/{client key}`, or a digest of tenant, input sha256 and policy version."""
     if client_key:
-        return f"{tenant}/{client_key}"
+        return keyed_job_id(tenant, client_key)
     digest = hashlib.sha256(f"{tenant}\0{input_sha256}\0{policy_version}".encode()).hexdigest()[:32]
     return f"{tenant}/auto-{digest}"
 
@@ -102,7 +103,25 @@ class JobClient:
         deadline_seconds: int | None = None,
         hashed: str | None = None,
     ) -> Submitted:
-        """Store the input by its sha256 and start-or-get its job.
+        """Store the input by its sha256 and start-or-get its job (see `accept`)."""
+        stored = await self.accept(path, hashed=hashed)
+        job_id = derive_job_id(tenant, key, stored.sha256, policy.version)
+        request = JobRequest(
+            job_id=job_id,
+            tenant=tenant,
+            source=stored,
+            page_count=0,
+            policy=policy,
+            policy_version=policy.version,
+            deadline_seconds=deadline_seconds or policy.deadline_seconds,
+            accepted_at=datetime.now(UTC),
+            timing=self.settings.timing,
+            ocr_task_queue=self.settings.ocr_task_queue,
+        )
+        return Submitted(job_id, created=await self.start(request), input_sha256=stored.sha256)
+
+    async def accept(self, path: Path, *, hashed: str | None = None) -> BlobRef:
+        """Check the input's size, hash it and store it as a source (every document a job or batch accepts).
 
         `hashed`: the caller wrote `path` itself and hashed it while writing (an API upload): the file is
         handed to the store (moved, on the file store) and never read again here. Otherwise it is hashed,
@@ -112,33 +131,19 @@ class JobClient:
         if size > self.settings.max_input_bytes:
             raise DocJobError("input.too_large", f"the input is larger than {self.settings.max_input_bytes} bytes")
         if hashed is not None:
-            digest = hashed
-            stored = await asyncio.to_thread(self.store.put_hashed, source_key(digest), path, digest)
-        else:
-            digest = await asyncio.to_thread(sha256_file, path)
-            stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
-            if stored.sha256 != digest:
-                raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+            return await asyncio.to_thread(self.store.put_hashed, source_key(hashed), path, hashed)
+        digest = await asyncio.to_thread(sha256_file, path)
+        stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
+        if stored.sha256 != digest:
+            raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
         # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
         # also counts its pages and fails it with the precise code.
-        job_id = derive_job_id(tenant, key, digest, policy.version)
-        deadline = deadline_seconds or policy.deadline_seconds
-        request = JobRequest(
-            job_id=job_id,
-            tenant=tenant,
-            source=stored,
-            page_count=0,
-            policy=policy,
-            policy_version=policy.version,
-            deadline_seconds=deadline,
-            accepted_at=datetime.now(UTC),
-            timing=self.settings.timing,
-            ocr_task_queue=self.settings.ocr_task_queue,
-        )
-        return Submitted(job_id, created=await self.start(request), input_sha256=digest)
+        return stored
 
-    async def start(self, request: JobRequest, *, execution_timeout: timedelta | None = None) -> bool:
-        """Start the job's workflow on this client's task queue; False when the job ID exists already.
+    async def start(
+        self, request: JobRequest, *, task_queue: str | None = None, execution_timeout: timedelta | None = None
+    ) -> bool:
+        """Start the job's workflow (on `task_queue`, default this client's); False when the job ID exists already.
 
         `execution_timeout`: Temporal's backstop for the run (default: the job's deadline plus its grace).
         """
@@ -147,7 +152,7 @@ class JobClient:
                 DocumentJobWorkflow.run,
                 request,
                 id=request.job_id,
-                task_queue=self.settings.task_queue,
+                task_queue=task_queue or self.settings.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 execution_timeout=execution_timeout or timedelta(seconds=request.deadline_seconds) + DEADLINE_GRACE,
@@ -199,6 +204,20 @@ class JobClient:
             status.transitions.append(TransitionRecord(state=ending.state, stage=status.stage, at=ended_at))
         status.state = ending.state
         return status
+
+    async def ended(self, job_id: str) -> JobStatus:
+        """The job's final status, once it has ended (waits for it: a long poll on its history)."""
+        with suppress(WorkflowFailureError):  # ended outside its own logic: `status` says how
+            return await self.handle(job_id).result()
+        return await self.status(job_id)
+
+    async def cancel_running(self, job_id: str) -> None:
+        """Request cancellation, without a status read first; a job that has already ended is left as it is."""
+        try:
+            await self.handle(job_id).cancel()
+        except RPCError as error:
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise
 
     async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
         """Attempt numbers and page progress of the stages running right now (from pending activities)."""

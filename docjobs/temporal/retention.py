@@ -8,7 +8,8 @@ starts a new run, which writes into its own run folder (docjobs/storage.py). Wha
   marker is missing, names another namespace or does not match its folder, are kept; any other answer from
   Temporal stops the sweep.
 - A source (content-addressed, shared by every job with the same bytes), when no run that visibility lists
-  (running or retained) names it in its start memo, and it was last stored more than `source_grace` before the
+  (running or retained) names it in its start memo, nor the manifest of a running batch (its documents
+  waiting for their turn have no job yet), and it was last stored more than `source_grace` before the
   sweep began. The grace covers a job being accepted at that moment: its source is stored before its
   workflow starts and before visibility shows it, and storing the same bytes again renews the time (which
   is read again just before the deletion: what is left is the moment between that read and the deletion).
@@ -27,9 +28,12 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from docjobs.batch_store import read_manifest
 from docjobs.models import BlobRef
 from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob, job_prefix
+from docjobs.temporal.batches import BATCH_MEMO
 from docjobs.temporal.codec import PayloadDecryptionError
+from workflows.batch_job import WORKFLOW_TYPE as BATCH_WORKFLOW_TYPE
 from workflows.document_job import WORKFLOW_TYPE
 
 SOURCE_GRACE = timedelta(hours=1)
@@ -114,7 +118,23 @@ async def referenced_sources(client: Client, store: BlobStore) -> References:
             references.sources.add(BlobRef.model_validate(request["source"]).key)
         except (TypeError, KeyError, ValidationError):
             continue
+    await _add_batch_sources(client, store, references)
     return references
+
+
+async def _add_batch_sources(client: Client, store: BlobStore, references: References) -> None:
+    """The sources of running batches, from their manifests: a document waiting for its turn has no job yet."""
+    async for execution in client.list_workflows(
+        f'WorkflowType = "{BATCH_WORKFLOW_TYPE}" AND ExecutionStatus = "Running"'
+    ):
+        try:
+            identity = await execution.memo_value(BATCH_MEMO, default=None)
+            manifest = BlobRef.model_validate(identity["manifest"])
+        except (PayloadDecryptionError, KeyError, TypeError, ValidationError):
+            references.unreadable += 1  # an unknown reference must not become a deletion
+            continue
+        sources = await asyncio.to_thread(read_manifest, store, manifest)
+        references.sources.update(source.key for source in sources)
 
 
 async def collect_garbage(

@@ -1,0 +1,100 @@
+"""The batch's steps: start its documents' jobs, wait for their endings, cancel them, store outcomes.
+
+Thin adapters around the job client that worker.py hands in (the same start-or-get as a single submit). They
+run on the batch's own task queue, as async activities: waiting for a job takes no stage thread or slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Protocol
+
+from temporalio import activity
+
+from docjobs.batch_store import read_manifest, store_outcomes
+from docjobs.batching import AwaitJobs, EndedJob, RecordOutcomes, RunningJob, StartDocuments, document_request
+from docjobs.idempotency import batch_document_key, keyed_job_id
+from docjobs.models import BlobRef, JobRequest, JobStatus
+from docjobs.storage import BlobStore
+
+HEARTBEAT_SECONDS = 5.0
+MANIFESTS_KEPT = 8  # parsed manifests a worker keeps, by digest (several batches may run at once)
+
+
+class DocumentJobs(Protocol):
+    """What the batch needs of the job client (docjobs/temporal/client.py: JobClient)."""
+
+    @property
+    def store(self) -> BlobStore: ...
+
+    async def start(self, request: JobRequest, *, task_queue: str | None = None) -> bool: ...
+
+    async def ended(self, job_id: str) -> JobStatus: ...
+
+    async def cancel_running(self, job_id: str) -> None: ...
+
+
+class BatchActivities:
+    def __init__(self, jobs: DocumentJobs) -> None:
+        self._jobs = jobs
+        self._manifests: dict[str, list[BlobRef]] = {}
+
+    @activity.defn(name="start_batch_documents")
+    async def start_documents(self, step: StartDocuments) -> list[RunningJob]:
+        """Start-or-get the jobs of manifest entries `first` .. `first + count - 1` (a retry finds them started)."""
+        batch = step.batch
+        sources = await self._sources(batch.manifest)
+        started = []
+        for index in range(step.first, min(step.first + step.count, len(sources))):
+            source = sources[index]
+            job_id = keyed_job_id(batch.tenant, batch_document_key(batch.key, source.sha256))
+            request = document_request(batch, job_id, source, datetime.now(UTC))
+            await self._jobs.start(request, task_queue=batch.job_task_queue)
+            started.append(RunningJob(index=index, job_id=job_id))
+        return started
+
+    @activity.defn(name="await_batch_jobs")
+    async def await_jobs(self, wait: AwaitJobs) -> list[EndedJob]:
+        """The jobs that have ended, as soon as at least one has (or none, after `wait_seconds`)."""
+        loop = asyncio.get_running_loop()
+        waits = {asyncio.ensure_future(self._jobs.ended(job_id)): job_id for job_id in wait.job_ids}
+        deadline = loop.time() + wait.wait_seconds
+        try:
+            while (remaining := deadline - loop.time()) > 0:
+                done, _ = await asyncio.wait(
+                    waits, timeout=min(HEARTBEAT_SECONDS, remaining), return_when=asyncio.FIRST_COMPLETED
+                )
+                if done:
+                    break
+                activity.heartbeat()
+            ended = []
+            for task, job_id in waits.items():
+                if task.done():
+                    status = task.result()  # a failed read is retried with the whole activity
+                    ended.append(EndedJob(job_id=job_id, state=status.state, failure_code=status.failure_code))
+            return ended
+        finally:
+            for task in waits:
+                task.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    @activity.defn(name="cancel_batch_jobs")
+    async def cancel_jobs(self, job_ids: list[str]) -> int:
+        """Request cancellation of the batch's running jobs (each ends `canceled`, reason `requested`)."""
+        for job_id in job_ids:
+            await self._jobs.cancel_running(job_id)
+        return len(job_ids)
+
+    @activity.defn(name="record_batch_outcomes")
+    async def record_outcomes(self, record: RecordOutcomes) -> BlobRef:
+        """Store a run's outcomes, so the next run (and the history) does not carry them."""
+        return await asyncio.to_thread(store_outcomes, self._jobs.store, record)
+
+    async def _sources(self, manifest: BlobRef) -> list[BlobRef]:
+        if manifest.sha256 not in self._manifests:
+            sources = await asyncio.to_thread(read_manifest, self._jobs.store, manifest)
+            while len(self._manifests) >= MANIFESTS_KEPT:
+                self._manifests.pop(next(iter(self._manifests)))
+            self._manifests[manifest.sha256] = sources
+        return self._manifests[manifest.sha256]

@@ -1,0 +1,248 @@
+"""The batch routes: accept many documents under one policy as one batch; read its progress and outcomes; cancel.
+
+A batch is either uploaded (multipart: several `file` parts and an optional JSON `policy` part, each file
+accepted exactly as a single upload is: size, magic bytes, sha256, store) or names sources already in the store
+by sha256 (JSON). Either way it is all or nothing: a document that is refused refuses the batch, and the error
+names its position, never its name. `Idempotency-Key` is the batch's key (batch ID `{tenant}/batch-{key}`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, ValidationError
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import ClientDisconnect
+
+from docjobs.api.deps import ApiContext, Context, Tenant
+from docjobs.api.errors import ERRORS, ApiError
+from docjobs.api.jobs import acceptance_error, check_kind
+from docjobs.api.uploads import CHUNK, HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, effective_policy
+from docjobs.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
+from docjobs.errors import DocJobError
+from docjobs.idempotency import BATCH_KEY_RULE, is_valid_batch_key
+from docjobs.models import SHA256_PATTERN, BlobRef
+from docjobs.temporal.batches import BatchClient, BatchNotFound
+
+MAX_UPLOAD_FILES = 100  # per multipart batch; larger batches name stored sources
+MAX_STORED_SOURCES = 10_000
+JSON_BODY_LIMIT = 2 * 1024 * 1024  # room for MAX_STORED_SOURCES digests and a policy
+RETRY_AFTER_SECONDS = 5
+
+router = APIRouter()
+
+
+class BatchAccepted(BaseModel):
+    batch_id: str
+    status_url: str
+    total: int
+
+
+class StoredBatch(BaseModel):
+    """A batch of sources already in the store (`sources/<sha256>`), with one policy."""
+
+    sources: list[Annotated[str, Field(pattern=SHA256_PATTERN)]] = Field(min_length=1, max_length=MAX_STORED_SOURCES)
+    policy: PolicyPart = PolicyPart()
+
+
+class BatchCancelRequested(BaseModel):
+    batch_id: str
+    cancel_requested: bool
+
+
+def limited_body(request: Request) -> AsyncIterator[bytes]:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > JSON_BODY_LIMIT:
+        raise TooLarge
+    return _limited(request.stream(), JSON_BODY_LIMIT)
+
+
+def batch_path(batch_id: str) -> str:
+    return f"/v1/batches/{quote(batch_id, safe='/')}"
+
+
+async def spool_batch(request: Request, folder: Path, limit: int) -> tuple[list[Path], PolicyPart]:
+    """Every `file` part in `folder` (each at most `limit` bytes) and the policy part, if any."""
+    cap = limit * MAX_UPLOAD_FILES + MULTIPART_SLACK
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > cap:
+        raise TooLarge
+    parser = MultiPartParser(request.headers, _limited(request.stream(), cap), max_files=MAX_UPLOAD_FILES, max_fields=4)
+    try:
+        form = await parser.parse()
+    except MultiPartException:
+        message = f"the multipart body cannot be parsed (at most {MAX_UPLOAD_FILES} files)"
+        raise ApiError(422, "request.invalid", message) from None
+    try:
+        part = PolicyPart(name=request.query_params.get("policy"))
+        raw_policy = form.get("policy")
+        if raw_policy is not None:
+            text = raw_policy if isinstance(raw_policy, str) else (await raw_policy.read()).decode("utf-8", "replace")
+            try:
+                part = PolicyPart.model_validate_json(text)
+            except ValidationError:
+                raise ApiError(422, "policy.invalid", "the 'policy' part is not a valid policy object") from None
+        paths = []
+        for number, upload in enumerate(form.getlist("file"), start=1):
+            if isinstance(upload, str):
+                raise ApiError(422, "request.invalid", f"part 'file' number {number} is not a file")
+            target = folder / f"{number:05}"
+            size = 0
+            with target.open("wb") as out:
+                while chunk := await upload.read(CHUNK):
+                    size += len(chunk)
+                    if size > limit:
+                        raise TooLarge
+                    out.write(chunk)
+            paths.append(target)
+    finally:
+        await form.close()
+    if not paths:
+        raise ApiError(422, "request.invalid", "the multipart body needs at least one 'file' part")
+    return paths, part
+
+
+async def accept_uploads(context: ApiContext, paths: list[Path]) -> list[BlobRef]:
+    """Each document checked and stored as a single upload is; a refusal names the document's position."""
+    sources = []
+    for number, path in enumerate(paths, start=1):
+        try:
+            with path.open("rb") as document:
+                check_kind(document.read(HEAD_BYTES))
+            sources.append(await context.jobs.accept(path))
+        except ApiError as error:
+            raise ApiError(error.status, error.code, f"document {number}: {error.message}") from None
+        except DocJobError as error:
+            refused = acceptance_error(error)
+            raise ApiError(refused.status, refused.code, f"document {number}: {refused.message}") from None
+    return sources
+
+
+@router.post(
+    "/v1/batches",
+    status_code=202,
+    response_model=BatchAccepted,
+    responses={200: {"model": BatchAccepted, "description": "the batch already existed"}, **ERRORS},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file"],
+                        "properties": {
+                            "file": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                            "policy": {
+                                "type": "string",
+                                "description": "JSON: name, watermark, mode, ocr, redact, redact_regions",
+                            },
+                        },
+                    }
+                },
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["sources"],
+                        "properties": {
+                            "sources": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": MAX_STORED_SOURCES,
+                                "items": {"type": "string", "pattern": SHA256_PATTERN},
+                            },
+                            "policy": {
+                                "type": "object",
+                                "description": "name, watermark, mode, ocr, redact, redact_regions",
+                            },
+                        },
+                    }
+                },
+            },
+        }
+    },
+)
+async def submit_batch(
+    request: Request,
+    context: Context,
+    name: Tenant,
+    idempotency_key: Annotated[str | None, Header()] = None,
+    policy: Annotated[str | None, Query(description="policy name (multipart uploads)")] = None,
+    concurrency: Annotated[int, Query(ge=1, le=MAX_CONCURRENCY)] = DEFAULT_CONCURRENCY,
+) -> Response:
+    """Accept a batch (multipart `file` parts, or JSON naming stored sources); answer with its batch ID at once."""
+    if idempotency_key is not None and not is_valid_batch_key(idempotency_key):
+        raise ApiError(422, "idempotency.invalid", f"Idempotency-Key: {BATCH_KEY_RULE}")
+    batches = BatchClient(context.jobs)
+    content_type = request.headers.get("content-type", "").lower()
+    if content_type.startswith("application/json"):
+        try:
+            stored = StoredBatch.model_validate_json(b"".join([chunk async for chunk in limited_body(request)]))
+        except TooLarge:
+            raise ApiError(413, "input.too_large", f"the body is larger than {JSON_BODY_LIMIT} bytes") from None
+        except ValidationError:
+            raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
+        part = stored.policy
+        try:
+            sources = await batches.stored_sources(stored.sources)
+        except DocJobError as error:
+            raise ApiError(422, error.code, error.message) from None
+    elif content_type.startswith("multipart/form-data"):
+        spool_dir = context.settings.spool_dir
+        spool_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=spool_dir, prefix="batch-") as folder:
+            try:
+                paths, part = await spool_batch(request, Path(folder), context.upload_limit)
+            except TooLarge:
+                message = f"a document is larger than {context.upload_limit} bytes (or the body than the batch limit)"
+                raise ApiError(413, "input.too_large", message) from None
+            except ClientDisconnect:
+                raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
+            sources = await accept_uploads(context, paths)
+    else:
+        raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
+    chosen = effective_policy(context.policies, part)
+    submitted = await batches.submit(sources, chosen, tenant=name, key=idempotency_key, concurrency=concurrency)
+    if submitted.conflict:
+        raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with other documents or policy")
+    url = batch_path(submitted.batch_id)
+    body = BatchAccepted(batch_id=submitted.batch_id, status_url=url, total=submitted.total).model_dump()
+    if submitted.created:
+        return JSONResponse(body, status_code=202, headers={"Location": url})
+    return JSONResponse(body, status_code=200, headers={"Content-Location": url})
+
+
+async def owned_batch(context: ApiContext, batch_id: str, tenant: str, *, outcomes: bool) -> BatchStatus:
+    """The batch's status, if the tenant owns it; another tenant's batch answers as if it did not exist."""
+    try:
+        if not batch_id.startswith(f"{tenant}/"):
+            raise BatchNotFound(batch_id)
+        return await BatchClient(context.jobs).status(batch_id, outcomes=outcomes)
+    except BatchNotFound:
+        raise ApiError(404, "batch.not_found", "no such batch") from None
+
+
+@router.post(
+    "/v1/batches/{batch_id:path}/cancel", status_code=202, response_model=BatchCancelRequested, responses=ERRORS
+)
+async def cancel_batch(batch_id: str, context: Context, name: Tenant) -> BatchCancelRequested:
+    """Cancel the batch: its running jobs end `canceled`, no more start (409 if it has already ended)."""
+    status = await owned_batch(context, batch_id, name, outcomes=False)
+    if status.state is not BatchState.RUNNING:
+        raise ApiError(409, "batch.ended", f"the batch has already ended ({status.state.value})")
+    await BatchClient(context.jobs).handle(batch_id).cancel()
+    return BatchCancelRequested(batch_id=batch_id, cancel_requested=True)
+
+
+@router.get("/v1/batches/{batch_id:path}", responses=ERRORS)
+async def batch_status(batch_id: str, context: Context, name: Tenant) -> JSONResponse:
+    """Counts by outcome, running and not started, and every ended job's outcome; `Retry-After` while running."""
+    status = await owned_batch(context, batch_id, name, outcomes=True)
+    headers = {} if status.state is not BatchState.RUNNING else {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return JSONResponse(status.model_dump(mode="json", exclude={"segments"}), headers=headers)

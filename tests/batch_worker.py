@@ -1,0 +1,71 @@
+"""A worker whose `render` is a test double that records how many jobs are inside it at once.
+
+    DOCJOBS_BATCH_RECORD=FILE [DOCJOBS_BATCH_GATE=N | DOCJOBS_BATCH_HOLD=FILE] python tests/batch_worker.py ...
+
+(the same flags as worker.py). Every render appends `enter JOB_ID` and `exit JOB_ID` lines to FILE, in the
+order they happen. With GATE, a render waits until N renders are inside (or GATE_SECONDS passed), so the
+batch's concurrency is reached by construction, not left to the speed of the machine. With HOLD, a render
+waits until the file HOLD exists, heartbeating, and ends at once when its job is canceled.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.exceptions import CancelledError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import worker
+from activities.render import RenderActivities
+from docjobs.models import RenderInput, RenderOutput
+
+GATE_SECONDS = 10.0
+HOLD_POLL_SECONDS = 0.2
+
+
+class RecordingRender(RenderActivities):
+    inside = 0
+    lock = threading.Condition()
+
+    @activity.defn(name="render")
+    def render(self, request: RenderInput) -> RenderOutput:
+        record = Path(os.environ["DOCJOBS_BATCH_RECORD"])
+        with self.lock:
+            RecordingRender.inside += 1
+            with record.open("a") as out:
+                out.write(f"enter {request.job_id}\n")
+            self.lock.notify_all()
+        try:
+            self._hold()
+            return super().render(request)
+        finally:
+            with self.lock:
+                RecordingRender.inside -= 1
+                with record.open("a") as out:
+                    out.write(f"exit {request.job_id}\n")
+
+    def _hold(self) -> None:
+        gate = int(os.environ.get("DOCJOBS_BATCH_GATE") or 0)
+        waited = 0.0
+        while gate and waited < GATE_SECONDS:  # heartbeating: the wait must not cost the stage its lease
+            activity.heartbeat()
+            with self.lock:
+                if self.lock.wait_for(lambda: RecordingRender.inside >= gate, timeout=HOLD_POLL_SECONDS):
+                    break
+            waited += HOLD_POLL_SECONDS
+        hold = os.environ.get("DOCJOBS_BATCH_HOLD")
+        while hold and not Path(hold).exists():
+            activity.heartbeat()
+            activity.wait_for_cancelled_sync(HOLD_POLL_SECONDS)
+            if activity.is_cancelled():
+                raise CancelledError("held render canceled")
+
+
+if __name__ == "__main__":
+    setattr(worker, "RenderActivities", RecordingRender)  # noqa: B010 - swap the stage in, keep the rest
+    raise SystemExit(worker.main())
