@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from temporalio import activity
@@ -11,7 +10,7 @@ from activities.attempt import StoreStages
 from activities.lease import typed_failures
 from activities.runs import marked_run
 from docjobs.errors import DocJobError
-from docjobs.evidence import Evidence, sign_evidence, tool_versions
+from docjobs.evidence import Evidence, envelope_evidence, sign_evidence, tool_versions
 from docjobs.models import BlobRef, EvidenceInput, EvidenceOutput
 from docjobs.signing.config import SignerConfig
 from docjobs.storage import BlobStore, RunScope, evidence_key, sha256_file
@@ -60,6 +59,10 @@ class EvidenceActivities(StoreStages):
         the first envelope stands."""
         with self._store.open(key) as blob:
             path.write_bytes(blob.read())
-        if json.loads(path.read_bytes()).get("payload", {}).get("run_id") != run.run_id:
+        try:
+            written_by = envelope_evidence(path.read_bytes()).run_id
+        except (ValueError, KeyError, TypeError, UnicodeError):
+            written_by = None
+        if written_by != run.run_id:
             raise DocJobError("publish.conflict")
         return BlobRef(key=key, sha256=sha256_file(path), size=path.stat().st_size)

@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import CancelledError
 
 from activities.attempt import StoreStages
+from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
 from docjobs.models import CpuBudget, StageInput
 from docjobs.sandbox import ChildPool, ChildStopped
@@ -27,6 +28,7 @@ class Attempt:
     number: int
     lease: Lease
     folder: Path
+    meter: AttemptMeter
 
 
 class IsolatedStages(StoreStages):
@@ -36,14 +38,16 @@ class IsolatedStages(StoreStages):
 
     @contextmanager
     def _attempt(self, stage: str, request: StageInput) -> Iterator[Attempt]:
-        """One attempt of `stage`: typed failures, the lease and a private folder."""
-        lease = Lease(stage)
+        """One attempt of `stage`: typed failures, the lease, a private folder and what the attempt costs (its
+        output reports `attempt.meter.total()`)."""
+        meter = AttemptMeter()
+        lease = Lease(stage, meter)
         with (
-            typed_failures(stage, request.shape, pages=lease.pages_total) as number,
+            typed_failures(stage, request.shape, pages=lease.pages_total, meter=meter) as number,
             lease,
             self._folder(stage) as folder,
         ):
-            yield Attempt(number, lease, folder)
+            yield Attempt(number, lease, folder, meter)
 
     def _isolated(self, attempt: Attempt, work: BaseModel, done: type[DoneT], cpu: CpuBudget) -> DoneT:
         """Run the attempt's stage on `work` in a document child; its page progress renews the lease, and a
@@ -56,6 +60,7 @@ class IsolatedStages(StoreStages):
                 cpu=cpu,
                 on_progress=attempt.lease.progress,
                 should_stop=activity.is_cancelled,
+                on_usage=attempt.meter.add_child,
             )
         except ChildStopped:
             raise CancelledError("the stage was canceled or lost its lease: its document child was killed") from None

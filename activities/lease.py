@@ -1,7 +1,9 @@
 """The lease an activity holds while it works: heartbeats with progress details, typed failures, metrics.
 
 A side thread renews the lease while the worker process lives, so one long page cannot lose it; a killed
-worker stops renewing and the server hands the stage to another worker after the heartbeat timeout.
+worker stops renewing and the server hands the stage to another worker after the heartbeat timeout. With an
+`AttemptMeter` (activities/cost.py) the heartbeats and a failure's details also carry the cost of every
+attempt so far.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from activities.cost import AttemptMeter, cost_detail
 from activities.metrics import outcome_after_failure, record_attempt
 from docjobs.errors import DocJobError, Outcome
 from docjobs.models import JobShape
@@ -36,8 +39,9 @@ class Lease:
     timeout, if shorter) old; a cancel request or a lost lease comes back on these heartbeats.
     """
 
-    def __init__(self, stage: str) -> None:
+    def __init__(self, stage: str, meter: AttemptMeter | None = None) -> None:
         info = activity.info()
+        self._meter = meter
         timeout = info.heartbeat_timeout.total_seconds() if info.heartbeat_timeout else 30.0
         self._tick = min(max(timeout / 3, 0.2), 1.0)
         self._renew_every = min(timeout / 3, RENEW_SECONDS)
@@ -73,20 +77,29 @@ class Lease:
         while not self._stop.wait(self._tick):
             details = self._details
             if details != self._sent or time.monotonic() - last >= self._renew_every:
-                activity.heartbeat(details)
+                self._beat(details)
                 self._sent, last = details, time.monotonic()
+
+    def _beat(self, details: dict[str, Any]) -> None:
+        """One heartbeat: the progress, and the running cost of every attempt so far (with a meter)."""
+        extra = cost_detail(self._meter.running()) if self._meter is not None else {}
+        activity.heartbeat({**details, **extra})
 
 
 @contextmanager
 def typed_failures(
-    stage: str, shape: JobShape | None = None, pages: Callable[[], int] | None = None
+    stage: str,
+    shape: JobShape | None = None,
+    pages: Callable[[], int] | None = None,
+    meter: AttemptMeter | None = None,
 ) -> Iterator[int]:
     """Turn failures into `ApplicationError`s typed by their stable code; yields the attempt number.
 
-    Deterministic codes are non-retryable; the attempt rides along so the job can record it. Unexpected
-    exceptions are logged by type only (their messages may quote document content) and retried. Every
-    attempt's outcome and duration go to the metrics, labelled with the job's `shape`, whose page count is
-    `pages()` when the job did not know it yet (render counts the pages).
+    Deterministic codes are non-retryable; the attempt rides along so the job can record it, and with a
+    `meter` so does the cost of every attempt so far (also left in a last heartbeat, for the next attempt).
+    Unexpected exceptions are logged by type only (their messages may quote document content) and retried.
+    Every attempt's outcome, duration and CPU go to the metrics, labelled with the job's `shape`, whose page
+    count is `pages()` when the job did not know it yet (render counts the pages).
     """
     attempt = activity.info().attempt
     started = time.monotonic()
@@ -97,18 +110,33 @@ def typed_failures(
         log.warning("stage %s attempt %d failed: %s", stage, attempt, error.code)
         retryable = error.outcome is Outcome.RETRY
         outcome, code = outcome_after_failure(retryable=retryable), error.code
-        raise ApplicationError(error.message, attempt, type=error.code, non_retryable=not retryable) from None
+        spent = _spent(stage, meter)
+        raise ApplicationError(error.message, attempt, *spent, type=error.code, non_retryable=not retryable) from None
     except CancelledError:
         outcome = "canceled"
         raise
     except ApplicationError as error:
         outcome = outcome_after_failure(retryable=not error.non_retryable)
+        _spent(stage, meter)
         raise
     except Exception as error:  # noqa: BLE001 - any other failure is transient until proven otherwise
         log.error("stage %s attempt %d raised %s", stage, attempt, type(error).__name__)
         outcome = outcome_after_failure(retryable=True)
-        raise ApplicationError("an unexpected worker error", attempt, type="internal.error") from None
+        raise ApplicationError(
+            "an unexpected worker error", attempt, *_spent(stage, meter), type="internal.error"
+        ) from None
     finally:
         if shape is not None and not shape.page_count and pages is not None:
             shape = shape.model_copy(update={"page_count": pages()})
-        record_attempt(stage, shape, outcome, time.monotonic() - started, code)
+        cpu = meter.finished().cpu_seconds if meter is not None else None
+        record_attempt(stage, shape, outcome, time.monotonic() - started, code, cpu)
+
+
+def _spent(stage: str, meter: AttemptMeter | None) -> tuple[dict[str, Any], ...]:
+    """The cost of every attempt so far, as a failure's detail; left in a last heartbeat too, where the next
+    attempt finds it (the SDK sends an activity's last heartbeat before its failure)."""
+    if meter is None:
+        return ()
+    total = meter.total()
+    activity.heartbeat({"stage": stage, **cost_detail(total)})
+    return (total.model_dump(mode="json"),)

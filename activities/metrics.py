@@ -16,7 +16,14 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from docjobs.metric_names import ACTIVITY_ATTEMPTS, FIDELITY_FAILURES, LEASE_EXPIRATIONS, STAGE_DURATION, shape_labels
+from docjobs.metric_names import (
+    ACTIVITY_ATTEMPTS,
+    FIDELITY_FAILURES,
+    LEASE_EXPIRATIONS,
+    STAGE_CPU,
+    STAGE_DURATION,
+    shape_labels,
+)
 from docjobs.models import JobShape
 
 log = logging.getLogger("docjobs.activities")
@@ -31,12 +38,19 @@ def outcome_after_failure(*, retryable: bool) -> str:
     return "retrying" if retryable and (most == 0 or info.attempt < most) else "failed"
 
 
-def record_attempt(stage: str, shape: JobShape | None, outcome: str, seconds: float, code: str | None) -> None:
+def record_attempt(
+    stage: str, shape: JobShape | None, outcome: str, seconds: float, code: str | None, cpu: float | None = None
+) -> None:
+    """One attempt's outcome and duration; its CPU seconds (document child, tools and worker thread) when measured."""
     meter = activity.metric_meter()
     meter.create_counter(ACTIVITY_ATTEMPTS, "stage attempts by outcome").add(1, {"stage": stage, "outcome": outcome})
     meter.create_histogram_float(STAGE_DURATION, "time a stage attempt worked, whatever its outcome", "s").record(
         seconds, {"stage": stage, **shape_labels(shape)}
     )
+    if cpu is not None:
+        meter.create_histogram_float(STAGE_CPU, "CPU seconds of a stage attempt, tools included", "s").record(
+            cpu, {"stage": stage, **shape_labels(shape), "outcome": outcome}
+        )
     if code is not None and code.startswith(FIDELITY_PREFIX):
         meter.create_counter(FIDELITY_FAILURES, "outputs that failed a fidelity check before release").add(
             1, {"check": code.removeprefix(FIDELITY_PREFIX)}

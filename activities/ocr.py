@@ -38,6 +38,7 @@ class OcrActivities(IsolatedStages):
             text=text,
             pages_ocred=done.pages_ocred,
             attempt=attempt.number,
+            cost=attempt.meter.total(),
             pages_deskewed=done.pages_deskewed,
             pages_unreadable=done.pages_unreadable,
         )

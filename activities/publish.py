@@ -7,6 +7,7 @@ import logging
 from temporalio import activity
 
 from activities.attempt import StoreStages
+from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
 from activities.runs import current_run, marked_run
 from docjobs.models import CleanupInput, PublishInput, PublishOutput
@@ -19,14 +20,17 @@ class PublishActivities(StoreStages):
     @activity.defn(name="publish")
     def publish(self, request: PublishInput) -> PublishOutput:
         """Promote the staged artifact to the job's final key; create-only, so a stale attempt can't replace it."""
-        with typed_failures("publish", request.shape) as attempt, Lease("publish"):
+        meter = AttemptMeter()
+        with typed_failures("publish", request.shape, meter=meter) as attempt, Lease("publish", meter):
             run = marked_run(self._store)  # a job in flight across the upgrade to run folders has no marker yet
             self._verify_source(request.source)
             text = None
             if request.text is not None:  # the searchable text goes first: an artifact is never without it
                 text, _ = self._store.promote(request.text, text_key(run))
             artifact, created = self._store.promote(request.staged, artifact_key(run))
-        return PublishOutput(artifact=artifact, text=text, attempt=attempt, already_published=not created)
+        return PublishOutput(
+            artifact=artifact, text=text, attempt=attempt, already_published=not created, cost=meter.total()
+        )
 
     @activity.defn(name="cleanup")
     def cleanup(self, request: CleanupInput) -> int:

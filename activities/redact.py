@@ -36,4 +36,6 @@ class RedactActivities(IsolatedStages):
             if text_file is not None:
                 text = self._put_staged("redact-text", attempt.number, text_file, ".json")
             staged = self._put_staged("redact", attempt.number, output)
-        return RedactOutput(staged=staged, text=text, summary=done.summary, attempt=attempt.number)
+        return RedactOutput(
+            staged=staged, text=text, summary=done.summary, attempt=attempt.number, cost=attempt.meter.total()
+        )

@@ -45,6 +45,7 @@ class ReleaseActivities(IsolatedStages):
             certificate_sha256=done.certificate_sha256,
             invalidated_signatures=done.invalidated_signatures,
             attempt=attempt.number,
+            cost=attempt.meter.total(),
         )
 
     @activity.defn(name="verify")
@@ -66,4 +67,9 @@ class ReleaseActivities(IsolatedStages):
                 sanitize=request.sanitize,
             )
             done = self._isolated(attempt, work, VerifyDone, request.cpu)
-        return VerifyOutput(signature=done.signature, fidelity_checks=done.fidelity_checks, attempt=attempt.number)
+        return VerifyOutput(
+            signature=done.signature,
+            fidelity_checks=done.fidelity_checks,
+            attempt=attempt.number,
+            cost=attempt.meter.total(),
+        )

@@ -33,6 +33,7 @@ class RenderActivities(IsolatedStages):
             page_count=done.page_count,
             input_encryption=done.input_encryption,
             attempt=attempt.number,
+            cost=attempt.meter.total(),
             invalidated_signatures=done.invalidated_signatures,
             sanitized=done.sanitized,
             repair_warnings=done.repair_warnings,

@@ -1,18 +1,30 @@
-"""The evidence envelope: a signed statement of what a job did, bound to its files by SHA-256.
+"""The evidence: a signed statement of what a job did, bound to its files by SHA-256.
 
-Envelope
-  ``{"algorithm": ..., "canonicalization": "RFC8785", "certificate": PEM, "payload": {...evidence...},
-  "signature": base64}``, itself written as canonical JSON (RFC 8785, docjobs/canonical.py). The signature is
-  over the canonical JSON of the payload; a verifier re-canonicalizes the payload it parsed, so what is
-  verified is exactly what is read. The evidence object is `Evidence.model_dump(mode="json")`: datetimes are
-  ISO 8601 in UTC with a ``Z`` suffix, absent optional digests are ``null``. Algorithms: ``rsa-pss-sha256``
-  (RSASSA-PSS, SHA-256, MGF1-SHA-256, 32-byte salt) for RSA keys, ``ecdsa-p256-sha256`` (ECDSA on P-256
-  with SHA-256, DER-encoded signature) for EC keys; the algorithm must match the certificate's key.
+Written as an in-toto attestation (Statement v1) in a DSSE envelope, so that anyone can check it with standard
+tools and without docjobs:
 
-Envelopes written before RFC 8785 have no ``canonicalization`` field: their signature is over the
-payload as ``json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-allow_nan=False)`` in UTF-8 (Python's float repr, e.g. ``180.0``), and they are verified over those bytes.
-Any other ``canonicalization`` makes the envelope unreadable.
+  ``{"payload": base64(STATEMENT), "payloadType": "application/vnd.in-toto+json",
+  "signatures": [{"keyid": hex sha256 of the certificate (DER), "sig": base64(SIGNATURE), "cert": PEM}]}``
+
+  * STATEMENT: ``{"_type": "https://in-toto.io/Statement/v1", "subject": [...], "predicateType":
+    "https://docjobs.dev/evidence/v1", "predicate": {...}}`` in UTF-8 (written as RFC 8785 canonical JSON, but
+    verified as the exact bytes it is). Its subjects are the released artifact (``artifact.pdf``, only when the
+    job succeeded), the accepted input (``source``) and the OCR text (``text.json``, when there is one), each
+    with its ``sha256`` digest; the predicate is everything else the job binds (`Evidence` without those three
+    digests; schema: ``schemas/evidence-v1.schema.json``). Datetimes are ISO 8601 in UTC with a ``Z`` suffix.
+  * SIGNATURE: over DSSE's pre-authentication encoding of the payload's exact bytes,
+    ``PAE = "DSSEv1" SP len(type) SP type SP len(payload) SP payload`` (lengths in ASCII decimal): RSASSA-PSS
+    (SHA-256, MGF1-SHA-256, 32-byte salt) for an RSA key, ECDSA on P-256 with SHA-256 (DER-encoded) for an EC
+    key. ``cert`` is the signer's certificate, a field DSSE consumers ignore; the verifier checks that it chains
+    to a configured trust root.
+
+Envelopes written before the attestation (jobs already ended keep theirs) are still verified:
+``{"algorithm": ..., "canonicalization": "RFC8785", "certificate": PEM, "payload": {...evidence...},
+"signature": base64}``, signed over the canonical JSON (RFC 8785, docjobs/canonical.py) of the payload, which the
+verifier re-derives from the payload it parsed; ``algorithm`` is ``rsa-pss-sha256`` or ``ecdsa-p256-sha256`` as
+above. Without a ``canonicalization`` field (written before RFC 8785) the signature is over
+``json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` in UTF-8
+(Python's float repr, e.g. ``180.0``). Any other ``canonicalization`` makes the envelope unreadable.
 """
 
 from __future__ import annotations
@@ -20,11 +32,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import hashlib
 import importlib.metadata
 import json
 import platform
 import re
 import subprocess
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -33,7 +47,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 from pyhanko_certvalidator import CertificateValidator
 from pyhanko_certvalidator.errors import PathError
 from pyhanko_certvalidator.errors import ValidationError as CertificateValidationError
@@ -47,6 +61,12 @@ Algorithm = Literal["rsa-pss-sha256", "ecdsa-p256-sha256"]
 
 # Bindings a verifier can recompute from a file, in the order they are reported.
 DIGEST_FIELDS = ("input_sha256", "output_sha256", "ocr_text_sha256", "redaction_summary_sha256")
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://docjobs.dev/evidence/v1"
+# The statement's subjects: the name of each file it binds -> the evidence field holding its digest.
+SUBJECTS = {"artifact.pdf": "output_sha256", "source": "input_sha256", "text.json": "ocr_text_sha256"}
 
 _PACKAGES = ("pikepdf", "pyHanko", "pyhanko-certvalidator", "cryptography", "pydantic", "temporalio")
 _TOOLS = {"qpdf": ["qpdf", "--version"], "pdftoppm": ["pdftoppm", "-v"], "tesseract": ["tesseract", "--version"]}
@@ -98,37 +118,137 @@ def _legacy_json(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def evidence_payload(evidence: Evidence) -> dict[str, Any]:
-    return evidence.model_dump(mode="json")
+def statement(evidence: Evidence) -> dict[str, Any]:
+    """The in-toto Statement v1 of the evidence: the files it binds as subjects, the rest as the predicate."""
+    fields = evidence.model_dump(mode="json")
+    subjects = [
+        {"name": name, "digest": {"sha256": fields[field]}} for name, field in SUBJECTS.items() if fields[field]
+    ]
+    predicate = {key: value for key, value in fields.items() if key not in SUBJECTS.values()}
+    return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE, "predicate": predicate}
+
+
+def evidence_of(statement: dict[str, Any]) -> Evidence:
+    """The evidence a statement states. Raises ValueError (pydantic's ValidationError among them) when it is not a
+    docjobs evidence statement."""
+    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
+        raise ValueError("not a docjobs evidence statement")
+    predicate, subjects = statement.get("predicate"), statement.get("subject")
+    if not isinstance(predicate, dict) or not isinstance(subjects, list) or set(predicate) & set(SUBJECTS.values()):
+        raise ValueError("a malformed statement")
+    digests: dict[str, Any] = {}
+    for subject in subjects:
+        name, digest = (subject.get("name"), subject.get("digest")) if isinstance(subject, dict) else (None, None)
+        field = SUBJECTS.get(name) if isinstance(name, str) else None
+        if field is None or field in digests or not isinstance(digest, dict):
+            raise ValueError("an unknown or repeated subject")
+        digests[field] = digest.get("sha256")
+    return Evidence.model_validate({**predicate, **digests})
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE's pre-authentication encoding: what a DSSE signature is over."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(payload), payload)
 
 
 def sign_evidence(evidence: Evidence, config: SignerConfig) -> bytes:
-    """The signed envelope (canonical JSON bytes). Raises ConfigError when the key cannot be loaded."""
-    return sign_payload(evidence_payload(evidence), config)
-
-
-def sign_payload(payload: dict[str, Any], config: SignerConfig) -> bytes:
-    """The signed envelope of any JSON payload (what an older docjobs wrote can be made again, for tests)."""
+    """The signed DSSE envelope of the evidence's statement (canonical JSON bytes). Raises ConfigError when the
+    key cannot be loaded, ValueError for an EC key on another curve than P-256."""
     material = load_signer(config)
-    message = canonical_json(payload)
+    body = canonical_json(statement(evidence))
     key = material.key
-    algorithm: Algorithm
+    message = pae(PAYLOAD_TYPE, body)
     if isinstance(key, rsa.RSAPrivateKey):
-        algorithm = "rsa-pss-sha256"
         signature = key.sign(message, _pss(), hashes.SHA256())
     else:
         if not isinstance(key.curve, ec.SECP256R1):
             raise ValueError("evidence signing supports EC keys on P-256 only")
-        algorithm = "ecdsa-p256-sha256"
         signature = key.sign(message, ec.ECDSA(hashes.SHA256()))
+    certificate = material.certificate
     envelope = {
-        "algorithm": algorithm,
-        "canonicalization": FORMAT,
-        "certificate": material.certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"),
-        "payload": payload,
-        "signature": base64.b64encode(signature).decode("ascii"),
+        "payload": base64.b64encode(body).decode("ascii"),
+        "payloadType": PAYLOAD_TYPE,
+        "signatures": [
+            {
+                "keyid": hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).hexdigest(),
+                "sig": base64.b64encode(signature).decode("ascii"),
+                "cert": certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"),
+            }
+        ],
     }
     return canonical_json(envelope)
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """An envelope taken apart, not yet verified: the signed bytes, the signature and the claimed payload."""
+
+    signed: bytes
+    signature: bytes
+    algorithm: object
+    certificate: x509.Certificate
+    payload: dict[str, Any]  # the statement (DSSE) or the evidence itself (an older envelope)
+    attested: bool  # a DSSE envelope (its payload is a statement)
+
+    def evidence(self) -> Evidence:
+        return evidence_of(self.payload) if self.attested else Evidence.model_validate(self.payload)
+
+
+def _open(envelope: bytes) -> _Opened:
+    """Raises ValueError, KeyError, TypeError or UnicodeError for an envelope of neither form."""
+    parsed = json.loads(envelope, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    if "payloadType" in parsed:
+        return _open_dsse(parsed)
+    payload, signature_b64, cert_pem = parsed["payload"], parsed["signature"], parsed["certificate"]
+    if not (isinstance(payload, dict) and isinstance(signature_b64, str) and isinstance(cert_pem, str)):
+        raise ValueError("envelope fields have the wrong types")
+    return _Opened(
+        signed=_signed_bytes(payload, parsed.get("canonicalization")),
+        signature=base64.b64decode(signature_b64, validate=True),
+        algorithm=parsed["algorithm"],
+        certificate=x509.load_pem_x509_certificate(cert_pem.encode("ascii")),
+        payload=payload,
+        attested=False,
+    )
+
+
+def _open_dsse(parsed: dict[str, Any]) -> _Opened:
+    payload_b64, payload_type, signatures = parsed["payload"], parsed["payloadType"], parsed["signatures"]
+    if payload_type != PAYLOAD_TYPE or not isinstance(payload_b64, str):
+        raise ValueError("not an in-toto payload")
+    if not isinstance(signatures, list) or len(signatures) != 1 or not isinstance(signatures[0], dict):
+        raise ValueError("one signature expected")
+    signature_b64, cert_pem = signatures[0]["sig"], signatures[0]["cert"]
+    if not (isinstance(signature_b64, str) and isinstance(cert_pem, str)):
+        raise ValueError("signature fields have the wrong types")
+    body = _b64(payload_b64)
+    statement = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    if not isinstance(statement, dict):
+        raise ValueError("the statement is not an object")
+    certificate = x509.load_pem_x509_certificate(cert_pem.encode("ascii"))
+    key = certificate.public_key()
+    return _Opened(
+        signed=pae(payload_type, body),
+        signature=_b64(signature_b64),
+        algorithm="rsa-pss-sha256" if isinstance(key, rsa.RSAPublicKey) else "ecdsa-p256-sha256",
+        certificate=certificate,
+        payload=statement,
+        attested=True,
+    )
+
+
+def _b64(text: str) -> bytes:
+    """DSSE allows standard or URL-safe base64."""
+    if "-" in text or "_" in text:
+        return base64.urlsafe_b64decode(text.encode("ascii"))
+    return base64.b64decode(text, validate=True)
+
+
+def envelope_evidence(envelope: bytes) -> Evidence:
+    """What an envelope of either form claims, NOT verified (`verify_evidence` does that). Raises ValueError,
+    KeyError, TypeError or UnicodeError for anything else."""
+    return _open(envelope).evidence()
 
 
 def verify_evidence(
@@ -144,35 +264,26 @@ def verify_evidence(
 ) -> EvidenceCheck:
     """Check the envelope's signature and every digest for which a file is given.
 
-    "signature" breaks when the certificate does not chain to a configured trust root (offline, at the
-    current time) or the signature does not verify over the re-canonicalized payload; "run" when the
+    Either form (see the module docstring). "signature" breaks when the certificate does not chain to a
+    configured trust root (offline, at the current time) or the signature does not verify (over the PAE of the
+    payload's bytes, or over the re-canonicalized payload of an older envelope); "payload" when the payload is no
+    docjobs evidence; "run" when the
     evidence names another job than `job_id` or another run than `run_id` (an envelope from before run folders
     names none); a digest field breaks when its file's SHA-256 differs or the evidence does not record that
     digest at all.
     """
     try:
-        parsed = json.loads(envelope, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
-        payload, signature_b64, algorithm, cert_pem = (
-            parsed["payload"],
-            parsed["signature"],
-            parsed["algorithm"],
-            parsed["certificate"],
-        )
-        if not (isinstance(payload, dict) and isinstance(signature_b64, str) and isinstance(cert_pem, str)):
-            raise ValueError("envelope fields have the wrong types")
-        signature = base64.b64decode(signature_b64, validate=True)
-        certificate = x509.load_pem_x509_certificate(cert_pem.encode("ascii"))
-        signed = _signed_bytes(payload, parsed.get("canonicalization"))
+        opened = _open(envelope)
     except (ValueError, KeyError, TypeError, UnicodeError):
         return EvidenceCheck(broken=["envelope"], problem="the envelope is not a well-formed evidence envelope")
 
     broken: list[str] = []
-    problem = _check_signature(signed, signature, algorithm, certificate, config)
+    problem = _check_signature(opened.signed, opened.signature, opened.algorithm, opened.certificate, config)
     if problem is not None:
         broken.append("signature")
     try:
-        evidence: Evidence | None = Evidence.model_validate(payload)
-    except ValidationError:
+        evidence: Evidence | None = opened.evidence()
+    except ValueError:  # pydantic's ValidationError too
         evidence = None
         broken.append("payload")
     if (job_id is not None or run_id is not None) and (
@@ -197,7 +308,7 @@ def verify_evidence(
     return EvidenceCheck(
         broken=broken,
         evidence=evidence,
-        signer_subject=certificate.subject.rfc4514_string(),
+        signer_subject=opened.certificate.subject.rfc4514_string(),
         problem=problem,
     )
 

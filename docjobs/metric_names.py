@@ -19,9 +19,14 @@ LEASE_EXPIRATIONS = "docjobs_lease_expirations"
 FIDELITY_FAILURES = "docjobs_fidelity_failures"
 OLDEST_ACTIVE_JOB_AGE = "docjobs_oldest_active_job_age_seconds"
 ACTIVE_JOBS = "docjobs_active_jobs"
+STAGE_CPU = "docjobs_stage_cpu_seconds"
+DOCUMENT_CPU = "docjobs_document_cpu_seconds"
+RELEASED_PAGES = "docjobs_released_pages"
 
 # Stage attempts last from a fraction of a second (publish) to half an hour (OCR of a long scan).
 STAGE_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+# CPU seconds of one stage attempt, and of a whole document (every stage attempt of a job).
+CPU_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 PAGE_BUCKETS = ((1, "1"), (10, "2-10"), (50, "11-50"), (200, "51-200"))
 UNKNOWN = "unknown"
 

@@ -145,6 +145,8 @@ class SanitizePolicy(Frozen):
 
     mode: SanitizeMode = SanitizeMode.STRIP
     keep_attachments: bool = False  # True: embedded files are neither removed nor refused
+
+
 class LimitsPolicy(Frozen):
     """Parser budgets for a document class (docjobs/pdf/budgets.py); raised for a trusted tenant whose
     documents fail `input.too_complex`. The page limit is the policy's `max_pages`."""
@@ -235,6 +237,41 @@ class CpuBudget(Frozen):
         return self.base_seconds + self.per_page_seconds * max(pages, 0)
 
 
+class Cost(Frozen):
+    """What stage attempts cost: CPU seconds (user + system, of the document child and the tools it ran, and of the
+    worker thread that fetched and stored the blobs), wall seconds, the peak resident memory of one attempt, and the
+    bytes read and written (read/write system calls of the child and its tools). Adding costs sums them, except
+    the peak, which is the larger one."""
+
+    attempts: int = Field(default=0, ge=0)
+    cpu_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    wall_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    peak_memory_mb: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    bytes_read: int = Field(default=0, ge=0)
+    bytes_written: int = Field(default=0, ge=0)
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            attempts=self.attempts + other.attempts,
+            cpu_seconds=round(self.cpu_seconds + other.cpu_seconds, 6),
+            wall_seconds=round(self.wall_seconds + other.wall_seconds, 6),
+            peak_memory_mb=max(self.peak_memory_mb, other.peak_memory_mb),
+            bytes_read=self.bytes_read + other.bytes_read,
+            bytes_written=self.bytes_written + other.bytes_written,
+        )
+
+
+class JobCost(Frozen):
+    """A job's cost: per stage (every attempt, failed and retried ones included) and in total."""
+
+    total: Cost = Cost()
+    stages: dict[str, Cost] = Field(default_factory=dict)
+
+    def adding(self, stage: str, cost: Cost) -> JobCost:
+        stages = {**self.stages, stage: self.stages.get(stage, Cost()) + cost}
+        return JobCost(total=self.total + cost, stages=stages)
+
+
 class StageInput(Frozen):
     """What every stage gets: its job, the job's shape and its CPU budget (both filled in by the workflow when
     it schedules the stage)."""
@@ -262,6 +299,7 @@ class RenderOutput(Frozen):
     invalidated_signatures: int = 0  # signatures of an (allowed) signed input that processing voids
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count
     repair_warnings: int = Field(default=0, ge=0)  # qpdf's warnings on the input: render worked on its repair
+    cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
 class OcrInput(StageInput):
@@ -278,6 +316,7 @@ class OcrOutput(Frozen):
     attempt: int
     pages_deskewed: list[DeskewedPage] = Field(default_factory=list)
     pages_unreadable: list[int] = Field(default_factory=list)  # released image-only (policy unreadable = image_only)
+    cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
 class SignInput(StageInput):
@@ -293,6 +332,7 @@ class SignOutput(Frozen):
     certificate_sha256: str
     invalidated_signatures: int
     attempt: int
+    cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
 class RedactInput(StageInput):
@@ -333,6 +373,7 @@ class RedactOutput(Frozen):
     text: BlobRef | None = None  # the rebuilt OCR text blob (when asked)
     summary: RedactionSummary
     attempt: int
+    cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
 class VerifyInput(StageInput):
@@ -350,6 +391,7 @@ class VerifyOutput(Frozen):
     signature: dict[str, str | bool | int | None] | None
     fidelity_checks: list[str]
     attempt: int
+    cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
 class PublishInput(StageInput):
@@ -363,6 +405,7 @@ class PublishOutput(Frozen):
     text: BlobRef | None = None
     attempt: int
     already_published: bool
+    cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
 class CleanupInput(Frozen):
@@ -436,6 +479,7 @@ class JobStatus(BaseModel):
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None
+    cost: JobCost = JobCost()  # CPU, wall time, memory and I/O of every stage attempt (docjobs.models.Cost)
     notification: str | None = None  # the tenant callback: "delivered", "no callback", "failed"
     failure_code: str | None = None
     failure_message: str | None = None

@@ -18,6 +18,10 @@ stall and a structure nested too deep all end as `input.too_complex`, whose mess
 The child talks in JSON lines that the parent validates against the task's result model: a child that was
 taken over by a hostile document can make its own task fail, but cannot make the worker run anything.
 A child is reused for the next task only after a clean success, up to `recycle_after` tasks.
+
+What a task cost (`TaskUsage`) is measured by the child itself (a reused child's kernel account covers all its
+tasks) and reported with its answer; for a child that ended without one, the parent derives it from what the
+kernel counted when it reaped the child (CPU since its last reported task, its lifetime peak memory).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.models import CpuBudget
@@ -69,6 +73,19 @@ class ChildCrashed(Exception):
     """The child failed outside the failure codes (a bug, a signal): transient until proven otherwise."""
 
 
+class TaskUsage(BaseModel):
+    """What one task cost in its child: CPU seconds (user + system, the tools it ran included), peak resident
+    memory, bytes read and written. Reported by the child, which may lie about it (only to its own accounts)."""
+
+    cpu_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    peak_memory_mb: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    bytes_read: int = Field(default=0, ge=0)
+    bytes_written: int = Field(default=0, ge=0)
+
+
+UsageFn = Callable[[TaskUsage], None]
+
+
 @dataclass(frozen=True)
 class ChildLimits:
     memory_mb: int = 1536
@@ -84,6 +101,24 @@ class _Child:
     buffer: bytes = b""
     rusage: resource.struct_rusage | None = None
     exit_status: int | None = None
+    cpu_accounted: float = 0.0  # CPU seconds (tools included) the child had used when its current task began
+    reported: TaskUsage | None = None  # what the current task cost, as the child reported it
+
+    def note_usage(self, message: dict[str, Any]) -> None:
+        """Keep the usage a message reports (a malformed one counts as none: it is accounting, never a verdict)."""
+        try:
+            self.reported = TaskUsage.model_validate(message.get("usage"))
+        except ValidationError:
+            self.reported = None
+
+    def task_usage(self) -> TaskUsage:
+        """The current task's cost: as reported, else what the kernel counted for the child (once reaped)."""
+        if self.reported is not None:
+            return self.reported
+        if self.rusage is None:
+            return TaskUsage()
+        total = self.rusage.ru_utime + self.rusage.ru_stime
+        return TaskUsage(cpu_seconds=max(total - self.cpu_accounted, 0.0), peak_memory_mb=self.rusage.ru_maxrss / 1024)
 
     @property
     def pid(self) -> int:
@@ -237,13 +272,16 @@ class ChildPool:
         cpu: CpuBudget,
         on_progress: ProgressFn | None = None,
         should_stop: Callable[[], bool] | None = None,
+        on_usage: UsageFn | None = None,
     ) -> ResultT:
         """Run the entry `entry` on `work` in a child; its result validated as `result_type`.
 
         Raises DocJobError (the child's own failure, or `input.too_complex` for a limit), ChildStopped when
-        `should_stop()` said so, ChildCrashed for anything else.
+        `should_stop()` said so, ChildCrashed for anything else. `on_usage` gets what the task cost, however
+        it ended.
         """
         child = self._acquire()
+        child.reported = None
         reusable = False
         try:
             child.send({"entry": entry, "work": work.model_dump(mode="json"), "cpu": cpu.model_dump(mode="json")})
@@ -252,6 +290,10 @@ class ChildPool:
             return result
         finally:
             self._release(child, reusable=reusable)
+            usage = child.task_usage()
+            child.cpu_accounted += usage.cpu_seconds
+            if on_usage is not None:
+                on_usage(usage)
 
     def _supervise(
         self,
@@ -272,19 +314,25 @@ class ChildPool:
                 kind = message.get("kind")
                 if kind == "ready":
                     child.ready = True
+                    cpu_at_start = message.get("cpu")
+                    if isinstance(cpu_at_start, int | float) and cpu_at_start >= 0:
+                        child.cpu_accounted = float(cpu_at_start)
                 elif kind == "progress":
                     done, total = _page_pair(message)
                     pages_total = max(pages_total, total)
                     if on_progress is not None:
                         on_progress(done, total)
                 elif kind == "result":
+                    child.note_usage(message)
                     try:
                         return result_type.model_validate(message.get("value"))
                     except ValidationError:
                         raise ChildCrashed("result does not match its model") from None
                 elif kind == "failure":
+                    child.note_usage(message)
                     raise _failure(message)
                 elif kind == "crash":
+                    child.note_usage(message)
                     raise ChildCrashed(str(message.get("error", "unknown"))[:100])
             if should_stop is not None and should_stop():
                 child.kill()

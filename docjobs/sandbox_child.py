@@ -6,6 +6,7 @@ stdin, one at a time, answering on the channel its parent gave it (`docjobs.sand
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import json
@@ -50,6 +51,60 @@ def _cpu_used() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _cpu_with_tools() -> float:
+    """CPU seconds of this child and of every tool it ran and reaped (user + system)."""
+    tools = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return _cpu_used() + tools.ru_utime + tools.ru_stime
+
+
+def _io_bytes() -> tuple[int, int]:
+    """Bytes read and written by read/write system calls, this child's and its reaped tools' (rchar, wchar)."""
+    counters = {}
+    try:
+        with open("/proc/self/io") as io:
+            for line in io:
+                name, _, value = line.partition(":")
+                counters[name] = int(value)
+    except (OSError, ValueError):
+        return 0, 0
+    return counters.get("rchar", 0), counters.get("wchar", 0)
+
+
+def _peak_rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+class _TaskUsage:
+    """What one task costs, measured by the child itself: it is reused, so the kernel's account of it (the parent's
+    wait4) covers all its tasks together. The peak memory is reset per task (`clear_refs` 5); a tool's peak counts
+    when it is the largest the child ever ran (the kernel keeps only that maximum)."""
+
+    def __init__(self) -> None:
+        with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        self._cpu = _cpu_with_tools()
+        self._io = _io_bytes()
+        self._tools_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+
+    def report(self) -> dict[str, float | int]:
+        read, written = _io_bytes()
+        tools_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        peak = max(_peak_rss_mb(), tools_peak / 1024 if tools_peak > self._tools_peak else 0.0)
+        return {
+            "cpu_seconds": round(max(_cpu_with_tools() - self._cpu, 0.0), 6),
+            "peak_memory_mb": round(peak, 3),
+            "bytes_read": max(read - self._io[0], 0),
+            "bytes_written": max(written - self._io[1], 0),
+        }
+
+
 def _limit_cpu(seconds: float) -> None:
     """Soft limit only: SIGXCPU ends the child there. The hard limit stays where it is, so that the next task
     of this child can be given its own budget (an unprivileged process cannot raise a hard limit)."""
@@ -62,6 +117,7 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
     """Run one task and answer it; False when this child must not take another one."""
     from docjobs.errors import DocJobError  # light, and already imported with the entries
 
+    usage = _TaskUsage()
     start = _cpu_used()
     budget = task.get("cpu") or {}
     base, per_page = float(budget.get("base_seconds", 60.0)), float(budget.get("per_page_seconds", 0.0))
@@ -79,17 +135,17 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
         entry = entries[task["entry"]]
         work = entry.work_type.model_validate(task["work"])
         result = entry.run(work, progress)
-        _send(channel, {"kind": "result", "value": result.model_dump(mode="json")})
+        _send(channel, {"kind": "result", "value": result.model_dump(mode="json"), "usage": usage.report()})
         return True
     except DocJobError as error:
-        _send(channel, {"kind": "failure", "code": error.code, "message": error.message})
+        _send(channel, {"kind": "failure", "code": error.code, "message": error.message, "usage": usage.report()})
     except MemoryError:
         _write(channel, _OUT_OF_MEMORY)
     except RecursionError:
         message = "the document's structure is nested too deeply"
-        _send(channel, {"kind": "failure", "code": "input.too_complex", "message": message})
+        _send(channel, {"kind": "failure", "code": "input.too_complex", "message": message, "usage": usage.report()})
     except Exception as error:  # noqa: BLE001 - reported by type only: messages may quote the document
-        _send(channel, {"kind": "crash", "error": type(error).__name__})
+        _send(channel, {"kind": "crash", "error": type(error).__name__, "usage": usage.report()})
     return False
 
 
@@ -101,7 +157,7 @@ def main() -> None:
     message = f"the document needs more than the {memory_mb} MiB of memory a stage may use"
     _OUT_OF_MEMORY = json.dumps({"kind": "failure", "code": "input.too_complex", "message": message}).encode() + b"\n"
     entries: dict[str, Any] = importlib.import_module(os.environ[ENTRIES_ENV]).ENTRIES  # the heavy imports, once
-    _send(channel, {"kind": "ready"})
+    _send(channel, {"kind": "ready", "cpu": _cpu_with_tools()})  # where the first task's account starts
     for line in sys.stdin.buffer:
         if not _serve_task(channel, json.loads(line), entries):
             break  # after any failure the child is not reused: it ends, and the pool starts a fresh one

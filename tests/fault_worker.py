@@ -5,6 +5,8 @@
 `drop-last-page` (the default): `render` drops the document's last page (the fidelity gate must catch it).
 `box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it).
 `keep-active-content`: `render` strips nothing (the verify gate must find the active content).
+`flaky-render`: `render`'s first attempt does the document work, then fails to store its output (retried as
+`internal.error`); the second succeeds: a retry whose first attempt cost something.
 `hold-render`: `render` holds, renewing its lease, until the test releases the job (`Hold`, in the folder
 `DOCJOBS_HOLD_DIR`), then renders for real: the stand-in for a document slow enough to interfere with.
 
@@ -31,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import worker
 from activities.lease import Lease
 from activities.render import RenderActivities
-from docjobs.models import RenderInput, RenderOutput
+from docjobs.models import BlobRef, RenderInput, RenderOutput
 from docjobs.sandbox import ChildPool
 
 
@@ -77,6 +79,13 @@ class HeldRender(RenderActivities):
         return super().render(request)
 
 
+class FlakyRender(RenderActivities):
+    def _put_staged(self, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
+        if stage == "render" and attempt == 1:
+            raise OSError("the store is away (a test double)")
+        return super()._put_staged(stage, attempt, path, suffix)
+
+
 class PageDroppingRender(RenderActivities):
     @activity.defn(name="render")
     def render(self, request: RenderInput) -> RenderOutput:
@@ -93,9 +102,9 @@ class PageDroppingRender(RenderActivities):
 
 if __name__ == "__main__":
     fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
-    if fault in ("drop-last-page", "hold-render"):
-        swapped = PageDroppingRender if fault == "drop-last-page" else HeldRender
-        setattr(worker, "RenderActivities", swapped)  # noqa: B010 - swap the stage in, keep the rest
+    renders = {"drop-last-page": PageDroppingRender, "hold-render": HeldRender, "flaky-render": FlakyRender}
+    if fault in renders:
+        setattr(worker, "RenderActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
     elif fault in ("box-only-redaction", "keep-active-content"):
         entries = f"tests.faults.{fault.replace('-', '_')}"
         setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010

@@ -21,6 +21,9 @@ class Order(Frozen):
     pages: int = 0
     release_file: str | None = None  # blocks until this file exists
     pid_file: str | None = None  # where to write pids the test wants to find
+    tool_cpu_seconds: float = 0.0  # CPU a tool (a grandchild) burns
+    io_mb: int = 0  # written to a file by the child, then read back by a tool
+    hold_mb: int = 0  # touched in the child's own memory
 
 
 class Seen(Frozen):
@@ -71,6 +74,27 @@ def block(order: Order, progress: ProgressFn) -> Seen:
     return Seen(pid=os.getpid())
 
 
+def costly(order: Order, progress: ProgressFn) -> Seen:
+    """Costs what the order says: memory in the child, bytes written by the child and read by a tool, CPU in a tool."""
+    hoard = bytearray(order.hold_mb << 20)
+    hoard[::4096] = b"x" * len(hoard[::4096])  # touched, so resident
+    data = Path("costly.bin")
+    data.write_bytes(b"\0" * (order.io_mb << 20))
+    _run_tool(["cat", str(data)], progress)
+    spin = "import sys, time\nwhile time.process_time() < float(sys.argv[1]): pass"  # its own CPU, not wall time
+    _run_tool([sys.executable, "-c", spin, str(order.tool_cpu_seconds)], progress)
+    return Seen(pid=os.getpid())
+
+
+def _run_tool(command: list[str], progress: ProgressFn) -> None:
+    """Run a tool to its end, reporting progress meanwhile (a busy machine must not look like a stall)."""
+    tool = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    while tool.poll() is None:
+        progress(0, 1)
+        time.sleep(0.1)
+    assert tool.returncode == 0
+
+
 def crash(order: Order, progress: ProgressFn) -> Seen:
     os.kill(os.getpid(), signal.SIGSEGV)
     return Seen()
@@ -102,6 +126,7 @@ ENTRIES = {
         "silent": silent,
         "block": block,
         "crash": crash,
+        "costly": costly,
         "recurse": recurse,
         "lie": lie,
     }.items()

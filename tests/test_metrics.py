@@ -101,8 +101,46 @@ async def test_worker_serves_sdk_and_job_metrics(
         assert total(found, "docjobs_stage_duration_seconds_sum", **shape) > 0, stage
         assert total(found, "docjobs_activity_attempts", stage=stage, outcome="succeeded") == 1, stage
     assert total(found, "docjobs_activity_attempts", stage="render", outcome="failed") == 1
+    for outcome in ("succeeded", "failed"):  # the truncated input fails at render, having cost something
+        cpu = {"stage": "render", "watermark_mode": "structure", "outcome": outcome}
+        assert total(found, "docjobs_stage_cpu_seconds_count", **cpu) == 1, outcome
+        assert total(found, "docjobs_stage_cpu_seconds_sum", **cpu) > 0, outcome
+    for state in ("succeeded", "failed"):
+        assert total(found, "docjobs_document_cpu_seconds_count", state=state, document_class="standard") == 1
+        assert total(found, "docjobs_document_cpu_seconds_sum", state=state) > 0, state
+    assert total(found, "docjobs_released_pages", document_class="standard", watermark_mode="structure") == 4
     identities = (good.job_id, bad.job_id, waiting.job_id, good.input_sha256, bad.input_sha256)
     assert_no_identity_in_labels(found, *identities, "sample.pdf", "truncated")
+
+
+async def test_a_retried_attempt_is_in_the_cost(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker
+) -> None:
+    """render's first attempt works, then fails (retried); the job's cost counts both attempts, and so does
+    the stage's CPU histogram, by outcome."""
+    queue, port = "docjobs-metrics-flaky", free_port()
+    start_worker(
+        queue, "--metrics-port", str(port), script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="flaky-render"
+    )
+    on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
+    submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="metrics-flaky")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED and status.attempts["render"] == 2, status
+    cost = status.cost
+    assert set(cost.stages) == set(status.attempts)  # render, sign, verify, publish
+    assert cost.stages["render"].attempts == 2 and cost.total.attempts == 5
+    assert all(stage.cpu_seconds > 0 and stage.wall_seconds > 0 for stage in cost.stages.values()), cost
+    render = cost.stages["render"]
+    assert render.peak_memory_mb > 0 and render.bytes_read >= samples.joinpath("sample.pdf").stat().st_size
+    assert cost.total.cpu_seconds == pytest.approx(sum(stage.cpu_seconds for stage in cost.stages.values()))
+
+    found = await asyncio.to_thread(scrape, port)
+    for outcome in ("retrying", "succeeded"):
+        cpu = {"stage": "render", "outcome": outcome}
+        assert total(found, "docjobs_stage_cpu_seconds_count", **cpu) == 1, outcome
+    stages_cpu = total(found, "docjobs_stage_cpu_seconds_sum")
+    document_cpu = total(found, "docjobs_document_cpu_seconds_sum", state="succeeded")
+    assert document_cpu == pytest.approx(cost.total.cpu_seconds) == pytest.approx(stages_cpu, rel=1e-3)
 
 
 async def test_fidelity_failures_are_counted_by_check(

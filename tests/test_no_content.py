@@ -10,6 +10,7 @@ job's released artifact still holds the marker: the search would have seen it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import subprocess
@@ -128,7 +129,8 @@ async def test_the_marker_appears_nowhere_but_in_the_released_text(
         commands.append(["evidence", job_id, "-o", str(envelope)])
         done = await asyncio.gather(*(asyncio.to_thread(starter, coded, *command) for command in commands))
         assert [run.returncode for run in done] == [0] * len(done), [run.stderr for run in done]
-        return [text for run in done for text in (run.stdout, run.stderr)] + [envelope.read_text()]
+        statement = base64.b64decode(json.loads(envelope.read_text())["payload"]).decode()  # DSSE: base64 inside
+        return [text for run in done for text in (run.stdout, run.stderr)] + [envelope.read_text(), statement]
 
     for job_id in statuses:
         operator_views += await views_of(job_id)

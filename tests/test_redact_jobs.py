@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 from pathlib import Path
 
 import pikepdf
 from pypdf import PdfReader
 
+from docjobs.evidence import envelope_evidence
 from docjobs.models import JobStatus
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
@@ -104,7 +104,7 @@ async def test_summary_is_bound_into_the_evidence(
     assert values <= page.glyphs_removed <= values + 4  # and at most the spaces either side
     envelope = tmp_path / "evidence.json"
     assert run_starter(env, "evidence", status.job_id, "-o", str(envelope))[0] == 0
-    assert json.loads(envelope.read_bytes())["payload"]["redaction_summary_sha256"] == status.redaction.sha256
+    assert envelope_evidence(envelope.read_bytes()).redaction_summary_sha256 == status.redaction.sha256
     code, checked, _ = run_starter(env, "verify-evidence", status.job_id)  # the reported summary is the bound one
     assert (code, checked["ok"], checked["broken"]) == (0, True, [])
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
+from docjobs.evidence import envelope_evidence
 from docjobs.models import Policy
 from docjobs.policies import PolicyBook
 from docjobs.signing.config import cert_pem, key_pem
@@ -103,14 +107,16 @@ async def test_evidence_is_signed_and_names_the_broken_binding(
     envelope, artifact = tmp_path / "evidence.json", tmp_path / "artifact.pdf"
     assert run_starter(env, "evidence", submitted.job_id, "-o", str(envelope))[0] == 0
     await jobs.fetch(submitted.job_id, artifact)
-    payload = json.loads(envelope.read_bytes())["payload"]
-    assert (payload["job_id"], payload["terminal_state"]) == (submitted.job_id, "succeeded")
-    assert payload["output_sha256"] == status.output_sha256 and payload["input_sha256"] == status.input_sha256
+    evidence = envelope_evidence(envelope.read_bytes())
+    assert (evidence.job_id, evidence.terminal_state) == (submitted.job_id, "succeeded")
+    assert evidence.output_sha256 == status.output_sha256 and evidence.input_sha256 == status.input_sha256
     elsewhere = ("verify-evidence", "--evidence", str(envelope), "--artifact", str(artifact))
     assert run_starter(env, *elsewhere)[0] == 0
 
     forged = json.loads(envelope.read_bytes())
-    forged["payload"]["terminal_state"] = "failed"
+    statement = json.loads(base64.b64decode(forged["payload"]))
+    statement["predicate"]["terminal_state"] = "failed"
+    forged["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
     (tmp_path / "forged.json").write_text(json.dumps(forged))
     code, result, _ = run_starter(env, "verify-evidence", "--evidence", str(tmp_path / "forged.json"))
     broken = result["broken"]
@@ -123,6 +129,40 @@ async def test_evidence_is_signed_and_names_the_broken_binding(
     code, result, _ = run_starter(env, "verify-evidence", submitted.job_id)
     assert (code, result["broken"]) == (1, ["output_sha256"])
     assert "Signature is Valid." not in pdfsig(stored)
+
+
+def receivers_check(folder: Path) -> subprocess.CompletedProcess[str]:
+    """The README's check for a receiver (python3's standard library and openssl, no docjobs), run in `folder`."""
+    block = re.search(r"```sh\n(# check_docjobs_evidence.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
+    assert block is not None, "the README's evidence check is missing"
+    return subprocess.run(["bash", "-e", "-c", block[1]], cwd=folder, capture_output=True, text=True)
+
+
+async def test_a_receiver_verifies_the_evidence_with_standard_tools(
+    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    """A released job's DSSE envelope, checked by an independent implementation: OpenSSL verifies the signature
+    over the PAE bytes with the certificate's key and the certificate against the CA; sha256sum the artifact."""
+    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="evidence-receiver")
+    assert (await wait_terminal(jobs, submitted.job_id)).state is JobState.SUCCEEDED
+    assert run_starter(env, "evidence", submitted.job_id, "-o", str(tmp_path / "evidence.json"))[0] == 0
+    await jobs.fetch(submitted.job_id, tmp_path / "artifact.pdf")
+    ca = ensure_dev_signer(Path(env.vars["DOCJOBS_DATA_DIR"]) / "signing").trust_roots[0]
+    shutil.copy(ca, tmp_path / "ca.pem")
+
+    checked = receivers_check(tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert "Verified OK" in checked.stdout and "artifact.pdf: OK" in checked.stdout
+
+    released = (tmp_path / "artifact.pdf").read_bytes()
+    (tmp_path / "artifact.pdf").write_bytes(released[:-1] + bytes([released[-1] ^ 1]))
+    assert receivers_check(tmp_path).returncode != 0  # another PDF than the one the evidence names
+    (tmp_path / "artifact.pdf").write_bytes(released)
+    envelope = json.loads((tmp_path / "evidence.json").read_bytes())
+    body = base64.b64decode(envelope["payload"]).replace(b'"succeeded"', b'"failed"')
+    (tmp_path / "evidence.json").write_text(json.dumps(envelope | {"payload": base64.b64encode(body).decode()}))
+    refused = receivers_check(tmp_path)
+    assert refused.returncode != 0 and "Verified OK" not in refused.stdout  # a forged statement
 
 
 async def test_signed_input_fails_unless_the_policy_allows_it(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import time
 import uuid
@@ -22,6 +21,7 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from docjobs.evidence import envelope_evidence
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
 from docjobs.storage import StoredBlob, job_prefix, source_key
@@ -137,9 +137,9 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
     await mine.fetch(second.job_id, fetched)
     assert hashlib.sha256(fetched.read_bytes()).hexdigest() == new.output_sha256 != old.output_sha256
     await mine.evidence(second.job_id, envelope)
-    payload = json.loads(envelope.read_bytes())["payload"]
-    assert (payload["job_id"], payload["run_id"]) == (second.job_id, new_run)
-    assert (payload["input_sha256"], payload["output_sha256"]) == (second.input_sha256, new.output_sha256)
+    evidence = envelope_evidence(envelope.read_bytes())
+    assert (evidence.job_id, evidence.run_id) == (second.job_id, new_run)
+    assert (evidence.input_sha256, evidence.output_sha256) == (second.input_sha256, new.output_sha256)
     code, check, _ = run_starter(store_env, "verify-evidence", second.job_id)
     assert (code, check["ok"], check["broken"]) == (0, True, []), check
 

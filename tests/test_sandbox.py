@@ -17,7 +17,7 @@ import pytest
 
 from docjobs.errors import DocJobError
 from docjobs.models import CpuBudget
-from docjobs.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped
+from docjobs.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped, TaskUsage
 from tests.sandbox_entries import Order, Seen
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,6 +84,28 @@ def test_progress_is_relayed_and_a_clean_child_is_reused(pool: ChildPool) -> Non
     second = pool.run("pages", Order(pages=1), Seen, cpu=QUICK)
     assert second.pid == first.pid  # warm and reused after a clean success
     assert pool.idle_pids() == [first.pid]
+
+
+def test_a_task_reports_what_it_cost_tools_included(pool: ChildPool) -> None:
+    """CPU of a tool the child ran, bytes written and read back, the child's peak memory; the peak is the task's
+    own: the same child's next, smaller task reports less."""
+    usages: list[TaskUsage] = []
+    order = Order(tool_cpu_seconds=0.3, io_mb=8, hold_mb=200)
+    first = pool.run("costly", order, Seen, cpu=CpuBudget(base_seconds=30), on_usage=usages.append)
+    second = pool.run("costly", Order(), Seen, cpu=CpuBudget(base_seconds=30), on_usage=usages.append)
+    assert second.pid == first.pid  # one child, two tasks: the kernel's account of it would mix them
+    big, small = usages
+    assert big.cpu_seconds >= 0.3 > small.cpu_seconds
+    assert big.bytes_written >= 8 << 20 and big.bytes_read >= 8 << 20  # the child wrote, the tool (cat) read
+    assert small.bytes_written < 1 << 20
+    assert big.peak_memory_mb >= 200 > small.peak_memory_mb
+
+
+def test_a_killed_child_is_accounted_by_the_kernel(pool: ChildPool) -> None:
+    usages: list[TaskUsage] = []
+    with pytest.raises(DocJobError):
+        pool.run("spin", Order(pages=0), Seen, cpu=QUICK, on_usage=usages.append)
+    assert usages[0].cpu_seconds >= 1  # its 1-second budget, used up: counted from wait4, not by the child
 
 
 def test_cpu_limit_ends_the_child_as_too_complex(pool: ChildPool) -> None:

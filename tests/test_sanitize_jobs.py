@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from pypdf import PdfReader
 
 from docjobs.cli.output import describe
+from docjobs.evidence import envelope_evidence
 from docjobs.models import Policy
 from docjobs.pdf.sanitize import find_active_content
 from docjobs.policies import PolicyBook
@@ -56,7 +56,7 @@ async def test_active_pdf_comes_back_signed_without_it(
 
     envelope = tmp_path / "evidence.json"
     assert run_starter(env, "evidence", submitted.job_id, "-o", str(envelope))[0] == 0
-    assert json.loads(envelope.read_bytes())["payload"]["sanitized"] == ACTIVE_COUNTS
+    assert envelope_evidence(envelope.read_bytes()).sanitized == ACTIVE_COUNTS
     code, checked, _ = run_starter(env, "verify-evidence", submitted.job_id)
     assert (code, checked["ok"], checked["broken"]) == (0, True, [])
 

@@ -39,11 +39,11 @@ from docjobs.canonical import canonical_json
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
 from docjobs.evidence import (
+    PAYLOAD_TYPE,
     Evidence,
     EvidenceCheck,
-    evidence_payload,
+    envelope_evidence,
     sign_evidence,
-    sign_payload,
     tool_versions,
     verify_evidence,
 )
@@ -549,22 +549,90 @@ def evidence(sample: Path, signed: tuple[Path, SignInfo]) -> Evidence:
     )
 
 
+def opened(envelope: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The DSSE envelope and the in-toto statement it carries, parsed with the standard library only."""
+    parsed = json.loads(envelope)
+    return parsed, json.loads(base64.b64decode(parsed["payload"]))
+
+
+def resealed(parsed: dict[str, Any], statement: dict[str, Any]) -> bytes:
+    """The envelope with another statement in it and the old signature: what a forger can make."""
+    return json.dumps({**parsed, "payload": base64.b64encode(json.dumps(statement).encode()).decode()}).encode()
+
+
 def test_evidence_envelope_round_trip(
     evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, SignInfo]
 ) -> None:
     out, _ = signed
     envelope = sign_evidence(evidence, dev)
-    parsed = json.loads(envelope)
-    assert sorted(parsed) == ["algorithm", "canonicalization", "certificate", "payload", "signature"]
-    assert (parsed["algorithm"], parsed["canonicalization"]) == ("ecdsa-p256-sha256", "RFC8785")
+    parsed, statement = opened(envelope)
+    assert sorted(parsed) == ["payload", "payloadType", "signatures"] and parsed["payloadType"] == PAYLOAD_TYPE
+    [signature] = parsed["signatures"]
+    assert sorted(signature) == ["cert", "keyid", "sig"]
+    certificate = x509.load_pem_x509_certificate(signature["cert"].encode())
+    assert signature["keyid"] == hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).hexdigest()
     assert envelope == canonical_json(parsed)  # the envelope itself is canonical: no whitespace, sorted keys
-    assert "CONFIDENTIAL — ü".encode() in envelope  # UTF-8, not \u-escaped
-    assert parsed["payload"]["completed_at"] == "2026-01-02T01:04:05Z"  # normalised to UTC
-    assert parsed["payload"]["ocr_text_sha256"] is None
+    assert (statement["_type"], statement["predicateType"]) == (
+        "https://in-toto.io/Statement/v1",
+        "https://docjobs.dev/evidence/v1",
+    )
+    assert statement["subject"] == [
+        {"name": "artifact.pdf", "digest": {"sha256": sha256(out)}},
+        {"name": "source", "digest": {"sha256": sha256(sample)}},
+    ]
+    predicate = statement["predicate"]
+    assert not {"input_sha256", "output_sha256", "ocr_text_sha256"} & set(predicate)  # those are the subjects
+    assert predicate["completed_at"] == "2026-01-02T01:04:05Z"  # normalised to UTC
+    assert "CONFIDENTIAL — ü".encode() in base64.b64decode(parsed["payload"])  # UTF-8, not \u-escaped
 
     check = verify_evidence(envelope, dev, artifact=out, source=sample)
     assert check == EvidenceCheck(broken=[], evidence=evidence, signer_subject=f"CN={DEV_SIGNER_CN}")
-    assert check.ok
+    assert check.ok and envelope_evidence(envelope) == evidence
+
+
+def test_evidence_predicate_matches_its_schema(evidence: Evidence, dev: SignerConfig) -> None:
+    import jsonschema
+
+    schema = json.loads((REPO / "schemas" / "evidence-v1.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    _, statement = opened(sign_evidence(evidence.model_copy(update={"sanitized": {"javascript": 1}}), dev))
+    jsonschema.validate(statement["predicate"], schema, cls=jsonschema.Draft202012Validator)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**statement["predicate"], "terminal_state": 3}, schema)
+
+
+def openssl_in(folder: Path) -> Callable[..., str]:
+    def openssl(*args: str) -> str:
+        return subprocess.run(["openssl", *args], cwd=folder, capture_output=True, text=True, check=True).stdout
+
+    return openssl
+
+
+def test_evidence_verifies_with_openssl_alone(
+    work: Path, evidence: Evidence, dev: SignerConfig, signed: tuple[Path, SignInfo]
+) -> None:
+    """No docjobs code: the standard library takes the envelope apart, OpenSSL checks the certificate and the
+    signature over the PAE bytes (the receiver's recipe in the README)."""
+    out, _ = signed
+    folder = work / "openssl"
+    folder.mkdir()
+    parsed, statement = opened(sign_evidence(evidence, dev))
+    body = base64.b64decode(parsed["payload"])
+    kind = parsed["payloadType"].encode()
+    (folder / "pae.bin").write_bytes(b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(body), body))
+    (folder / "sig.bin").write_bytes(base64.b64decode(parsed["signatures"][0]["sig"]))
+    (folder / "cert.pem").write_text(parsed["signatures"][0]["cert"])
+    assert dev.trust_roots
+    openssl = openssl_in(folder)
+    openssl("verify", "-CAfile", str(dev.trust_roots[0]), "cert.pem")
+    openssl("x509", "-in", "cert.pem", "-pubkey", "-noout", "-out", "pubkey.pem")
+    assert "Verified OK" in openssl("dgst", "-sha256", "-verify", "pubkey.pem", "-signature", "sig.bin", "pae.bin")
+    artifact = next(s for s in statement["subject"] if s["name"] == "artifact.pdf")
+    assert artifact["digest"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+
+    (folder / "pae.bin").write_bytes((folder / "pae.bin").read_bytes().replace(b"succeeded", b"quarantined"))
+    with pytest.raises(subprocess.CalledProcessError):
+        openssl("dgst", "-sha256", "-verify", "pubkey.pem", "-signature", "sig.bin", "pae.bin")
 
 
 def test_evidence_flipped_artifact_byte(
@@ -585,29 +653,32 @@ def test_evidence_digest_not_recorded(work: Path, evidence: Evidence, dev: Signe
 @pytest.mark.parametrize(
     "tamper",
     [
-        lambda payload: payload.update(terminal_state="failed"),
-        lambda payload: payload["stage_attempts"].update(render=3),
-        lambda payload: payload.update(extra="ignored by the model, but signed"),
+        lambda statement: statement["predicate"].update(terminal_state="failed"),
+        lambda statement: statement["predicate"]["stage_attempts"].update(render=3),
+        lambda statement: statement["predicate"].update(sanitized={}),  # claiming nothing was removed
+        lambda statement: statement["subject"][0]["digest"].update(sha256="0" * 64),
+        lambda statement: statement.update(extra="ignored by the model, but signed"),
     ],
 )
-def test_evidence_tampered_payload(
+def test_evidence_tampered_statement(
     evidence: Evidence, dev: SignerConfig, tamper: Callable[[dict[str, Any]], None]
 ) -> None:
-    envelope = json.loads(sign_evidence(evidence, dev))
-    tamper(envelope["payload"])
-    check = verify_evidence(json.dumps(envelope, indent=2).encode(), dev)
+    parsed, statement = opened(sign_evidence(evidence.model_copy(update={"sanitized": {"javascript": 2}}), dev))
+    tamper(statement)
+    check = verify_evidence(resealed(parsed, statement), dev)
     assert "signature" in check.broken and not check.ok
 
 
-def test_evidence_whitespace_does_not_matter(evidence: Evidence, dev: SignerConfig) -> None:
-    """The payload is re-canonicalized: re-indenting or reordering the envelope keeps it valid."""
-    envelope = json.loads(sign_evidence(evidence, dev))
-    assert verify_evidence(json.dumps(envelope, indent=2, ensure_ascii=True).encode(), dev).ok
+def test_evidence_envelope_whitespace_does_not_matter(evidence: Evidence, dev: SignerConfig) -> None:
+    """The signature is over the payload's bytes: re-indenting or reordering the envelope keeps it valid."""
+    parsed = json.loads(sign_evidence(evidence, dev))
+    assert verify_evidence(json.dumps(parsed, indent=2, ensure_ascii=True).encode(), dev).ok
+    urlsafe = parsed | {"payload": base64.urlsafe_b64encode(base64.b64decode(parsed["payload"])).decode()}
+    assert verify_evidence(json.dumps(urlsafe).encode(), dev).ok  # DSSE allows either base64 alphabet
 
 
 def test_evidence_from_an_untrusted_key(evidence: Evidence, untrusted: SignerConfig, dev: SignerConfig) -> None:
-    envelope = sign_evidence(evidence, untrusted)
-    assert json.loads(envelope)["algorithm"] == "rsa-pss-sha256"
+    envelope = sign_evidence(evidence, untrusted)  # an RSA key: RSASSA-PSS
     assert verify_evidence(envelope, untrusted).ok  # genuine, for whoever trusts that CA
     check = verify_evidence(envelope, dev)
     assert check.broken == ["signature"]
@@ -616,11 +687,10 @@ def test_evidence_from_an_untrusted_key(evidence: Evidence, untrusted: SignerCon
 
 def test_evidence_certificate_swapped(evidence: Evidence, untrusted: SignerConfig, dev: SignerConfig) -> None:
     """A trusted certificate pasted next to a signature made by another key does not verify."""
-    envelope = json.loads(sign_evidence(evidence, untrusted))
+    parsed = json.loads(sign_evidence(evidence, untrusted))
     assert dev.cert_path is not None
-    envelope["certificate"] = dev.cert_path.read_text()
-    envelope["algorithm"] = "ecdsa-p256-sha256"
-    assert verify_evidence(canonical_json(envelope), dev).broken == ["signature"]
+    parsed["signatures"][0]["cert"] = dev.cert_path.read_text()
+    assert verify_evidence(canonical_json(parsed), dev).broken == ["signature"]
 
 
 @pytest.mark.parametrize(
@@ -630,24 +700,64 @@ def test_evidence_certificate_swapped(evidence: Evidence, untrusted: SignerConfi
         b"{}",
         b'{"payload": {}, "payload": {}, "signature": "", "algorithm": "", "certificate": ""}',
         b'{"payload": {"x": NaN}, "signature": "", "algorithm": "", "certificate": ""}',
+        b'{"payload": "e30=", "payloadType": "application/json", "signatures": [{"sig": "", "cert": ""}]}',
+        b'{"payload": "e30=", "payloadType": "application/vnd.in-toto+json", "signatures": []}',
+        b'{"payload": "not base64!", "payloadType": "application/vnd.in-toto+json", "signatures": [{"sig": ""}]}',
     ],
 )
 def test_evidence_malformed_envelope(envelope: bytes, dev: SignerConfig) -> None:
     assert verify_evidence(envelope, dev).broken == ["envelope"]
 
 
-def test_evidence_binds_the_sanitized_counts(evidence: Evidence, dev: SignerConfig) -> None:
-    envelope = json.loads(sign_evidence(evidence.model_copy(update={"sanitized": {"javascript": 2}}), dev))
-    assert envelope["payload"]["sanitized"] == {"javascript": 2}
-    envelope["payload"]["sanitized"] = {}  # claiming nothing was removed
-    assert verify_evidence(canonical_json(envelope), dev).broken == ["signature"]
+def test_evidence_statement_of_something_else(evidence: Evidence, dev: SignerConfig) -> None:
+    """A genuinely signed statement that is not docjobs evidence breaks the payload, not the signature."""
+    parsed, statement = opened(sign_evidence(evidence, dev))
+    statement["subject"].append({"name": "other.bin", "digest": {"sha256": "0" * 64}})
+    material = load_signer(dev)
+    assert isinstance(material.key, ec.EllipticCurvePrivateKey)
+    body = json.dumps(statement).encode()
+    kind = PAYLOAD_TYPE.encode()
+    signature = material.key.sign(b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(body), body), ec.ECDSA(hashes.SHA256()))
+    parsed["signatures"][0]["sig"] = base64.b64encode(signature).decode()
+    assert verify_evidence(resealed(parsed, statement), dev).broken == ["payload"]
+
+
+def rfc8785_envelope(payload: dict[str, Any], config: SignerConfig) -> bytes:
+    """An envelope exactly as docjobs wrote it before the attestation: the payload itself, with its
+    `canonicalization`, signed over its RFC 8785 canonical JSON."""
+    material = load_signer(config)
+    assert isinstance(material.key, ec.EllipticCurvePrivateKey)
+    signature = material.key.sign(canonical_json(payload), ec.ECDSA(hashes.SHA256()))
+    return canonical_json(
+        {
+            "algorithm": "ecdsa-p256-sha256",
+            "canonicalization": "RFC8785",
+            "certificate": cert_pem(material.certificate).decode(),
+            "payload": payload,
+            "signature": base64.b64encode(signature).decode(),
+        }
+    )
+
+
+def test_evidence_written_before_the_attestation_still_verifies(
+    evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, SignInfo]
+) -> None:
+    out, _ = signed
+    old = rfc8785_envelope(evidence.model_dump(mode="json"), dev)
+    check = verify_evidence(old, dev, artifact=out, source=sample)
+    assert check == EvidenceCheck(broken=[], evidence=evidence, signer_subject=f"CN={DEV_SIGNER_CN}")
+    assert envelope_evidence(old) == evidence
+    parsed = json.loads(old)
+    assert verify_evidence(json.dumps(parsed, indent=2).encode(), dev).ok  # the payload is re-canonicalized
+    parsed["payload"]["terminal_state"] = "failed"
+    assert verify_evidence(canonical_json(parsed), dev).broken == ["signature"]
 
 
 def test_evidence_from_before_sanitization_still_verifies(evidence: Evidence, dev: SignerConfig) -> None:
     """An envelope written before `sanitized` existed has no such key in its signed payload."""
-    payload = evidence_payload(evidence)
+    payload = evidence.model_dump(mode="json")
     del payload["sanitized"]
-    check = verify_evidence(sign_payload(payload, dev), dev)
+    check = verify_evidence(rfc8785_envelope(payload, dev), dev)
     assert check.ok and check.evidence is not None and check.evidence.sanitized is None
 
 
@@ -685,7 +795,7 @@ def legacy_envelope(payload: dict[str, Any], config: SignerConfig) -> bytes:
 
 
 def test_evidence_from_before_rfc8785_still_verifies(evidence: Evidence, dev: SignerConfig) -> None:
-    payload = evidence_payload(evidence) | {"policy": {"name": "standard", "ocr": {"tesseract_timeout": 180.0}}}
+    payload = evidence.model_dump(mode="json") | {"policy": {"name": "standard", "ocr": {"tesseract_timeout": 180.0}}}
     old = legacy_envelope(payload, dev)
     assert b'"tesseract_timeout":180.0' in old and b"180.0" not in canonical_json(payload)  # the forms differ
     check = verify_evidence(old, dev)

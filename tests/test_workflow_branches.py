@@ -28,6 +28,7 @@ from docjobs.models import (
     ActivityTiming,
     BlobRef,
     CleanupInput,
+    Cost,
     EvidenceInput,
     EvidenceOutput,
     JobRequest,
@@ -76,13 +77,14 @@ class Hold:
             raise
 
 
-def failing(code: str, *, non_retryable: bool = False) -> Callable[[], Awaitable[None]]:
+def failing(code: str, *, non_retryable: bool = False, cost: Cost | None = None) -> Callable[[], Awaitable[None]]:
     """A stage that fails every attempt as the real ones do: an ApplicationError typed by `code`, the attempt
-    riding along."""
+    riding along (and the cost of every attempt so far, when given)."""
 
     async def fail() -> None:
         attempt = activity.info().attempt
-        raise ApplicationError("a test double's failure", attempt, type=code, non_retryable=non_retryable)
+        spent = (cost.model_dump(mode="json"),) if cost is not None else ()
+        raise ApplicationError("a test double's failure", attempt, *spent, type=code, non_retryable=non_retryable)
 
     return fail
 
@@ -98,6 +100,7 @@ class Doubles:
     log: list[str] = field(default_factory=list)
     evidence_for: list[JobState] = field(default_factory=list)
     notified: list[NotifyInput] = field(default_factory=list)
+    costs: dict[str, Cost] = field(default_factory=dict)  # what a stage's output reports it cost
 
     async def _enter(self, name: str) -> int:
         attempt = activity.info().attempt
@@ -114,7 +117,8 @@ class Doubles:
     @activity.defn(name="render")
     async def render(self, request: RenderInput) -> RenderOutput:
         attempt = await self._enter("render")
-        return RenderOutput(staged=request.source, page_count=1, input_encryption="none", attempt=attempt)
+        cost = self.costs.get("render", Cost())
+        return RenderOutput(staged=request.source, page_count=1, input_encryption="none", attempt=attempt, cost=cost)
 
     @activity.defn(name="verify")
     async def verify(self, request: VerifyInput) -> VerifyOutput:
@@ -232,6 +236,20 @@ async def test_the_doubles_run_the_whole_pipeline(branches: Branches) -> None:
     assert (status.state, status.failure_code, status.notification) == (JobState.SUCCEEDED, None, "delivered")
     assert status.attempts == {"render": 1, "verify": 1, "publish": 1}
     assert branches.doubles.log == ["render:1", "verify:1", "publish:1", "evidence:1", "cleanup:1", "notify:1"]
+
+
+async def test_every_attempt_s_cost_reaches_the_status_failed_ones_too(branches: Branches) -> None:
+    """A stage reports what all its attempts cost, in its output or in its failure's details: the status adds
+    them up per stage and in total (the peak is the largest)."""
+    branches.doubles.costs["render"] = Cost(attempts=2, cpu_seconds=1.5, wall_seconds=4, peak_memory_mb=100)
+    failed = Cost(attempts=1, cpu_seconds=0.25, wall_seconds=1, peak_memory_mb=300, bytes_read=10, bytes_written=5)
+    branches.doubles.behaviour["verify"] = failing("fidelity.page_count", non_retryable=True, cost=failed)
+    status = await branches.outcome(await branches.start())
+    assert (status.state, status.failure_code) == (JobState.QUARANTINED, "fidelity.page_count"), status
+    assert status.cost.stages == {"render": branches.doubles.costs["render"], "verify": failed}
+    assert status.cost.total == Cost(
+        attempts=3, cpu_seconds=1.75, wall_seconds=5, peak_memory_mb=300, bytes_read=10, bytes_written=5
+    )
 
 
 async def test_a_stage_that_outlives_its_time_budget_fails_stage_timeout(branches: Branches) -> None:

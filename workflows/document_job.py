@@ -28,10 +28,11 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from docjobs.errors import FAILURE_CODES, Outcome, outcome_of
-    from docjobs.metric_names import JOBS_TERMINAL, failure_family
+    from docjobs.metric_names import DOCUMENT_CPU, JOBS_TERMINAL, RELEASED_PAGES, failure_family
     from docjobs.models import (
         BlobRef,
         CleanupInput,
+        Cost,
         CpuBudget,
         EvidenceInput,
         JobRequest,
@@ -57,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
 
 class StageOutput(Protocol):
     attempt: int
+    cost: Cost
 
 
 InputT = TypeVar("InputT", bound=StageInput)
@@ -130,6 +132,23 @@ def failure_of(error: ActivityError) -> tuple[str, str, int | None]:
     if isinstance(cause, ActivityTimeoutError) or error.retry_state is RetryState.TIMEOUT:
         return "stage.timeout", FAILURE_CODES["stage.timeout"][1], None
     return "stage.retries_exhausted", FAILURE_CODES["stage.retries_exhausted"][1], None
+
+
+def cost_of_failure(error: ActivityError) -> Cost | None:
+    """What every attempt of a failed stage cost: in the typed failure's details (activities/lease.py), or in the
+    last heartbeat of an attempt that timed out (activities/cost.py); None when neither says."""
+    cause = error.cause
+    if isinstance(cause, ApplicationError) and len(cause.details) > 1:
+        reported: object = cause.details[1]
+    elif isinstance(cause, ActivityTimeoutError) and cause.last_heartbeat_details:
+        beat = cause.last_heartbeat_details[0]
+        reported = beat.get("cost") if isinstance(beat, dict) else None
+    else:
+        return None
+    try:
+        return Cost.model_validate(reported)
+    except ValueError:  # pydantic's ValidationError: a failure from something else than a docjobs stage
+        return None
 
 
 @dataclass(frozen=True)
@@ -408,23 +427,30 @@ class DocumentJobWorkflow:
         per_page = timing.ocr_per_page_seconds if stage is Stage.OCR else timing.per_page_seconds
         shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
         cpu = CpuBudget(base_seconds=timing.base_seconds, per_page_seconds=per_page)
-        result = await workflow.execute_activity(
-            declaration,
-            payload.model_copy(update={"shape": shape, "cpu": cpu}),
-            task_queue=task_queue,
-            start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),
-            heartbeat_timeout=timedelta(seconds=timing.lease_seconds),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                backoff_coefficient=2.0,
-                maximum_interval=timedelta(seconds=30),
-                maximum_attempts=timing.max_attempts,
-                non_retryable_error_types=NON_RETRYABLE_CODES,
-            ),
-            # A canceled stage must really stop before its staging area is cleaned up.
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        )
+        try:
+            result = await workflow.execute_activity(
+                declaration,
+                payload.model_copy(update={"shape": shape, "cpu": cpu}),
+                task_queue=task_queue,
+                start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),
+                heartbeat_timeout=timedelta(seconds=timing.lease_seconds),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=30),
+                    maximum_attempts=timing.max_attempts,
+                    non_retryable_error_types=NON_RETRYABLE_CODES,
+                ),
+                # A canceled stage must really stop before its staging area is cleaned up.
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ActivityError as error:
+            spent = cost_of_failure(error)
+            if spent is not None:
+                self._status.cost = self._status.cost.adding(stage.value, spent)
+            raise
         self._status.attempts[stage.value] = result.attempt
+        self._status.cost = self._status.cost.adding(stage.value, result.cost)
         return result
 
     def _transition(self, state: JobState, stage: Stage | None = None) -> None:
@@ -446,7 +472,8 @@ class DocumentJobWorkflow:
         self._status.failure_message = ending.message
         self._status.cancel_reason = ending.cancel_reason
         # Metrics add no commands (replay-safe, no patch) and are not emitted again during replay.
-        workflow.metric_meter().create_counter(JOBS_TERMINAL, "jobs that reached each terminal state").add(
+        meter = workflow.metric_meter()
+        meter.create_counter(JOBS_TERMINAL, "jobs that reached each terminal state").add(
             1,
             {
                 "state": ending.state.value,
@@ -454,3 +481,9 @@ class DocumentJobWorkflow:
                 "failure_family": failure_family(ending.code),
             },
         )
+        labels = {"document_class": self._status.document_class, "watermark_mode": self._status.watermark_mode.value}
+        meter.create_histogram_float(DOCUMENT_CPU, "CPU seconds of every stage attempt of a job", "s").record(
+            self._status.cost.total.cpu_seconds, {"state": ending.state.value, **labels}
+        )
+        if ending.state is JobState.SUCCEEDED:
+            meter.create_counter(RELEASED_PAGES, "pages of released documents").add(self._status.page_count, labels)

@@ -62,6 +62,12 @@ def describe(status: JobStatus) -> str:
         lines.append(f"  checked: {', '.join(status.fidelity_checks)}")
     if status.evidence_sha256:
         lines.append(f"  evidence sha256: {status.evidence_sha256}")
+    if status.cost.total.attempts:
+        spent = status.cost.total
+        lines.append(
+            f"  cost: {spent.cpu_seconds:.3f} CPU s, {spent.wall_seconds:.3f} s, {spent.attempts} attempt(s), "
+            f"peak {spent.peak_memory_mb:.0f} MiB, {spent.bytes_read} bytes read, {spent.bytes_written} written"
+        )
     for record in status.transitions:
         stage = f" ({record.stage.value})" if record.stage else ""
         lines.append(f"  {record.at.isoformat()}  {record.state.value}{stage}")

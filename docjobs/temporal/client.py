@@ -239,11 +239,18 @@ class JobClient:
         tenant: str | None = None,
         older_than: timedelta | None = None,
         running_only: bool = False,
+        closed_within: timedelta | None = None,
         limit: int | None = 100,
     ) -> list[JobSummary]:
         """Jobs through Temporal visibility (docjobs/temporal/visibility.py)."""
         return await list_jobs(
-            self.client, state=state, tenant=tenant, older_than=older_than, running_only=running_only, limit=limit
+            self.client,
+            state=state,
+            tenant=tenant,
+            older_than=older_than,
+            running_only=running_only,
+            closed_within=closed_within,
+            limit=limit,
         )
 
     async def note_wait_ended(self, job_id: str, end: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from docjobs.config import ConfigError, Settings
-from docjobs.metric_names import STAGE_DURATION, STAGE_DURATION_BUCKETS
+from docjobs.metric_names import CPU_BUCKETS, DOCUMENT_CPU, STAGE_CPU, STAGE_DURATION, STAGE_DURATION_BUCKETS
 
 
 def metrics_runtime(settings: Settings) -> Runtime | None:
@@ -15,7 +15,11 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
         return None
     prometheus = PrometheusConfig(
         bind_address=f"{settings.metrics_host}:{settings.metrics_port}",
-        histogram_bucket_overrides={STAGE_DURATION: STAGE_DURATION_BUCKETS},
+        histogram_bucket_overrides={
+            STAGE_DURATION: STAGE_DURATION_BUCKETS,
+            STAGE_CPU: CPU_BUCKETS,
+            DOCUMENT_CPU: CPU_BUCKETS,
+        },
     )
     try:
         return Runtime(telemetry=TelemetryConfig(metrics=prometheus))

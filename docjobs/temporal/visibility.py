@@ -74,17 +74,22 @@ async def list_jobs(
     tenant: str | None = None,
     older_than: timedelta | None = None,
     running_only: bool = False,
+    closed_within: timedelta | None = None,
     limit: int | None = 100,
 ) -> list[JobSummary]:
     """Jobs through Temporal visibility (newest first), filtered by the search attributes.
 
     A run that Temporal closed outside the job's logic (terminated, timed out, canceled before it started)
     is listed, and filtered, in the state `status` reports for it, not by its last state attribute.
-    `running_only` lists running workflows only. `limit=None` lists every match.
+    `running_only` lists running workflows only, `closed_within` only those that closed since now minus it.
+    `limit=None` lists every match.
     """
     clauses = [f'WorkflowType = "{WORKFLOW_TYPE}"']
     if running_only:
         clauses.append('ExecutionStatus = "Running"')
+    if closed_within is not None:
+        closed_after = (datetime.now(UTC) - closed_within).isoformat()
+        clauses.append(f'ExecutionStatus != "Running" AND CloseTime > "{closed_after}"')
     if tenant is not None:
         if not SAFE_QUERY_VALUE.fullmatch(tenant):
             raise ValueError("a tenant name may only hold letters, digits and . _ @ -")
