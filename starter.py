@@ -13,11 +13,13 @@
     python starter.py tenant add NAME [--callback URL [--allow-http-loopback]]   an API tenant and its key (once)
     python starter.py gc [--dry-run] [--source-grace DURATION]   delete the blobs of runs past retention
     python starter.py cost [--since DURATION] [--tenant T]   CPU seconds per released document and page
+    python starter.py deploy status|promote ID|ramp ID PERCENT|rollback|drained ID [--deployment NAME]
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
 succeeded), 1 job ended failed/canceled/quarantined (or has no artifact), 2 bad usage, configuration,
 rejected input or unknown job, 3 the caller's wait budget ran out (the job goes on: reconcile later by its
-ID), 4 protocol error (the job reported a transition the state machine forbids), 130 interrupted.
+ID), 4 protocol error (the job reported a transition the state machine forbids), 5 `deploy drained`: jobs
+pinned to the build still run, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from docjobs.cli import batches, costs, evidence, gc, jobs, servers, tenants
+from docjobs.cli import batches, costs, deploy, evidence, gc, jobs, servers, tenants
 from docjobs.cli.output import EXIT_INTERRUPTED, EXIT_JOB_NOT_SUCCEEDED, EXIT_PROTOCOL, EXIT_USAGE, Output, fail
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
@@ -44,7 +46,7 @@ from docjobs.temporal.codec import PayloadDecryptionError
 from docjobs.temporal.settings import TemporalSettings
 
 Command = Callable[[argparse.Namespace, TemporalSettings, Output], Coroutine[Any, Any, int]]
-COMMAND_GROUPS = (jobs, batches, evidence, costs, servers, tenants, gc)  # in the order `--help` lists them
+COMMAND_GROUPS = (jobs, batches, evidence, costs, servers, tenants, gc, deploy)  # in the order `--help` lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

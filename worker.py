@@ -2,6 +2,10 @@
 and their document work (limited child processes).
 
     python worker.py [--task-queue NAME] [--queue general|ocr|batch]... [--metrics-port N] [--log-format text|json]
+                     [--deployment NAME [--build-id ID]]
+
+With `--deployment` (DOCJOBS_DEPLOYMENT) the worker is one version (`--build-id`, DOCJOBS_BUILD_ID; by default
+the package version plus the git commit) of that Worker Deployment, and every job it starts is pinned to it.
 
 Stops cleanly on SIGTERM or Ctrl-C: it stops polling, lets running stages finish for a short grace
 period, then cancels them (their leases lapse and another worker takes over).
@@ -13,11 +17,14 @@ import argparse
 import asyncio
 import logging
 import signal
+import subprocess
+import tomllib
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
@@ -39,6 +46,7 @@ from docjobs.sandbox import ChildLimits, ChildPool
 from docjobs.sweep import sweep_stale
 from docjobs.temporal.batches import batch_task_queue
 from docjobs.temporal.client import DEADLINE_GRACE, JobClient, connect
+from docjobs.temporal.deployments import deployment_config
 from docjobs.temporal.job_gauges import active_job_gauges
 from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.temporal.metrics import metrics_runtime
@@ -47,6 +55,7 @@ from workflows.batch_job import DocumentBatchWorkflow
 from workflows.document_job import DocumentJobWorkflow
 
 log = logging.getLogger("docjobs.worker")
+HERE = Path(__file__).resolve().parent
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 
@@ -106,6 +115,7 @@ def create_workers(
         "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
         "default_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
         "interceptors": [LeaseExpiries(client)] if settings.metrics_port else [],
+        "deployment_config": deployment_config(settings),
     }
     served = stage_activities(settings, pools)
     workers = []
@@ -203,10 +213,23 @@ async def serve(settings: TemporalSettings, queues: Sequence[str]) -> None:
         served = ", ".join(worker.task_queue for worker in workers)
         if runtime is not None:
             log.info("metrics at http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
-        log.info("worker ready: task queues %s at %s", served, settings.address)
+        version = f", deployment {settings.deployment} build {settings.build_id}" if settings.deployment else ""
+        log.info("worker ready: task queues %s at %s%s", served, settings.address, version)
         await stop.wait()
         log.info("stopping: draining running stages")
     log.info("worker stopped")
+
+
+def default_build_id() -> str:
+    """The package version, plus the git commit of this checkout when there is one (`0.1.0+1a2b3c4d5e6f`)."""
+    version = str(tomllib.loads((HERE / "pyproject.toml").read_text())["project"]["version"])
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return version
+    return f"{version}+{commit}" if commit else version
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port",
         type=int,
         help="serve Prometheus metrics on this port (default: DOCJOBS_METRICS_PORT; host DOCJOBS_METRICS_HOST)",
+    )
+    parser.add_argument(
+        "--deployment", help="run as a version of this Worker Deployment, its jobs pinned (default: DOCJOBS_DEPLOYMENT)"
+    )
+    parser.add_argument(
+        "--build-id",
+        help="this worker's version in the deployment (default: DOCJOBS_BUILD_ID, else package version + git commit)",
     )
     parser.add_argument("--log-format", choices=LOG_FORMATS, help="log lines (default: DOCJOBS_LOG_FORMAT or text)")
     return parser
@@ -241,6 +271,9 @@ def main() -> int:
             settings = replace(settings, task_queue=args.task_queue)
         if args.metrics_port is not None:
             settings = replace(settings, metrics_port=args.metrics_port or None)
+        settings = replace(settings, deployment=args.deployment or settings.deployment)
+        if settings.deployment is not None:
+            settings = replace(settings, build_id=args.build_id or settings.build_id or default_build_id())
         asyncio.run(serve(settings, args.queue or QUEUES))
     except ConfigError as error:
         log.error("%s", error)

@@ -65,6 +65,8 @@ class Environment(BaseSettings):
     temporal_namespace: str | None = None  # None: the Temporal profile's, else "default"
     task_queue: str = "docjobs"
     ocr_task_queue: str | None = None  # None: the task queue's name + "-ocr"
+    deployment: str | None = None  # None: workers run unversioned
+    build_id: str | None = None  # None: the package version plus the git commit (worker.py)
     temporal_port: int = 7233
     temporal_ui_port: int = 8233
     temporal_bin: str | None = None
@@ -195,6 +197,8 @@ class Settings:
     codec_keys: tuple[CodecKey, ...] = field(default=(), repr=False)  # the first one encrypts
     codec_token: str | None = field(default=None, repr=False)  # bearer token the codec server demands
     tenants_file: Path = Path("tenants.json")  # the API's tenants and their callbacks (docjobs/tenants.py)
+    deployment: str | None = None  # the Worker Deployment workers join (pinned jobs), None: unversioned
+    build_id: str | None = None  # this worker's version within the deployment
 
     @property
     def embedded(self) -> bool:

@@ -178,11 +178,13 @@ async def test_cancel_request_ends_canceled(
     assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # only the signed record of the outcome
 
 
-def holding_worker(start_worker: StartWorker, queue: str, folder: Path) -> WorkerProcess:
+def holding_worker(start_worker: StartWorker, queue: str, folder: Path, *extra_args: str) -> WorkerProcess:
     """A worker on `queue` whose render holds (renewing its lease) until released: one to kill mid-stage."""
     folder.mkdir(exist_ok=True)
     fault_worker = REPO / "tests" / "fault_worker.py"
-    return start_worker(queue, script=fault_worker, DOCJOBS_FAULT="hold-render", DOCJOBS_HOLD_DIR=str(folder))
+    return start_worker(
+        queue, *extra_args, script=fault_worker, DOCJOBS_FAULT="hold-render", DOCJOBS_HOLD_DIR=str(folder)
+    )
 
 
 async def test_killed_worker_loses_its_lease_and_another_finishes(
