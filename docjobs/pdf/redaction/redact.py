@@ -19,12 +19,13 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.errors import DocJobError
-from docjobs.models import PageRedaction, RedactionSummary, RedactPolicy, RedactRegion
+from docjobs.models import PageRedaction, RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.raster import check_page_pixels, image_content, render_page
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.gate import Word, check_redaction, poppler_words
+from docjobs.pdf.redaction.layout import MaskLayout, ResetLine, reset_words_kept
 from docjobs.pdf.redaction.locate import locate
 from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, value_pattern
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
@@ -67,10 +68,13 @@ def redact_pdf(
             regions = _merge_regions(located.regions, policy.regions, info.page_count)
             pages: list[PageRedaction] = []
             unsafe: dict[int, str] = {}
+            drawn: PageRegions = {}  # the boxes drawn, where the gate looks for text left inside
+            reset: dict[int, tuple[ResetLine, ...]] = {}
             for number, page in enumerate(pdf.pages, start=1):
                 rects = regions.get(number, [])
                 if rects:
-                    pages.append(_redact_page(pdf, number, page, rects, unsafe, budgets))
+                    layout = _mask_layout(policy, located.regions.get(number, []))
+                    pages.append(_redact_page(pdf, number, page, rects, unsafe, budgets, layout, drawn, reset))
                 if on_page is not None:
                     on_page(number, info.page_count)
             scrub = scrub_document(pdf, patterns, located.values, budgets=budgets)
@@ -83,15 +87,16 @@ def redact_pdf(
         page.model_copy(update={"matches": located.counts.get(page.page, {}), "fallback": unsafe.get(page.page)})
         for page in pages
     ]
-    gate = check_redaction(dst, located.values, patterns, regions)
+    gate = check_redaction(dst, located.values, patterns, drawn)
     if not gate.clean:
         kinds = ", ".join(sorted({leak.kind for leak in gate.leaks}))
         raise DocJobError("redaction.leak", f"{len(gate.leaks)} trace(s) of redacted content remain ({kinds})")
-    _check_text_kept(src, dst, regions, set(unsafe))
+    _check_text_kept(src, dst, regions, set(unsafe), reset)
     return RedactionSummary(
         pages=pages,
         document={kind: count for kind, count in scrub.counts.items() if count},
         fallback_pages=sorted(unsafe),
+        lines_reset=sum(page.lines_reset for page in pages),
         gate=list(gate.extractors),
     )
 
@@ -103,9 +108,12 @@ def _contextual_matches(counts: dict[int, dict[str, int]], patterns: list[NamedP
     return any(contextual & set(page) for page in counts.values())
 
 
-def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int]) -> None:
+def _check_text_kept(
+    src: Path, dst: Path, regions: PageRegions, burned: set[int], reset: dict[int, tuple[ResetLine, ...]]
+) -> None:
     """Every word poppler reads outside the regions is still there, at the same place (within half a point),
-    except on burned-in pages (recorded as such). Removal must never move or lose the neighbours."""
+    except on burned-in pages (recorded as such) and on re-set lines, which keep their words in order, on
+    their baseline, from their start, masks between them. Removal must never move or lose the neighbours."""
     with pikepdf.open(src) as before:
         # Annotation appearances are read as page text too; the annotations themselves are judged elsewhere.
         annotated = {
@@ -119,8 +127,12 @@ def _check_text_kept(src: Path, dst: Path, regions: PageRegions, burned: set[int
         for word in now:
             kept.setdefault(word.text, []).append(word.box)
         exempt = [*regions.get(number, ()), *annotated[number]]
+        was = [word for word in was if not any(word.box.intersects(region) for region in exempt)]
+        lines = reset.get(number, ())
+        if not reset_words_kept([(w.text, w.box) for w in was], [(w.text, w.box) for w in now], lines):
+            raise DocJobError("fidelity.text", f"a re-set line lost or reordered its words on page {number}")
         for word in was:
-            if any(word.box.intersects(region) for region in exempt):
+            if any(line.holds(word.box) for line in lines):
                 continue
             if not any(_same_place(word.box, box) for box in kept.get(word.text, ())):
                 raise DocJobError(
@@ -160,19 +172,42 @@ def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_
     return regions
 
 
+def _mask_layout(policy: RedactPolicy, located: list[Rect]) -> MaskLayout | None:
+    """Lines that lose a pattern match are re-set (layout `mask`); explicit regions are drawn as given."""
+    return MaskLayout(policy.mask_width, tuple(located)) if policy.layout == RedactLayout.MASK and located else None
+
+
 def _redact_page(
-    pdf: pikepdf.Pdf, number: int, page: pikepdf.Page, rects: list[Rect], unsafe: dict[int, str], budgets: Budgets
+    pdf: pikepdf.Pdf,
+    number: int,
+    page: pikepdf.Page,
+    rects: list[Rect],
+    unsafe: dict[int, str],
+    budgets: Budgets,
+    layout: MaskLayout | None,
+    drawn: PageRegions,
+    reset: dict[int, tuple[ResetLine, ...]],
 ) -> PageRedaction:
     glyphs = images = 0
+    boxes = rects
+    lines: tuple[ResetLine, ...] = ()
     try:
-        removal = remove_content(pdf, number, rects, budgets=budgets)
-        glyphs, images = removal.glyphs_removed, removal.images_redacted
+        removal = remove_content(pdf, number, rects, budgets=budgets, layout=layout)
+        glyphs, images, lines = removal.glyphs_removed, removal.images_redacted, removal.lines
+        # A matched span's own box is as wide as what it hid: on a re-set line its mask replaces it.
+        boxes = [rect for rect in rects if rect not in removal.replaced] + [m for line in lines for m in line.masks]
     except UnsafePage as verdict:  # burned in after the save; the box drawn below is part of the pixels
         unsafe[number] = verdict.reason
     annotations = _remove_annotations(pdf, page, rects, budgets)
-    _draw_boxes(pdf, page, rects, budgets)
+    _draw_boxes(pdf, page, boxes, budgets)
+    drawn[number], reset[number] = boxes, lines
     return PageRedaction(
-        page=number, regions=len(rects), glyphs_removed=glyphs, images_redacted=images, annotations_removed=annotations
+        page=number,
+        regions=len(boxes),
+        glyphs_removed=glyphs,
+        images_redacted=images,
+        annotations_removed=annotations,
+        lines_reset=len(lines),
     )
 
 
