@@ -193,40 +193,54 @@ GlyphKey = tuple[int, int]  # (id of the Show, index of the glyph in it)
 
 
 def _layout(line: list[Show], width_em: float) -> tuple[dict[GlyphKey, float], set[GlyphKey], list[Rect]]:
-    """Where each kept glyph goes along the line (points from its start), the glyphs that begin a new run
-    (after a mask or an inserted word space), and the masks. Only kept glyphs' own widths, their order, the
-    em of each removed span's first glyph and the policy's width enter: never what was removed."""
+    """Where each kept glyph goes along the line (points from its start; a glyph without a place is not
+    shown), the glyphs that begin a new run (after a mask or an inserted word space), and the masks. Only
+    kept glyphs' own widths, their order, the em of each removed span's first glyph and the policy's width
+    enter: never what was removed."""
     first = line[0].glyphs[0]
+    glyphs = [((id(show), number), glyph) for show in line for number, glyph in enumerate(show.glyphs)]
+    gone = _removed_with_spaces([glyph for _, glyph in glyphs])
     positions: dict[GlyphKey, float] = {}
     starts: set[GlyphKey] = set()
     masks: list[Rect] = []
     at = 0.0
     span: PlacedGlyph | None = None  # the first glyph of the removed span being passed
     previous: PlacedGlyph | None = None  # the last kept glyph
-    for show in line:
-        for number, glyph in enumerate(show.glyphs):
-            if glyph.natural is None or glyph.advance is None:
-                raise UnsafePage("unknown_widths")
-            key = (id(show), number)
-            if glyph.removed:
-                span = span or glyph
-                continue
-            if span is not None:
-                at, mask = _mask(first, span, at, width_em)
-                masks.append(mask)
+    for (key, glyph), removed in zip(glyphs, gone, strict=True):
+        if glyph.natural is None or glyph.advance is None:
+            raise UnsafePage("unknown_widths")
+        if removed:
+            span = span or glyph
+            continue
+        if span is not None:
+            at, mask = _mask(first, span, at, width_em)
+            masks.append(mask)
+            starts.add(key)
+            span = None
+        elif previous is not None and previous.advance is not None and not (previous.is_space or glyph.is_space):
+            gap = _along(first, glyph.origin) - _along(first, previous.origin) - previous.advance
+            if gap >= WORD_GAP_EM * glyph.em:
+                at += SPACE_EM * glyph.em
                 starts.add(key)
-                span = None
-            elif previous is not None and previous.advance is not None and not (previous.is_space or glyph.is_space):
-                gap = _along(first, glyph.origin) - _along(first, previous.origin) - previous.advance
-                if gap >= WORD_GAP_EM * glyph.em:
-                    at += SPACE_EM * glyph.em
-                    starts.add(key)
-            positions[key] = at
-            at += glyph.natural
-            previous = glyph
+        positions[key] = at
+        at += glyph.natural
+        previous = glyph
     if span is not None:
         masks.append(_mask(first, span, at, width_em)[1])
     return positions, starts, masks
+
+
+def _removed_with_spaces(glyphs: list[PlacedGlyph]) -> list[bool]:
+    """Which glyphs the re-set line leaves out: the removed ones and the spaces next to them. Whether a
+    region's margin took a neighbouring space depends on the spacing the removed text set (a justified
+    line's), and a mask brings its own spaces."""
+    gone = [glyph.removed for glyph in glyphs]
+    for order in (range(1, len(glyphs)), range(len(glyphs) - 2, -1, -1)):
+        for number in order:
+            neighbour = number - 1 if order.step == 1 else number + 1
+            if glyphs[number].is_space and gone[neighbour]:
+                gone[number] = True
+    return gone
 
 
 def _mask(first: PlacedGlyph, span: PlacedGlyph, at: float, width_em: float) -> tuple[float, Rect]:
@@ -267,7 +281,7 @@ def _reshown(
     follows = False  # the previous glyph of this operator was kept and the run goes on
     for number, glyph in enumerate(show.glyphs):
         key = (id(show), number)
-        if glyph.removed:
+        if key not in positions:
             follows = False
             continue
         if not follows or key in starts:

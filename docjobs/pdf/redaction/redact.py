@@ -30,6 +30,7 @@ from docjobs.pdf.redaction.locate import locate
 from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, value_pattern
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.redaction.scrub import scrub_document
+from docjobs.pdf.redaction.subset import scrub_fonts
 from docjobs.pdf.watermark import open_states
 
 BOX_COLOR = "0 g"  # opaque black
@@ -68,35 +69,40 @@ def redact_pdf(
             regions = _merge_regions(located.regions, policy.regions, info.page_count)
             pages: list[PageRedaction] = []
             unsafe: dict[int, str] = {}
-            drawn: PageRegions = {}  # the boxes drawn, where the gate looks for text left inside
-            reset: dict[int, tuple[ResetLine, ...]] = {}
+            rewrite = _Rewrite()
             for number, page in enumerate(pdf.pages, start=1):
                 rects = regions.get(number, [])
                 if rects:
                     layout = _mask_layout(policy, located.regions.get(number, []))
-                    pages.append(_redact_page(pdf, number, page, rects, unsafe, budgets, layout, drawn, reset))
+                    pages.append(_redact_page(pdf, number, page, rects, unsafe, budgets, layout, rewrite))
                 if on_page is not None:
                     on_page(number, info.page_count)
+            fonts = scrub_fonts(pdf, rewrite.fonts_touched, budgets=budgets)
+            for number, reason in fonts.fallback.items():
+                unsafe.setdefault(number, reason)
             scrub = scrub_document(pdf, patterns, located.values, budgets=budgets)
             pdf.save(boxed, encryption=False, deterministic_id=True)
         if unsafe:
             _burn_in(boxed, dst, sorted(unsafe), policy.fallback_dpi, Path(tmp), budgets)
         else:
             shutil.copyfile(boxed, dst)
+    listed = {page.page for page in pages}
+    pages += [PageRedaction(page=number) for number in sorted(set(unsafe) - listed)]  # burned for a font
     pages = [
         page.model_copy(update={"matches": located.counts.get(page.page, {}), "fallback": unsafe.get(page.page)})
-        for page in pages
+        for page in sorted(pages, key=lambda page: page.page)
     ]
-    gate = check_redaction(dst, located.values, patterns, drawn)
+    gate = check_redaction(dst, located.values, patterns, rewrite.drawn)
     if not gate.clean:
         kinds = ", ".join(sorted({leak.kind for leak in gate.leaks}))
         raise DocJobError("redaction.leak", f"{len(gate.leaks)} trace(s) of redacted content remain ({kinds})")
-    _check_text_kept(src, dst, regions, set(unsafe), reset)
+    _check_text_kept(src, dst, regions, set(unsafe), rewrite.reset)
     return RedactionSummary(
         pages=pages,
         document={kind: count for kind, count in scrub.counts.items() if count},
         fallback_pages=sorted(unsafe),
         lines_reset=sum(page.lines_reset for page in pages),
+        fonts_resubset=fonts.resubset,
         gate=list(gate.extractors),
     )
 
@@ -172,6 +178,17 @@ def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_
     return regions
 
 
+@dataclasses.dataclass
+class _Rewrite:
+    """What the page rewrites leave for the steps after them."""
+
+    drawn: PageRegions = dataclasses.field(
+        default_factory=dict
+    )  # the boxes drawn, where the gate looks for text left inside
+    reset: dict[int, tuple[ResetLine, ...]] = dataclasses.field(default_factory=dict)
+    fonts_touched: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # fonts that lost glyphs, to scrub
+
+
 def _mask_layout(policy: RedactPolicy, located: list[Rect]) -> MaskLayout | None:
     """Lines that lose a pattern match are re-set (layout `mask`); explicit regions are drawn as given."""
     return MaskLayout(policy.mask_width, tuple(located)) if policy.layout == RedactLayout.MASK and located else None
@@ -185,8 +202,7 @@ def _redact_page(
     unsafe: dict[int, str],
     budgets: Budgets,
     layout: MaskLayout | None,
-    drawn: PageRegions,
-    reset: dict[int, tuple[ResetLine, ...]],
+    rewrite: _Rewrite,
 ) -> PageRedaction:
     glyphs = images = 0
     boxes = rects
@@ -194,13 +210,14 @@ def _redact_page(
     try:
         removal = remove_content(pdf, number, rects, budgets=budgets, layout=layout)
         glyphs, images, lines = removal.glyphs_removed, removal.images_redacted, removal.lines
+        rewrite.fonts_touched |= removal.fonts_touched
         # A matched span's own box is as wide as what it hid: on a re-set line its mask replaces it.
         boxes = [rect for rect in rects if rect not in removal.replaced] + [m for line in lines for m in line.masks]
     except UnsafePage as verdict:  # burned in after the save; the box drawn below is part of the pixels
         unsafe[number] = verdict.reason
     annotations = _remove_annotations(pdf, page, rects, budgets)
     _draw_boxes(pdf, page, boxes, budgets)
-    drawn[number], reset[number] = boxes, lines
+    rewrite.drawn[number], rewrite.reset[number] = boxes, lines
     return PageRedaction(
         page=number,
         regions=len(boxes),
