@@ -17,8 +17,10 @@ from docjobs.storage import TEXT_BLOB, beside
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
+from tests.fixtures.redact_layout import NAME_REGEX, NAMES, make_embedded
 from tests.fixtures.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
 from tests.test_jobs import job_files
+from tests.test_redact_layout import glyphs
 
 NOT_OCR = [name for name, spec in FIXTURES.items() if spec.where != "image"]
 
@@ -91,6 +93,26 @@ async def test_every_fixture_is_redacted_for_real(
             assert status.redaction.document or status.sanitized, name
 
 
+async def test_a_name_leaves_no_width_through_the_worker(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
+    """The default policy with a name pattern (layout `mask` by default): two jobs, two names of different widths
+    in an embedded subset font, one released page."""
+    policy = policies.resolve(policies.default, redact=[NAME_REGEX])
+    names = (NAMES[1], NAMES[9])
+    for number, name in enumerate(names):
+        make_embedded(tmp_path / f"in{number}.pdf", name)
+    submitted = [await jobs.submit(tmp_path / f"in{n}.pdf", policy, key=f"redact-mask-{n}") for n in range(2)]
+    released = []
+    for number, job in enumerate(submitted):
+        status = await wait_terminal(jobs, job.job_id)
+        assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+        assert status.redaction is not None
+        assert (status.redaction.lines_reset, status.redaction.fonts_resubset) == (1, 1)
+        await jobs.fetch(status.job_id, out := tmp_path / f"out{number}.pdf")
+        assert_nothing_left(out, (names[number],))
+        released.append(glyphs(out))
+    assert released[0] == released[1]
+
+
 async def test_summary_is_bound_into_the_evidence(
     jobs: JobClient, policies: PolicyBook, tmp_path: Path, env: Env
 ) -> None:
@@ -141,6 +163,7 @@ def test_cli_region_removes_exactly_the_region(env: Env, main_worker: object, tm
             "glyphs_removed": 5,
             "images_redacted": 0,
             "annotations_removed": 0,
+            "lines_reset": 0,  # an explicit region: the line stays in place
             "fallback": None,
         }
     ]

@@ -110,6 +110,7 @@ class _GraphicsState:
     scale: float = 1.0  # Tz / 100
     leading: float = 0.0
     rise: float = 0.0
+    invisible: bool = False  # text rendering mode 3: an OCR layer over its scan
     spacing_sources: tuple[SpacingSource | None, SpacingSource | None] = (None, None)  # what set Tc, Tw
 
 
@@ -169,6 +170,8 @@ class _Walker:
                 state = dataclasses.replace(state, ctm=multiply(matrix_operand(instruction), state.ctm))
             elif operator == "Tf":
                 state = self._set_font(list(instruction.operands), state, scope)
+            elif operator == "Tr":
+                state = dataclasses.replace(state, invisible=numbers(list(instruction.operands), 1)[0] == 3)
             elif operator in ("Tc", "Tw", "Tz", "TL", "Ts"):
                 state = _with_text_parameter(state, operator, *numbers(list(instruction.operands), 1))
             elif operator == "gs":
@@ -415,7 +418,8 @@ class _Walker:
             advance = (glyph.width * state.size + spacing) * state.scale * unit
         length = math.hypot(glyph_space[0], glyph_space[1]) or 1.0
         triggered = False
-        if removed and self.layout is not None and glyph.width is not None:
+        # An OCR layer stays aligned with its scan: the painted pixels show the region there anyway.
+        if removed and self.layout is not None and glyph.width is not None and not state.invisible:
             left, right = (0.0, glyph.width) if glyph.width else (-_ZERO_WIDTH_BOX / 2, _ZERO_WIDTH_BOX / 2)
             quad = corners(glyph_space, left, font.descent, right, font.ascent)
             hits = {number for number, rect in enumerate(self.layout.triggers) if quad_hits(quad, rect)}
