@@ -98,6 +98,11 @@ class RedactRegion(Frozen):
 BUILTIN_PATTERN_NAMES = ("ssn", "phone", "email", "dob", "mrn")
 
 
+class RedactLayout(StrEnum):
+    MASK = "mask"  # a line holding a redaction is re-set: natural advances, one fixed-width box per removed span
+    KEEP = "keep"  # every other glyph stays exactly in place: the gap keeps the removed text's width (README)
+
+
 class RedactPolicy(Frozen):
     """What to remove for real: built-in named patterns, custom regexes and explicit regions."""
 
@@ -106,6 +111,9 @@ class RedactPolicy(Frozen):
     regions: tuple[RedactRegion, ...] = ()
     mrn_format: str = r"\bMRN[-: #]*\d{6,10}\b"  # the medical record number format of the organization
     fallback_dpi: int = Field(default=200, ge=72, le=600)  # pages that cannot be rewritten are burned in at it
+    layout: RedactLayout = RedactLayout.MASK
+    # The box a removed span becomes on a re-set line, in ems of its font size: ten average glyphs of half an em.
+    mask_width: float = Field(default=5.0, gt=0, le=100)
 
     @property
     def enabled(self) -> bool:
@@ -353,6 +361,7 @@ class PageRedaction(Frozen):
     glyphs_removed: int = 0
     images_redacted: int = 0
     annotations_removed: int = 0
+    lines_reset: int = 0  # lines re-set around their masks (layout `mask`)
     fallback: str | None = None  # why the page was burned in at the fallback DPI instead of rewritten
 
 
@@ -360,6 +369,8 @@ class RedactionSummary(Frozen):
     pages: list[PageRedaction] = Field(default_factory=list)  # only pages where something was redacted
     document: dict[str, int] = Field(default_factory=dict)  # document-level scrub: item kind -> removed
     fallback_pages: list[int] = Field(default_factory=list)
+    lines_reset: int = 0
+    fonts_resubset: int = 0  # embedded font programs cut down to the glyphs the document still draws
     gate: list[str] = Field(default_factory=list)  # the independent extractors that found nothing left
 
     @property

@@ -15,7 +15,7 @@ from docjobs.models import RedactPolicy, RedactRegion
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval
 from docjobs.pdf.redaction.redact import redact_pdf
-from tests.fixtures.redact_fallback import FALLBACK_FIXTURES, make_soft_mask_trace
+from tests.fixtures.redact_fallback import FALLBACK_FIXTURES, make_out_of_order, make_soft_mask_trace
 from tests.fixtures.redact_samples import (
     FIXTURES,
     LINE_X,
@@ -81,9 +81,10 @@ def test_a_region_on_a_page_the_document_lacks_is_refused(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("name", sorted(FALLBACK_FIXTURES))
 def test_a_page_the_rewrite_cannot_finish_takes_the_raster_fallback(name: str, tmp_path: Path) -> None:
-    make, reason, values = FALLBACK_FIXTURES[name]
+    make, reason, values, layout = FALLBACK_FIXTURES[name]
     make(source := tmp_path / f"{name}.pdf")
-    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(patterns=("ssn", "email")), workdir=tmp_path)
+    policy = RedactPolicy(patterns=("ssn", "email"), layout=layout)
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", policy, workdir=tmp_path)
     assert (summary.fallback_pages, summary.pages[0].fallback) == ([1], reason)
     poppler = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
     pypdf = "".join(page.extract_text() for page in PdfReader(out).pages)
@@ -94,6 +95,16 @@ def test_a_page_the_rewrite_cannot_finish_takes_the_raster_fallback(name: str, t
         if name == "out_of_order":
             middle_of_ssn = (round(LINE_X + 250 + text_width(SSN) / 2), middle_of_ssn[1])
         assert page.convert("L").getpixel(middle_of_ssn) == 0
+
+
+def test_a_line_drawn_out_of_order_is_re_set_not_burned_in_with_layout_mask(tmp_path: Path) -> None:
+    """The neighbours that glue once the SSN is gone in place (`text_moved` under `keep`) are re-set in their
+    drawing order around the mask: the page stays text, its words kept."""
+    make_out_of_order(source := tmp_path / "out_of_order.pdf")
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(patterns=("ssn",)), workdir=tmp_path)
+    assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
+    poppler = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    assert poppler.split() == ["Patient", "Alpha", "file"]
 
 
 def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(

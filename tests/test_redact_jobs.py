@@ -18,8 +18,10 @@ from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
 from tests.fixtures.redact_fallback import FALLBACK_FIXTURES
+from tests.fixtures.redact_layout import NAME_REGEX, NAMES, make_embedded
 from tests.fixtures.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
 from tests.test_jobs import job_files
+from tests.test_redact_layout import glyphs
 
 NOT_OCR = [name for name, spec in FIXTURES.items() if spec.where != "image"]
 
@@ -92,6 +94,26 @@ async def test_every_fixture_is_redacted_for_real(
             assert status.redaction.document or status.sanitized, name
 
 
+async def test_a_name_leaves_no_width_through_the_worker(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
+    """The default policy with a name pattern (layout `mask` by default): two jobs, two names of different widths
+    in an embedded subset font, one released page."""
+    policy = policies.resolve(policies.default, redact=[NAME_REGEX])
+    names = (NAMES[1], NAMES[9])
+    for number, name in enumerate(names):
+        make_embedded(tmp_path / f"in{number}.pdf", name)
+    submitted = [await jobs.submit(tmp_path / f"in{n}.pdf", policy, key=f"redact-mask-{n}") for n in range(2)]
+    released = []
+    for number, job in enumerate(submitted):
+        status = await wait_terminal(jobs, job.job_id)
+        assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+        assert status.redaction is not None
+        assert (status.redaction.lines_reset, status.redaction.fonts_resubset) == (1, 1)
+        await jobs.fetch(status.job_id, out := tmp_path / f"out{number}.pdf")
+        assert_nothing_left(out, (names[number],))
+        released.append(glyphs(out))
+    assert released[0] == released[1]
+
+
 async def test_summary_is_bound_into_the_evidence(
     jobs: JobClient, policies: PolicyBook, tmp_path: Path, env: Env
 ) -> None:
@@ -115,12 +137,14 @@ async def test_pages_the_rewrite_cannot_finish_are_burned_in_and_recorded(
     """A JBIG2 image with globals under a region, a trace only poppler reads, neighbours that poppler reads
     differently once the value is gone: each job succeeds with its page burned in and the reason recorded
     (an undecodable image was an internal.error, retried five times)."""
+    external = policies.get("external")
     submitted = {}
-    for name, (make, _, _) in FALLBACK_FIXTURES.items():
+    for name, (make, _, _, layout) in FALLBACK_FIXTURES.items():
         make(source := tmp_path / f"{name}.pdf")
-        submitted[name] = await jobs.submit(source, policies.get("external"), key=f"redact-fallback-{name}")
+        policy = external.model_copy(update={"redact": external.redact.model_copy(update={"layout": layout})})
+        submitted[name] = await jobs.submit(source, policy, key=f"redact-fallback-{name}")
     for name, job in submitted.items():
-        _, reason, values = FALLBACK_FIXTURES[name]
+        _, reason, values, _ = FALLBACK_FIXTURES[name]
         status = await wait_terminal(jobs, job.job_id)
         assert status.state is JobState.SUCCEEDED, (name, status.failure_code, status.failure_message)
         assert status.attempts["redact"] == 1 and status.redaction is not None
@@ -162,6 +186,7 @@ def test_cli_region_removes_exactly_the_region(env: Env, main_worker: object, tm
             "glyphs_removed": 5,
             "images_redacted": 0,
             "annotations_removed": 0,
+            "lines_reset": 0,  # an explicit region: the line stays in place
             "fallback": None,
         }
     ]

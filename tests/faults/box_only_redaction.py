@@ -8,12 +8,18 @@ import pikepdf
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval
+from docjobs.pdf.redaction.layout import MaskLayout
 from docjobs.pdf.redaction.regions import Rect
 from docjobs.stage_work import ENTRIES
 
 
 def remove_nothing(
-    pdf: pikepdf.Pdf, page_number: int, regions: list[Rect], *, budgets: Budgets = DEFAULT_BUDGETS
+    pdf: pikepdf.Pdf,
+    page_number: int,
+    regions: list[Rect],
+    *,
+    budgets: Budgets = DEFAULT_BUDGETS,
+    layout: MaskLayout | None = None,
 ) -> ContentRemoval:
     return ContentRemoval(glyphs_removed=0, images_redacted=0)
 

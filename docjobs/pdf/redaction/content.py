@@ -19,6 +19,7 @@ silently left under a region.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -26,9 +27,19 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, too_complex
-from docjobs.pdf.redaction.fonts import UNKNOWN_FONT, FontModel, font_model
+from docjobs.pdf.redaction.fonts import UNKNOWN_FONT, FontModel, Glyph, font_model
 from docjobs.pdf.redaction.geometry import IDENTITY, Matrix, corners, multiply, quad_hits, strip_hits, translate
 from docjobs.pdf.redaction.images import copy_stream, redact_image
+from docjobs.pdf.redaction.layout import (
+    LineRecorder,
+    MaskLayout,
+    Move,
+    PlacedGlyph,
+    ResetLine,
+    Show,
+    SpacingSource,
+    reset_lines,
+)
 from docjobs.pdf.redaction.regions import Rect, UnsafePage
 from docjobs.pdf.redaction.resources import Instruction, MarkedContent, ResourceScope
 from docjobs.pdf.redaction.stream import make_instruction, matrix_of, matrix_operand, numbers, parse_instructions
@@ -40,19 +51,29 @@ _ZERO_WIDTH_BOX = 0.01  # em: a glyph without advance still gets a box, so it ca
 class ContentRemoval:
     glyphs_removed: int
     images_redacted: int  # image XObjects whose pixels were overwritten
+    lines: tuple[ResetLine, ...] = ()  # lines re-set around masks (a `layout` was given)
+    replaced: tuple[Rect, ...] = ()  # trigger regions now shown only by masks (they removed glyphs, no pixels)
+    fonts_touched: frozenset[tuple[int, int]] = frozenset()  # fonts (object ids) that lost glyphs
 
 
 def remove_content(
-    pdf: pikepdf.Pdf, page_number: int, regions: list[Rect], *, budgets: Budgets = DEFAULT_BUDGETS
+    pdf: pikepdf.Pdf,
+    page_number: int,
+    regions: list[Rect],
+    *,
+    budgets: Budgets = DEFAULT_BUDGETS,
+    layout: MaskLayout | None = None,
 ) -> ContentRemoval:
     """Remove from page `page_number` (1-based) every glyph and image pixel under `regions` (default user
-    space), editing `pdf` in place; the caller saves. Raises UnsafePage, leaving the page unchanged, and
-    `input.too_complex` when the page's content (its forms included) exceeds `budgets`."""
+    space), editing `pdf` in place; the caller saves. With a `layout`, the lines that lost a glyph under one
+    of its trigger regions are re-set around masks (see layout); without, every other glyph keeps its place.
+    Raises UnsafePage, leaving the page unchanged, and `input.too_complex` when the page's content (its forms
+    included) exceeds `budgets`."""
     page = pdf.pages[page_number - 1]
     if not regions:
         return ContentRemoval(0, 0)
     saved = {key: page.obj.get(key) for key in (Name.Contents, Name.Resources)}
-    walker = _Walker(pdf, regions, budgets)
+    walker = _Walker(pdf, regions, budgets, layout)
     try:
         scope = ResourceScope(page.obj, _inherited_resources(page.obj))
         rewritten = walker.rewrite(
@@ -67,7 +88,13 @@ def remove_content(
             else:
                 page.obj[key] = value
         raise
-    return ContentRemoval(walker.glyphs_removed, walker.images_redacted)
+    return ContentRemoval(
+        walker.glyphs_removed,
+        walker.images_redacted,
+        tuple(walker.lines),
+        tuple(rect for number, rect in enumerate(layout.triggers) if number in walker.replaced) if layout else (),
+        frozenset(walker.fonts_touched),
+    )
 
 
 @dataclass(frozen=True)
@@ -76,12 +103,15 @@ class _GraphicsState:
 
     ctm: Matrix
     font: FontModel | None = None
+    font_ref: tuple[int, int] | None = None  # the font dictionary's object id (None: a direct object)
     size: float = 0.0
     char_spacing: float = 0.0
     word_spacing: float = 0.0
     scale: float = 1.0  # Tz / 100
     leading: float = 0.0
     rise: float = 0.0
+    invisible: bool = False  # text rendering mode 3: an OCR layer over its scan
+    spacing_sources: tuple[SpacingSource | None, SpacingSource | None] = (None, None)  # what set Tc, Tw
 
 
 @dataclass
@@ -96,10 +126,17 @@ class _TextPosition:
 
 
 class _Walker:
-    def __init__(self, pdf: pikepdf.Pdf, regions: list[Rect], budgets: Budgets) -> None:
+    def __init__(self, pdf: pikepdf.Pdf, regions: list[Rect], budgets: Budgets, layout: MaskLayout | None) -> None:
         self.pdf = pdf
         self.regions = regions
         self.budgets = budgets
+        self.layout = layout
+        self.lines: list[ResetLine] = []
+        self.replaced: set[int] = set()  # triggers that removed glyphs (lines re-set) and no image pixels
+        self._imaged: set[int] = set()
+        self.fonts_touched: set[tuple[int, int]] = set()
+        self._streams = 0  # serial of the next content stream walked (pages and forms)
+        self._kept_spacing: set[SpacingSource] = set()
         self.operators = OperatorBudget(budgets)  # the page's and every form walk's, together
         self.glyphs_removed = 0
         self.images_redacted = 0
@@ -116,8 +153,12 @@ class _Walker:
         saved: list[_GraphicsState] = []
         text = _TextPosition()
         changed = False
+        recorder = LineRecorder(self._streams) if self.layout is not None else None
+        self._streams += 1
         for instruction in instructions:
             operator = str(instruction.operator)
+            if recorder is not None:
+                state = self._record_position(recorder, operator, instruction, state, text, len(out))
             if isinstance(instruction, pikepdf.ContentStreamInlineImage):
                 if self._under_regions(corners(state.ctm, 0, 0, 1, 1)):
                     raise UnsafePage("inline_image")
@@ -129,6 +170,8 @@ class _Walker:
                 state = dataclasses.replace(state, ctm=multiply(matrix_operand(instruction), state.ctm))
             elif operator == "Tf":
                 state = self._set_font(list(instruction.operands), state, scope)
+            elif operator == "Tr":
+                state = dataclasses.replace(state, invisible=numbers(list(instruction.operands), 1)[0] == 3)
             elif operator in ("Tc", "Tw", "Tz", "TL", "Ts"):
                 state = _with_text_parameter(state, operator, *numbers(list(instruction.operands), 1))
             elif operator == "gs":
@@ -146,11 +189,14 @@ class _Walker:
             elif operator == "T*":
                 text.move_line(0, -state.leading)
             elif operator in ("Tj", "TJ", "'", '"'):
-                state, replacement = self._show(instruction, state, text)
-                if replacement is not None:
-                    out.extend(replacement)
-                    changed = True
-                    continue
+                placed: list[PlacedGlyph] | None = [] if recorder is not None else None
+                start = len(out)
+                state, replacement = self._show(instruction, state, text, placed)
+                out.extend(replacement if replacement is not None else [instruction])
+                changed |= replacement is not None
+                if recorder is not None and placed is not None:
+                    recorder.events.append(self._shown(start, len(out), placed, operator, state, text, recorder))
+                continue
             elif operator == "Do":
                 renamed = self._draw(list(instruction.operands), state, scope)
                 if renamed is not None:
@@ -166,15 +212,70 @@ class _Walker:
             out.append(instruction)
         while len(self._marks) > base_depth:  # sequences left open at the end of this stream
             changed |= self._marks.pop().close(self.pdf)
+        if recorder is not None and self.layout is not None:
+            reset = reset_lines(out, recorder, self.layout, self._kept_spacing)
+            if reset is not None:
+                out, changed = reset.instructions, True
+                self.lines += reset.lines
         return out if changed else None
+
+    def _record_position(
+        self,
+        recorder: LineRecorder,
+        operator: str,
+        instruction: Instruction,
+        state: _GraphicsState,
+        text: _TextPosition,
+        index: int,
+    ) -> _GraphicsState:
+        """Note a text-positioning operator (before it is applied: the move's result is computed here) or
+        which operator set the character and word spacing."""
+        if operator in ("BT", "ET", "Tm"):
+            recorder.events.append(Move(index, operator, None))
+        elif operator in ("Td", "TD") and isinstance(instruction, pikepdf.ContentStreamInstruction):
+            tx, ty = numbers(list(instruction.operands), 2)
+            leading = -ty if operator == "TD" else None
+            recorder.events.append(Move(index, operator, multiply(translate(tx, ty), text.line), leading))
+        elif operator == "T*":
+            recorder.events.append(Move(index, operator, multiply(translate(0, -state.leading), text.line)))
+        elif operator == "Tc":
+            return dataclasses.replace(state, spacing_sources=(recorder.source(index, "Tc"), state.spacing_sources[1]))
+        elif operator == "Tw":
+            return dataclasses.replace(state, spacing_sources=(state.spacing_sources[0], recorder.source(index, "Tw")))
+        return state
+
+    def _shown(
+        self,
+        start: int,
+        end: int,
+        placed: list[PlacedGlyph],
+        operator: str,
+        state: _GraphicsState,
+        text: _TextPosition,
+        recorder: LineRecorder,
+    ) -> Show:
+        sources = state.spacing_sources
+        if operator == '"':  # it set both itself
+            sources = ((recorder.serial, start), (recorder.serial, start))
+        return Show(
+            start,
+            end,
+            placed,
+            text.matrix,
+            state.ctm,
+            (state.char_spacing, state.word_spacing),
+            sources,
+            text.line if operator in ("'", '"') else None,
+        )
 
     # --- state ------------------------------------------------------------------------------
 
     def _set_font(self, operands: list[pikepdf.Object], state: _GraphicsState, scope: ResourceScope) -> _GraphicsState:
         if len(operands) != 2:
             raise UnsafePage("unparsable_content")
-        font = self._font(scope.get(Name.Font, operands[0]))
-        return dataclasses.replace(state, font=font, size=numbers(operands[1:], 1)[0])
+        resource = scope.get(Name.Font, operands[0])
+        font = self._font(resource)
+        return dataclasses.replace(state, font=font, font_ref=_object_id(resource), size=numbers(operands[1:], 1)[0])
 
     def _set_extgstate(
         self, operands: list[pikepdf.Object], state: _GraphicsState, scope: ResourceScope
@@ -185,7 +286,9 @@ class _Walker:
             return state
         if len(font) != 2:
             raise UnsafePage("unparsable_content")
-        return dataclasses.replace(state, font=self._font(font[0]), size=numbers([font[1]], 1)[0])
+        return dataclasses.replace(
+            state, font=self._font(font[0]), font_ref=_object_id(font[0]), size=numbers([font[1]], 1)[0]
+        )
 
     def _font(self, font: pikepdf.Object | None) -> FontModel:
         if font is None or not font.is_indirect:
@@ -198,7 +301,11 @@ class _Walker:
     # --- text -------------------------------------------------------------------------------
 
     def _show(
-        self, instruction: pikepdf.ContentStreamInstruction, state: _GraphicsState, text: _TextPosition
+        self,
+        instruction: pikepdf.ContentStreamInstruction,
+        state: _GraphicsState,
+        text: _TextPosition,
+        placed: list[PlacedGlyph] | None,
     ) -> tuple[_GraphicsState, list[Instruction] | None]:
         """Walk a text-showing operator; returns the new state and, if glyphs went, its replacement."""
         operator, operands = str(instruction.operator), list(instruction.operands)
@@ -216,14 +323,19 @@ class _Walker:
         if len(operands) != 1:
             raise UnsafePage("unparsable_content")
         items = list(operands[0]) if operator == "TJ" and isinstance(operands[0], pikepdf.Array) else [operands[0]]
-        kept = self._show_items(items, state, text)
+        kept = self._show_items(items, state, text, placed)
         return state, None if kept is None else [*prefix, make_instruction("TJ", pikepdf.Array(kept))]
 
     def _show_items(
-        self, items: list[pikepdf.Object], state: _GraphicsState, text: _TextPosition
+        self,
+        items: list[pikepdf.Object],
+        state: _GraphicsState,
+        text: _TextPosition,
+        placed: list[PlacedGlyph] | None,
     ) -> list[pikepdf.Object | float] | None:
         """Advance through strings and TJ numbers; the TJ array without the glyphs under regions (None
-        if none were), removed glyphs replaced by numbers that move the same distance."""
+        if none were), removed glyphs replaced by numbers that move the same distance. Each glyph is
+        added to `placed` (when given) for the line re-set."""
         font = state.font or UNKNOWN_FONT
         out: list[pikepdf.Object | float] = []
         pending = 0.0  # displacement (thousandths of text space units) not yet written
@@ -232,7 +344,10 @@ class _Walker:
             if isinstance(item, pikepdf.String):
                 kept = bytearray()
                 for glyph in font.glyphs(bytes(item)):
-                    if self._glyph_under_regions(font, glyph.width, state, text):
+                    under = self._glyph_under_regions(font, glyph.width, state, text)
+                    if placed is not None:
+                        placed.append(self._placed(font, glyph, under, state, text))
+                    if under:
                         if kept:
                             out.append(pikepdf.String(bytes(kept)))
                             kept.clear()
@@ -260,6 +375,8 @@ class _Walker:
         if not removed:
             return None
         self.glyphs_removed += removed
+        if state.font_ref is not None:
+            self.fonts_touched.add(state.font_ref)
         for mark in self._marks:
             mark.dirty = True
         return out
@@ -287,6 +404,41 @@ class _Walker:
             raise UnsafePage("type3_font")
         return True
 
+    def _placed(
+        self, font: FontModel, glyph: Glyph, removed: bool, state: _GraphicsState, text: _TextPosition
+    ) -> PlacedGlyph:
+        """The glyph at the current position, in default user space, as the line re-set needs it."""
+        line_space = multiply(text.matrix, state.ctm)
+        glyph_space = multiply((state.size * state.scale, 0.0, 0.0, state.size, 0.0, state.rise), line_space)
+        unit = math.hypot(line_space[0], line_space[1])
+        natural = advance = None
+        if glyph.width is not None and text.lost is None:
+            spacing = state.char_spacing + (state.word_spacing if glyph.is_space else 0.0)
+            natural = glyph.width * state.size * state.scale * unit
+            advance = (glyph.width * state.size + spacing) * state.scale * unit
+        length = math.hypot(glyph_space[0], glyph_space[1]) or 1.0
+        triggered = False
+        # An OCR layer stays aligned with its scan: the painted pixels show the region there anyway.
+        if removed and self.layout is not None and glyph.width is not None and not state.invisible:
+            left, right = (0.0, glyph.width) if glyph.width else (-_ZERO_WIDTH_BOX / 2, _ZERO_WIDTH_BOX / 2)
+            quad = corners(glyph_space, left, font.descent, right, font.ascent)
+            hits = {number for number, rect in enumerate(self.layout.triggers) if quad_hits(quad, rect)}
+            self.replaced |= hits - self._imaged
+            triggered = bool(hits)
+        return PlacedGlyph(
+            code=glyph.code,
+            removed=removed,
+            triggered=triggered,
+            origin=(line_space[4], line_space[5]),
+            direction=(glyph_space[0] / length, glyph_space[1] / length),
+            up=(glyph_space[2], glyph_space[3]),
+            natural=natural,
+            advance=advance,
+            is_space=glyph.is_space,
+            ascent=font.ascent,
+            descent=font.descent,
+        )
+
     # --- XObjects ---------------------------------------------------------------------------
 
     def _draw(self, operands: list[pikepdf.Object], state: _GraphicsState, scope: ResourceScope) -> Name | None:
@@ -304,6 +456,7 @@ class _Walker:
             redacted = redact_image(self.pdf, xobject, state.ctm, self.regions, budgets=self.budgets)
             if redacted is not None:
                 self.images_redacted += 1
+                self._note_imaged(corners(state.ctm, 0, 0, 1, 1))
                 for mark in self._marks:
                     mark.dirty = True
         elif subtype == Name.Form:
@@ -348,6 +501,13 @@ class _Walker:
             ):
                 raise UnsafePage("pattern_content")
 
+    def _note_imaged(self, quad: list[tuple[float, float]]) -> None:
+        """Trigger regions whose pixels were painted keep their own box: the painted area shows it anyway."""
+        if self.layout is not None:
+            imaged = {number for number, rect in enumerate(self.layout.triggers) if quad_hits(quad, rect)}
+            self._imaged |= imaged
+            self.replaced -= imaged
+
     def _under_regions(self, quad: list[tuple[float, float]]) -> bool:
         return any(quad_hits(quad, rect) for rect in self.regions)
 
@@ -377,6 +537,10 @@ def _removed_displacement(width: float | None, is_space: bool, state: _GraphicsS
             raise UnsafePage("zero_font_size")
         return 0.0
     return (width + spacing / state.size) * 1000
+
+
+def _object_id(font: pikepdf.Object | None) -> tuple[int, int] | None:
+    return font.objgen if isinstance(font, pikepdf.Dictionary) and font.is_indirect else None
 
 
 def _inherited_resources(page: pikepdf.Dictionary) -> pikepdf.Object | None:

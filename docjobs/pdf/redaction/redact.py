@@ -1,11 +1,14 @@
 """True redaction: what matches a pattern or lies in a region is removed from the file, then proven gone.
 
 The steps, each its own module: locate the matches to character boxes (`locate`), remove the glyphs
-and image pixels under every region from the content (`content`), remove the annotations and form
-fields there, draw an opaque box, scrub the document-level copies (metadata, bookmarks, attachments,
-scripts, form values: `scrub`), burn in the pages that could not be rewritten safely, and finally
-re-read the result with two independent extractors (`gate`). A leak found by the gate is a
-`redaction.leak` (the job is quarantined); the summary carries counts and codes, never the matched values.
+and image pixels under every region from the content (`content`; a line that loses a match is re-set
+around a fixed-width mask: `layout`), remove the annotations and form fields there, draw an opaque box,
+cut the fonts that lost glyphs down to what is still drawn (`subset`), scrub the document-level copies
+(metadata, bookmarks, attachments, scripts, form values: `scrub`), burn in the pages that could not be
+rewritten safely, and finally re-read the result with two independent extractors (`gate`); pages the
+gate or the text-kept check still faults are burned in on a second pass, and the whole is checked again.
+A leak found then is a `redaction.leak` (the job is quarantined); the summary carries counts and codes,
+never the matched values.
 """
 
 from __future__ import annotations
@@ -20,16 +23,18 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.errors import DocJobError
-from docjobs.models import PageRedaction, RedactionSummary, RedactPolicy, RedactRegion
+from docjobs.models import PageRedaction, RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.raster import check_page_pixels, image_content, render_page
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.gate import GateReport, Word, check_redaction, poppler_words
+from docjobs.pdf.redaction.layout import MaskLayout, ResetLine, reset_words_kept
 from docjobs.pdf.redaction.locate import locate, pages_with_glyphs_in
 from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, sensitive_kinds, value_pattern
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.redaction.scrub import scrub_document
+from docjobs.pdf.redaction.subset import scrub_fonts
 from docjobs.pdf.watermark import open_states
 
 BOX_COLOR = "0 g"  # opaque black
@@ -64,34 +69,39 @@ def redact_pdf(
             locate(src, [*patterns, value_pattern(located.values)]), counts=located.counts, values=located.values
         )
     regions = _merge_regions(located.regions, policy.regions, page_count)
+    layouts = {page: layout for page, found in located.regions.items() if (layout := _mask_layout(policy, found))}
     with tempfile.TemporaryDirectory(dir=workdir, prefix="redact-") as tmp:
         boxed = Path(tmp) / "boxed.pdf"
-        removal = _remove(src, boxed, regions, patterns, located.values, {}, on_page, budgets)
+        removal = _remove(src, boxed, regions, layouts, patterns, located.values, {}, on_page, budgets)
         _render(boxed, dst, removal.fallback, policy.fallback_dpi, Path(tmp), budgets)
-        gate = check_redaction(dst, located.values, patterns, regions)
-        moved = _moved_pages(src, dst, regions, set(removal.fallback))
+        gate = check_redaction(dst, located.values, patterns, removal.drawn)
+        moved = _moved_pages(src, dst, regions, set(removal.fallback), removal.reset)
         if not gate.clean or moved:
             # Pages the rewrite could not finish are burned in (their original content, boxes drawn), and
             # the whole result is checked again.
-            retry = _burnable_residue(gate, dst, boxed, regions, patterns, located.values, set(removal.fallback))
+            retry = _burnable_residue(gate, dst, boxed, removal.drawn, patterns, located.values, set(removal.fallback))
             retry.update((page, "text_moved") for page in moved if page not in retry)
-            removal = _remove(src, boxed, regions, patterns, located.values, retry, on_page, budgets)
+            removal = _remove(src, boxed, regions, layouts, patterns, located.values, retry, on_page, budgets)
             _render(boxed, dst, removal.fallback, policy.fallback_dpi, Path(tmp), budgets)
-            gate = check_redaction(dst, located.values, patterns, regions)
+            gate = check_redaction(dst, located.values, patterns, removal.drawn)
             if not gate.clean:
                 raise _leak(gate, "after the raster fallback")
-            if _moved_pages(src, dst, regions, set(removal.fallback)):
+            if _moved_pages(src, dst, regions, set(removal.fallback), removal.reset):
                 raise DocJobError("fidelity.text", "text outside the redaction regions moved or vanished")
+    listed = {page.page for page in removal.pages}
+    burned_for_a_font = [PageRedaction(page=number) for number in sorted(set(removal.fallback) - listed)]
     pages = [
         page.model_copy(
             update={"matches": located.counts.get(page.page, {}), "fallback": removal.fallback.get(page.page)}
         )
-        for page in removal.pages
+        for page in sorted([*removal.pages, *burned_for_a_font], key=lambda page: page.page)
     ]
     return RedactionSummary(
         pages=pages,
         document={kind: count for kind, count in removal.document.items() if count},
         fallback_pages=sorted(removal.fallback),
+        lines_reset=sum(page.lines_reset for page in pages),
+        fonts_resubset=removal.fonts_resubset,
         gate=list(gate.extractors),
     )
 
@@ -101,32 +111,57 @@ class _Removal:
     pages: list[PageRedaction]
     fallback: dict[int, str]  # page -> why it is burned in instead of rewritten
     document: dict[str, int]  # document-level scrub counts
+    drawn: PageRegions  # the boxes drawn, where the gate looks for text left inside
+    reset: dict[int, tuple[ResetLine, ...]]  # the lines re-set around their masks, per page
+    fonts_resubset: int
+
+
+@dataclass
+class _Rewrite:
+    """What the page rewrites of one pass leave for the steps after them."""
+
+    drawn: PageRegions = dataclasses.field(default_factory=dict)
+    reset: dict[int, tuple[ResetLine, ...]] = dataclasses.field(default_factory=dict)
+    fonts_touched: set[tuple[int, int]] = dataclasses.field(default_factory=set)  # fonts that lost glyphs, to scrub
 
 
 def _remove(
     src: Path,
     boxed: Path,
     regions: PageRegions,
+    layouts: dict[int, MaskLayout],
     patterns: list[NamedPattern],
     values: frozenset[str],
     burn: dict[int, str],
     on_page: ProgressFn | None,
     budgets: Budgets,
 ) -> _Removal:
-    """Rewrite every page with regions (the pages in `burn` only get their boxes: they are burned in) and
-    scrub the document into `boxed`."""
+    """Rewrite every page with regions (the pages in `burn` only get their boxes: they are burned in), cut
+    the fonts that lost glyphs down to what is still drawn (the pages of a font that cannot be join the
+    fallback) and scrub the document into `boxed`."""
     with open_checked(src, check_streams=False, budgets=budgets) as (pdf, info):
         pages: list[PageRedaction] = []
         fallback = dict(burn)
+        rewrite = _Rewrite()
         for number, page in enumerate(pdf.pages, start=1):
             rects = regions.get(number, [])
             if rects:
-                pages.append(_redact_page(pdf, number, page, rects, fallback, budgets))
+                pages.append(_redact_page(pdf, number, page, rects, fallback, budgets, layouts.get(number), rewrite))
             if on_page is not None:
                 on_page(number, info.page_count)
+        fonts = scrub_fonts(pdf, rewrite.fonts_touched, budgets=budgets)
+        for number, reason in fonts.fallback.items():
+            fallback.setdefault(number, reason)
         scrub = scrub_document(pdf, patterns, values, budgets=budgets)
         pdf.save(boxed, encryption=False, deterministic_id=True)
-    return _Removal(pages=pages, fallback=fallback, document=scrub.counts)
+    return _Removal(
+        pages=pages,
+        fallback=fallback,
+        document=scrub.counts,
+        drawn=rewrite.drawn,
+        reset=rewrite.reset,
+        fonts_resubset=fonts.resubset,
+    )
 
 
 def _render(boxed: Path, dst: Path, fallback: dict[int, str], dpi: int, tmp: Path, budgets: Budgets) -> None:
@@ -145,18 +180,19 @@ def _burnable_residue(
     gate: GateReport,
     dst: Path,
     boxed: Path,
-    regions: PageRegions,
+    drawn: PageRegions,
     patterns: list[NamedPattern],
     values: frozenset[str],
     burned: set[int],
 ) -> dict[int, str]:
     """The pages whose residue burning in removes, as {page: "gate_residue"}; raises `redaction.leak` when
-    any residue is out of the fallback's reach.
+    any residue is out of the fallback's reach. `drawn` are the boxes the rewrite drew (on a re-set line,
+    its masks: the matched boxes may hold the glyphs that moved up).
 
     Burning a page in keeps what it shows and hides only what lies under its boxes, and the gate reads no
     pixels: so every trace must be on a page of its own (not document-level), not already burned in, and
-    inside the regions as poppler places it (a pypdf-only trace has no place: it stays a leak). And the
-    engine's own reader (pdfminer, which located the matches) must no longer see a glyph in those regions in
+    inside the boxes as poppler places it (a pypdf-only trace has no place: it stays a leak). And the
+    engine's own reader (pdfminer, which located the matches) must no longer see a glyph in those boxes in
     the rewritten file: a trace only other readers find is a construct outside the engine's model (text in a
     soft mask, say), while one its own reader still sees is a removal that failed, which must never pass
     as a burned-in page."""
@@ -168,12 +204,12 @@ def _burnable_residue(
     words = dict(poppler_words(dst) or ())
     for number in pages:
         page_words = words.get(number, [])
-        outside = [word for word in page_words if not any(map(word.box.mostly_inside, regions.get(number, [])))]
+        outside = [word for word in page_words if not any(map(word.box.mostly_inside, drawn.get(number, [])))]
         seen = sensitive_kinds(" ".join(word.text for word in page_words), patterns, values)
         unplaced = {leak.kind for leak in gate.leaks if leak.page == number and leak.extractor == "pypdf"} - seen
         if unplaced or sensitive_kinds(" ".join(word.text for word in outside), patterns, values):
             raise _leak(gate, "outside the redaction regions")
-    residue = {number: regions[number] for number in pages if number in regions}
+    residue = {number: drawn[number] for number in pages if number in drawn}
     if pages_with_glyphs_in(boxed, residue):
         raise _leak(gate, "that the removal should have taken")
     return {number: "gate_residue" for number in residue}
@@ -186,9 +222,12 @@ def _contextual_matches(counts: dict[int, dict[str, int]], patterns: list[NamedP
     return any(contextual & set(page) for page in counts.values())
 
 
-def _moved_pages(src: Path, dst: Path, regions: PageRegions, burned: set[int]) -> list[int]:
+def _moved_pages(
+    src: Path, dst: Path, regions: PageRegions, burned: set[int], reset: dict[int, tuple[ResetLine, ...]]
+) -> list[int]:
     """The pages (burned-in ones aside) on which a word poppler reads outside the regions is no longer there
-    at the same place (within half a point). Removal must never move or lose the neighbours."""
+    at the same place (within half a point), or, on a re-set line, is not kept in order, on its baseline, from
+    the line's start, clear of the masks. Removal must never move or lose the neighbours."""
     with pikepdf.open(src) as before:
         # Annotation appearances are read as page text too; the annotations themselves are judged elsewhere.
         annotated = {
@@ -203,8 +242,13 @@ def _moved_pages(src: Path, dst: Path, regions: PageRegions, burned: set[int]) -
         for word in now:
             kept.setdefault(word.text, []).append(word.box)
         exempt = [*regions.get(number, ()), *annotated[number]]
+        was = [word for word in was if not any(word.box.intersects(region) for region in exempt)]
+        lines = reset.get(number, ())
+        if not reset_words_kept([(w.text, w.box) for w in was], [(w.text, w.box) for w in now], lines):
+            moved.append(number)
+            continue
         for word in was:
-            if any(word.box.intersects(region) for region in exempt):
+            if any(line.holds(word.box) for line in lines):
                 continue
             if not any(_same_place(word.box, box) for box in kept.get(word.text, ())):
                 moved.append(number)
@@ -244,22 +288,46 @@ def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_
     return regions
 
 
+def _mask_layout(policy: RedactPolicy, located: list[Rect]) -> MaskLayout | None:
+    """Lines that lose a pattern match are re-set (layout `mask`); explicit regions are drawn as given."""
+    return MaskLayout(policy.mask_width, tuple(located)) if policy.layout == RedactLayout.MASK and located else None
+
+
 def _redact_page(
-    pdf: pikepdf.Pdf, number: int, page: pikepdf.Page, rects: list[Rect], unsafe: dict[int, str], budgets: Budgets
+    pdf: pikepdf.Pdf,
+    number: int,
+    page: pikepdf.Page,
+    rects: list[Rect],
+    unsafe: dict[int, str],
+    budgets: Budgets,
+    layout: MaskLayout | None,
+    rewrite: _Rewrite,
 ) -> PageRedaction:
     """Remove what lies under `rects` from the page, unless it is in `unsafe` (to be burned in: its content
-    stays as it was), where a page that cannot be rewritten safely is added with its reason."""
+    stays as it was, its lines are not re-set), where a page that cannot be rewritten safely is added with
+    its reason."""
     glyphs = images = 0
+    boxes = rects
+    lines: tuple[ResetLine, ...] = ()
     if number not in unsafe:
         try:
-            removal = remove_content(pdf, number, rects, budgets=budgets)
-            glyphs, images = removal.glyphs_removed, removal.images_redacted
+            removal = remove_content(pdf, number, rects, budgets=budgets, layout=layout)
+            glyphs, images, lines = removal.glyphs_removed, removal.images_redacted, removal.lines
+            rewrite.fonts_touched |= removal.fonts_touched
+            # A matched span's own box is as wide as what it hid: on a re-set line its mask replaces it.
+            boxes = [rect for rect in rects if rect not in removal.replaced] + [m for line in lines for m in line.masks]
         except UnsafePage as verdict:  # burned in after the save; the box drawn below is part of the pixels
             unsafe[number] = verdict.reason
     annotations = _remove_annotations(pdf, page, rects, budgets)
-    _draw_boxes(pdf, page, rects, budgets)
+    _draw_boxes(pdf, page, boxes, budgets)
+    rewrite.drawn[number], rewrite.reset[number] = boxes, lines
     return PageRedaction(
-        page=number, regions=len(rects), glyphs_removed=glyphs, images_redacted=images, annotations_removed=annotations
+        page=number,
+        regions=len(boxes),
+        glyphs_removed=glyphs,
+        images_redacted=images,
+        annotations_removed=annotations,
+        lines_reset=len(lines),
     )
 
 

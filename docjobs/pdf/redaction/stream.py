@@ -7,6 +7,7 @@ worse, a glyph it skipped could never be judged): such a stream is refused with 
 from __future__ import annotations
 
 import warnings
+from decimal import Decimal
 
 import pikepdf
 
@@ -71,5 +72,5 @@ def matrix_of(values: list[pikepdf.Object]) -> Matrix:
     return (a, b, c, d, e, f)
 
 
-def make_instruction(operator: str, *operands: pikepdf.Object) -> pikepdf.ContentStreamInstruction:
+def make_instruction(operator: str, *operands: pikepdf.Object | Decimal | int) -> pikepdf.ContentStreamInstruction:
     return pikepdf.ContentStreamInstruction(list(operands), pikepdf.Operator(operator))

@@ -1,0 +1,397 @@
+"""Re-setting the lines that hold a redaction (policy `redact.layout = mask`): nothing on them depends on what
+was removed.
+
+Glyph positions leak removed text (Bland, Iyer, Levchenko, PoPETs 2023): when every following glyph keeps its
+place, the gap is exactly as wide as the removed word, and a justified line's spacing and the kerning at the
+edges of the span depend on it too. A line that holds a redaction is therefore drawn again from its original
+start: its kept glyphs with their natural advances (character spacing, word spacing, TJ kerning and
+justification dropped), one word space (`SPACE_EM`) wherever a wide gap separated two kept glyphs, and each
+removed span replaced by one mask of a fixed width with a word space either side. Each run of kept glyphs gets
+an absolute `Tm` computed from these alone, the line's own moves are dropped, the first relative move after
+the line is made absolute, and a `Tc`/`Tw` value only the re-set lines used is zeroed: no operand on the line,
+nor after it, carries the old positions.
+
+A line is a run of consecutive text-showing operators of one content stream (BT/ET boundaries do not end it)
+whose glyphs share a baseline. So cells of a table row drawn one after the other on one baseline are one line:
+they close up around the mask. What a line's start itself tells (a centred or right-aligned line starts where
+the removed text put it) is not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import pikepdf
+
+from docjobs.pdf.redaction.geometry import Matrix, Point, apply, invert
+from docjobs.pdf.redaction.regions import Rect, UnsafePage
+from docjobs.pdf.redaction.resources import Instruction
+from docjobs.pdf.redaction.stream import make_instruction
+
+AVERAGE_GLYPH_EM = 0.5  # a fixed figure: the metrics of a subset font would carry the removed letters
+WORD_GAP_EM = 0.15  # a gap at least this wide between two kept glyphs (neither a space) separated words
+SPACE_EM = 0.25  # the word space a re-set line uses for such a gap, and on either side of a mask
+SAME_BASELINE = 0.05  # points across the line direction
+_SAME_DIRECTION = 1e-3
+
+SpacingSource = tuple[int, int]  # (stream serial, index in that stream's rewritten instructions) of a Tc/Tw
+
+
+@dataclass(frozen=True)
+class MaskLayout:
+    """How removed spans are laid out: masks `width_em` wide, on the lines a glyph under a `triggers`
+    region (a pattern match) was removed from. Lines only explicit regions touch stay in place."""
+
+    width_em: float
+    triggers: tuple[Rect, ...]
+
+
+@dataclass(frozen=True)
+class PlacedGlyph:
+    """One shown glyph as the walker met it, in the page's default user space."""
+
+    code: bytes
+    removed: bool
+    triggered: bool  # removed by a region that re-sets its line
+    origin: Point  # on the baseline (text rise not included)
+    direction: Point  # unit vector along the baseline
+    up: Point  # one em across the baseline (the font size)
+    natural: float | None  # the glyph's own advance, points; None when unknown
+    advance: float | None  # the advance as drawn (character and word spacing included)
+    is_space: bool
+    ascent: float  # em
+    descent: float
+
+    @property
+    def em(self) -> float:
+        return math.hypot(*self.up)
+
+
+@dataclass(eq=False)
+class Show:
+    """A text-showing operator: where its instructions are in the rewritten stream, and its glyphs."""
+
+    start: int
+    end: int
+    glyphs: list[PlacedGlyph]
+    text_matrix: Matrix  # Tm (its linear part is what a re-set run keeps)
+    ctm: Matrix
+    spacing: tuple[float, float]  # Tc, Tw in effect
+    sources: tuple[SpacingSource | None, SpacingSource | None]
+    line_after: Matrix | None = None  # ' and ": the line matrix their implicit T* moved to
+
+
+@dataclass(frozen=True)
+class Move:
+    """A text-positioning operator: a relative one (Td, TD, T*) with the line matrix it gave, or an
+    absolute one (BT, ET, Tm: `line_after` None) after which nothing earlier matters."""
+
+    index: int
+    operator: str
+    line_after: Matrix | None
+    leading: float | None = None  # TD sets the leading as well
+
+
+@dataclass
+class LineRecorder:
+    """What one content stream showed and how it moved, for `reset_lines` once the stream is walked."""
+
+    serial: int
+    events: list[Show | Move] = field(default_factory=list)
+    spacing_ops: dict[int, str] = field(default_factory=dict)  # index -> "Tc" / "Tw"
+
+    def source(self, index: int, operator: str) -> SpacingSource:
+        self.spacing_ops[index] = operator
+        return (self.serial, index)
+
+
+@dataclass(frozen=True)
+class ResetLine:
+    """A re-set line as the text-kept check needs it: its start, direction and masks (default user space)."""
+
+    origin: Point
+    direction: Point
+    masks: tuple[Rect, ...]
+
+    def holds(self, box: Rect, tolerance: float = 0.5) -> bool:
+        """Whether a word box lies on this line: the baseline runs through it, and it is not before the start."""
+        (ux, uy), (x, y) = self.direction, self.origin
+        corners = [(cx - x, cy - y) for cx in (box.x0, box.x1) for cy in (box.y0, box.y1)]
+        across = [ux * dy - uy * dx for dx, dy in corners]
+        along = [ux * dx + uy * dy for dx, dy in corners]
+        return min(across) <= 0 <= max(across) and min(along) >= -tolerance
+
+
+@dataclass(frozen=True)
+class Reset:
+    instructions: list[Instruction]
+    lines: list[ResetLine]
+
+
+def reset_lines(
+    out: list[Instruction], recorder: LineRecorder, layout: MaskLayout, kept_spacing: set[SpacingSource]
+) -> Reset | None:
+    """`out` with every line that holds a triggered removal re-set (None when there is none).
+
+    `kept_spacing` gathers, across streams, the Tc/Tw settings that text left in place still uses (their
+    values stay); a setting only re-set lines used is zeroed here."""
+    lines = _lines(recorder.events)
+    reset = [line for line in lines if any(glyph.triggered for show in line for glyph in show.glyphs)]
+    resetting = {id(show) for line in reset for show in line}
+    for event in recorder.events:
+        if isinstance(event, Show) and event.glyphs:
+            for source in event.sources:
+                if source is not None and (id(event) not in resetting or source[0] != recorder.serial):
+                    kept_spacing.add(source)
+    if not reset:
+        return None
+    replacements: dict[int, list[Instruction]] = {}
+    reset_lines: list[ResetLine] = []
+    for line in reset:
+        positions, starts, masks = _layout(line, layout.width_em)
+        origin, direction = line[0].glyphs[0].origin, line[0].glyphs[0].direction
+        reset_lines.append(ResetLine(origin, direction, tuple(masks)))
+        for show in line:
+            replacements[show.start] = _reshown(show, positions, starts, origin, direction, recorder, kept_spacing)
+            replacements.update({index: [] for index in range(show.start + 1, show.end)})
+        _drop_moves_within(recorder.events, line, replacements)
+        _absolute_after(recorder.events, line, out, replacements)
+    used_by_reset = {source for line in reset for show in line for source in show.sources if source is not None}
+    for index, operator in recorder.spacing_ops.items():
+        if (recorder.serial, index) in used_by_reset and (recorder.serial, index) not in kept_spacing:
+            replacements.setdefault(index, [make_instruction(operator, 0)])
+    rewritten: list[Instruction] = []
+    for index, instruction in enumerate(out):
+        rewritten.extend(replacements.get(index, [instruction]))
+    return Reset(rewritten, reset_lines)
+
+
+def _lines(events: list[Show | Move]) -> list[list[Show]]:
+    """Consecutive showing operators with glyphs on one baseline, in stream order."""
+    lines: list[list[Show]] = []
+    for event in events:
+        if not isinstance(event, Show) or not event.glyphs:
+            continue
+        if lines and _same_line(lines[-1][0].glyphs[0], event.glyphs[0]):
+            lines[-1].append(event)
+        else:
+            lines.append([event])
+    return lines
+
+
+def _same_line(first: PlacedGlyph, glyph: PlacedGlyph) -> bool:
+    (ux, uy), (vx, vy) = first.direction, glyph.direction
+    if abs(ux - vx) > _SAME_DIRECTION or abs(uy - vy) > _SAME_DIRECTION:
+        return False
+    dx, dy = glyph.origin[0] - first.origin[0], glyph.origin[1] - first.origin[1]
+    return abs(ux * dy - uy * dx) <= SAME_BASELINE
+
+
+GlyphKey = tuple[int, int]  # (id of the Show, index of the glyph in it)
+
+
+def _layout(line: list[Show], width_em: float) -> tuple[dict[GlyphKey, float], set[GlyphKey], list[Rect]]:
+    """Where each kept glyph goes along the line (points from its start; a glyph without a place is not
+    shown), the glyphs that begin a new run (after a mask or an inserted word space), and the masks. Only
+    kept glyphs' own widths, their order, the em of each removed span's first glyph and the policy's width
+    enter: never what was removed."""
+    first = line[0].glyphs[0]
+    glyphs = [((id(show), number), glyph) for show in line for number, glyph in enumerate(show.glyphs)]
+    gone = _removed_with_spaces([glyph for _, glyph in glyphs])
+    positions: dict[GlyphKey, float] = {}
+    starts: set[GlyphKey] = set()
+    masks: list[Rect] = []
+    at = 0.0
+    span: PlacedGlyph | None = None  # the first glyph of the removed span being passed
+    previous: PlacedGlyph | None = None  # the last kept glyph
+    for (key, glyph), removed in zip(glyphs, gone, strict=True):
+        if glyph.natural is None or glyph.advance is None:
+            raise UnsafePage("unknown_widths")
+        if removed:
+            span = span or glyph
+            continue
+        if span is not None:
+            at, mask = _mask(first, span, at, width_em)
+            masks.append(mask)
+            starts.add(key)
+            span = None
+        elif previous is not None and previous.advance is not None and not (previous.is_space or glyph.is_space):
+            gap = _along(first, glyph.origin) - _along(first, previous.origin) - previous.advance
+            if gap >= WORD_GAP_EM * glyph.em:
+                at += SPACE_EM * glyph.em
+                starts.add(key)
+        positions[key] = at
+        at += glyph.natural
+        previous = glyph
+    if span is not None:
+        masks.append(_mask(first, span, at, width_em)[1])
+    return positions, starts, masks
+
+
+def _removed_with_spaces(glyphs: list[PlacedGlyph]) -> list[bool]:
+    """Which glyphs the re-set line leaves out: the removed ones and the spaces next to them. Whether a
+    region's margin took a neighbouring space depends on the spacing the removed text set (a justified
+    line's), and a mask brings its own spaces."""
+    gone = [glyph.removed for glyph in glyphs]
+    for order in (range(1, len(glyphs)), range(len(glyphs) - 2, -1, -1)):
+        for number in order:
+            neighbour = number - 1 if order.step == 1 else number + 1
+            if glyphs[number].is_space and gone[neighbour]:
+                gone[number] = True
+    return gone
+
+
+def _mask(first: PlacedGlyph, span: PlacedGlyph, at: float, width_em: float) -> tuple[float, Rect]:
+    """The mask for a removed span starting `at`: the position after it, and its box."""
+    em = span.em
+    if em <= 0:
+        raise UnsafePage("zero_font_size")
+    left = at + SPACE_EM * em
+    right = left + width_em * em
+    (ux, uy), (vx, vy) = first.direction, (span.up[0] / em, span.up[1] / em)
+    points = [
+        (first.origin[0] + ux * along + vx * across * em, first.origin[1] + uy * along + vy * across * em)
+        for along in (left, right)
+        for across in (span.descent, span.ascent)
+    ]
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    return right + SPACE_EM * em, Rect(min(xs), min(ys), max(xs), max(ys))
+
+
+def _along(first: PlacedGlyph, point: Point) -> float:
+    return (point[0] - first.origin[0]) * first.direction[0] + (point[1] - first.origin[1]) * first.direction[1]
+
+
+def _reshown(
+    show: Show,
+    positions: dict[GlyphKey, float],
+    starts: set[GlyphKey],
+    origin: Point,
+    direction: Point,
+    recorder: LineRecorder,
+    kept_spacing: set[SpacingSource],
+) -> list[Instruction]:
+    """The kept glyphs of `show`, run by run, each run at its absolute place, with no Tc/Tw in effect."""
+    to_space = invert(show.ctm)
+    if to_space is None:
+        raise UnsafePage("unparsable_content")
+    runs: list[tuple[float, bytearray]] = []
+    follows = False  # the previous glyph of this operator was kept and the run goes on
+    for number, glyph in enumerate(show.glyphs):
+        key = (id(show), number)
+        if key not in positions:
+            follows = False
+            continue
+        if not follows or key in starts:
+            runs.append((positions[key], bytearray()))
+        runs[-1][1].extend(glyph.code)
+        follows = True
+    spacing = list(zip(("Tc", "Tw"), show.spacing, show.sources, strict=True))
+    shown: list[Instruction] = []
+    shown += [make_instruction(operator, 0) for operator, value, _ in spacing if value]
+    a, b, c, d, _, _ = show.text_matrix
+    for at, codes in runs:
+        x, y = apply(to_space, origin[0] + direction[0] * at, origin[1] + direction[1] * at)
+        shown.append(make_instruction("Tm", *(_number(value) for value in (a, b, c, d, x, y))))
+        shown.append(make_instruction("Tj", pikepdf.String(bytes(codes))))
+    for operator, value, source in spacing:
+        if value and (source is None or source[0] != recorder.serial or source in kept_spacing):
+            shown.append(make_instruction(operator, _number(value)))  # text left in place still uses it
+    return shown
+
+
+def _drop_moves_within(events: list[Show | Move], line: list[Show], replacements: dict[int, list[Instruction]]) -> None:
+    """The line's own moves and glyph-less showing operators carry the old positions: dropped (TD keeps its
+    leading)."""
+    for event in events[_index(events, line[0]) + 1 : _index(events, line[-1])]:
+        if isinstance(event, Move):
+            if event.operator not in ("BT", "ET"):  # the text object stays
+                replacements[event.index] = _leading(event)
+        elif not event.glyphs:
+            replacements.update({index: [] for index in range(event.start, event.end)})
+
+
+def _absolute_after(
+    events: list[Show | Move], line: list[Show], out: list[Instruction], replacements: dict[int, list[Instruction]]
+) -> None:
+    """The first relative move after the line goes where it went, by an absolute Tm: relative to the line's
+    old place, its operands would tell where the line ended."""
+    for event in events[_index(events, line[-1]) + 1 :]:
+        if isinstance(event, Move):
+            if event.line_after is not None and event.index not in replacements:
+                replacements[event.index] = [*_leading(event), _tm(event.line_after)]
+            return
+        if event.line_after is not None and event.start not in replacements:
+            replacements.update(_absolute_quote(event, out))
+        return
+
+
+def _absolute_quote(show: Show, out: list[Instruction]) -> dict[int, list[Instruction]]:
+    """A ' or " operator (or the T* of its rewritten form) with its implicit move made absolute."""
+    assert show.line_after is not None
+    for index in range(show.start, show.end):
+        instruction = out[index]
+        operator = str(instruction.operator)
+        if operator == "T*":
+            return {index: [_tm(show.line_after)]}
+        if operator in ("'", '"') and isinstance(instruction, pikepdf.ContentStreamInstruction):
+            operands = list(instruction.operands)
+            spacing = (
+                [make_instruction("Tw", operands[0]), make_instruction("Tc", operands[1])] if operator == '"' else []
+            )
+            return {index: [*spacing, _tm(show.line_after), make_instruction("Tj", operands[-1])]}
+    return {}
+
+
+def _leading(move: Move) -> list[Instruction]:
+    """What a dropped TD still has to do: set the leading."""
+    return [make_instruction("TL", _number(move.leading))] if move.leading is not None else []
+
+
+def _index(events: list[Show | Move], show: Show) -> int:
+    return next(number for number, event in enumerate(events) if event is show)
+
+
+def _tm(matrix: Matrix) -> Instruction:
+    return make_instruction("Tm", *(_number(value) for value in matrix))
+
+
+def _number(value: float | None) -> Decimal:
+    """A content-stream number: four decimals, and never a negative zero."""
+    rounded = Decimal(f"{value or 0.0:.4f}").normalize()
+    return rounded if rounded != 0 else Decimal(0)
+
+
+def reset_words_kept(
+    was: list[tuple[str, Rect]], now: list[tuple[str, Rect]], lines: tuple[ResetLine, ...], tolerance: float = 0.5
+) -> bool:
+    """The text-kept contract of re-set lines: on each, the words read before (outside the regions) are read
+    after in the same order, on the same baseline (their boxes' extent across the line within `tolerance`),
+    none before the line's start, and none of the words after overlaps a mask."""
+    for line in lines:
+        before = sorted((word for word in was if line.holds(word[1])), key=lambda word: _word_along(line, word[1]))
+        after = sorted((word for word in now if line.holds(word[1])), key=lambda word: _word_along(line, word[1]))
+        if any(box.intersects(mask.padded(-tolerance)) for _, box in after for mask in line.masks):
+            return False
+        remaining = iter(after)
+        for text, box in before:
+            if not any(found == text and _same_across(line, box, moved, tolerance) for found, moved in remaining):
+                return False
+    return True
+
+
+def _word_along(line: ResetLine, box: Rect) -> float:
+    (ux, uy), (x, y) = line.direction, line.origin
+    return min(ux * (cx - x) + uy * (cy - y) for cx in (box.x0, box.x1) for cy in (box.y0, box.y1))
+
+
+def _same_across(line: ResetLine, a: Rect, b: Rect, tolerance: float) -> bool:
+    (ux, uy), (x, y) = line.direction, line.origin
+
+    def extent(box: Rect) -> tuple[float, float]:
+        across = [ux * (cy - y) - uy * (cx - x) for cx in (box.x0, box.x1) for cy in (box.y0, box.y1)]
+        return min(across), max(across)
+
+    return all(abs(p - q) <= tolerance for p, q in zip(extent(a), extent(b), strict=True))

@@ -1,0 +1,457 @@
+"""Font scrubbing after redaction: a font that lost glyphs keeps only what the document still draws.
+
+An embedded subset font carries the outlines of every glyph its producer used, and its /Widths (or /W),
+/ToUnicode, /Encoding /Differences and /CIDSet list them by code: after a name is removed they still tell
+which letters it had. For every font a redaction removed glyphs from, the codes still drawn anywhere in the
+document (page content, Form XObjects, tiling patterns, annotation appearances) are collected; the font
+program is re-subset with fontTools to the glyphs of those codes (glyph ids renumbered, so not even the count
+of the removed ones remains; layout tables dropped), the width, ToUnicode, Differences and CIDSet entries of
+every other code are dropped, and the subset tag is derived from what is kept.
+
+Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
+to glyphs through the program's own (3,0) or (1,0) cmap) and of Type0 fonts with Identity-H over a
+CIDFontType2 (CIDToGIDMap Identity or a stream). Any other embedded program that lost glyphs (Type1, bare
+CFF), one whose drawn codes cannot all be read or mapped to glyphs, and one the form's default resources
+(/AcroForm /DR) offer for new field values cannot be re-subset safely: the pages that draw it are returned for
+the raster fallback (reason `font_not_resubset`), after which nothing references it. A font without an
+embedded program only loses the entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from struct import error as struct_error
+
+import pikepdf
+from fontTools import subset as ftsubset
+from fontTools.ttLib import TTFont, TTLibError
+from pdfminer.cmapdb import CMapParser, FileUnicodeMap
+from pikepdf import Name
+
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, decoded_size
+from docjobs.pdf.redaction.fonts import font_model
+
+FALLBACK_REASON = "font_not_resubset"
+_SHOWS = ("Tj", "TJ", "'", '"')
+FontId = tuple[int, int]
+
+
+class _NotSafe(Exception):
+    """This font cannot be re-subset safely."""
+
+
+@dataclass(frozen=True)
+class FontScrub:
+    resubset: int  # embedded programs re-subset
+    fallback: dict[int, str]  # page -> reason, for the pages whose fonts could not be
+
+
+def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DEFAULT_BUDGETS) -> FontScrub:
+    """Cut every font in `touched` (object ids of font dictionaries that lost glyphs) down to the codes the
+    document still draws, in place; the caller saves."""
+    if not touched:
+        return FontScrub(0, {})
+    usage = _Usage(touched, budgets)
+    usage.collect(pdf)
+    unsafe = set(usage.unsure) | _form_defaults(pdf, touched)
+    resubset = 0
+    for key in sorted(touched - unsafe):
+        font = pdf.get_object(key)
+        try:
+            resubset += _scrub(pdf, font, usage.codes.get(key, set()), budgets)
+        except _NotSafe:
+            unsafe.add(key)
+    pages = sorted({page for key in unsafe for page in usage.pages.get(key, set())})
+    return FontScrub(resubset, dict.fromkeys(pages, FALLBACK_REASON))
+
+
+@dataclass
+class _Usage:
+    """The codes each wanted font draws, and the pages it draws them on."""
+
+    wanted: set[FontId]
+    budgets: Budgets
+    codes: dict[FontId, set[int]] = field(default_factory=dict)
+    pages: dict[FontId, set[int]] = field(default_factory=dict)
+    unsure: set[FontId] = field(default_factory=set)
+
+    def collect(self, pdf: pikepdf.Pdf) -> None:
+        operators = OperatorBudget(self.budgets)
+        for number, page in enumerate(pdf.pages, start=1):
+            seen: set[tuple[FontId, FontId | None]] = set()
+            self._walk(page.obj, _resources(page.obj), None, number, operators, seen, 0)
+            for appearance in _appearances(page.obj):
+                self._walk(appearance, appearance.get(Name.Resources), None, number, operators, seen, 1)
+
+    def _walk(
+        self,
+        owner: pikepdf.Object,
+        resources: pikepdf.Object | None,
+        font: pikepdf.Object | None,
+        page: int,
+        operators: OperatorBudget,
+        seen: set[tuple[FontId, FontId | None]],
+        depth: int,
+    ) -> None:
+        if depth > self.budgets.max_depth:
+            self._doubt(resources)
+            return
+        resources = resources if isinstance(resources, pikepdf.Dictionary) else pikepdf.Dictionary()
+        operators.spend(owner)
+        try:
+            target = owner if isinstance(owner, pikepdf.Stream) else pikepdf.Page(owner)
+            instructions = pikepdf.parse_content_stream(target)
+        except (pikepdf.PdfError, TypeError, ValueError):
+            self._doubt(resources)  # its codes are unknown: no font it may use is cut down
+            return
+        stack: list[pikepdf.Object | None] = []
+        for instruction in instructions:
+            if isinstance(instruction, pikepdf.ContentStreamInlineImage):
+                continue
+            operator, operands = str(instruction.operator), list(instruction.operands)
+            if operator == "q":
+                stack.append(font)
+            elif operator == "Q" and stack:
+                font = stack.pop()
+            elif operator == "Tf" and operands:
+                font = _entry(resources, Name.Font, operands[0])
+            elif operator == "gs" and operands:
+                state = _entry(resources, Name.ExtGState, operands[0])
+                chosen = state.get(Name.Font) if isinstance(state, pikepdf.Dictionary) else None
+                if isinstance(chosen, pikepdf.Array) and len(chosen):
+                    font = chosen[0]
+            elif operator in _SHOWS and operands:
+                self._shown(font, operands[-1], page)
+            elif operator == "Do" and operands:
+                xobject = _entry(resources, Name.XObject, operands[0])
+                if isinstance(xobject, pikepdf.Stream) and xobject.get(Name.Subtype) == Name.Form:
+                    key = (xobject.objgen, _id(font))
+                    if not xobject.is_indirect or key not in seen:
+                        seen.add(key)
+                        inner = xobject.get(Name.Resources, resources)
+                        self._walk(xobject, inner, font, page, operators, seen, depth + 1)
+        for pattern in _tiling_patterns(resources):
+            key = (pattern.objgen, None)
+            if not pattern.is_indirect or key not in seen:
+                seen.add(key)
+                self._walk(pattern, pattern.get(Name.Resources), None, page, operators, seen, depth + 1)
+
+    def _shown(self, font: pikepdf.Object | None, operand: pikepdf.Object, page: int) -> None:
+        key = _id(font)
+        if key is None or key not in self.wanted:
+            return
+        self.pages.setdefault(key, set()).add(page)
+        model = font_model(font)
+        if model.unknown_codes:
+            self.unsure.add(key)
+            return
+        items = list(operand) if isinstance(operand, pikepdf.Array) else [operand]
+        codes = self.codes.setdefault(key, set())
+        for item in items:
+            if isinstance(item, pikepdf.String):
+                codes.update(int.from_bytes(glyph.code, "big") for glyph in model.glyphs(bytes(item)))
+
+    def _doubt(self, resources: pikepdf.Object | None) -> None:
+        fonts = resources.get(Name.Font) if isinstance(resources, pikepdf.Dictionary) else None
+        if isinstance(fonts, pikepdf.Dictionary):
+            self.unsure.update(key for _, font in fonts.items() if (key := _id(font)) in self.wanted)
+
+
+def _scrub(pdf: pikepdf.Pdf, font: pikepdf.Object, codes: set[int], budgets: Budgets) -> int:
+    """Scrub one font; 1 when an embedded program was re-subset, 0 when only the entries were trimmed."""
+    if not isinstance(font, pikepdf.Dictionary):
+        raise _NotSafe
+    if font.get(Name.Subtype) == Name.Type0:
+        return _scrub_composite(pdf, font, codes, budgets)
+    if font.get(Name.Subtype) in (Name.TrueType, Name.Type1, Name.MMType1):
+        return _scrub_simple(pdf, font, codes, budgets)
+    raise _NotSafe  # Type3 glyphs are never removed (their pages are burned in), so one here is unexpected
+
+
+def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], budgets: Budgets) -> int:
+    descriptor = font.get(Name.FontDescriptor)
+    embedded = _program(descriptor, budgets)
+    resubset = 0
+    if embedded is not None:
+        descriptor, program = embedded
+        ttf = _truetype(program)
+        cmap = _code_cmap(ttf)
+        try:
+            kept = {cmap[code] if code in cmap else cmap[0xF000 + code] for code in codes}
+        except KeyError:
+            raise _NotSafe from None
+        subset = _subset(ttf, kept)
+        _write_program(pdf, descriptor, program, subset)
+        _retag(subset, (font, descriptor))
+        resubset = 1
+    widths = font.get(Name.Widths)
+    if isinstance(widths, pikepdf.Array) and codes:
+        first = int(font.get(Name.FirstChar, 0))
+        low, high = min(codes), max(codes)
+        font.Widths = pikepdf.Array(
+            [
+                widths[code - first] if code in codes and 0 <= code - first < len(widths) else 0
+                for code in range(low, high + 1)
+            ]
+        )
+        font.FirstChar, font.LastChar = low, high
+    encoding = font.get(Name.Encoding)
+    differences = encoding.get(Name.Differences) if isinstance(encoding, pikepdf.Dictionary) else None
+    if isinstance(encoding, pikepdf.Dictionary) and isinstance(differences, pikepdf.Array):
+        encoding.Differences = _differences(differences, codes)
+    if isinstance(descriptor, pikepdf.Dictionary) and Name.CharSet in descriptor:
+        del descriptor[Name.CharSet]  # glyph names, the removed ones among them
+    _trim_to_unicode(pdf, font, codes, 1, budgets)
+    return resubset
+
+
+def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], budgets: Budgets) -> int:
+    descendants = font.get(Name.DescendantFonts)
+    descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+    if font.get(Name.Encoding) != Name("/Identity-H") or not isinstance(descendant, pikepdf.Dictionary):
+        raise _NotSafe
+    embedded = _program(descendant.get(Name.FontDescriptor), budgets)
+    model = font_model(font)
+    if embedded is not None:
+        descriptor, program = embedded
+        if descendant.get(Name.Subtype) != Name.CIDFontType2:
+            raise _NotSafe
+        to_gid = _cid_to_gid(descendant.get(Name.CIDToGIDMap), budgets)
+        ttf = _truetype(program)
+        order = ttf.getGlyphOrder()
+        gids = {cid: to_gid(cid) for cid in codes}
+        if any(gid >= len(order) for gid in gids.values()):
+            raise _NotSafe
+        kept = {order[gid] for gid in gids.values()}
+        subset = _subset(ttf, kept)
+        _write_program(pdf, descriptor, program, subset)
+        renumbered = {name: gid for gid, name in enumerate(ttf.getGlyphOrder())}
+        table = bytearray(2 * (max(codes, default=0) + 1))
+        for cid, gid in gids.items():
+            table[2 * cid : 2 * cid + 2] = renumbered[order[gid]].to_bytes(2, "big")
+        descendant.CIDToGIDMap = pdf.make_stream(bytes(table))
+        if Name.CIDSet in descriptor:
+            bits = bytearray((max(codes, default=0) + 8) // 8)
+            for cid in {0, *codes}:
+                bits[cid // 8] |= 0x80 >> (cid % 8)
+            descriptor.CIDSet = pdf.make_stream(bytes(bits))
+        _retag(subset, (font, descendant, descriptor))
+    default = model.default_width if model.default_width is not None else 1.0
+    listed = sorted(code for code in codes if model.widths.get(code, default) != default)
+    descendant.W = pikepdf.Array(
+        [item for cid in listed for item in (cid, pikepdf.Array([round(model.widths[cid] * 1000, 3)]))]
+    )
+    _trim_to_unicode(pdf, font, codes, 2, budgets)
+    return 1 if embedded is not None else 0
+
+
+def _program(descriptor: pikepdf.Object | None, budgets: Budgets) -> tuple[pikepdf.Dictionary, pikepdf.Stream] | None:
+    """The descriptor and its embedded TrueType/OpenType program (None when there is none); any other kind
+    of program is not safe."""
+    if not isinstance(descriptor, pikepdf.Dictionary):
+        return None
+    if Name.FontFile in descriptor:
+        raise _NotSafe  # Type1: fontTools cannot subset it
+    program = descriptor.get(Name.FontFile2)
+    if program is None and Name.FontFile3 in descriptor:
+        program = descriptor.FontFile3
+        if not isinstance(program, pikepdf.Stream) or program.get(Name.Subtype) != Name.OpenType:
+            raise _NotSafe  # bare CFF
+    if program is None:
+        return None
+    if not isinstance(program, pikepdf.Stream):
+        raise _NotSafe
+    decoded_size(program, limit=budgets.max_stream_bytes)
+    return descriptor, program
+
+
+def _truetype(program: pikepdf.Stream) -> TTFont:
+    try:
+        ttf = TTFont(io.BytesIO(program.read_bytes()), recalcTimestamp=False, lazy=False)
+        ttf.getGlyphOrder()
+    except (TTLibError, pikepdf.PdfError, AssertionError, KeyError, ValueError, struct_error):
+        raise _NotSafe from None
+    return ttf
+
+
+def _code_cmap(ttf: TTFont) -> dict[int, str]:
+    """Byte code -> glyph name through the program's (3,0) or (1,0) cmap, as viewers read a simple TrueType."""
+    if "cmap" not in ttf:
+        raise _NotSafe
+    for platform, encoding in ((3, 0), (1, 0)):
+        table = ttf["cmap"].getcmap(platform, encoding)
+        if table is not None:
+            return dict(table.cmap)
+    raise _NotSafe  # codes would reach glyphs through names and Unicode: not re-subset here
+
+
+def _subset(ttf: TTFont, glyphs: set[str]) -> bytes:
+    options = ftsubset.Options()
+    options.notdef_outline = True
+    options.recalc_timestamp = False
+    options.layout_features = []
+    options.layout_closure = False
+    options.name_IDs = ["*"]
+    options.drop_tables += ["GSUB", "GPOS", "GDEF", "kern", "JSTF", "MATH", "BASE"]
+    subsetter = ftsubset.Subsetter(options)
+    try:
+        subsetter.populate(glyphs=sorted({".notdef"} & set(ttf.getGlyphOrder()) | glyphs))
+        subsetter.subset(ttf)
+        data = io.BytesIO()
+        ttf.save(data)
+    except (TTLibError, AssertionError, KeyError, ValueError, struct_error):
+        raise _NotSafe from None
+    return data.getvalue()
+
+
+def _write_program(pdf: pikepdf.Pdf, descriptor: pikepdf.Dictionary, old: pikepdf.Stream, data: bytes) -> None:
+    program = pdf.make_stream(data)
+    program.Length1 = len(data)
+    if Name.Subtype in old:
+        program.Subtype = old.Subtype
+    key = Name.FontFile2 if Name.FontFile2 in descriptor else Name.FontFile3
+    descriptor[key] = program
+
+
+def _cid_to_gid(mapping: pikepdf.Object | None, budgets: Budgets) -> _CidToGid:
+    if mapping is None or mapping == Name.Identity:
+        return _CidToGid(None)
+    if not isinstance(mapping, pikepdf.Stream):
+        raise _NotSafe
+    decoded_size(mapping, limit=budgets.max_stream_bytes)
+    return _CidToGid(mapping.read_bytes())
+
+
+@dataclass(frozen=True)
+class _CidToGid:
+    table: bytes | None  # None: Identity
+
+    def __call__(self, cid: int) -> int:
+        if self.table is None:
+            return cid
+        if 2 * cid + 2 > len(self.table):
+            raise _NotSafe
+        return int.from_bytes(self.table[2 * cid : 2 * cid + 2], "big")
+
+
+def _retag(program: bytes, holders: tuple[pikepdf.Object | None, ...]) -> None:
+    """A subset tag (`ABCDEF+`) some producers derive from the glyphs used: a new one from the program kept."""
+    digest = hashlib.sha256(program).digest()
+    tag = "".join(string.ascii_uppercase[byte % 26] for byte in digest[:6])
+    for holder in holders:
+        if not isinstance(holder, pikepdf.Dictionary):
+            continue
+        for key in (Name.BaseFont, Name.FontName):
+            value = holder.get(key)
+            name = str(value)[1:] if isinstance(value, Name) else ""
+            if len(name) > 7 and name[6] == "+" and name[:6].isalpha() and name[:6].isupper():
+                holder[key] = Name("/" + tag + name[6:])
+
+
+def _differences(differences: pikepdf.Array, codes: set[int]) -> pikepdf.Array:
+    """/Differences with only the drawn codes' glyph names."""
+    names: dict[int, pikepdf.Object] = {}
+    code = 0
+    for item in differences:
+        if isinstance(item, Name):
+            names[code] = item
+            code += 1
+        else:
+            code = int(item)
+    kept: list[pikepdf.Object | int] = []
+    for code in sorted(set(names) & codes):
+        kept += [code, names[code]]
+    return pikepdf.Array(kept)
+
+
+def _trim_to_unicode(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], width: int, budgets: Budgets) -> None:
+    """Rewrite /ToUnicode with the drawn codes' entries only."""
+    stream = font.get(Name.ToUnicode)
+    if not isinstance(stream, pikepdf.Stream):
+        if Name.ToUnicode in font:
+            del font[Name.ToUnicode]
+        return
+    decoded_size(stream, limit=budgets.max_stream_bytes)
+    cmap = FileUnicodeMap()
+    try:
+        CMapParser(cmap, io.BytesIO(stream.read_bytes())).run()
+    except Exception:  # noqa: BLE001 - pdfminer raises many kinds on a broken CMap: the entries are dropped
+        cmap = FileUnicodeMap()
+    entries = {code: text for code, text in cmap.cid2unichr.items() if code in codes and isinstance(text, str)}
+    font.ToUnicode = pdf.make_stream(_to_unicode_cmap(entries, width))
+
+
+def _to_unicode_cmap(entries: dict[int, str], width: int) -> bytes:
+    lines = [
+        "/CIDInit /ProcSet findresource begin",
+        "12 dict begin",
+        "begincmap",
+        "/CIDSystemInfo << /Registry (Adobe) /Ordering (UCS) /Supplement 0 >> def",
+        "/CMapName /Adobe-Identity-UCS def",
+        "/CMapType 2 def",
+        "1 begincodespacerange",
+        f"<{'00' * width}> <{'FF' * width}>",
+        "endcodespacerange",
+    ]
+    items = sorted(entries.items())
+    for start in range(0, len(items), 100):
+        chunk = items[start : start + 100]
+        lines.append(f"{len(chunk)} beginbfchar")
+        lines += [f"<{code:0{2 * width}X}> <{text.encode('utf-16-be').hex().upper()}>" for code, text in chunk]
+        lines.append("endbfchar")
+    lines += ["endcmap", "CMapName currentdict /CMap defineresource pop", "end", "end"]
+    return "\n".join(lines).encode()
+
+
+def _form_defaults(pdf: pikepdf.Pdf, touched: set[FontId]) -> set[FontId]:
+    """Fonts the form offers for new field values: a viewer may draw any glyph with them."""
+    form = pdf.Root.get(Name.AcroForm)
+    defaults = form.get(Name.DR) if isinstance(form, pikepdf.Dictionary) else None
+    fonts = defaults.get(Name.Font) if isinstance(defaults, pikepdf.Dictionary) else None
+    if not isinstance(fonts, pikepdf.Dictionary):
+        return set()
+    return {key for _, font in fonts.items() if (key := _id(font)) in touched}
+
+
+def _resources(page: pikepdf.Dictionary) -> pikepdf.Object | None:
+    node: pikepdf.Object | None = page
+    for _ in range(64):
+        if not isinstance(node, pikepdf.Dictionary):
+            return None
+        if Name.Resources in node:
+            return node[Name.Resources]
+        node = node.get(Name.Parent)
+    return None
+
+
+def _appearances(page: pikepdf.Dictionary) -> Iterator[pikepdf.Stream]:
+    annotations = page.get(Name.Annots)
+    for annotation in annotations if isinstance(annotations, pikepdf.Array) else []:
+        appearances = annotation.get(Name.AP) if isinstance(annotation, pikepdf.Dictionary) else None
+        if not isinstance(appearances, pikepdf.Dictionary):
+            continue
+        for _, entry in appearances.items():
+            if isinstance(entry, pikepdf.Stream):
+                yield entry
+            elif isinstance(entry, pikepdf.Dictionary):
+                yield from (state for _, state in entry.items() if isinstance(state, pikepdf.Stream))
+
+
+def _tiling_patterns(resources: pikepdf.Dictionary) -> list[pikepdf.Stream]:
+    patterns = resources.get(Name.Pattern)
+    if not isinstance(patterns, pikepdf.Dictionary):
+        return []
+    return [p for _, p in patterns.items() if isinstance(p, pikepdf.Stream) and p.get(Name.PatternType) == 1]
+
+
+def _entry(resources: pikepdf.Dictionary, category: Name, name: pikepdf.Object) -> pikepdf.Object | None:
+    entries = resources.get(category)
+    return entries.get(name) if isinstance(entries, pikepdf.Dictionary) and isinstance(name, Name) else None
+
+
+def _id(font: pikepdf.Object | None) -> FontId | None:
+    return font.objgen if isinstance(font, pikepdf.Dictionary) and font.is_indirect else None

@@ -1,0 +1,155 @@
+"""Redaction layout `mask`: whichever name was removed, the released page is the same.
+
+For the line "Patient: NAME was seen on Monday." with twelve fake names of different widths, drawn in a
+standard font, in an embedded TrueType subset, justified by word spacing and kerned in TJ arrays, the
+positions pdfminer reads back and the pixels poppler renders (glyphs and boxes) are identical whatever the
+name, the lines without a name stay exactly where they were, and the subset font keeps no glyph, width or
+ToUnicode entry that only a name used. The gate and the text-kept check run inside every `redact_pdf`.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+import pikepdf
+import pytest
+from fontTools.ttLib import TTFont
+from pdfminer.cmapdb import CMapParser, FileUnicodeMap
+from pdfminer.high_level import extract_pages
+from pdfminer.layout import LTChar, LTContainer
+from pikepdf import Name
+from PIL import Image
+
+from docjobs.models import RedactionSummary, RedactLayout, RedactPolicy
+from docjobs.pdf.redaction.redact import redact_pdf
+from tests.fixtures.redact_layout import (
+    LAYOUT_FIXTURES,
+    NAME_REGEX,
+    NAMES,
+    OTHER_LINES,
+    PREFIX,
+    SUFFIX,
+    make_embedded,
+    make_type1,
+)
+
+POLICY = RedactPolicy(regexes=(NAME_REGEX,))  # layout `mask` by default
+Glyph = tuple[str, float, float, float, float]
+
+
+def glyphs(pdf: Path) -> list[Glyph]:
+    """Every glyph pdfminer reads: its text and box, to a thousandth of a point."""
+
+    def walk(item: object) -> list[Glyph]:
+        if isinstance(item, LTChar):
+            x0, y0, x1, y1 = (round(value, 3) for value in (item.x0, item.y0, item.x1, item.y1))
+            return [(item.get_text(), x0, y0, x1, y1)]
+        return [glyph for child in item for glyph in walk(child)] if isinstance(item, LTContainer) else []
+
+    return [glyph for page in extract_pages(str(pdf)) for glyph in walk(page)]
+
+
+def pixels(pdf: Path, tmp_path: Path) -> bytes:
+    subprocess.run(["pdftoppm", "-r", "72", "-gray", "-singlefile", str(pdf), str(tmp_path / "page")], check=True)
+    with Image.open(tmp_path / "page.pgm") as page:
+        return page.tobytes()
+
+
+def redact(make: object, name: str, tmp_path: Path, policy: RedactPolicy = POLICY) -> tuple[Path, RedactionSummary]:
+    assert callable(make)
+    make(source := tmp_path / "source.pdf", name)
+    summary = redact_pdf(source, out := tmp_path / f"{name}.pdf", policy, workdir=tmp_path)
+    return out, summary
+
+
+def text(pdf: Path) -> str:
+    return subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("kind", sorted(LAYOUT_FIXTURES))
+def test_the_released_page_is_the_same_whichever_name_was_removed(kind: str, tmp_path: Path) -> None:
+    make = LAYOUT_FIXTURES[kind]
+    released: dict[str, tuple[list[Glyph], bytes]] = {}
+    for name in NAMES:
+        out, summary = redact(make, name, tmp_path)
+        assert (summary.lines_reset, summary.fallback_pages) == (1, []), name
+        assert name not in text(out)
+        released[name] = (glyphs(out), pixels(out, tmp_path))
+        if name == NAMES[0]:  # the lines without a name did not move
+            source = glyphs(tmp_path / "source.pdf")
+            for other in OTHER_LINES:
+                first = other.split()[0]
+                assert _line_at(source, first) == _line_at(released[name][0], first), (kind, other)
+    first_glyphs, first_pixels = released[NAMES[0]]
+    for name, (positions, rendered) in released.items():
+        assert positions == first_glyphs, (kind, name)
+        assert rendered == first_pixels, (kind, name)
+
+
+def test_keep_layout_leaves_the_gap_as_wide_as_the_name(tmp_path: Path) -> None:
+    keep = POLICY.model_copy(update={"layout": RedactLayout.KEEP})
+    starts = set()
+    for name in NAMES[:3]:
+        out, summary = redact(LAYOUT_FIXTURES["standard"], name, tmp_path, keep)
+        assert summary.lines_reset == 0
+        starts.add(next(x0 for glyph, x0, y0, *_ in glyphs(out) if glyph == "w" and y0 < 700))
+    assert len(starts) == 3  # "was" sits where each name ended: the gap tells the name's width
+
+
+def test_the_mask_width_is_the_policys(tmp_path: Path) -> None:
+    def was_start(policy: RedactPolicy) -> float:
+        out, _ = redact(LAYOUT_FIXTURES["standard"], NAMES[3], tmp_path, policy)
+        return next(x0 for glyph, x0, y0, *_ in glyphs(out) if glyph == "w" and y0 < 700)
+
+    wider = POLICY.model_copy(update={"mask_width": 8.0})
+    assert was_start(wider) - was_start(POLICY) == pytest.approx(3 * 12.0, abs=0.01)  # three more ems at 12 pt
+
+
+def test_the_subset_font_keeps_only_what_the_kept_text_draws(tmp_path: Path) -> None:
+    kept = set(PREFIX.strip() + SUFFIX.strip() + "".join(OTHER_LINES)) - {" "}
+    programs = set()
+    for name in NAMES:
+        out, summary = redact(make_embedded, name, tmp_path)
+        assert summary.fonts_resubset == 1
+        with pikepdf.open(out) as pdf:
+            (font,) = [font for _, font in pdf.pages[0].Resources.Font.items()]
+            descendant = font.DescendantFonts[0]
+            program = descendant.FontDescriptor.FontFile2.read_bytes()
+            mapped = _to_unicode(font.ToUnicode.read_bytes())
+            widths = list(descendant.W)
+        programs.add(program)
+        assert set(mapped.values()) - {" "} == kept, name  # nothing only the name used
+        assert len(TTFont(io.BytesIO(program)).getGlyphOrder()) == len(set(mapped.values())) + 1  # and .notdef
+        assert {int(cid) for cid in widths[::2]} <= set(mapped)
+    assert len(programs) == 1  # the same program bytes, whichever name was there
+
+
+def test_a_font_that_cannot_be_resubset_sends_its_pages_to_the_fallback(tmp_path: Path) -> None:
+    out, summary = redact(make_type1, NAMES[3], tmp_path)
+    assert summary.fallback_pages == [1, 2]  # page 2 draws the same font
+    assert {page.page: page.fallback for page in summary.pages} == {1: "font_not_resubset", 2: "font_not_resubset"}
+    with pikepdf.open(out) as pdf:
+        assert not any(Name.Font in page.Resources for page in pdf.pages)
+        assert not any(
+            isinstance(obj, pikepdf.Dictionary) and Name.FontFile in obj for obj in pdf.objects
+        )  # the Type1 program is gone with the pages that drew it
+
+
+def _line_at(positions: list[Glyph], first_word: str) -> list[Glyph]:
+    """The glyphs on the baseline of the line that starts with `first_word`."""
+    starts = [index for index in range(len(positions)) if _spells(positions, index, first_word)]
+    assert starts, first_word
+    baseline = positions[starts[0]][2]
+    return [glyph for glyph in positions if glyph[2] == baseline]
+
+
+def _spells(positions: list[Glyph], index: int, word: str) -> bool:
+    return "".join(glyph[0] for glyph in positions[index : index + len(word)]) == word
+
+
+def _to_unicode(data: bytes) -> dict[int, str]:
+    cmap = FileUnicodeMap()
+    CMapParser(cmap, io.BytesIO(data)).run()
+    return dict(cmap.cid2unichr)
