@@ -10,6 +10,7 @@
     python starter.py codec-server [--host H] [--port P] [--cors-origin URL]   decrypts payloads for the Web UI/CLI
     python starter.py tenant add NAME [--callback URL [--allow-http-loopback]]   an API tenant and its key (once)
     python starter.py gc [--dry-run] [--source-grace DURATION]   delete the blobs of runs past retention
+    python starter.py schema [--write DIR]   the JSON Schemas of the workflow's input, status and answers
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
 succeeded), 1 job ended failed/canceled/quarantined (or has no artifact), 2 bad usage, configuration,
@@ -29,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from docjobs.cli import evidence, gc, jobs, servers, tenants
+from docjobs.cli import evidence, gc, jobs, schema, servers, tenants
 from docjobs.cli.output import EXIT_INTERRUPTED, EXIT_JOB_NOT_SUCCEEDED, EXIT_PROTOCOL, EXIT_USAGE, Output, fail
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
@@ -40,7 +41,7 @@ from docjobs.temporal.codec import PayloadDecryptionError
 from docjobs.temporal.settings import TemporalSettings
 
 Command = Callable[[argparse.Namespace, TemporalSettings, Output], Coroutine[Any, Any, int]]
-COMMAND_GROUPS = (jobs, evidence, servers, tenants, gc)  # in the order `--help` lists them
+COMMAND_GROUPS = (jobs, evidence, servers, tenants, gc, schema)  # in the order `--help` lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -237,7 +237,9 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     history = await plain_client.get_workflow_handle(submitted.job_id).fetch_history()
     raw = History(events=history.events)
     sealable = sealable_payloads(raw)
-    assert any(".memo.fields[request]" in where for where, _ in sealable)
+    assert any(".memo.fields[input]" in where for where, _ in sealable)  # the start memo: the public input
+    assert any("upserted_memo.fields[request]" in where for where, _ in sealable)  # the request `resolve` made
+    assert any(".user_metadata.summary" in where for where, _ in sealable)  # the Web UI's summaries too
     kinds = {where.split(".")[2] for where, _ in sealable}  # .events[i].<kind>_attributes.…
     assert {"workflow_execution_started_event_attributes", "activity_task_scheduled_event_attributes"} <= kinds
     assert {"activity_task_completed_event_attributes", "workflow_execution_completed_event_attributes"} <= kinds
