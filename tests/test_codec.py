@@ -25,6 +25,7 @@ from temporalio.converter import ActivitySerializationContext, WorkflowSerializa
 from docjobs.api.app import create_app
 from docjobs.api.codec_server import MAX_BODY_BYTES, create_codec_app
 from docjobs.config import ConfigError
+from docjobs.models import JobOverrides
 from docjobs.policies import PolicyBook
 from docjobs.sealing import UNSEALED_ENCODING, CodecKey
 from docjobs.states import JobState
@@ -42,7 +43,6 @@ from tests.conftest import (
     sealable_payloads,
     unsealed_payloads,
     wait_terminal,
-    with_watermark,
 )
 
 OLD = CodecKey("2025-a", bytes(range(32)))
@@ -227,8 +227,11 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     settings = env.settings(**keys)
     jobs = JobClient(await connect(settings), settings)
     sentinel = f"CODEC-SENTINEL-{os.getpid()}"
-    policy = with_watermark(policies.get("standard"), text=sentinel)
-    submitted = await jobs.submit(samples / "sample.pdf", policy, tenant="codec-tenant", key="codec-secret")
+    overrides = JobOverrides(watermark_text=sentinel)
+    policy = policies.resolve("standard", overrides)
+    submitted = await jobs.submit(
+        samples / "sample.pdf", "standard", overrides=overrides, tenant="codec-tenant", key="codec-secret"
+    )
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status.failure_code
     await jobs.handle(submitted.job_id).result()  # the state is final before the workflow's wrap-up ends
