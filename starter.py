@@ -14,6 +14,7 @@
     python starter.py gc [--dry-run] [--source-grace DURATION]   delete the blobs of runs past retention
     python starter.py cost [--since DURATION] [--tenant T]   CPU seconds per released document and page
     python starter.py deploy status|promote ID|ramp ID PERCENT|rollback|drained ID [--deployment NAME]
+    python starter.py schema [--write DIR]   the JSON Schemas of the workflow's input, status and answers
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
 succeeded), 1 job ended failed/canceled/quarantined (or has no artifact), 2 bad usage, configuration,
@@ -34,7 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from docjobs.cli import batches, costs, deploy, evidence, gc, jobs, servers, tenants
+from docjobs.cli import batches, costs, deploy, evidence, gc, jobs, schema, servers, tenants
 from docjobs.cli.output import EXIT_INTERRUPTED, EXIT_JOB_NOT_SUCCEEDED, EXIT_PROTOCOL, EXIT_USAGE, Output, fail
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
@@ -46,7 +47,8 @@ from docjobs.temporal.codec import PayloadDecryptionError
 from docjobs.temporal.settings import TemporalSettings
 
 Command = Callable[[argparse.Namespace, TemporalSettings, Output], Coroutine[Any, Any, int]]
-COMMAND_GROUPS = (jobs, batches, evidence, costs, servers, tenants, gc, deploy)  # in the order `--help` lists them
+# In the order `--help` lists them.
+COMMAND_GROUPS = (jobs, batches, evidence, costs, servers, tenants, gc, deploy, schema)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,6 +40,7 @@ from activities.publish import PublishActivities
 from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
 from activities.render import RenderActivities
+from activities.resolve import ResolveActivities
 from docjobs.config import ConfigError
 from docjobs.policies import PolicyBook
 from docjobs.sandbox import ChildLimits, ChildPool
@@ -86,6 +87,7 @@ def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) ->
         publish = PublishActivities(store, workdir)
         redact = RedactActivities(store, workdir, pool)
         served["general"] = [
+            ResolveActivities(store, settings).resolve,
             render.render,
             redact.redact,
             release.sign,

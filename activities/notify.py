@@ -10,12 +10,13 @@ its failure never changes the job's outcome, and every attempt is in the job's h
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from temporalio import activity
 
 from activities.lease import typed_failures
-from docjobs.canonical import canonical_model
+from docjobs.canonical import canonical_json
 from docjobs.errors import DocJobError
 from docjobs.models import NotifyInput
 from docjobs.tenants import callback_of
@@ -34,7 +35,9 @@ class NotifyActivities:
             callback = callback_of(self._tenants, event.tenant)
             if callback is None:
                 return "no callback"
-            body = canonical_model(event)
+            if event.callback is not None:  # the job's own URL (checked at resolve), signed with the tenant's secret
+                callback = replace(callback, url=event.callback)
+            body = canonical_json(event.model_dump(mode="json", exclude={"callback"}))
             run_id = activity.info().workflow_run_id
             assert run_id is not None, "notify runs inside a workflow"
             try:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pypdf import PdfReader
 
 from docjobs.models import JobStatus, Policy
-from docjobs.policies import PolicyBook
+from docjobs.policies import PolicyBook, job_overrides
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.states import JobState
 from docjobs.temporal.client import JobClient, connect
@@ -129,7 +129,7 @@ async def run_sample(jobs: JobClient, policies: PolicyBook, sample: Sample, fold
     sample.standard = await run_job(jobs, sample, policies.get("standard"))
     if sample.word is None:
         return
-    sample.redacted = await run_job(jobs, sample, policies.resolve("standard", redact=[sample.word]))
+    sample.redacted = await run_job(jobs, sample, policies.resolve("standard", job_overrides(redact=[sample.word])))
     if sample.redacted is not None and sample.redacted.state is JobState.SUCCEEDED:
         out = folder / f"redacted-{sample.path.name}"
         await jobs.fetch(sample.redacted.job_id, out)

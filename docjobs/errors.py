@@ -66,6 +66,9 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
         "the job's workflow reached its execution timeout before the job's deadline: a fault, not a deadline",
     ),
     "request.invalid": (Outcome.FAIL, "the job request could not be read or does not belong to this job ID"),
+    "policy.unknown": (Outcome.FAIL, "no policy of that name is configured"),
+    "policy.invalid": (Outcome.FAIL, "the policy overrides are not valid"),
+    "source.outside_store": (Outcome.FAIL, "the source URI does not name a blob inside this deployment's store"),
     "codec.unsealed": (Outcome.FAIL, "the job request was not sealed with this deployment's payload key"),
 }
 

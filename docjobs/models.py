@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -17,6 +18,8 @@ from docjobs.stamp_text import encode_text
 from docjobs.states import JobState, Stage
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
+TENANT_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"  # the first segment of a job ID: no '/', safe in a visibility query
+POLICY_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
 class Frozen(BaseModel):
@@ -170,7 +173,7 @@ class LimitsPolicy(Frozen):
 class Policy(Frozen):
     """How one document class is processed. Its version is derived from its content."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
+    name: str = Field(pattern=POLICY_NAME_PATTERN)
     watermark: WatermarkPolicy
     deadline_seconds: int = Field(default=900, ge=1, le=7 * 24 * 3600)
     max_pages: int = Field(default=2000, ge=1)
@@ -218,6 +221,7 @@ class JobRequest(Frozen):
     accepted_at: datetime
     timing: ActivityTiming = ActivityTiming()
     ocr_task_queue: str | None = None  # None: the workflow's own task queue
+    callback: str | None = None  # the terminal event's URL instead of the tenant's (DocumentJobInput.callback)
 
     @property
     def document_class(self) -> str:
@@ -226,6 +230,67 @@ class JobRequest(Frozen):
     @property
     def deadline_at(self) -> datetime:
         return self.accepted_at + timedelta(seconds=self.deadline_seconds)
+
+
+class Strict(BaseModel):
+    """A public contract: an unknown (e.g. misspelt) field is refused, not ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SourceRef(Strict):
+    """The caller's stored document: a URI inside the deployment's store, and the digest and size it must have."""
+
+    uri: str = Field(min_length=1, max_length=2048, description="s3://bucket/key or file:///path, inside the store")
+    sha256: str = Field(pattern=SHA256_PATTERN)
+    size: int = Field(ge=0)
+
+
+class JobOverrides(Strict):
+    """Ad-hoc changes to the named policy (each makes a new policy version, hence a new job)."""
+
+    watermark_text: str | None = Field(default=None, min_length=1, max_length=200)
+    watermark_mode: WatermarkMode | None = None
+    watermark_dpi: int | None = Field(default=None, ge=36, le=600)
+    ocr_mode: OcrMode | None = None
+    redact_patterns: tuple[str, ...] = Field(
+        default=(), description=f"built-in pattern names ({', '.join(BUILTIN_PATTERN_NAMES)}) or RE2 regexes"
+    )
+    redact_regions: tuple[RedactRegion, ...] = ()
+    sign: bool | None = None
+
+
+class DocumentJobInput(Strict):
+    """The public input of the `DocumentJob` workflow, version 1: what any Temporal client starts a job with.
+
+    The workflow ID is `{tenant}/{key}`. The workflow resolves the policy, its version and the stage timings
+    itself (the `resolve` activity), and copies the source into its own layout, checked by its digest."""
+
+    version: Literal[1]
+    tenant: str = Field(pattern=TENANT_PATTERN)
+    source: SourceRef
+    policy: str = Field(pattern=POLICY_NAME_PATTERN, description="a named policy (document class)")
+    overrides: JobOverrides = JobOverrides()
+    deadline_seconds: int | None = Field(default=None, ge=1, le=7 * 24 * 3600, description="None: the policy's")
+    callback: str | None = Field(
+        default=None, max_length=2048, description="https URL for the terminal event, instead of the tenant's"
+    )
+
+
+class ResolveInput(Frozen):
+    """What the `resolve` activity turns into a full JobRequest: the public input of one job."""
+
+    job_id: str
+    job: DocumentJobInput
+    accepted_at: datetime
+
+
+class CancelAnswer(BaseModel):
+    """The `cancel_job` update's answer: where the job was when the cancellation was accepted."""
+
+    job_id: str
+    state: JobState
+    stage: Stage | None = None
 
 
 class JobShape(Frozen):
@@ -453,6 +518,7 @@ class NotifyInput(Frozen):
     input_sha256: str
     output_sha256: str | None
     evidence_sha256: str | None
+    callback: str | None = None  # where to send it, instead of the tenant's callback (not part of the body)
 
 
 class TransitionRecord(Frozen):

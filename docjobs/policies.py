@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from docjobs.config import ConfigError
-from docjobs.models import BUILTIN_PATTERN_NAMES, Policy, RedactRegion
+from docjobs.models import BUILTIN_PATTERN_NAMES, JobOverrides, Policy, RedactRegion
 
 
 def parse_region(spec: str) -> RedactRegion:
@@ -40,6 +40,32 @@ def _unknown_keys(model: type[BaseModel], body: dict[str, Any], prefix: str = ""
     return unknown
 
 
+def job_overrides(
+    *,
+    watermark: str | None = None,
+    mode: str | None = None,
+    dpi: int | None = None,
+    ocr: str | None = None,
+    sign: bool | None = None,
+    redact: Sequence[str] = (),
+    redact_regions: Sequence[str] = (),
+) -> JobOverrides:
+    """The overrides as the command line's flags and the API's policy part spell them: `redact` built-in pattern
+    names or regexes, `redact_regions` `PAGE:X0,Y0,X1,Y1` (ConfigError when malformed).
+    Raises pydantic's ValidationError for an invalid value."""
+    return JobOverrides.model_validate(
+        {
+            "watermark_text": watermark,
+            "watermark_mode": mode,
+            "watermark_dpi": dpi,
+            "ocr_mode": ocr,
+            "sign": sign,
+            "redact_patterns": tuple(redact),
+            "redact_regions": tuple(map(parse_region, redact_regions)),
+        }
+    )
+
+
 class PolicyBook:
     """The named policies of a policy file."""
 
@@ -66,38 +92,24 @@ class PolicyBook:
             raise ConfigError(f"invalid policy in {path}: {exc}") from None
         return cls(policies, raw.get("default", "standard"))
 
-    def resolve(
-        self,
-        name: str | None,
-        *,
-        watermark: str | None = None,
-        mode: str | None = None,
-        dpi: int | None = None,
-        ocr: str | None = None,
-        sign: bool | None = None,
-        redact: Sequence[str] = (),
-        redact_regions: Sequence[str] = (),
-    ) -> Policy:
+    def resolve(self, name: str | None, overrides: JobOverrides | None = None) -> Policy:
         """A named policy with ad-hoc overrides (an override makes a new policy version, hence a new job).
 
-        `redact` adds built-in pattern names or regexes, `redact_regions` adds `PAGE:X0,Y0,X1,Y1` regions.
         Raises ConfigError for an unknown name, pydantic's ValidationError for an invalid override."""
         policy = self.get(name)
-        watermark_changes = {
-            key: value for key, value in (("text", watermark), ("mode", mode), ("dpi", dpi)) if value is not None
-        }
-        if not watermark_changes and ocr is None and sign is None and not redact and not redact_regions:
+        if overrides is None or overrides == JobOverrides():
             return policy
         body = policy.model_dump()
-        body["watermark"].update(watermark_changes)
-        if ocr is not None:
-            body["ocr"]["mode"] = ocr
-        if sign is not None:
-            body["sign"]["enabled"] = sign
-        for pattern in redact:
+        watermark = {"text": overrides.watermark_text, "mode": overrides.watermark_mode, "dpi": overrides.watermark_dpi}
+        body["watermark"].update({key: value for key, value in watermark.items() if value is not None})
+        if overrides.ocr_mode is not None:
+            body["ocr"]["mode"] = overrides.ocr_mode
+        if overrides.sign is not None:
+            body["sign"]["enabled"] = overrides.sign
+        for pattern in overrides.redact_patterns:
             kind = "patterns" if pattern in BUILTIN_PATTERN_NAMES else "regexes"
             body["redact"][kind] = (*body["redact"][kind], pattern)
-        body["redact"]["regions"] = (*body["redact"]["regions"], *map(parse_region, redact_regions))
+        body["redact"]["regions"] = (*body["redact"]["regions"], *overrides.redact_regions)
         return Policy.model_validate(body)
 
     def get(self, name: str | None) -> Policy:

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
+from urllib.parse import quote, urlparse
+from urllib.request import url2pathname
 
 from pydantic import field_validator
 
 from docjobs.errors import DocJobError
-from docjobs.models import BlobRef, Frozen
+from docjobs.models import BlobRef, Frozen, SourceRef
 
 CHUNK = 1024 * 1024
 
@@ -75,6 +77,51 @@ def verified_chunks(blob: BinaryIO, sha256: str, *, chunk_size: int = CHUNK) -> 
 
 def source_key(sha256: str) -> str:
     return f"sources/{sha256}"
+
+
+def blob_uri(storage_url: str, key: str) -> str:
+    """The URI a caller names the blob `key` of the store `storage_url` by (`DocumentJobInput.source.uri`)."""
+    return f"{storage_url.rstrip('/')}/{quote(key) if storage_url.startswith('file:') else key}"
+
+
+def key_in_store(storage_url: str, uri: str) -> str:
+    """The key of the blob `uri` names in the store `storage_url` names (`file:///root` or `s3://bucket/prefix`);
+    `source.outside_store` when it names no blob of that store."""
+    store, named = urlparse(storage_url), urlparse(uri)
+    outside = DocJobError("source.outside_store")
+    if named.scheme != store.scheme or named.netloc != store.netloc or named.query or named.fragment or named.params:
+        raise outside
+    if store.scheme == "file":
+        root, path = url2pathname(store.path).rstrip("/"), url2pathname(named.path)
+    else:
+        root, path = store.path.rstrip("/"), named.path
+    if not path.startswith(f"{root}/"):
+        raise outside
+    key = path[len(root) + 1 :]
+    if not key or any(part in ("", ".", "..") for part in key.split("/")):
+        raise outside
+    return key
+
+
+def adopt_source(store: BlobStore, key: str, named: SourceRef, workdir: Path, max_bytes: int) -> BlobRef:
+    """The caller's blob `key`, copied into the content-addressed layout (`sources/<sha256>`) with its digest
+    and size checked on the way; a blob already there is checked in place."""
+    stored = store.stat(key)
+    if stored is None:
+        raise DocJobError("source.missing", "the source blob is missing")
+    if stored.size > max_bytes:
+        raise DocJobError("input.too_large", f"the input is larger than {max_bytes} bytes")
+    if stored.size != named.size:
+        raise DocJobError("source.digest_mismatch", "the stored source does not have the size it was named with")
+    ref = BlobRef(key=key, sha256=named.sha256, size=named.size)
+    if key == source_key(named.sha256):
+        store.verify(ref, mismatch_code="source.digest_mismatch")
+        return ref
+    workdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="adopt-") as folder:
+        copy = Path(folder) / "source"
+        store.fetch(ref, copy, mismatch_code="source.digest_mismatch")
+        return store.put_file(source_key(named.sha256), copy)
 
 
 def job_prefix(job_id: str) -> str:

@@ -21,7 +21,7 @@ from temporalio.worker import Replayer
 from docjobs.api.app import create_app
 from docjobs.batching import BatchState, BatchStatus
 from docjobs.models import Policy
-from docjobs.policies import PolicyBook
+from docjobs.policies import PolicyBook, job_overrides
 from docjobs.states import JobState
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.client import JobClient, JobNotFound, connect
@@ -47,7 +47,7 @@ def documents(folder: Path, count: int, tag: str) -> list[Path]:
 
 
 def unsigned(policies: PolicyBook) -> Policy:
-    return policies.resolve("standard", sign=False)
+    return policies.resolve("standard", job_overrides(sign=False))
 
 
 async def batch_client(env: Env, task_queue: str) -> BatchClient:

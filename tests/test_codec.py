@@ -25,6 +25,7 @@ from temporalio.converter import ActivitySerializationContext, WorkflowSerializa
 from docjobs.api.app import create_app
 from docjobs.api.codec_server import MAX_BODY_BYTES, create_codec_app
 from docjobs.config import ConfigError
+from docjobs.models import JobOverrides
 from docjobs.policies import PolicyBook
 from docjobs.sealing import UNSEALED_ENCODING, CodecKey
 from docjobs.states import JobState
@@ -42,7 +43,6 @@ from tests.conftest import (
     sealable_payloads,
     unsealed_payloads,
     wait_terminal,
-    with_watermark,
 )
 
 OLD = CodecKey("2025-a", bytes(range(32)))
@@ -227,8 +227,11 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     settings = env.settings(**keys)
     jobs = JobClient(await connect(settings), settings)
     sentinel = f"CODEC-SENTINEL-{os.getpid()}"
-    policy = with_watermark(policies.get("standard"), text=sentinel)
-    submitted = await jobs.submit(samples / "sample.pdf", policy, tenant="codec-tenant", key="codec-secret")
+    overrides = JobOverrides(watermark_text=sentinel)
+    policy = policies.resolve("standard", overrides)
+    submitted = await jobs.submit(
+        samples / "sample.pdf", "standard", overrides=overrides, tenant="codec-tenant", key="codec-secret"
+    )
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status.failure_code
     await jobs.handle(submitted.job_id).result()  # the state is final before the workflow's wrap-up ends
@@ -237,7 +240,9 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     history = await plain_client.get_workflow_handle(submitted.job_id).fetch_history()
     raw = History(events=history.events)
     sealable = sealable_payloads(raw)
-    assert any(".memo.fields[request]" in where for where, _ in sealable)
+    assert any(".memo.fields[input]" in where for where, _ in sealable)  # the start memo: the public input
+    assert any("upserted_memo.fields[request]" in where for where, _ in sealable)  # the request `resolve` made
+    assert any(".user_metadata.summary" in where for where, _ in sealable)  # the Web UI's summaries too
     kinds = {where.split(".")[2] for where, _ in sealable}  # .events[i].<kind>_attributes.…
     assert {"workflow_execution_started_event_attributes", "activity_task_scheduled_event_attributes"} <= kinds
     assert {"activity_task_completed_event_attributes", "workflow_execution_completed_event_attributes"} <= kinds

@@ -13,7 +13,7 @@ import pytest
 from docjobs.config import SHIPPED_POLICIES, ConfigError
 from docjobs.errors import DocJobError
 from docjobs.models import JobStatus, TransitionRecord, WatermarkMode
-from docjobs.policies import PolicyBook
+from docjobs.policies import PolicyBook, job_overrides
 from docjobs.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
 from docjobs.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
 from docjobs.storage import FileBlobStore, RunScope, artifact_key, staging_key
@@ -186,9 +186,9 @@ def test_policy_overrides_make_a_new_version() -> None:
     book = PolicyBook.load(SHIPPED_POLICIES)
     standard = book.get("standard")
     assert book.resolve("standard") == standard
-    changed = book.resolve("standard", watermark="DRAFT", mode="raster", dpi=72, ocr="force", sign=False)
+    changed = book.resolve("standard", job_overrides(watermark="DRAFT", mode="raster", dpi=72, ocr="force", sign=False))
     assert (changed.watermark.text, changed.watermark.mode, changed.watermark.dpi) == ("DRAFT", "raster", 72)
     assert (changed.ocr.mode, changed.sign.enabled, changed.name) == ("force", False, "standard")
     assert changed.version != standard.version
     with pytest.raises(ValueError):
-        book.resolve("standard", mode="sideways")
+        book.resolve("standard", job_overrides(mode="sideways"))

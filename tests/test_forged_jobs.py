@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from docjobs.contract import WORKFLOW_TYPE
 from docjobs.models import BlobRef, JobRequest, JobStatus
 from docjobs.policies import PolicyBook
 from docjobs.sealing import CodecKey
@@ -25,7 +26,6 @@ from docjobs.states import JobState
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import Env, StartWorker, wait_terminal
-from workflows.document_job import WORKFLOW_TYPE
 
 KEY = CodecKey("forge-test", bytes(range(100, 132)))
 KEYS = f"{KEY.key_id}:{base64.b64encode(KEY.secret).decode()}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pikepdf
 
-from docjobs.policies import PolicyBook
+from docjobs.models import JobOverrides
 from docjobs.states import JobState
 from docjobs.storage import RUNS_FOLDER, job_prefix, source_key
 from docjobs.temporal.client import JobClient
@@ -20,7 +20,6 @@ from tests.conftest import (
     WorkerProcess,
     run_starter,
     wait_terminal,
-    with_watermark,
 )
 from tests.fault_worker import Hold
 from tests.fixtures.samples import make_encrypted_pdf, make_garbage, make_sample_pdf, page_word, truncate_pdf
@@ -55,10 +54,10 @@ async def fetched(jobs: JobClient, job_id: str, tmp_path: Path) -> Path:
 
 
 async def test_structure_mode_keeps_the_document_and_stamps_every_page(
-    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, tmp_path: Path
+    jobs: JobClient, env: Env, samples: Path, tmp_path: Path
 ) -> None:
     source = samples / "sample.pdf"
-    submitted = await jobs.submit(source, with_watermark(policies.get("standard"), text="DOCJOBS-STRUCT"), key="s1")
+    submitted = await jobs.submit(source, "standard", overrides=JobOverrides(watermark_text="DOCJOBS-STRUCT"), key="s1")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
     steps = [(r.state.value, r.stage.value if r.stage else None) for r in status.transitions]
@@ -83,10 +82,10 @@ async def test_structure_mode_keeps_the_document_and_stamps_every_page(
 
 
 async def test_raster_mode_rebuilds_pages_with_the_same_geometry(
-    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
+    jobs: JobClient, samples: Path, tmp_path: Path
 ) -> None:
     source = samples / "sample.pdf"
-    submitted = await jobs.submit(source, with_watermark(policies.get("preview"), dpi=72), key="r1")
+    submitted = await jobs.submit(source, "preview", overrides=JobOverrides(watermark_dpi=72), key="r1")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.watermark_mode == "raster"
@@ -96,10 +95,8 @@ async def test_raster_mode_rebuilds_pages_with_the_same_geometry(
     assert page_word(1) not in pdftotext(out, 1)  # flattened: no text layer survives
 
 
-async def test_same_key_gives_one_job_even_under_concurrency(
-    jobs: JobClient, policies: PolicyBook, samples: Path
-) -> None:
-    policy = policies.get("standard")
+async def test_same_key_gives_one_job_even_under_concurrency(jobs: JobClient, samples: Path) -> None:
+    policy = "standard"
     first = await jobs.submit(samples / "sample.pdf", policy, key="same-key")
     again = await jobs.submit(samples / "sample.pdf", policy, key="same-key")
     assert (first.created, again.created, again.job_id) == (True, False, first.job_id)
@@ -121,10 +118,8 @@ def bad_inputs(folder: Path, sample: Path) -> dict[str, Path]:
     }
 
 
-async def test_bad_inputs_fail_fast_with_their_codes(
-    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
-) -> None:
-    policy = policies.get("standard")
+async def test_bad_inputs_fail_fast_with_their_codes(jobs: JobClient, samples: Path, tmp_path: Path) -> None:
+    policy = "standard"
     for code, path in bad_inputs(tmp_path, samples / "sample.pdf").items():
         submitted = await jobs.submit(path, policy)
         status = await wait_terminal(jobs, submitted.job_id)
@@ -139,35 +134,31 @@ async def test_bad_inputs_fail_fast_with_their_codes(
 
 
 async def test_permissions_only_encryption_is_processed_and_recorded(
-    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
+    jobs: JobClient, samples: Path, tmp_path: Path
 ) -> None:
     locked = tmp_path / "permissions-only.pdf"
     make_encrypted_pdf(samples / "sample.pdf", locked, user_password="", owner_password="owner")
-    submitted = await jobs.submit(locked, policies.get("standard"))
+    submitted = await jobs.submit(locked, "standard")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.input_encryption == "permissions_only"
 
 
 async def test_deadline_cancels_the_job_and_cleans_up(
-    jobs: JobClient, env: Env, held: HeldQueue, policies: PolicyBook, samples: Path
+    jobs: JobClient, env: Env, held: HeldQueue, samples: Path
 ) -> None:
     """Its render holds until it is canceled: the job's deadline, not a document's size, ends it."""
     on_held = JobClient(jobs.client, held.settings())
-    submitted = await on_held.submit(
-        samples / "sample.pdf", policies.get("standard"), key="deadline", deadline_seconds=3
-    )
+    submitted = await on_held.submit(samples / "sample.pdf", "standard", key="deadline", deadline_seconds=3)
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "deadline_exceeded"), status
     assert held.hold(submitted.job_id).has("canceled")  # the running stage was stopped, not left to finish
     assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # no artifact, no staging leftovers
 
 
-async def test_cancel_request_ends_canceled(
-    jobs: JobClient, env: Env, held: HeldQueue, policies: PolicyBook, samples: Path
-) -> None:
+async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, held: HeldQueue, samples: Path) -> None:
     on_held = JobClient(jobs.client, held.settings())
-    submitted = await on_held.submit(samples / "sample.pdf", policies.get("standard"), key="cancel-me")
+    submitted = await on_held.submit(samples / "sample.pdf", "standard", key="cancel-me")
     hold = held.hold(submitted.job_id)
     await asyncio.to_thread(hold.wait, "held")  # the render is running, and stays so until canceled
     code, payload, _ = await asyncio.to_thread(run_starter, env, "cancel", submitted.job_id)
@@ -188,12 +179,12 @@ def holding_worker(start_worker: StartWorker, queue: str, folder: Path, *extra_a
 
 
 async def test_killed_worker_loses_its_lease_and_another_finishes(
-    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker, tmp_path: Path
+    jobs: JobClient, env: Env, samples: Path, start_worker: StartWorker, tmp_path: Path
 ) -> None:
     queue = "docjobs-kill"
     doomed = holding_worker(start_worker, queue, tmp_path / "holds")
     jobs_on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await jobs_on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="kill-me")
+    submitted = await jobs_on_queue.submit(samples / "sample.pdf", "standard", key="kill-me")
     await asyncio.to_thread(Hold(tmp_path / "holds", submitted.job_id).wait, "held")
     doomed.kill()  # mid-render, its lease held
     start_worker(queue)
@@ -210,13 +201,13 @@ async def test_killed_worker_loses_its_lease_and_another_finishes(
 
 
 async def test_changed_source_after_acceptance_is_quarantined(
-    jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker, tmp_path: Path
+    jobs: JobClient, env: Env, samples: Path, start_worker: StartWorker, tmp_path: Path
 ) -> None:
     queue = "docjobs-tamper"  # no worker yet: the job waits, queued, while its source is changed
     jobs_on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     source = tmp_path / "to-tamper.pdf"
     make_sample_pdf(source, pages=2, marker="tamper")
-    submitted = await jobs_on_queue.submit(source, policies.get("standard"), key="tamper")
+    submitted = await jobs_on_queue.submit(source, "standard", key="tamper")
     blob = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / source_key(submitted.input_sha256)
     tampered = bytearray(blob.read_bytes())
     tampered[len(tampered) // 2] ^= 0x01  # one bit, same name, same size

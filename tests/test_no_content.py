@@ -25,7 +25,7 @@ from temporalio.client import Client
 
 from docjobs.api.app import create_app
 from docjobs.models import JobStatus
-from docjobs.policies import PolicyBook
+from docjobs.policies import PolicyBook, job_overrides
 from docjobs.sealing import CodecKey
 from docjobs.states import JobState
 from docjobs.temporal.client import JobClient, connect
@@ -104,7 +104,7 @@ async def test_the_marker_appears_nowhere_but_in_the_released_text(
     operator_views += [submitted.stdout, submitted.stderr]
     good = json.loads(submitted.stdout.splitlines()[-1])["job_id"]
     # 3. The marker redacted by a custom regex, through the client.
-    redacting = policies.resolve("standard", redact=[MARKER_REGEX])
+    redacting = policies.resolve("standard", job_overrides(redact=[MARKER_REGEX]))
     redacted = (await jobs.submit(source, redacting, key=f"no-content-redact-{run}")).job_id
     # 2. A malformed file through the HTTP API (multipart: the API sees its file name).
     failed, api_answers = await submit_through_api(jobs, malformed, tmp_path / "tenants.json")

@@ -11,7 +11,7 @@ from pypdf import PdfReader
 
 from docjobs.evidence import envelope_evidence
 from docjobs.models import JobStatus
-from docjobs.policies import PolicyBook
+from docjobs.policies import PolicyBook, job_overrides
 from docjobs.states import JobState
 from docjobs.storage import TEXT_BLOB, beside
 from docjobs.temporal.client import JobClient
@@ -97,7 +97,7 @@ async def test_every_fixture_is_redacted_for_real(
 async def test_a_name_leaves_no_width_through_the_worker(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
     """The default policy with a name pattern (layout `mask` by default): two jobs, two names of different widths
     in an embedded subset font, one released page."""
-    policy = policies.resolve(policies.default, redact=[NAME_REGEX])
+    policy = policies.resolve(policies.default, job_overrides(redact=[NAME_REGEX]))
     names = (NAMES[1], NAMES[9])
     for number, name in enumerate(names):
         make_embedded(tmp_path / f"in{number}.pdf", name)
@@ -211,7 +211,7 @@ async def test_scan_is_redacted_after_ocr_and_burned_into_the_image(
     jobs: JobClient, env: Env, policies: PolicyBook, tmp_path: Path
 ) -> None:
     FIXTURES["scanned"].make(source := tmp_path / "scanned.pdf")
-    policy = policies.resolve("scan", redact=["ssn", "email"])
+    policy = policies.resolve("scan", job_overrides(redact=["ssn", "email"]))
     status = await wait_terminal(jobs, (await jobs.submit(source, policy, key="redact-scan")).job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.redaction is not None and status.redaction.pages[0].images_redacted >= 1
@@ -233,7 +233,7 @@ async def test_raster_preview_is_redacted_before_it_is_flattened(
     jobs: JobClient, policies: PolicyBook, tmp_path: Path
 ) -> None:
     make_plain(source := tmp_path / "plain.pdf")
-    policy = policies.resolve("preview", redact=["ssn", "email"])
+    policy = policies.resolve("preview", job_overrides(redact=["ssn", "email"]))
     status = await wait_terminal(jobs, (await jobs.submit(source, policy, key="redact-preview")).job_id)
     assert status.state is JobState.SUCCEEDED, status
     out = tmp_path / "out.pdf"
@@ -251,12 +251,12 @@ async def test_patterns_on_pixels_without_ocr_fail_fast_but_regions_work(
     jobs: JobClient, policies: PolicyBook, tmp_path: Path
 ) -> None:
     FIXTURES["scanned"].make(source := tmp_path / "scanned.pdf")
-    by_pattern = policies.resolve("standard", redact=["ssn"])
+    by_pattern = policies.resolve("standard", job_overrides(redact=["ssn"]))
     status = await wait_terminal(jobs, (await jobs.submit(source, by_pattern, key="redact-blind")).job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "redaction.needs_ocr"), status
     assert status.failure_message is not None and "page(s) 1 " in status.failure_message
 
-    by_region = policies.resolve("standard", redact_regions=["1:0,0,612,400"])  # the lower part of the page
+    by_region = policies.resolve("standard", job_overrides(redact_regions=["1:0,0,612,400"]))  # the page's lower part
     status = await wait_terminal(jobs, (await jobs.submit(source, by_region, key="redact-pixels")).job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.redaction is not None and status.redaction.pages[0].images_redacted == 1

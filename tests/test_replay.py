@@ -41,8 +41,8 @@ async def test_committed_histories_replay(path: Path) -> None:
 
 async def test_fresh_histories_replay(jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path) -> None:
     make_garbage(tmp_path / "garbage.bin", size=999)
-    ok = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="replay-ok")
-    bad = await jobs.submit(tmp_path / "garbage.bin", policies.get("standard"), key="replay-bad")
+    ok = await jobs.submit(samples / "sample.pdf", "standard", key="replay-ok")
+    bad = await jobs.submit(tmp_path / "garbage.bin", "standard", key="replay-bad")
     for job_id in (ok.job_id, bad.job_id):
         await wait_terminal(jobs, job_id)
         history = await jobs.handle(job_id).fetch_history()

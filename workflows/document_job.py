@@ -7,8 +7,13 @@ job ends in exactly one terminal state, and the result is the business state, no
 Whoever reaches the Temporal frontend can start this workflow, so it trusts nothing it is started with: it
 takes its input raw (an input the SDK cannot convert would fail the workflow task forever) and refuses,
 before any activity, an input it cannot read (`request.invalid`), one the payload codec did not accept
-(`codec.unsealed`), and a request for another job ID than its own workflow ID (`request.invalid`): every
-storage key a stage derives from `job_id` is therefore the workflow ID's.
+(`codec.unsealed`), a request for another job ID than its own workflow ID, and a public input whose tenant is
+not its ID's prefix (`request.invalid`): every storage key a stage derives from `job_id` is therefore the
+workflow ID's.
+
+It takes two shapes: the public `DocumentJobInput` (docjobs/contract.py; what every client sends), which its
+first activity, `resolve`, turns into a full `JobRequest` recorded in history; and the internal `JobRequest`
+itself, which older histories (and tests that pin a policy) start with.
 """
 
 from __future__ import annotations
@@ -27,13 +32,17 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from docjobs.contract import CALLER_WAIT_ENDED_SIGNAL, CANCEL_SIGNAL, CANCEL_UPDATE, STATUS_QUERY, WORKFLOW_TYPE
     from docjobs.errors import FAILURE_CODES, Outcome, outcome_of
+    from docjobs.idempotency import is_valid_client_key
     from docjobs.metric_names import DOCUMENT_CPU, JOBS_TERMINAL, RELEASED_PAGES, failure_family
     from docjobs.models import (
         BlobRef,
+        CancelAnswer,
         CleanupInput,
         Cost,
         CpuBudget,
+        DocumentJobInput,
         EvidenceInput,
         JobRequest,
         JobShape,
@@ -44,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         PublishInput,
         RedactInput,
         RenderInput,
+        ResolveInput,
         SignInput,
         StageInput,
         TransitionRecord,
@@ -51,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         WatermarkMode,
     )
     from docjobs.sealing import UNSEALED_ENCODING
-    from docjobs.states import JobState, Stage, check_transition
+    from docjobs.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa
     from workflows import stages
 
@@ -67,28 +77,41 @@ OutputT = TypeVar("OutputT", bound=StageOutput)
 # Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.
 NON_RETRYABLE_CODES = [code for code, (outcome, _) in FAILURE_CODES.items() if outcome is not Outcome.RETRY]
 CLEANUP_TIMEOUT = timedelta(minutes=2)
-WORKFLOW_TYPE = "DocumentJob"
+RESOLVE_TIMEOUT = timedelta(minutes=5)  # a policy look-up and one copy of the source within the store
 RELEASE_GATES = "release-gates"  # workflow.patched marker: the sign and verify stages
 NOTIFICATIONS = "notifications"  # workflow.patched marker: the tenant callback after the terminal state
-CALLER_WAIT_ENDED = "caller_wait_ended"  # signal: a caller's poll budget ended (history only, not an outcome)
+CALLER_WAIT_ENDED = CALLER_WAIT_ENDED_SIGNAL  # a caller's poll budget ended (history only, not an outcome)
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is recorded
 NO_REQUEST = RawValue(Payload())  # a start without arguments: as unreadable as any other bad input
 
-if TYPE_CHECKING:  # clients start a job with a JobRequest; the workflow gets it raw and validates it itself
-    RequestInput = JobRequest | RawValue
+if TYPE_CHECKING:  # clients start a job with a DocumentJobInput; the workflow gets it raw and validates it itself
+    RequestInput = DocumentJobInput | JobRequest | RawValue
 else:
     RequestInput = RawValue
 
 
-def admit(request: RequestInput, workflow_id: str) -> JobRequest | str:
-    """The request, if this workflow may run it; else the failure code that refuses it."""
+def owns(workflow_id: str, tenant: str) -> bool:
+    """Whether the workflow ID is `{tenant}/{key}`, with a key a client could have chosen."""
+    prefix, slash, key = workflow_id.partition("/")
+    return bool(slash) and prefix == tenant and is_valid_client_key(key)
+
+
+def admit(request: RequestInput, workflow_id: str) -> DocumentJobInput | JobRequest | str:
+    """The input, if this workflow may run it; else the failure code that refuses it."""
     if not isinstance(request, RawValue):
         return admit(RawValue(workflow.payload_converter().to_payload(request)), workflow_id)
     if request.payload.metadata.get("encoding") == UNSEALED_ENCODING:
         return "codec.unsealed"
+    converter = workflow.payload_converter()
     try:
-        admitted = workflow.payload_converter().from_payload(request.payload, JobRequest)
+        public = converter.from_payload(request.payload, DocumentJobInput)
+    except Exception:  # noqa: BLE001 - not the public shape: maybe the internal one
+        public = None
+    if isinstance(public, DocumentJobInput):
+        return public if owns(workflow_id, public.tenant) else "request.invalid"
+    try:
+        admitted = converter.from_payload(request.payload, JobRequest)
     except Exception:  # noqa: BLE001 - any conversion failure (encoding, JSON, model) is an unreadable request
         return "request.invalid"
     if not isinstance(admitted, JobRequest) or admitted.job_id != workflow_id:
@@ -96,20 +119,26 @@ def admit(request: RequestInput, workflow_id: str) -> JobRequest | str:
     return admitted
 
 
-def refused_status(workflow_id: str, started_at: datetime) -> JobStatus:
-    """The status of a refused job: its own ID and times, placeholders for everything the request claimed."""
+def placeholder_status(workflow_id: str, started_at: datetime, job: DocumentJobInput | None = None) -> JobStatus:
+    """The status of a job without a resolved request (yet, or ever: a refused one): its own ID and times, what
+    its public input says (tenant, class, input digest) if it has one, placeholders for the rest."""
     return JobStatus(
         job_id=workflow_id,
-        tenant="",
-        document_class="",
+        tenant=job.tenant if job else "",
+        document_class=job.policy if job else "",
         policy_version="",
         watermark_mode=WatermarkMode.STRUCTURE,
         state=JobState.QUEUED,
-        input_sha256="",
+        input_sha256=job.source.sha256 if job else "",
         accepted_at=started_at,
-        deadline_at=started_at,
+        deadline_at=started_at + timedelta(seconds=job.deadline_seconds or 0) if job else started_at,
         transitions=[TransitionRecord(state=JobState.QUEUED, at=started_at)],
     )
+
+
+def stage_summary(stage: Stage, mode: WatermarkMode, pages: int) -> str:
+    """A stage activity's summary in the Web UI, e.g. `render: structure, 19 pages`: never names or content."""
+    return f"{stage.value}: {mode.value}" + (f", {pages} pages" if pages else "")
 
 
 def watermark_stage(mode: WatermarkMode, *, ocr_on: bool, redact_on: bool) -> Stage:
@@ -163,18 +192,23 @@ class Ending:
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class DocumentJobWorkflow:
-    _request: JobRequest  # unset only in a refused job, which ends before anything reads it
+    _request: JobRequest  # unset in a refused job (which ends before anything reads it) until `resolve` sets it
 
     @workflow.init
     def __init__(self, request: RequestInput = NO_REQUEST) -> None:
         self._cancel_reason: str | None = None
+        self._decided = False  # the outcome is decided: a cancel comes too late
         info = workflow.info()
         admitted = admit(request, info.workflow_id)
         self._refusal = admitted if isinstance(admitted, str) else None
-        if isinstance(admitted, str):
-            self._status = refused_status(info.workflow_id, info.start_time)
+        self._public = admitted if isinstance(admitted, DocumentJobInput) else None
+        if not isinstance(admitted, JobRequest):
+            self._status = placeholder_status(info.workflow_id, info.start_time, self._public)
             return
-        self._request = request = admitted
+        self._set_request(admitted)
+
+    def _set_request(self, request: JobRequest) -> None:
+        self._request = request
         self._status = JobStatus(
             job_id=request.job_id,
             tenant=request.tenant,
@@ -193,14 +227,30 @@ class DocumentJobWorkflow:
     def deadline_at(self) -> datetime:
         return self._request.accepted_at + timedelta(seconds=self._request.deadline_seconds)
 
-    @workflow.query
+    @workflow.query(name=STATUS_QUERY)
     def status(self) -> JobStatus:
         return self._status
 
-    @workflow.signal
+    @workflow.signal(name=CANCEL_SIGNAL)
     def cancel(self) -> None:
         """Same as a Temporal cancel request: end the job `canceled` with reason `requested`."""
         self._cancel_reason = self._cancel_reason or "requested"
+
+    @workflow.update(name=CANCEL_UPDATE)
+    def cancel_job(self) -> CancelAnswer:
+        """The `cancel` signal as an update: answers with the state the job was in."""
+        answer = CancelAnswer(job_id=self._status.job_id, state=self._status.state, stage=self._status.stage)
+        self.cancel()
+        return answer
+
+    @cancel_job.validator
+    def _cancel_job_while_undecided(self) -> None:
+        """Refused (nothing recorded in history) once the job has ended, or once its outcome is decided (a
+        cancellation already accepted, a released result, the deadline): a cancel could change nothing."""
+        if is_terminal(self._status.state):
+            raise ValueError(f"the job has already ended ({self._status.state.value})")
+        if self._decided:
+            raise ValueError("the job's outcome is already decided: it is wrapping up")
 
     @workflow.signal(name=CALLER_WAIT_ENDED)
     def caller_wait_ended(self, end: str) -> None:
@@ -210,6 +260,8 @@ class DocumentJobWorkflow:
     async def run(self, request: RequestInput = NO_REQUEST) -> JobStatus:
         if self._refusal is not None:
             self._refuse(self._refusal)
+            return self._status
+        if self._public is not None and not await self._resolve(self._public):
             return self._status
         pipeline = asyncio.create_task(self._pipeline())
         remaining = (self.deadline_at - workflow.now()).total_seconds()
@@ -222,6 +274,7 @@ class DocumentJobWorkflow:
         except asyncio.CancelledError:
             self._cancel_reason = "requested"
 
+        self._decided = True
         ending = Ending(JobState.CANCELED, cancel_reason=self._cancel_reason)
         if pipeline.done():  # finished first: a late cancel or deadline does not undo a released result
             ending = pipeline.result()
@@ -236,6 +289,40 @@ class DocumentJobWorkflow:
         except asyncio.CancelledError:
             await wrap_up
         return self._status
+
+    async def _resolve(self, job: DocumentJobInput) -> bool:
+        """The full request of a public input, from the `resolve` activity (recorded: a replay never re-decides
+        it). A job it cannot resolve (unknown policy, missing or changed source) ends at once with the code,
+        before any stage: there is no policy to record evidence by."""
+        info = workflow.info()
+        # A client that is not docjobs' sets no search attributes: the workflow names its tenant and class itself.
+        workflow.upsert_search_attributes(
+            [
+                sa.STATE.value_set(JobState.QUEUED.value),
+                sa.TENANT.value_set(job.tenant),
+                sa.DOCUMENT_CLASS.value_set(job.policy),
+            ]
+        )
+        try:
+            request = await workflow.execute_activity(
+                stages.resolve,
+                ResolveInput(job_id=info.workflow_id, job=job, accepted_at=info.start_time),
+                start_to_close_timeout=RESOLVE_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NON_RETRYABLE_CODES),
+                summary=f"resolve: {job.policy}",
+            )
+        except asyncio.CancelledError:
+            self._finish(Ending(JobState.CANCELED, cancel_reason="requested"))
+            return False
+        except ActivityError as error:
+            code, message, _ = failure_of(error)
+            state = JobState.QUARANTINED if outcome_of(code) is Outcome.QUARANTINE else JobState.FAILED
+            self._finish(Ending(state, code, message))
+            return False
+        self._set_request(request)
+        # Visibility's copy of the request (docjobs' listings and status without a worker, the retention sweep).
+        workflow.upsert_memo({"request": request.model_dump(mode="json")})
+        return True
 
     def _refuse(self, code: str) -> None:
         """End at once, before any activity: no stage, no evidence, no callback for a request we do not trust.
@@ -431,6 +518,7 @@ class DocumentJobWorkflow:
             result = await workflow.execute_activity(
                 declaration,
                 payload.model_copy(update={"shape": shape, "cpu": cpu}),
+                summary=stage_summary(stage, self._request.policy.watermark.mode, self._status.page_count),
                 task_queue=task_queue,
                 start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),
                 heartbeat_timeout=timedelta(seconds=timing.lease_seconds),
@@ -471,6 +559,8 @@ class DocumentJobWorkflow:
         self._status.failure_code = ending.code
         self._status.failure_message = ending.message
         self._status.cancel_reason = ending.cancel_reason
+        why = ending.code or ending.cancel_reason
+        workflow.set_current_details(f"{ending.state.value}: {why}" if why else ending.state.value)
         # Metrics add no commands (replay-safe, no patch) and are not emitted again during replay.
         meter = workflow.metric_meter()
         meter.create_counter(JOBS_TERMINAL, "jobs that reached each terminal state").add(

@@ -17,6 +17,7 @@ from docjobs.models import (
     CleanupInput,
     EvidenceInput,
     EvidenceOutput,
+    JobRequest,
     NotifyInput,
     OcrInput,
     OcrOutput,
@@ -26,6 +27,7 @@ from docjobs.models import (
     RedactOutput,
     RenderInput,
     RenderOutput,
+    ResolveInput,
     SignInput,
     SignOutput,
     VerifyInput,
@@ -56,6 +58,7 @@ def activity_name(declaration: Callable[..., Any]) -> str:
     return definition.name
 
 
+resolve = declare("resolve", ResolveInput, JobRequest)  # a public input's policy, timings and source
 render = declare(Stage.RENDER, RenderInput, RenderOutput)
 ocr = declare(Stage.OCR, OcrInput, OcrOutput)
 redact = declare(Stage.REDACT, RedactInput, RedactOutput)
@@ -66,4 +69,15 @@ evidence = declare("evidence", EvidenceInput, EvidenceOutput)
 cleanup = declare("cleanup", CleanupInput, int)
 notify = declare("notify", NotifyInput, str)
 
-DECLARATIONS: tuple[Callable[..., Any], ...] = (render, ocr, redact, sign, verify, publish, evidence, cleanup, notify)
+DECLARATIONS: tuple[Callable[..., Any], ...] = (
+    resolve,
+    render,
+    ocr,
+    redact,
+    sign,
+    verify,
+    publish,
+    evidence,
+    cleanup,
+    notify,
+)

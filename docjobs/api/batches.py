@@ -207,7 +207,7 @@ async def submit_batch(
             sources = await accept_uploads(context, paths)
     else:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
-    chosen = effective_policy(context.policies, part)
+    chosen, _ = effective_policy(context.policies, part)  # a batch pins the whole resolved policy
     submitted = await batches.submit(sources, chosen, tenant=name, key=idempotency_key, concurrency=concurrency)
     if submitted.conflict:
         raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with other documents or policy")

@@ -28,7 +28,7 @@ from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.uploads import CHUNK, TooLarge, effective_policy, spool
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
-from docjobs.models import JobRequest, JobSummary
+from docjobs.models import JobSummary
 from docjobs.pdf.inspect import sniff_kind
 from docjobs.states import JobState, is_terminal
 from docjobs.storage import verified_chunks
@@ -109,22 +109,24 @@ async def submit(
         except ClientDisconnect:
             raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
         check_kind(document.head)
-        chosen = effective_policy(context.policies, part)
+        chosen, overrides = effective_policy(context.policies, part)
         try:
             submitted = await context.jobs.submit(
-                document.path, chosen, tenant=name, key=idempotency_key, hashed=document.sha256
+                document.path,
+                chosen.name,
+                overrides=overrides,
+                tenant=name,
+                key=idempotency_key,
+                hashed=document.sha256,
             )
         except DocJobError as error:
             raise acceptance_error(error) from None
     body = {"job_id": submitted.job_id, "status_url": job_path(submitted.job_id)}
     if submitted.created:
         return JSONResponse(body, status_code=202, headers={"Location": body["status_url"]})
-    if idempotency_key is not None:
-        existing = await _request_of(context, submitted.job_id)
-        if existing.source.sha256 != submitted.input_sha256 or existing.policy_version != chosen.version:
-            raise ApiError(
-                422, "idempotency.conflict", "this Idempotency-Key was used with a different document or policy"
-            )
+    accepted_as = (submitted.input_sha256, chosen.version)
+    if idempotency_key is not None and await context.jobs.accepted_as(submitted.job_id) != accepted_as:
+        raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with a different document or policy")
     return JSONResponse(body, status_code=200, headers={"Content-Location": body["status_url"]})
 
 
@@ -136,11 +138,6 @@ def check_kind(head: bytes) -> None:
 
 def acceptance_error(error: DocJobError) -> ApiError:
     return ApiError(413 if error.code == "input.too_large" else 422, error.code, error.message)
-
-
-async def _request_of(context: ApiContext, job_id: str) -> JobRequest:
-    description = await context.jobs.handle(job_id).describe()
-    return JobRequest.model_validate(await description.memo_value("request"))
 
 
 @router.get("/v1/jobs", response_model=JobList, responses=ERRORS)

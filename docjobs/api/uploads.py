@@ -16,8 +16,8 @@ from starlette.requests import Request
 from docjobs.api.errors import ApiError
 from docjobs.config import ConfigError
 from docjobs.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
-from docjobs.models import Policy
-from docjobs.policies import PolicyBook
+from docjobs.models import JobOverrides, Policy
+from docjobs.policies import PolicyBook, job_overrides
 
 MULTIPART_SLACK = 64 * 1024  # boundaries, part headers and the policy part on top of the file itself
 CHUNK = 64 * 1024
@@ -77,18 +77,20 @@ class PolicyPart(BaseModel):
     redact_regions: list[str] = []  # `PAGE:X0,Y0,X1,Y1`, as `--redact-region`
 
 
-def effective_policy(book: PolicyBook, part: PolicyPart) -> Policy:
+def effective_policy(book: PolicyBook, part: PolicyPart) -> tuple[Policy, JobOverrides]:
+    """The job's effective policy (a bad override is refused before anything is stored) and the overrides its
+    public input carries."""
     if part.name is not None and part.name not in book.policies:
         raise ApiError(422, "policy.unknown", "no policy of that name is configured")
     try:
-        return book.resolve(
-            part.name,
+        overrides = job_overrides(
             watermark=part.watermark,
             mode=part.mode,
             ocr=part.ocr,
             redact=part.redact,
             redact_regions=part.redact_regions,
         )
+        return book.resolve(part.name, overrides), overrides
     except ValidationError as error:
         if any(isinstance(detail.get("ctx", {}).get("error"), UnsupportedRegex) for detail in error.errors()):
             raise ApiError(422, "policy.invalid", UNSUPPORTED_REGEX_MESSAGE) from None

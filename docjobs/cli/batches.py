@@ -78,7 +78,7 @@ async def batch_client(settings: TemporalSettings) -> BatchClient:
 async def cmd_submit_batch(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     if args.key is not None and not is_valid_batch_key(args.key):
         return fail(out, EXIT_USAGE, "idempotency.invalid", f"--key: {BATCH_KEY_RULE}")
-    policy = choose_policy(args, settings)  # an invalid override is refused before any document is stored
+    policy, _ = choose_policy(args, settings)  # an invalid override is refused before any document is stored
     paths = batch_files(args.paths)
     batches = await batch_client(settings)
     sources = await batches.accept_files(paths)

@@ -25,8 +25,8 @@ from docjobs.cli.output import (
 )
 from docjobs.config import ConfigError
 from docjobs.idempotency import CLIENT_KEY_RULE
-from docjobs.models import BUILTIN_PATTERN_NAMES, OcrMode, Policy
-from docjobs.policies import PolicyBook
+from docjobs.models import BUILTIN_PATTERN_NAMES, JobOverrides, OcrMode, Policy
+from docjobs.policies import PolicyBook, job_overrides
 from docjobs.poller import WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
 from docjobs.storage import sha256_file
@@ -40,9 +40,10 @@ async def job_client(settings: TemporalSettings) -> JobClient:
     return JobClient(await connect(settings), settings)
 
 
-def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> Policy:
-    return PolicyBook.load(settings.policy_file).resolve(
-        args.policy,
+def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> tuple[Policy, JobOverrides]:
+    """The job's effective policy (to refuse a bad override before any server is contacted) and the overrides
+    its public input carries: the workflow resolves them again itself."""
+    overrides = job_overrides(
         watermark=args.watermark,
         mode=args.mode,
         dpi=args.dpi,
@@ -51,6 +52,7 @@ def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> Polic
         redact=args.redact,
         redact_regions=args.redact_region,
     )
+    return PolicyBook.load(settings.policy_file).resolve(args.policy, overrides), overrides
 
 
 async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace, out: Output) -> int:
@@ -80,10 +82,15 @@ def parse_duration(text: str) -> timedelta:
 
 
 async def cmd_submit(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    policy = choose_policy(args, settings)  # an invalid override is refused before any server is contacted
+    policy, overrides = choose_policy(args, settings)
     jobs = await job_client(settings)
     submitted = await jobs.submit(
-        Path(args.file), policy, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
+        Path(args.file),
+        policy.name,
+        overrides=overrides,
+        tenant=args.tenant,
+        key=args.key,
+        deadline_seconds=args.deadline,
     )
     verb = "created" if submitted.created else "already exists"
     out.result({"job_id": submitted.job_id, "created": submitted.created}, f"{submitted.job_id} ({verb})")
@@ -97,14 +104,16 @@ async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Out
     logging.getLogger("temporalio").setLevel(logging.ERROR)
     logging.getLogger("docjobs").setLevel(logging.ERROR)
     logging.getLogger("pyhanko").setLevel(logging.CRITICAL)
-    policy = choose_policy(args, settings)
+    policy, overrides = choose_policy(args, settings)
     source = Path(args.file)
     target = Path(args.out) if args.out else source.with_name(f"{source.stem}.docjobs.pdf")
     settings = await run_settings(settings, source, policy, args)
     client = await connect(settings)
     jobs = JobClient(client, settings)
     async with serving(client, settings):
-        submitted = await jobs.submit(source, policy, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline)
+        submitted = await jobs.submit(
+            source, policy.name, overrides=overrides, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
+        )
         out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
         code = await wait_and_report(jobs, submitted.job_id, args, out)
         if code != EXIT_BUDGET:  # the worker stays until the job's wrap-up (evidence, callback) is done too

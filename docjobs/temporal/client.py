@@ -1,7 +1,8 @@
 """The docjobs client: accept a document, start-or-get its job, read its status, cancel, fetch, audit.
 
 Acceptance stores the bytes content-addressed, binds them by sha256 and starts one workflow whose ID is
-the idempotency key. The ID reuse policy rejects duplicates and the conflict policy fails the start, so
+the idempotency key, with the public input every client uses (`DocumentJobInput`, docjobs/contract.py). The
+ID reuse policy rejects duplicates and the conflict policy fails the start, so
 the server decides atomically who created a job; everyone else gets the existing job, whether it is
 still running or already ended (even failed or canceled), for as long as the namespace retains it.
 """
@@ -27,11 +28,23 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
+from docjobs.contract import CALLER_WAIT_ENDED_SIGNAL, job_summary
 from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.idempotency import keyed_job_id
-from docjobs.models import BlobRef, JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
+from docjobs.models import (
+    BlobRef,
+    DocumentJobInput,
+    JobOverrides,
+    JobRequest,
+    JobStatus,
+    JobSummary,
+    Policy,
+    SourceRef,
+    TransitionRecord,
+)
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
-from docjobs.storage import sha256_file, source_key
+from docjobs.storage import blob_uri, sha256_file, source_key
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
@@ -93,19 +106,44 @@ class JobClient:
         self.settings = settings
         self.store = settings.blob_store()
 
+    def policies(self) -> PolicyBook:
+        return PolicyBook.load(self.settings.policy_file)
+
     async def submit(
         self,
         path: Path,
-        policy: Policy,
+        policy: str | Policy | None,
         *,
+        overrides: JobOverrides | None = None,
         tenant: str = "default",
         key: str | None = None,
         deadline_seconds: int | None = None,
         hashed: str | None = None,
+        callback: str | None = None,
     ) -> Submitted:
-        """Store the input by its sha256 and start-or-get its job (see `accept`)."""
+        """Store the document (see `accept`) and start its job with the public input: a named `policy` (None:
+        the default) with `overrides`, which the workflow resolves itself.
+
+        A `Policy` object instead pins the whole policy in the internal request (tests and tools that need a
+        policy no named one with overrides makes; the workflow still takes that shape)."""
         stored = await self.accept(path, hashed=hashed)
-        job_id = derive_job_id(tenant, key, stored.sha256, policy.version)
+        digest = stored.sha256
+        if not isinstance(policy, Policy):
+            # Resolved here too, for the job ID (bytes and policy version) and to refuse a bad override at once.
+            resolved = await asyncio.to_thread(self.policies().resolve, policy, overrides)
+            job_id = derive_job_id(tenant, key, digest, resolved.version)
+            job = DocumentJobInput(
+                version=1,
+                tenant=tenant,
+                source=SourceRef(uri=blob_uri(self.settings.storage_url, stored.key), sha256=digest, size=stored.size),
+                policy=resolved.name,
+                overrides=overrides or JobOverrides(),
+                deadline_seconds=deadline_seconds or resolved.deadline_seconds,
+                callback=callback,
+            )
+            summary = job_summary(resolved.name, resolved.watermark.mode)
+            return Submitted(job_id, created=await self.start_input(job_id, job, summary=summary), input_sha256=digest)
+        job_id = derive_job_id(tenant, key, digest, policy.version)
         request = JobRequest(
             job_id=job_id,
             tenant=tenant,
@@ -140,34 +178,90 @@ class JobClient:
         # also counts its pages and fails it with the precise code.
         return stored
 
+    async def start_input(self, job_id: str, job: DocumentJobInput, *, summary: str | None = None) -> bool:
+        """Start the job `job_id` (`{tenant}/{key}`) with the public input; False when the job ID exists already."""
+        deadline = timedelta(seconds=job.deadline_seconds) if job.deadline_seconds else None
+        return await self._start(
+            job_id,
+            job,
+            tenant=job.tenant,
+            document_class=job.policy,
+            memo={"input": job.model_dump(mode="json")},
+            summary=summary,
+            execution_timeout=deadline + DEADLINE_GRACE if deadline else None,
+        )
+
     async def start(
         self, request: JobRequest, *, task_queue: str | None = None, execution_timeout: timedelta | None = None
     ) -> bool:
-        """Start the job's workflow (on `task_queue`, default this client's); False when the job ID exists already.
+        """Start the job with the internal request (a pinned policy; on `task_queue`, default this client's);
+        False when the job ID exists already.
 
         `execution_timeout`: Temporal's backstop for the run (default: the job's deadline plus its grace).
         """
+        return await self._start(
+            request.job_id,
+            request,
+            tenant=request.tenant,
+            document_class=request.document_class,
+            memo={"request": request.model_dump(mode="json")},
+            summary=job_summary(request.document_class, request.policy.watermark.mode, request.page_count),
+            execution_timeout=execution_timeout or timedelta(seconds=request.deadline_seconds) + DEADLINE_GRACE,
+            task_queue=task_queue,
+        )
+
+    async def _start(
+        self,
+        job_id: str,
+        job: DocumentJobInput | JobRequest,
+        *,
+        tenant: str,
+        document_class: str,
+        memo: dict[str, Any],
+        summary: str | None,
+        execution_timeout: timedelta | None,
+        task_queue: str | None = None,
+    ) -> bool:
+        """Start the job's workflow (on `task_queue`, default this client's), at most once per job ID.
+
+        `summary`: the Web UI's one line for the job (class, mode, pages when known: never names or content)."""
         try:
             await self.client.start_workflow(
                 DocumentJobWorkflow.run,
-                request,
-                id=request.job_id,
+                job,
+                id=job_id,
                 task_queue=task_queue or self.settings.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                execution_timeout=execution_timeout or timedelta(seconds=request.deadline_seconds) + DEADLINE_GRACE,
+                execution_timeout=execution_timeout,
                 search_attributes=TypedSearchAttributes(
                     [
                         SearchAttributePair(sa.STATE, JobState.QUEUED.value),
-                        SearchAttributePair(sa.TENANT, request.tenant),
-                        SearchAttributePair(sa.DOCUMENT_CLASS, request.document_class),
+                        SearchAttributePair(sa.TENANT, tenant),
+                        SearchAttributePair(sa.DOCUMENT_CLASS, document_class),
                     ]
                 ),
-                memo={"request": request.model_dump(mode="json")},
+                memo=memo,
+                static_summary=summary,
             )
         except WorkflowAlreadyStartedError:
             return False
         return True
+
+    async def accepted_as(self, job_id: str) -> tuple[str, str] | None:
+        """(input sha256, policy version) the job was accepted with, from its start memo; None when it has none
+        docjobs can read (a job a foreign client started, or refused)."""
+        description = await self.handle(job_id).describe()
+        public = await description.memo_value("input", default=None)
+        if public is not None:
+            job = DocumentJobInput.model_validate(public)
+            policy = await asyncio.to_thread(self.policies().resolve, job.policy, job.overrides)
+            return job.source.sha256, policy.version
+        memo = await description.memo_value("request", default=None)
+        if memo is None:
+            return None
+        request = JobRequest.model_validate(memo)
+        return request.source.sha256, request.policy_version
 
     def handle(self, job_id: str) -> WorkflowHandle[DocumentJobWorkflow, JobStatus]:
         return self.client.get_workflow_handle_for(DocumentJobWorkflow.run, job_id)
@@ -184,7 +278,7 @@ class JobClient:
         execution = description.status
         if execution is WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
-        memo = await description.memo_value("request")
+        memo = await description.memo_value("request", default=None)  # None: a public input not resolved yet
         # Running, or ended outside the workflow's own logic (an operator's terminate, the grace timeout).
         try:
             status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
@@ -257,7 +351,7 @@ class JobClient:
         """Record in the job's history that a caller stopped waiting (`end`: budget or timeout), so the timeline
         can tell; best effort: the job may have ended meanwhile, and the caller's answer does not depend on it."""
         with suppress(RPCError):
-            await self.handle(job_id).signal("caller_wait_ended", end)
+            await self.handle(job_id).signal(CALLER_WAIT_ENDED_SIGNAL, end)
 
     async def cancel(self, job_id: str) -> None:
         await self.status(job_id)  # raises JobNotFound for an unknown ID

@@ -29,12 +29,12 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.batch_store import read_manifest
-from docjobs.models import BlobRef
-from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob, job_prefix
+from docjobs.contract import WORKFLOW_TYPE
+from docjobs.models import BlobRef, DocumentJobInput
+from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob, job_prefix, source_key
 from docjobs.temporal.batches import BATCH_MEMO
 from docjobs.temporal.codec import PayloadDecryptionError
 from workflows.batch_job import WORKFLOW_TYPE as BATCH_WORKFLOW_TYPE
-from workflows.document_job import WORKFLOW_TYPE
 
 SOURCE_GRACE = timedelta(hours=1)
 MARKER_MAX_BYTES = 64 * 1024
@@ -109,13 +109,17 @@ async def referenced_sources(client: Client, store: BlobStore) -> References:
     references = References()
     async for execution in client.list_workflows(f'WorkflowType = "{WORKFLOW_TYPE}"'):
         try:
-            request = await execution.memo_value("request", default=None)
+            request = await execution.memo_value("request", default=None)  # the start memo, or the resolved one
+            public = await execution.memo_value("input", default=None)  # a public input's start memo (not resolved)
         except (PayloadDecryptionError, KeyError):  # sealed with a key we lack, or sealed and we have no codec
             if await asyncio.to_thread(_has_blobs, store, f"{job_prefix(execution.id)}/{RUNS_FOLDER}"):
                 references.unreadable += 1
             continue
         try:
-            references.sources.add(BlobRef.model_validate(request["source"]).key)
+            if request is not None:
+                references.sources.add(BlobRef.model_validate(request["source"]).key)
+            elif public is not None:  # resolve copies it to its content address
+                references.sources.add(source_key(DocumentJobInput.model_validate(public).source.sha256))
         except (TypeError, KeyError, ValidationError):
             continue
     await _add_batch_sources(client, store, references)

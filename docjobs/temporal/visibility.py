@@ -10,10 +10,10 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from docjobs.models import JobRequest, JobStatus, JobSummary
+from docjobs.contract import WORKFLOW_TYPE
+from docjobs.models import JobRequest, JobStatus, JobSummary, WatermarkMode
 from docjobs.states import JobState, Stage, parse_state
 from workflows import search_attributes as sa
-from workflows.document_job import WORKFLOW_TYPE
 
 SAFE_QUERY_VALUE = re.compile(r"[A-Za-z0-9_.@-]+")  # what may be put in a visibility query unquoted-safe
 
@@ -61,8 +61,13 @@ def state_clause(state: JobState) -> str:
 async def listed_closed_outside(execution: WorkflowExecution) -> OutsideEnding:
     """How a listed run that Temporal closed reads (a timed-out one by its job's deadline, from the start memo)."""
     deadline_passed = True
-    if execution.status is WorkflowExecutionStatus.TIMED_OUT:
-        request = JobRequest.model_validate(await execution.memo_value("request"))
+    memo = (
+        await execution.memo_value("request", default=None)
+        if execution.status is WorkflowExecutionStatus.TIMED_OUT
+        else None
+    )
+    if memo is not None:  # None: a public input that timed out before it was resolved
+        request = JobRequest.model_validate(memo)
         deadline_passed = (execution.close_time or datetime.now(UTC)) >= request.deadline_at
     return closed_outside(execution.status, deadline_passed=deadline_passed)
 
@@ -120,15 +125,30 @@ async def list_jobs(
 
 
 def status_from_visibility(job_id: str, memo: Any, description: Any) -> JobStatus:
-    """A status rebuilt from the start memo and search attributes, when no worker can answer a query.
+    """A status rebuilt from the request memo and search attributes, when no worker can answer a query.
 
-    It carries no transitions: their times are only known to the workflow.
+    It carries no transitions: their times are only known to the workflow. A job started with the public input
+    has its request memo once `resolve` has run; before that (`memo` None) only what visibility knows is there.
     """
-    request = JobRequest.model_validate(memo)
     attributes = description.typed_search_attributes
     state = parse_state(attributes.get(sa.STATE) or JobState.QUEUED.value)
     stage_name = attributes.get(sa.STAGE)
     stage = Stage(stage_name) if stage_name else None
+    if memo is None:
+        started = description.start_time
+        return JobStatus(
+            job_id=job_id,
+            tenant=attributes.get(sa.TENANT) or "",
+            document_class=attributes.get(sa.DOCUMENT_CLASS) or "",
+            policy_version="",
+            watermark_mode=WatermarkMode.STRUCTURE,
+            state=state,
+            stage=stage,
+            input_sha256="",
+            accepted_at=started,
+            deadline_at=started,
+        )
+    request = JobRequest.model_validate(memo)
     return JobStatus(
         job_id=job_id,
         tenant=request.tenant,

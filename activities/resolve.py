@@ -1,0 +1,69 @@
+"""The `resolve` step of a job started with the public input (`DocumentJobInput`): everything internal the
+workflow needs, decided once by the worker's configuration and recorded in history (so a replay, a retry or a
+changed policy file never changes a running job): the policy and its version, the stage timings, the OCR
+queue, and the source copied into the content-addressed layout with its digest checked."""
+
+from __future__ import annotations
+
+import pydantic
+from temporalio import activity
+
+from activities.lease import typed_failures
+from docjobs.config import ConfigError, Settings
+from docjobs.errors import DocJobError
+from docjobs.models import DocumentJobInput, JobRequest, Policy, ResolveInput
+from docjobs.policies import PolicyBook
+from docjobs.storage import BlobStore, adopt_source, key_in_store
+from docjobs.tenants import callback_of
+from docjobs.webhooks import CallbackInvalid, parse_callback
+
+
+class ResolveActivities:
+    def __init__(self, store: BlobStore, settings: Settings) -> None:
+        self._store = store
+        self._settings = settings
+
+    @activity.defn(name="resolve")
+    def resolve(self, request: ResolveInput) -> JobRequest:
+        job = request.job
+        with typed_failures("resolve"):
+            policy = self._policy(job)
+            self._check_callback(job)
+            key = key_in_store(self._settings.storage_url, job.source.uri)
+            settings = self._settings
+            source = adopt_source(self._store, key, job.source, settings.work_dir, settings.max_input_bytes)
+            return JobRequest(
+                job_id=request.job_id,
+                tenant=job.tenant,
+                source=source,
+                policy=policy,
+                policy_version=policy.version,
+                deadline_seconds=job.deadline_seconds or policy.deadline_seconds,
+                accepted_at=request.accepted_at,
+                timing=settings.timing,
+                ocr_task_queue=settings.ocr_task_queue,
+                callback=job.callback,
+            )
+
+    def _policy(self, job: DocumentJobInput) -> Policy:
+        book = PolicyBook.load(self._settings.policy_file)
+        if job.policy not in book.policies:
+            raise DocJobError("policy.unknown")
+        try:
+            return book.resolve(job.policy, job.overrides)
+        except (pydantic.ValidationError, ConfigError):
+            raise DocJobError("policy.invalid") from None
+
+    def _check_callback(self, job: DocumentJobInput) -> None:
+        """A job's own callback is signed with its tenant's webhook secret: the tenant must have registered one."""
+        if job.callback is None:
+            return
+        registered = callback_of(self._settings.tenants_file, job.tenant)
+        if registered is None:
+            raise DocJobError(
+                "request.invalid", "a job's callback needs its tenant's webhook secret (tenant add --callback)"
+            )
+        try:
+            parse_callback(job.callback, allow_http_loopback=registered.allow_http_loopback)
+        except CallbackInvalid:
+            raise DocJobError("request.invalid", "the job's callback URL cannot be delivered to") from None
