@@ -89,7 +89,7 @@ def temporal(env: Env, *args: str, check: bool = True) -> subprocess.CompletedPr
         [TEMPORAL, *args, "--address", address, "--namespace", "default"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,  # a loaded machine: the CLI waits for the worker (an update, a query)
         check=check,
     )
 
