@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
+from opentelemetry import propagate, trace
+from starlette.middleware.base import RequestResponseEndpoint
 
 from docjobs.api import jobs
 from docjobs.api.deps import ApiContext
@@ -15,6 +17,7 @@ from docjobs.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.logs import configure_logging, default_log_format
 from docjobs.temporal.settings import TemporalSettings
+from docjobs.temporal.tracing import TRACER, configure_tracing
 from docjobs.tenants import TenantBook
 
 
@@ -26,6 +29,25 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if context.client is None:
         context.client = JobClient(await connect(context.settings), context.settings)
     yield
+
+
+async def traced_request(request: Request, call_next: RequestResponseEndpoint) -> Response:
+    """A server span per request, continuing the caller's W3C `traceparent`; named by the route's template, so
+    neither a path nor a query string (which may name a tenant's file) reaches a span."""
+    parent = propagate.extract(dict(request.headers))
+    tracer = trace.get_tracer(TRACER)
+    with tracer.start_as_current_span(f"HTTP {request.method}", context=parent, kind=trace.SpanKind.SERVER) as span:
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", None)
+        if route:
+            span.update_name(f"HTTP {request.method} {route}")
+            span.set_attribute("http.route", route)
+        span.set_attribute("http.request.method", request.method)
+        span.set_attribute("http.response.status_code", response.status_code)
+        job_id = request.path_params.get("job_id")
+        if job_id:
+            span.set_attribute("docjobs.job_id", job_id)
+        return response
 
 
 def create_app(
@@ -52,6 +74,8 @@ def create_app(
         upload_limit=upload_limit if upload_limit is not None else settings.max_upload_bytes,
         client=client,
     )
+    configure_tracing("docjobs-api")
+    app.middleware("http")(traced_request)
     install_docs(app)
     install_error_handlers(app)
     app.include_router(jobs.router)
