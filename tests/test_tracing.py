@@ -28,7 +28,7 @@ from docjobs.temporal.client import connect
 from docjobs.temporal.logs import JsonFormatter
 from docjobs.temporal.tracing import configure_tracing
 from docjobs.tenants import add_tenant
-from tests.conftest import Env
+from tests.conftest import Env, run_starter
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_api import serve_api
 
@@ -116,6 +116,8 @@ async def test_one_upload_is_one_trace_from_the_request_to_every_stage_attempt(
     assert [event.name for event in renders[2].events] == ["retry"]
     assert attribute(renders[2], "docjobs.outcome") == "ok" and attribute(renders[2], "docjobs.page_count") == 2
     assert {attribute(span, "docjobs.job_id") for span in stage_spans} == {status["job_id"]}
+    code, shown, _ = run_starter(env, "status", status["job_id"], DOCJOBS_TASK_QUEUE=settings.task_queue)
+    assert code == 0 and shown["trace_id"] == CALLER_TRACE  # `starter.py status` shows it too
     everything = json.dumps([json.loads(span.to_json()) for span in spans])
     assert "tenant-secret-name" not in everything and "traced" not in everything  # no file names, no content
 

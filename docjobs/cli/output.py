@@ -62,6 +62,8 @@ def describe(status: JobStatus) -> str:
         lines.append(f"  checked: {', '.join(status.fidelity_checks)}")
     if status.evidence_sha256:
         lines.append(f"  evidence sha256: {status.evidence_sha256}")
+    if status.trace_id:
+        lines.append(f"  trace: {status.trace_id}")
     for record in status.transitions:
         stage = f" ({record.stage.value})" if record.stage else ""
         lines.append(f"  {record.at.isoformat()}  {record.state.value}{stage}")
