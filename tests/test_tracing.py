@@ -24,11 +24,14 @@ from temporalio import activity
 import worker
 from activities.render import RenderActivities
 from docjobs.models import RenderInput, RenderOutput
-from docjobs.temporal.client import connect
+from docjobs.policies import PolicyBook
+from docjobs.states import JobState
+from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.logs import JsonFormatter
 from docjobs.temporal.tracing import configure_tracing
 from docjobs.tenants import add_tenant
 from tests.conftest import Env, run_starter
+from tests.fault_worker import HeldRender
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_api import serve_api
 
@@ -116,10 +119,46 @@ async def test_one_upload_is_one_trace_from_the_request_to_every_stage_attempt(
     assert [event.name for event in renders[2].events] == ["retry"]
     assert attribute(renders[2], "docjobs.outcome") == "ok" and attribute(renders[2], "docjobs.page_count") == 2
     assert {attribute(span, "docjobs.job_id") for span in stage_spans} == {status["job_id"]}
+    ended = next(span for span in spans if span.name == "JobEnded")
+    assert (attribute(ended, "docjobs.outcome"), attribute(ended, "docjobs.page_count")) == ("succeeded", 2)
     code, shown, _ = run_starter(env, "status", status["job_id"], DOCJOBS_TASK_QUEUE=settings.task_queue)
     assert code == 0 and shown["trace_id"] == CALLER_TRACE  # `starter.py status` shows it too
     everything = json.dumps([json.loads(span.to_json()) for span in spans])
     assert "tenant-secret-name" not in everything and "traced" not in everything  # no file names, no content
+
+
+async def test_a_deadline_is_visible_in_the_job_trace(
+    env: Env, exporter: InMemorySpanExporter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its render holds until it is canceled: the job's deadline, not a document's size, ends it."""
+    settings = env.settings(DOCJOBS_TASK_QUEUE=f"tracing-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("DOCJOBS_HOLD_DIR", str(tmp_path))
+    monkeypatch.setattr(worker, "RenderActivities", HeldRender)
+    document = tmp_path / "in.pdf"
+    make_sample_pdf(document, pages=1, marker="deadline")
+    client = await connect(settings)
+    jobs = JobClient(client, settings)
+    async with worker.serving(client, settings):
+        with trace.get_tracer("test").start_as_current_span("caller") as caller:
+            submitted = await jobs.submit(
+                document, PolicyBook.load(settings.policy_file).get("standard"), deadline_seconds=3
+            )
+        for _ in range(300):
+            status = await jobs.status(submitted.job_id)
+            if status.state is JobState.CANCELED:
+                break
+            await asyncio.sleep(0.2)
+    trace_id = format(caller.get_span_context().trace_id, "032x")
+    assert (status.cancel_reason, status.trace_id) == ("deadline_exceeded", trace_id), status
+    spans = [span for span in exporter.get_finished_spans() if format(span.context.trace_id, "032x") == trace_id]
+    assert any(span.name == "DeadlineExceeded" for span in spans), [span.name for span in spans]
+    ended = next(span for span in spans if span.name == "JobEnded")
+    assert (attribute(ended, "docjobs.outcome"), attribute(ended, "docjobs.cancel_reason")) == (
+        "canceled",
+        "deadline_exceeded",
+    )
+    render = next(span for span in spans if span.name == "RunActivity:render")
+    assert "cancelled" in [event.name for event in render.events]
 
 
 def test_a_json_line_logged_inside_a_span_carries_its_trace_and_span() -> None:
