@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from opentelemetry import propagate, trace
-from starlette.middleware.base import RequestResponseEndpoint
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from docjobs.api import jobs
 from docjobs.api.deps import ApiContext
@@ -31,23 +31,40 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
 
 
-async def traced_request(request: Request, call_next: RequestResponseEndpoint) -> Response:
-    """A server span per request, continuing the caller's W3C `traceparent`; named by the route's template, so
-    neither a path nor a query string (which may name a tenant's file) reaches a span."""
-    parent = propagate.extract(dict(request.headers))
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(f"HTTP {request.method}", context=parent, kind=trace.SpanKind.SERVER) as span:
-        response = await call_next(request)
-        route = getattr(request.scope.get("route"), "path", None)
-        if route:
-            span.update_name(f"HTTP {request.method} {route}")
-            span.set_attribute("http.route", route)
-        span.set_attribute("http.request.method", request.method)
-        span.set_attribute("http.response.status_code", response.status_code)
-        job_id = request.path_params.get("job_id")
-        if job_id:
-            span.set_attribute("docjobs.job_id", job_id)
-        return response
+class TracedRequests:
+    """A server span per HTTP request, continuing the caller's W3C `traceparent` (pure ASGI: the upload streams
+    through untouched). Named by the route's template, so neither a path nor a query string (which may name a
+    tenant's file) reaches a span."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+        method = scope["method"]
+        tracer = trace.get_tracer(TRACER)
+        parent = propagate.extract(headers)
+        with tracer.start_as_current_span(f"HTTP {method}", context=parent, kind=trace.SpanKind.SERVER) as span:
+            span.set_attribute("http.request.method", method)
+
+            async def send_traced(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    span.set_attribute("http.response.status_code", message["status"])
+                await send(message)
+
+            try:
+                await self.app(scope, receive, send_traced)
+            finally:
+                route = getattr(scope.get("route"), "path", None)
+                if route:
+                    span.update_name(f"HTTP {method} {route}")
+                    span.set_attribute("http.route", route)
+                job_id = scope.get("path_params", {}).get("job_id")
+                if job_id:
+                    span.set_attribute("docjobs.job_id", job_id)
 
 
 def create_app(
@@ -75,7 +92,7 @@ def create_app(
         client=client,
     )
     configure_tracing("docjobs-api")
-    app.middleware("http")(traced_request)
+    app.add_middleware(TracedRequests)
     install_docs(app)
     install_error_handlers(app)
     app.include_router(jobs.router)
