@@ -45,6 +45,7 @@ from docjobs.temporal.batches import BatchNotFound
 from docjobs.temporal.client import JobNotFound, NotReleased
 from docjobs.temporal.codec import PayloadDecryptionError
 from docjobs.temporal.settings import TemporalSettings
+from docjobs.temporal.tracing import command_span
 
 Command = Callable[[argparse.Namespace, TemporalSettings, Output], Coroutine[Any, Any, int]]
 # In the order `--help` lists them.
@@ -62,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SERVERS = {"server", "serve", "codec-server"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Output(args.json)
@@ -73,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = TemporalSettings.from_env()
         handler: Command = args.handler
-        return asyncio.run(handler(args, settings, out))
+        if args.command in SERVERS:  # long-lived: their requests and jobs are traces of their own
+            return asyncio.run(handler(args, settings, out))
+        with command_span(args.command):
+            return asyncio.run(handler(args, settings, out))
     except KeyboardInterrupt:
         return fail(out, EXIT_INTERRUPTED, "interrupted", "aborted by the caller; the job goes on", job_id=job_id)
     except DocJobError as error:

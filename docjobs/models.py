@@ -565,6 +565,7 @@ class JobStatus(BaseModel):
     deadline_at: datetime
     transitions: list[TransitionRecord] = Field(default_factory=list)
     progress: dict[str, int | str | None] | None = None  # live page progress of the running stage (client side)
+    trace_id: str | None = None  # the job's OpenTelemetry trace (client side, from the memo written at start)
 
 
 class JobSummary(BaseModel):

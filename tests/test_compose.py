@@ -340,6 +340,15 @@ def test_prometheus_scrapes_every_worker_service() -> None:
         assert rule_file in mounts.values(), f"rule file {rule_file} is not mounted"
 
 
+def test_every_cluster_client_exports_its_spans_to_the_trace_viewer() -> None:
+    viewer = SERVICES["jaeger"]
+    assert viewer["profiles"] == ["full"] and "127.0.0.1:4318:4318" in viewer["ports"]
+    for name in CLUSTER_CLIENTS:
+        env = environment(name)
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4318", name
+        assert env["OTEL_SERVICE_NAME"] == name, name
+
+
 def test_minio_bucket_is_the_storage_bucket() -> None:
     bucket = created_bucket()
     assert urlparse(environment("docjobs-api")["DOCJOBS_STORAGE_URL"]).netloc == bucket

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue, RetryPolicy
+from temporalio.contrib.opentelemetry.workflow import completed_span
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
@@ -271,6 +272,7 @@ class DocumentJobWorkflow:
             )
         except TimeoutError:
             self._cancel_reason = "deadline_exceeded"
+            completed_span("DeadlineExceeded", attributes={"docjobs.job_id": self._request.job_id})
         except asyncio.CancelledError:
             self._cancel_reason = "requested"
 
@@ -561,7 +563,17 @@ class DocumentJobWorkflow:
         self._status.cancel_reason = ending.cancel_reason
         why = ending.code or ending.cancel_reason
         workflow.set_current_details(f"{ending.state.value}: {why}" if why else ending.state.value)
-        # Metrics add no commands (replay-safe, no patch) and are not emitted again during replay.
+        # Metrics and spans add no commands (replay-safe, no patch) and are not emitted again during replay.
+        completed_span(
+            "JobEnded",
+            attributes={
+                "docjobs.job_id": self._status.job_id,
+                "docjobs.outcome": ending.state.value,
+                "docjobs.failure_code": ending.code or "",
+                "docjobs.cancel_reason": ending.cancel_reason or "",
+                "docjobs.page_count": self._status.page_count,
+            },
+        )
         meter = workflow.metric_meter()
         meter.create_counter(JOBS_TERMINAL, "jobs that reached each terminal state").add(
             1,

@@ -68,6 +68,8 @@ def describe(status: JobStatus) -> str:
             f"  cost: {spent.cpu_seconds:.3f} CPU s, {spent.wall_seconds:.3f} s, {spent.attempts} attempt(s), "
             f"peak {spent.peak_memory_mb:.0f} MiB, {spent.bytes_read} bytes read, {spent.bytes_written} written"
         )
+    if status.trace_id:
+        lines.append(f"  trace: {status.trace_id}")
     for record in status.transitions:
         stage = f" ({record.stage.value})" if record.stage else ""
         lines.append(f"  {record.at.isoformat()}  {record.state.value}{stage}")

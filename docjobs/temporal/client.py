@@ -17,7 +17,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -50,6 +56,7 @@ from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
 from docjobs.temporal.history import add_released, describe_event
 from docjobs.temporal.settings import TemporalSettings
+from docjobs.temporal.tracing import TRACE_ID_MEMO, client_interceptors, configure_tracing, current_trace_id
 from docjobs.temporal.visibility import closed_outside, list_jobs, status_from_visibility
 from docjobs.timeline import narrate
 from workflows import search_attributes as sa
@@ -92,12 +99,19 @@ async def connect(settings: TemporalSettings, runtime: Runtime | None = None) ->
     """Connect to the configured cluster (TLS, mTLS, API key as the SDK's environment configuration says), or
     to the embedded dev server (started on first use).
 
-    Every docjobs process (worker, CLI, API, tests) connects here, so all of them share one data converter.
+    Every docjobs process (worker, CLI, API, tests) connects here, so all of them share one data converter and
+    the tracing interceptors (workers built from the client inherit them).
     `runtime`: the Temporal runtime of the client and its workers (e.g. one serving metrics); else the default.
     """
     if settings.embedded:
         await asyncio.to_thread(ensure_dev_server, settings)
-    return await Client.connect(**settings.connect_config(), data_converter=data_converter(settings), runtime=runtime)
+    configure_tracing("docjobs")
+    return await Client.connect(
+        **settings.connect_config(),
+        data_converter=data_converter(settings),
+        runtime=runtime,
+        interceptors=client_interceptors(),
+    )
 
 
 class JobClient:
@@ -241,7 +255,7 @@ class JobClient:
                         SearchAttributePair(sa.DOCUMENT_CLASS, document_class),
                     ]
                 ),
-                memo=memo,
+                memo={**memo, TRACE_ID_MEMO: current_trace_id()},
                 static_summary=summary,
             )
         except WorkflowAlreadyStartedError:
@@ -275,7 +289,15 @@ class JobClient:
             if error.status is RPCStatusCode.NOT_FOUND:
                 raise JobNotFound(job_id) from None
             raise
+        status = await self._status(handle, description)
+        status.trace_id = await description.memo_value(TRACE_ID_MEMO, default=None)
+        return status
+
+    async def _status(
+        self, handle: WorkflowHandle[DocumentJobWorkflow, JobStatus], description: WorkflowExecutionDescription
+    ) -> JobStatus:
         execution = description.status
+        job_id = handle.id
         if execution is WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
         memo = await description.memo_value("request", default=None)  # None: a public input not resolved yet

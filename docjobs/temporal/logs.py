@@ -3,8 +3,9 @@
 A JSON line carries `ts`, `level`, `logger`, `message` and, when it was logged inside a stage or the job
 workflow (docjobs' own loggers included, and the lease thread, which runs in a copy of the activity's
 context), the job it belongs to: `job_id`, `run_id`, `attempt`, `stage`, `task_queue`, plus the `worker`
-identity. An exception is logged by its type only: exception messages and tracebacks may quote document
-content. The SDK core's own warnings are forwarded into Python logging, so every line has one format.
+identity, and, inside a span, its `trace_id` and `span_id`. An exception is logged by its type only:
+exception messages and tracebacks may quote document content. The SDK core's own warnings are forwarded into
+Python logging, so every line has one format.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from temporalio import activity, workflow
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from docjobs.config import ConfigError, read_environment
+from docjobs.temporal.tracing import current_ids
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -93,6 +95,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
             **temporal_context(),
+            **current_ids(),
             **_process,
         }
         error = _exception_type(record)
