@@ -9,7 +9,8 @@ Tenants' bytes are parsed only in these children, never in a worker's own thread
   parsing a document never slows the API, Temporal or the worker's own threads;
 - runs one task at a time under a CPU limit (soft `RLIMIT_CPU`): a base budget, grown by a per-page budget as
   soon as the task reports its page count;
-- dies with its worker (`PR_SET_PDEATHSIG`; children are started by one long-lived thread for that reason).
+- dies with its worker, its tools with it (`PR_SET_PDEATHSIG`, then it kills its own group; children are started
+  by one long-lived thread for that reason).
 
 The parent keeps the lease: it relays the child's page progress, and kills the child's group on cancel, on a
 lost lease, and when the child makes no progress for DOCJOBS_STALL_SECONDS. Running out of memory or CPU, a

@@ -40,10 +40,18 @@ def _limit_self(memory_mb: int, parent: int) -> None:
     os.nice(NICENESS)  # tenants' documents yield the CPU to the API, Temporal and the workers' own threads
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a core file would hold the document
+    # When the worker dies, the kernel signals this child, which takes its whole group with it (the tools it
+    # runs: qpdf, poppler, Ghostscript). A child busy in C code hears it once that call returns; its CPU
+    # limit bounds that.
+    signal.signal(signal.SIGTERM, _end_group)
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # the worker died before the line above took effect
-        os._exit(1)
+        _end_group(signal.SIGTERM, None)
+
+
+def _end_group(signum: int, frame: object) -> None:
+    os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _cpu_used() -> float:

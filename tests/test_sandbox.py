@@ -180,7 +180,8 @@ def test_stop_kills_the_child_and_its_tools(pool: ChildPool, tmp_path: Path) -> 
 
 
 def test_children_die_with_their_worker(tmp_path: Path) -> None:
-    """A SIGKILLed worker leaves no document child behind: the kernel kills it (parent-death signal)."""
+    """A SIGKILLed worker leaves no document child behind, nor the tools it ran: the kernel signals the child
+    (parent-death signal), which ends its whole process group."""
     pids = tmp_path / "pids"
     script = (
         "import sys; from pathlib import Path; from docjobs.sandbox import ChildPool, ChildLimits;"
@@ -194,10 +195,10 @@ def test_children_die_with_their_worker(tmp_path: Path) -> None:
         while not pids.exists() or len(pids.read_text().split()) < 2:
             assert time.monotonic() < deadline and worker.poll() is None, "the child did not start"
             time.sleep(0.05)
-        child, _ = (int(pid) for pid in pids.read_text().split())
+        child, tool = (int(pid) for pid in pids.read_text().split())
         worker.kill()
         worker.wait()
-        assert wait_gone(child)
+        assert wait_gone(child) and wait_gone(tool)
     finally:
         worker.kill()
 
