@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.evidence import EvidenceActivities
+from activities.generate import GenerateActivities
 from activities.metrics import LeaseExpiries
 from activities.notify import NotifyActivities
 from activities.ocr import OcrActivities
@@ -64,6 +65,7 @@ def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) ->
         publish = PublishActivities(store, workdir)
         redact = RedactActivities(store, workdir, pool)
         served["general"] = [
+            GenerateActivities(store, workdir, pool).generate,
             render.render,
             redact.redact,
             release.sign,

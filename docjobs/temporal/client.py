@@ -28,9 +28,10 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.errors import FAILURE_CODES, DocJobError
-from docjobs.models import JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
+from docjobs.models import InputKind, JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
 from docjobs.states import JobState, Stage
 from docjobs.storage import sha256_file, source_key
+from docjobs.templates import TemplateStore
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
@@ -91,12 +92,14 @@ class JobClient:
         self.client = client
         self.settings = settings
         self.store = settings.blob_store()
+        self.templates = TemplateStore(self.store)
 
     async def submit(
         self,
         path: Path,
         policy: Policy,
         *,
+        input_kind: InputKind = InputKind.DOCUMENT,
         tenant: str = "default",
         key: str | None = None,
         deadline_seconds: int | None = None,
@@ -116,6 +119,7 @@ class JobClient:
             job_id=job_id,
             tenant=tenant,
             source=stored,
+            input_kind=input_kind,
             page_count=0,
             policy=policy,
             policy_version=policy.version,
