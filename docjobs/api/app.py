@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from docjobs.api import jobs
+from docjobs.api import jobs, templates
 from docjobs.api.deps import ApiContext
 from docjobs.api.docs import OPENAPI_URL, install_docs
 from docjobs.api.errors import install_error_handlers
@@ -54,4 +54,5 @@ def create_app(
     install_docs(app)
     install_error_handlers(app)
     app.include_router(jobs.router)
+    app.include_router(templates.router)
     return app

@@ -1,11 +1,12 @@
 """A template rendered with JSON data in Jinja's sandbox, under a time limit.
 
-The template is the tenant's, the data is document content; neither is trusted. Jinja's
-`SandboxedEnvironment` refuses unsafe attribute access and calls (no `__class__`, no `__globals__`, no
-methods that mutate or reach outside), `StrictUndefined` turns a missing value into an error instead of an
-empty string, autoescape keeps the data from writing HTML. The loader reads only the template's own folder
-(includes too), and a wall-clock limit ends a template that loops without bound. A failure names the kind of
-error and the template's line, never a value of the data (the exception's own message may quote one).
+The template is the tenant's, the data is document content; neither is trusted. Jinja's sandbox (the
+`ImmutableSandboxedEnvironment` kind of `SandboxedEnvironment`) refuses unsafe attribute access and calls (no
+`__class__`, no `__globals__`, no method that changes the data or reaches outside it); `StrictUndefined` turns
+a missing value into an error instead of an empty string; autoescape keeps the data from writing HTML. The
+loader reads only the template's own folder (includes too), and a wall-clock limit ends a template that loops
+without bound. A failure names the kind of error and the template's line, never a value of the data (the
+exception's own message may quote one).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from jinja2 import FileSystemLoader, StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from docjobs.errors import DocJobError
 
@@ -89,7 +90,7 @@ def _kind(error: BaseException, seconds: float) -> str:
 
 def render_template(folder: Path, entry: str, data: dict[str, Any], *, seconds: float) -> str:
     """The HTML that template `entry` in `folder` makes of `data`; template.invalid if it cannot."""
-    environment = SandboxedEnvironment(
+    environment = ImmutableSandboxedEnvironment(
         loader=FileSystemLoader(folder, followlinks=False),
         undefined=StrictUndefined,
         autoescape=True,
