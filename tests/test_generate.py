@@ -96,6 +96,7 @@ SECRET = "S3CRET-VALUE-4242"
         ("<p>{{ name }}</p>\n<p>{{ missing }}</p>", "an undefined value at line 2"),
         ("<p>\n\n{% for x in items %}{{ x }}", "a syntax error at line 3"),
         ("<p>{{ name }}</p>\n\n\n<p>{{ name + 1 }}</p>", "an error (TypeError) at line 4"),
+        ("{{ ''.__class__.__mro__ }}", "an operation the sandbox refuses at line 1"),
         ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "an operation the sandbox refuses at line 1"),
         ("{{ name.__class__ }}", "an operation the sandbox refuses at line 1"),
         ("{{ cycler.__init__.__globals__ }}", "an operation the sandbox refuses at line 1"),
@@ -108,6 +109,14 @@ def test_a_template_error_names_its_line_never_the_data(tmp_path: Path, source: 
     error = template_error(tmp_path, source, {"name": SECRET, "items": [SECRET]})
     assert error.message == f"the template has {message}"
     assert SECRET not in error.message and PASSWD_MARKER not in error.message
+
+
+def test_the_line_is_named_for_a_folder_given_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "index.html").write_text("\n\n{{ lipsum.__globals__ }}")
+    with pytest.raises(DocJobError) as failed:
+        render_template(Path("."), "index.html", {}, seconds=5)
+    assert failed.value.message == "the template has an operation the sandbox refuses at line 3"
 
 
 def test_a_template_that_loops_without_bound_is_stopped(tmp_path: Path) -> None:

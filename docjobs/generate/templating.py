@@ -90,6 +90,7 @@ def _kind(error: BaseException, seconds: float) -> str:
 
 def render_template(folder: Path, entry: str, data: dict[str, Any], *, seconds: float) -> str:
     """The HTML that template `entry` in `folder` makes of `data`; template.invalid if it cannot."""
+    folder = folder.resolve()  # the loader's file names, which the error's frames carry, are under it
     environment = ImmutableSandboxedEnvironment(
         loader=FileSystemLoader(folder, followlinks=False),
         undefined=StrictUndefined,
@@ -108,6 +109,6 @@ def render_template(folder: Path, entry: str, data: dict[str, Any], *, seconds: 
         TypeError,
         ValueError,
     ) as error:
-        line = _template_line(error, folder.resolve())
+        line = _template_line(error, folder)
         where = f" at line {line}" if line is not None else ""
         raise DocJobError("template.invalid", f"the template has {_kind(error, seconds)}{where}") from None
