@@ -207,6 +207,23 @@ async def test_a_template_that_breaks_fails_and_reveals_nothing(
     assert secret not in status.model_dump_json() and "object" not in (status.failure_message or "")
 
 
+async def test_a_template_that_loops_without_bound_is_stopped_in_the_child(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    tenant = f"loop-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "tpl").mkdir()
+    (tmp_path / "tpl" / "index.html").write_text(
+        "{% for i in range(99999) %}{% for j in range(99999) %}.{% endfor %}{% endfor %}"
+    )
+    zip_folder(tmp_path / "tpl", tmp_path / "tpl.zip")
+    jobs.templates.add(tenant, "loop", tmp_path / "tpl.zip")
+    policy = with_generate(policies.get("standard"), template_seconds=1)
+    submitted = await submit_template(jobs, policy, tenant, "loop", {"n": 1}, tmp_path)
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.FAILED, "template.invalid")
+    assert status.failure_message == "the template has no end within its 1-second limit at line 1"
+
+
 def test_the_cli_stores_a_template_and_submits_it_with_data(
     env: Env, jobs: JobClient, invoice_bundle: Path, tmp_path: Path
 ) -> None:
