@@ -26,6 +26,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.batch import BatchActivities
 from activities.evidence import EvidenceActivities
+from activities.generate import GenerateActivities
 from activities.metrics import LeaseExpiries
 from activities.notify import NotifyActivities
 from activities.ocr import OcrActivities
@@ -77,6 +78,7 @@ def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) ->
         publish = PublishActivities(store, workdir)
         redact = RedactActivities(store, workdir, pool)
         served["general"] = [
+            GenerateActivities(store, workdir, pool).generate,
             render.render,
             redact.redact,
             release.sign,

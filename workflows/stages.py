@@ -17,6 +17,8 @@ from docjobs.models import (
     CleanupInput,
     EvidenceInput,
     EvidenceOutput,
+    GenerateInput,
+    GenerateOutput,
     NotifyInput,
     OcrInput,
     OcrOutput,
@@ -56,6 +58,7 @@ def activity_name(declaration: Callable[..., Any]) -> str:
     return definition.name
 
 
+generate = declare(Stage.GENERATE, GenerateInput, GenerateOutput)
 render = declare(Stage.RENDER, RenderInput, RenderOutput)
 ocr = declare(Stage.OCR, OcrInput, OcrOutput)
 redact = declare(Stage.REDACT, RedactInput, RedactOutput)
@@ -66,4 +69,15 @@ evidence = declare("evidence", EvidenceInput, EvidenceOutput)
 cleanup = declare("cleanup", CleanupInput, int)
 notify = declare("notify", NotifyInput, str)
 
-DECLARATIONS: tuple[Callable[..., Any], ...] = (render, ocr, redact, sign, verify, publish, evidence, cleanup, notify)
+DECLARATIONS: tuple[Callable[..., Any], ...] = (
+    generate,
+    render,
+    ocr,
+    redact,
+    sign,
+    verify,
+    publish,
+    evidence,
+    cleanup,
+    notify,
+)

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from docjobs.api import batches, jobs
+from docjobs.api import batches, jobs, templates
 from docjobs.api.deps import ApiContext
 from docjobs.api.docs import OPENAPI_URL, install_docs
 from docjobs.api.errors import install_error_handlers
@@ -56,6 +56,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(batches.router)
+    app.include_router(templates.router)
     return app
 
 

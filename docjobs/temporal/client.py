@@ -29,9 +29,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.idempotency import keyed_job_id
-from docjobs.models import BlobRef, JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
+from docjobs.models import BlobRef, InputKind, JobRequest, JobStatus, JobSummary, Policy, TransitionRecord
 from docjobs.states import JobState, Stage
 from docjobs.storage import sha256_file, source_key
+from docjobs.templates import TemplateStore
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
@@ -92,12 +93,14 @@ class JobClient:
         self.client = client
         self.settings = settings
         self.store = settings.blob_store()
+        self.templates = TemplateStore(self.store)
 
     async def submit(
         self,
         path: Path,
         policy: Policy,
         *,
+        input_kind: InputKind = InputKind.DOCUMENT,
         tenant: str = "default",
         key: str | None = None,
         deadline_seconds: int | None = None,
@@ -110,6 +113,7 @@ class JobClient:
             job_id=job_id,
             tenant=tenant,
             source=stored,
+            input_kind=input_kind,
             page_count=0,
             policy=policy,
             policy_version=policy.version,
