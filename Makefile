@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 DATA_DIR ?= .docjobs
-SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils chromium
-SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo chromium
+# WeasyPrint (the generate stage) needs Pango (with its HarfBuzz) and fontconfig: libraries, no tool to look for.
+SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils chromium libpango-1.0-0 libpangoft2-1.0-0 \
+	libharfbuzz-subset0 fontconfig fonts-dejavu-core
+SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts chromium fc-list
+SYSTEM_LIBRARIES := libpango-1.0.so.0 libpangoft2-1.0.so.0 libharfbuzz-subset.so.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test deps system-deps lint stop clean serve secrets
@@ -14,6 +17,7 @@ deps: system-deps $(VENV)/.installed
 # Debian packages, installed only when a tool is missing.
 system-deps:
 	@missing=""; for tool in $(SYSTEM_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	for lib in $(SYSTEM_LIBRARIES); do ldconfig -p | grep -q "$$lib" || missing="$$missing $$lib"; done; \
 	$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages (missing:$$missing)"; \
@@ -28,16 +32,19 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 SAMPLES := $(DATA_DIR)/samples
 
 # Generated once (demo/make_samples.py): the same bytes again make the same jobs, so a second `make demo` reuses them.
-$(SAMPLES)/sample.pdf: demo/make_samples.py | deps
+$(SAMPLES)/sample.pdf: demo/make_samples.py $(wildcard demo/templates/invoice/*) | deps
 	$(PY) demo/make_samples.py $(SAMPLES)
 
-# The main job on the embedded defaults: a generated sample through both watermark modes, a scan via OCR, and
-# a letter with (fake) personal data in a CID font, as Word writes it, redacted for real.
+# The main job on the embedded defaults: a generated sample through both watermark modes, a scan via OCR,
+# a letter with (fake) personal data in a CID font, as Word writes it, redacted for real, and an invoice
+# generated from the shipped template (demo/templates/invoice) and data (demo/invoice.json).
 demo: deps $(SAMPLES)/sample.pdf
 	$(PY) starter.py run $(SAMPLES)/sample.pdf --out out/sample.watermarked.pdf
 	$(PY) starter.py run $(SAMPLES)/sample.pdf --policy preview --out out/sample.preview.pdf
 	$(PY) starter.py run $(SAMPLES)/scan.pdf --policy scan --out out/scan.searchable.pdf
 	$(PY) starter.py run $(SAMPLES)/letter.pdf --policy external --out out/letter.redacted.pdf
+	$(PY) starter.py template add invoice $(SAMPLES)/invoice
+	$(PY) starter.py run --template invoice --data demo/invoice.json --out out/invoice.pdf
 	@echo "outputs in out/; Temporal Web UI: http://127.0.0.1:8233 ; stop the dev server with 'make stop'"
 
 # The HTTP API on the embedded defaults, with an in-process worker (create a tenant: starter.py tenant add NAME).

@@ -1,6 +1,8 @@
 """docjobs from the command line: the client SDK in action.
 
     python starter.py run FILE        one-shot: embedded server, in-process worker, submit, wait, write output
+                                      (FILE: a PDF, an image, an .html file or a zip bundle; or --template NAME
+                                      --data FILE.json)
     python starter.py submit FILE     accept a document, print its job ID (created or already existing)
     python starter.py wait JOB_ID     the bounded poller
     python starter.py status|cancel|fetch|audit|timeline|evidence|verify-evidence JOB_ID
@@ -11,6 +13,7 @@
     python starter.py serve [--host H] [--port P] [--with-worker]   the HTTP API
     python starter.py codec-server [--host H] [--port P] [--cors-origin URL]   decrypts payloads for the Web UI/CLI
     python starter.py tenant add NAME [--callback URL [--allow-http-loopback]]   an API tenant and its key (once)
+    python starter.py template add NAME DIR [--tenant T] | template list [--tenant T]   stored templates
     python starter.py gc [--dry-run] [--source-grace DURATION]   delete the blobs of runs past retention
     python starter.py cost [--since DURATION] [--tenant T]   CPU seconds per released document and page
     python starter.py deploy status|promote ID|ramp ID PERCENT|rollback|drained ID [--deployment NAME]
@@ -35,12 +38,13 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from docjobs.cli import batches, costs, deploy, evidence, gc, jobs, schema, servers, tenants
+from docjobs.cli import batches, costs, deploy, evidence, gc, jobs, schema, servers, templates, tenants
 from docjobs.cli.output import EXIT_INTERRUPTED, EXIT_JOB_NOT_SUCCEEDED, EXIT_PROTOCOL, EXIT_USAGE, Output, fail
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.poller import ProtocolError
+from docjobs.templates import TemplateNotFound
 from docjobs.temporal.batches import BatchNotFound
 from docjobs.temporal.client import JobNotFound, NotReleased
 from docjobs.temporal.codec import PayloadDecryptionError
@@ -49,7 +53,7 @@ from docjobs.temporal.tracing import command_span
 
 Command = Callable[[argparse.Namespace, TemporalSettings, Output], Coroutine[Any, Any, int]]
 # In the order `--help` lists them.
-COMMAND_GROUPS = (jobs, batches, evidence, costs, servers, tenants, gc, deploy, schema)
+COMMAND_GROUPS = (jobs, batches, evidence, costs, servers, tenants, templates, gc, deploy, schema)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(out, EXIT_USAGE, error.code, error.message)
     except (ConfigError, ValidationError) as error:
         return fail(out, EXIT_USAGE, "config", str(error))
+    except TemplateNotFound as error:
+        return fail(out, EXIT_USAGE, "template.unknown", f"the tenant has no template named {error}")
     except JobNotFound:
         return fail(out, EXIT_USAGE, "job.not_found", "no such job (or it is past the retention window)", job_id=job_id)
     except BatchNotFound:

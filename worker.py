@@ -33,6 +33,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.batch import BatchActivities
 from activities.evidence import EvidenceActivities
+from activities.generate import GenerateActivities
 from activities.metrics import LeaseExpiries
 from activities.notify import NotifyActivities
 from activities.ocr import OcrActivities
@@ -88,6 +89,7 @@ def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) ->
         redact = RedactActivities(store, workdir, pool)
         served["general"] = [
             ResolveActivities(store, settings).resolve,
+            GenerateActivities(store, workdir, pool).generate,
             render.render,
             redact.redact,
             release.sign,

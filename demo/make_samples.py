@@ -1,6 +1,7 @@
-"""The three documents of `make demo`: a text PDF, a scan with no text layer, and a letter with fake personal data.
+"""The inputs of `make demo`: a text PDF, a scan with no text layer, a letter with fake personal data, and the
+invoice template's folder.
 
-    python demo/make_samples.py DIR     writes DIR/sample.pdf, DIR/scan.pdf and DIR/letter.pdf
+    python demo/make_samples.py DIR     writes DIR/sample.pdf, DIR/scan.pdf, DIR/letter.pdf and DIR/invoice/
 
 The letter's personal data is fake (an SSN of the reserved 078-05 range, example.org addresses, a 555
 number) and drawn in an embedded TrueType font, which fpdf2 writes as a CID font (Identity-H), as Word does:
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +24,11 @@ from PIL import Image, ImageDraw, ImageFont
 from reportlab.lib.pagesizes import LETTER
 from reportlab.pdfgen.canvas import Canvas
 
-VERA_TTF = Path(reportlab.__file__ or "").parent / "fonts" / "Vera.ttf"
+REPORTLAB_FONTS = Path(reportlab.__file__ or "").parent / "fonts"
+VERA_TTF = REPORTLAB_FONTS / "Vera.ttf"
+INVOICE_TEMPLATE = Path(__file__).resolve().parent / "templates" / "invoice"
+# The invoice's embedded font: Bitstream Vera (free; its license travels with it), as reportlab ships it.
+INVOICE_FONTS = ("Vera.ttf", "VeraBd.ttf", "bitstream-vera-license.txt")
 SCAN_DPI = 200
 BODY = (
     "Durable document jobs survive worker restarts and retries.",
@@ -90,14 +96,23 @@ def make_letter(path: Path) -> None:
     path.write_bytes(document.output())
 
 
+def make_invoice_template(folder: Path) -> None:
+    """The shipped invoice template (demo/templates/invoice) with its fonts, ready for `template add`."""
+    shutil.copytree(INVOICE_TEMPLATE, folder, dirs_exist_ok=True)
+    (folder / "fonts").mkdir(exist_ok=True)
+    for name in INVOICE_FONTS:
+        shutil.copyfile(REPORTLAB_FONTS / name, folder / "fonts" / name)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write the documents of `make demo`.")
-    parser.add_argument("out", type=Path, help="directory to write sample.pdf, scan.pdf and letter.pdf into")
+    parser.add_argument("out", type=Path, help="directory to write sample.pdf, scan.pdf, letter.pdf and invoice/ into")
     folder = parser.parse_args(argv).out
     folder.mkdir(parents=True, exist_ok=True)
     make_sample(folder / "sample.pdf")
     make_scan(folder / "scan.pdf")
     make_letter(folder / "letter.pdf")
+    make_invoice_template(folder / "invoice")
 
 
 if __name__ == "__main__":

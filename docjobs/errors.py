@@ -47,6 +47,13 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
         f"fidelity.{check}": (Outcome.QUARANTINE, "the output does not meet its contract")
         for check in ("page_count", "geometry", "links", "qpdf", "reader", "text", "watermark")
     },
+    # A generated document with a font it does not carry: deterministic, and found before anything is released.
+    "fidelity.fonts": (Outcome.FAIL, "the generated document has fonts that are not embedded"),
+    "template.invalid": (Outcome.FAIL, "the template cannot be rendered with this data"),
+    "generate.resource_refused": (
+        Outcome.FAIL,
+        "the document refers to resources outside the job and the policy refuses to leave them out",
+    ),
     "sanitize.residue": (Outcome.QUARANTINE, "active content is still present in the output"),
     "evidence.unavailable": (Outcome.QUARANTINE, "the signed evidence of the job could not be written"),
     "ocr.page_timeout": (Outcome.FAIL, "OCR did not produce text on some pages in time"),

@@ -158,6 +158,37 @@ class SanitizePolicy(Frozen):
     keep_attachments: bool = False  # True: embedded files are neither removed nor refused
 
 
+class MissingResource(StrEnum):
+    """What a generated document's refused resource (outside the job, or not in its bundle) does."""
+
+    IGNORE = "ignore"  # left out of the document, counted in the status
+    FAIL = "fail"  # the job fails `generate.resource_refused`
+
+
+class PdfVariant(StrEnum):
+    PDF_A_2B = "pdf/a-2b"
+    PDF_A_3B = "pdf/a-3b"
+    PDF_UA_1 = "pdf/ua-1"  # tagged
+
+
+CSS_LENGTH = r"\d{1,4}(\.\d{1,3})?(mm|cm|in|pt|px)"
+
+
+class GeneratePolicy(Frozen):
+    """How HTML and templates become PDF (docjobs/generate/): page defaults (the document's own `@page`
+    rules win), the PDF variant, what a refused resource does, and the bundle's and template's limits."""
+
+    page_size: str = Field(
+        default="A4", pattern=rf"^((A[3-5]|B[45]|letter|legal)( (portrait|landscape))?|{CSS_LENGTH} {CSS_LENGTH})$"
+    )
+    margin: str = Field(default="20mm", pattern=rf"^{CSS_LENGTH}( {CSS_LENGTH}){{0,3}}$")
+    pdf_variant: PdfVariant | None = None
+    missing: MissingResource = MissingResource.IGNORE
+    template_seconds: float = Field(default=10.0, gt=0, le=300)  # wall-clock limit of one template rendering
+    bundle_mb: int = Field(default=50, gt=0)  # a zip bundle, unpacked
+    bundle_files: int = Field(default=500, gt=0)
+
+
 class LimitsPolicy(Frozen):
     """Parser budgets for a document class (docjobs/pdf/budgets.py); raised for a trusted tenant whose
     documents fail `input.too_complex`. The page limit is the policy's `max_pages`."""
@@ -185,6 +216,7 @@ class Policy(Frozen):
     sign: SignPolicy = SignPolicy()
     sanitize: SanitizePolicy = SanitizePolicy()
     limits: LimitsPolicy = LimitsPolicy()
+    generate: GeneratePolicy = GeneratePolicy()
 
     @property
     def version(self) -> str:
@@ -210,10 +242,20 @@ class ActivityTiming(Frozen):
     max_attempts: int = Field(default=5, ge=1)
 
 
+class InputKind(StrEnum):
+    """What the accepted input is: a document (PDF or image: render opens it), or what `generate` makes one of."""
+
+    DOCUMENT = "document"
+    HTML = "html"  # one HTML file
+    BUNDLE = "bundle"  # a zip: index.html with its CSS, images and fonts
+    TEMPLATE = "template"  # a template manifest (docjobs/templates.py): a stored template version and JSON data
+
+
 class JobRequest(Frozen):
     job_id: str
     tenant: str
     source: BlobRef
+    input_kind: InputKind = InputKind.DOCUMENT
     page_count: int = Field(default=0, ge=0)  # 0: render counts them (acceptance opens no document)
     policy: Policy
     policy_version: str
@@ -352,6 +394,28 @@ class StageInput(Frozen):
     job_id: str
     shape: JobShape = JobShape()
     cpu: CpuBudget = CpuBudget()
+
+
+class GenerateInput(StageInput):
+    source: BlobRef  # the accepted input: HTML, a bundle, or a template manifest
+    input_kind: InputKind
+    generate: GeneratePolicy
+    max_pages: int
+
+
+class GeneratedSummary(Frozen):
+    """What `generate` made: counts and options only, never a URL or a value of the data."""
+
+    page_count: int
+    refused: dict[str, int] = Field(default_factory=dict)  # resources refused, by kind (http, file, missing, ...)
+    pdf_variant: PdfVariant | None = None
+
+
+class GenerateOutput(Frozen):
+    staged: BlobRef  # the generated PDF: the document every later stage works on
+    summary: GeneratedSummary
+    attempt: int
+    cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
 class RenderInput(StageInput):
@@ -553,6 +617,7 @@ class JobStatus(BaseModel):
     signature: dict[str, str | bool | int | None] | None = None  # pyHanko's verdict on the released file
     invalidated_signatures: int = 0  # the input's own signatures, voided by processing (when allowed)
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count, never content
+    generated: GeneratedSummary | None = None  # HTML and template jobs: what `generate` made
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None

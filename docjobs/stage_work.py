@@ -19,9 +19,15 @@ import pikepdf
 from pydantic import BaseModel
 
 from docjobs.errors import DocJobError
+from docjobs.generate.bundle import INDEX, unpack_bundle
+from docjobs.generate.templating import load_data, render_template
+from docjobs.generate.weasy import html_to_pdf
 from docjobs.models import (
     DeskewedPage,
     Frozen,
+    GeneratedSummary,
+    GeneratePolicy,
+    InputKind,
     LimitsPolicy,
     OcrPolicy,
     RedactionSummary,
@@ -49,6 +55,39 @@ ProgressFn = Callable[[int, int], None]
 WorkT = TypeVar("WorkT", bound=BaseModel)
 DoneT = TypeVar("DoneT", bound=BaseModel)
 IMAGE_KINDS = ("png", "jpeg", "tiff")
+
+
+class GenerateWork(Frozen):
+    source: Path  # the HTML file, the bundle, or the template's bundle (all checked against their digests)
+    data: Path | None  # template jobs: the JSON data
+    input_kind: InputKind
+    output: Path
+    workdir: Path
+    generate: GeneratePolicy
+    max_pages: int
+
+
+class GenerateDone(Frozen):
+    summary: GeneratedSummary
+
+
+def generate(work: GenerateWork, progress: ProgressFn) -> GenerateDone:
+    """HTML, a bundle or a template with its data, as a PDF: the job's files in one folder (`site`), the only
+    place the page may take anything from."""
+    site = work.workdir / "site"
+    policy = work.generate
+    html = None
+    if work.input_kind is InputKind.HTML:
+        site.mkdir()
+        shutil.copyfile(work.source, site / INDEX)
+    else:
+        unpack_bundle(work.source, site, max_bytes=policy.bundle_mb << 20, max_files=policy.bundle_files)
+    if work.input_kind is InputKind.TEMPLATE:
+        if work.data is None:
+            raise DocJobError("input.malformed", "a template job needs its data")
+        html = render_template(site, INDEX, load_data(work.data), seconds=policy.template_seconds)
+    summary = html_to_pdf(site, work.output, policy, html=html, max_pages=work.max_pages, on_pages=progress)
+    return GenerateDone(summary=summary)
 
 
 class RenderWork(Frozen):
@@ -267,6 +306,7 @@ class Entry(Generic[WorkT, DoneT]):
 
 
 ENTRIES: dict[str, Entry[Any, Any]] = {
+    "generate": Entry(GenerateWork, generate),
     "render": Entry(RenderWork, render),
     "ocr": Entry(OcrWork, ocr),
     "redact": Entry(RedactWork, redact),

@@ -18,7 +18,8 @@ class JobState(StrEnum):
     QUARANTINED = "quarantined"
 
 
-class Stage(StrEnum):
+class Stage(StrEnum):  # in pipeline order: stages only advance
+    GENERATE = "generate"
     RENDER = "render"
     OCR = "ocr"
     REDACT = "redact"

@@ -35,10 +35,12 @@ from docjobs.api.app import create_app
 from docjobs.config import ConfigError
 from docjobs.idempotency import is_valid_client_key
 from docjobs.storage import FileBlobStore, source_key
+from docjobs.templates import zip_folder
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, add_tenant, key_digest
 from tests.conftest import REPO, Env, HeldQueue, WorkerProcess, free_port, run_starter
+from tests.fixtures.generate_samples import bundle_folder, invoice_data, invoice_template
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_redact_jobs import assert_nothing_left
@@ -521,10 +523,11 @@ def _answers(url: str, headers: dict[str, str]) -> bool:
 
 def test_schemathesis_finds_no_server_error(api: Api) -> None:
     """Generated requests (valid key, random everything else) against the served schema: never a 5xx."""
+    schemathesis.serializer.alias("application/zip", "application/octet-stream")  # bundles: bytes like any body
     schema = schemathesis.openapi.from_url(f"{api.base}/openapi.json")
     results = list(schema.get_all_operations())
     operations = [result.ok() for result in results if isinstance(result, Ok)]
-    assert len(operations) == len(results) == 9  # the job and the batch routes
+    assert len(operations) == len(results) == 11  # the job, batch and template routes
     calls: list[int] = []
     for operation in operations:
 
@@ -583,3 +586,44 @@ async def test_a_changed_blob_breaks_off_its_download(
         logged = [record.getMessage() for record in caplog.records if record.name == "docjobs.api"]
         assert f"artifact.digest_mismatch: download of job {job_id} broken off" in logged, logged
         caplog.clear()
+
+
+async def test_html_bundle_and_template_uploads(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    """HTML (declared by its Content-Type), a zip bundle (by its magic bytes), a template stored with PUT and a
+    multipart `template` + `data` job; templates are the tenant's own."""
+    html = f"<p>api html {uuid.uuid4().hex[:8]}</p>".encode()
+    as_html = await http.post("/v1/jobs", content=html, headers={**api.auth(), "Content-Type": "text/html"})
+    assert as_html.status_code == 202, as_html.text
+    as_octets = await http.post("/v1/jobs", content=html, headers={**api.auth(), "Content-Type": "application/pdf"})
+    assert (as_octets.status_code, as_octets.json()["code"]) == (415, "input.unsupported")
+    zip_folder(bundle_folder(tmp_path / "site", f"api bundle {uuid.uuid4().hex[:8]}"), tmp_path / "bundle.zip")
+    bundle = (tmp_path / "bundle.zip").read_bytes()
+    as_bundle = await http.post("/v1/jobs", content=bundle, headers={**api.auth(), "Content-Type": "application/zip"})
+    assert as_bundle.status_code == 202, as_bundle.text
+
+    zip_folder(invoice_template(tmp_path / "invoice"), tmp_path / "invoice.zip")
+    stored = await http.put(
+        "/v1/templates/invoice", content=(tmp_path / "invoice.zip").read_bytes(), headers=api.auth()
+    )
+    assert stored.status_code == 200, stored.text
+    assert stored.json()["version"] == hashlib.sha256((tmp_path / "invoice.zip").read_bytes()).hexdigest()
+    not_zip = await http.put("/v1/templates/other", content=b"<p>not a zip</p>", headers=api.auth())
+    assert (not_zip.status_code, not_zip.json()["code"]) == (415, "input.unsupported")
+    listed = await http.get("/v1/templates", headers=api.auth())
+    assert [t["name"] for t in listed.json()["templates"]] == ["invoice"]
+    assert (await http.get("/v1/templates", headers=api.auth("globex"))).json()["templates"] == []
+
+    data = json.dumps(invoice_data(4, number=f"INV-API-{uuid.uuid4().hex[:6]}")).encode()
+    parts = {"data": ("data.json", data, "application/json")}
+    as_template = await http.post("/v1/jobs", files=parts, data={"template": "invoice"}, headers=api.auth())
+    assert as_template.status_code == 202, as_template.text
+    repeat = await http.post("/v1/jobs", files=parts, data={"template": "invoice"}, headers=api.auth())
+    assert (repeat.status_code, repeat.json()["job_id"]) == (200, as_template.json()["job_id"])
+    elsewhere = await http.post("/v1/jobs", files=parts, data={"template": "invoice"}, headers=api.auth("globex"))
+    assert (elsewhere.status_code, elsewhere.json()["code"]) == (422, "template.unknown")
+
+    for created in (as_html, as_bundle, as_template):
+        status = await wait_api_terminal(http, api, created.json()["job_id"])
+        assert status["state"] == "succeeded", status
+        generated = status["generated"]
+        assert isinstance(generated, dict) and generated["page_count"] == status["page_count"] == 1

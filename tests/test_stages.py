@@ -20,7 +20,19 @@ from workflows import document_job, stages
 from workflows.stages import DECLARATIONS, activity_name
 
 # The activity names of recorded histories (tests/histories): a rename would break every job in flight.
-RECORDED_NAMES = {"resolve", "render", "ocr", "redact", "sign", "verify", "publish", "evidence", "cleanup", "notify"}
+RECORDED_NAMES = {
+    "resolve",
+    "generate",
+    "render",
+    "ocr",
+    "redact",
+    "sign",
+    "verify",
+    "publish",
+    "evidence",
+    "cleanup",
+    "notify",
+}
 
 
 def types_of(function: Callable[..., Any]) -> tuple[list[Any], Any]:

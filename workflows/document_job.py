@@ -45,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
         CpuBudget,
         DocumentJobInput,
         EvidenceInput,
+        GenerateInput,
+        InputKind,
         JobRequest,
         JobShape,
         JobStatus,
@@ -383,9 +385,21 @@ class DocumentJobWorkflow:
         redact_on = policy.redact.enabled
         stamp_at = watermark_stage(policy.watermark.mode, ocr_on=ocr_on, redact_on=redact_on)
         try:
+            source = request.source  # what every stage after `generate` takes as the job's document
+            if request.input_kind is not InputKind.DOCUMENT:  # only HTML and template jobs: no older history has it
+                generate = GenerateInput(
+                    job_id=request.job_id,
+                    source=request.source,
+                    input_kind=request.input_kind,
+                    generate=policy.generate,
+                    max_pages=policy.max_pages,
+                )
+                generated = await self._stage(stages.generate, generate)
+                source = generated.staged
+                self._status.generated = generated.summary
             render = RenderInput(
                 job_id=request.job_id,
-                source=request.source,
+                source=source,
                 watermark=policy.watermark if stamp_at is Stage.RENDER else None,
                 max_pages=policy.max_pages,
                 allow_signed_input=policy.sign.allow_signed_input,
@@ -404,7 +418,7 @@ class DocumentJobWorkflow:
             if ocr_on:
                 ocr = OcrInput(
                     job_id=request.job_id,
-                    source=request.source,
+                    source=source,
                     staged=staged,
                     ocr=policy.ocr,
                     watermark=policy.watermark if stamp_at is Stage.OCR else None,
@@ -418,7 +432,7 @@ class DocumentJobWorkflow:
             if redact_on:  # only policies with redaction run it: no earlier history has this stage to replay
                 redact = RedactInput(
                     job_id=request.job_id,
-                    source=request.source,
+                    source=source,
                     staged=staged,
                     redact=policy.redact,
                     limits=policy.limits,
@@ -430,8 +444,8 @@ class DocumentJobWorkflow:
                 self._status.ocr_text_sha256 = text.sha256 if text else None
                 self._status.redaction = redacted.summary
             if workflow.patched(RELEASE_GATES):  # histories recorded before the gates existed replay without them
-                staged = await self._release_gates(staged, ocr_on)
-            publish = PublishInput(job_id=request.job_id, source=request.source, staged=staged, text=text)
+                staged = await self._release_gates(source, staged, ocr_on)
+            publish = PublishInput(job_id=request.job_id, source=source, staged=staged, text=text)
             published = await self._stage(stages.publish, publish)
             self._status.output_sha256 = published.artifact.sha256
             self._status.artifact_key = published.artifact.key
@@ -478,17 +492,18 @@ class DocumentJobWorkflow:
         status.evidence_sha256 = recorded.evidence.sha256
         return ending
 
-    async def _release_gates(self, staged: BlobRef, ocr_on: bool) -> BlobRef:
-        """Sign (when the policy says so) and verify: nothing reaches `publish` that did not pass both."""
+    async def _release_gates(self, source: BlobRef, staged: BlobRef, ocr_on: bool) -> BlobRef:
+        """Sign (when the policy says so) and verify against `source` (the accepted document, or the one
+        `generate` made): nothing reaches `publish` that did not pass both."""
         request = self._request
         policy = request.policy
         if policy.sign.enabled:
-            sign = SignInput(job_id=request.job_id, source=request.source, staged=staged, sign=policy.sign)
+            sign = SignInput(job_id=request.job_id, source=source, staged=staged, sign=policy.sign)
             staged = (await self._stage(stages.sign, sign)).staged
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         verify = VerifyInput(
             job_id=request.job_id,
-            source=request.source,
+            source=source,
             staged=staged,
             signed=policy.sign.enabled,
             # Redaction removes text and links on purpose: its own stage checks what stays (and the gate).

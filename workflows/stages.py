@@ -17,6 +17,8 @@ from docjobs.models import (
     CleanupInput,
     EvidenceInput,
     EvidenceOutput,
+    GenerateInput,
+    GenerateOutput,
     JobRequest,
     NotifyInput,
     OcrInput,
@@ -58,6 +60,7 @@ def activity_name(declaration: Callable[..., Any]) -> str:
     return definition.name
 
 
+generate = declare(Stage.GENERATE, GenerateInput, GenerateOutput)
 resolve = declare("resolve", ResolveInput, JobRequest)  # a public input's policy, timings and source
 render = declare(Stage.RENDER, RenderInput, RenderOutput)
 ocr = declare(Stage.OCR, OcrInput, OcrOutput)
@@ -70,6 +73,7 @@ cleanup = declare("cleanup", CleanupInput, int)
 notify = declare("notify", NotifyInput, str)
 
 DECLARATIONS: tuple[Callable[..., Any], ...] = (
+    generate,
     resolve,
     render,
     ocr,

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from opentelemetry import propagate, trace
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from docjobs.api import batches, jobs
+from docjobs.api import batches, jobs, templates
 from docjobs.api.deps import ApiContext
 from docjobs.api.docs import OPENAPI_URL, install_docs
 from docjobs.api.errors import install_error_handlers
@@ -97,6 +97,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(batches.router)
+    app.include_router(templates.router)
     return app
 
 

@@ -28,14 +28,15 @@ from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.uploads import CHUNK, TooLarge, effective_policy, spool
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
-from docjobs.models import JobSummary
-from docjobs.pdf.inspect import sniff_kind
+from docjobs.models import InputKind, JobSummary
+from docjobs.pdf.inspect import input_kind
 from docjobs.states import JobState, is_terminal
 from docjobs.storage import verified_chunks
+from docjobs.templates import TemplateNotFound, is_valid_template_name
 
 log = logging.getLogger("docjobs.api")
 
-ACCEPTED_KINDS = frozenset({"pdf", "png", "jpeg", "tiff"})
+UNSUPPORTED_MESSAGE = "the body is not a PDF, PNG, JPEG or TIFF, HTML (Content-Type: text/html) or a zip bundle"
 RETRY_AFTER_SECONDS = 2
 INTERNAL_FIELDS = {"artifact_key", "evidence_key"}  # storage layout, not the caller's business
 
@@ -70,13 +71,17 @@ def job_path(job_id: str) -> str:
             "required": True,
             "content": {
                 "application/pdf": {"schema": {"type": "string", "format": "binary"}},
+                "text/html": {"schema": {"type": "string"}},
+                "application/zip": {"schema": {"type": "string", "format": "binary"}},
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",
-                        "required": ["file"],
+                        "description": "a `file` part, or a `template` name and its JSON `data`",
                         "properties": {
                             "file": {"type": "string", "format": "binary"},
+                            "template": {"type": "string", "description": "a stored template's name"},
+                            "data": {"type": "string", "format": "binary", "description": "JSON: the template's data"},
                             "policy": {
                                 "type": "string",
                                 "description": "JSON: name, watermark, mode, ocr, redact, redact_regions",
@@ -95,7 +100,8 @@ async def submit(
     idempotency_key: Annotated[str | None, Header()] = None,
     policy: Annotated[str | None, Query(description="policy name (raw-body uploads)")] = None,
 ) -> Response:
-    """Accept a document (raw body or multipart `file` + JSON `policy`); answer with its job ID at once."""
+    """Accept a document (raw body: PDF, image, `text/html` or a zip bundle; or multipart `file`, or `template` +
+    `data`, with a JSON `policy`); answer with its job ID at once."""
     if idempotency_key is not None and not is_valid_client_key(idempotency_key):
         raise ApiError(422, "idempotency.invalid", f"Idempotency-Key: {CLIENT_KEY_RULE}")
     limit = context.upload_limit
@@ -103,21 +109,30 @@ async def submit(
     spool_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=spool_dir, prefix="upload-") as folder:
         try:
-            document, part = await spool(request, Path(folder), limit)
+            upload = await spool(request, Path(folder), limit)
         except TooLarge:
             raise ApiError(413, "input.too_large", f"the document is larger than {limit} bytes") from None
         except ClientDisconnect:
             raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-        check_kind(document.head)
-        chosen, overrides = effective_policy(context.policies, part)
+        spooled, kind = upload.document, InputKind.TEMPLATE
+        if upload.template is None:
+            found = input_kind(spooled.head, declared_html=upload.declared_html)
+            if found is None:
+                raise ApiError(415, "input.unsupported", UNSUPPORTED_MESSAGE)
+            kind = found
+        chosen, overrides = effective_policy(context.policies, upload.part)
         try:
+            document = spooled.path
+            if upload.template is not None:  # the job's input is the manifest, hashed when it is stored
+                document = await _template_manifest(context, name, upload.template, spooled.path, limit)
             submitted = await context.jobs.submit(
-                document.path,
+                document,
                 chosen.name,
                 overrides=overrides,
+                input_kind=kind,
                 tenant=name,
                 key=idempotency_key,
-                hashed=document.sha256,
+                hashed=spooled.sha256 if upload.template is None else None,
             )
         except DocJobError as error:
             raise acceptance_error(error) from None
@@ -131,13 +146,27 @@ async def submit(
 
 
 def check_kind(head: bytes) -> None:
-    """Accept only the kinds docjobs processes, by their magic bytes (nothing parses the document here)."""
-    if sniff_kind(head) not in ACCEPTED_KINDS:
+    """Accept only documents (a batch's: no HTML, bundles or templates), by their magic bytes (nothing parses
+    the document here)."""
+    if input_kind(head, declared_html=False) != InputKind.DOCUMENT:
         raise ApiError(415, "input.unsupported", "the body is not a PDF, PNG, JPEG or TIFF document")
 
 
 def acceptance_error(error: DocJobError) -> ApiError:
     return ApiError(413 if error.code == "input.too_large" else 422, error.code, error.message)
+
+
+async def _template_manifest(context: ApiContext, tenant: str, template: str, data: Path, limit: int) -> Path:
+    """A template job's input: its manifest (the template's current version and the data, stored by digest)."""
+    if not is_valid_template_name(template):
+        raise ApiError(422, "template.unknown", "the tenant has no template of that name")
+    try:
+        manifest = await asyncio.to_thread(
+            context.jobs.templates.manifest, tenant, template, data, data.parent, max_data_bytes=limit
+        )
+    except TemplateNotFound:
+        raise ApiError(422, "template.unknown", "the tenant has no template of that name") from None
+    return manifest
 
 
 @router.get("/v1/jobs", response_model=JobList, responses=ERRORS)

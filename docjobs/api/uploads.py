@@ -1,4 +1,5 @@
-"""An upload spooled to a file, never more than the limit read: a raw body, or multipart `file` + JSON `policy`."""
+"""An upload spooled to a file, never more than the limit read: a raw body, or multipart `file` (or `template` +
+`data`) + JSON `policy`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pydantic import BaseModel, ValidationError
+from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
@@ -35,12 +37,24 @@ class TooLarge(Exception):
 
 @dataclass(frozen=True)
 class Spooled:
-    """The spooled document, hashed and sniffed as it was written: nothing reads it again before it is stored."""
+    """The spooled document (for a template job: its JSON data), hashed and sniffed as it was written: nothing
+    reads it again before it is stored."""
 
     path: Path
     sha256: str
     size: int
     head: bytes  # its first bytes, for the type sniffer
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What was uploaded: the spooled document, the policy part, and what the caller said the document is (HTML
+    has no magic bytes: only `Content-Type: text/html` makes a body HTML)."""
+
+    document: Spooled
+    part: PolicyPart
+    template: str | None = None  # multipart `template`: the document is that template's JSON data
+    declared_html: bool = False
 
 
 class HashingWriter:
@@ -108,32 +122,54 @@ async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[b
         yield chunk
 
 
-async def spool(request: Request, tmp: Path, limit: int) -> tuple[Spooled, PolicyPart]:
-    """The document in `tmp` (never more than `limit` bytes read), hashed as it streams in, and the policy part,
-    if any."""
+async def spool_body(request: Request, target: Path, limit: int) -> Spooled:
+    """The raw body into `target`, never more than `limit` bytes read, hashed as it streams in."""
     declared = request.headers.get("content-length")
-    content_type = request.headers.get("content-type", "")
-    multipart = content_type.lower().startswith("multipart/form-data")
-    cap = limit + MULTIPART_SLACK if multipart else limit
-    if declared and declared.isdigit() and int(declared) > cap:
+    if declared and declared.isdigit() and int(declared) > limit:
         raise TooLarge
+    with target.open("wb") as out:
+        writer = HashingWriter(out, limit)
+        async for chunk in _limited(request.stream(), limit):
+            writer.write(chunk)
+    return writer.spooled(target)
+
+
+async def _write_part(value: UploadFile | str, target: Path, limit: int) -> Spooled:
+    with target.open("wb") as out:
+        writer = HashingWriter(out, limit)
+        if isinstance(value, str):  # a plain form field (e.g. JSON data sent without a file name)
+            writer.write(value.encode())
+        else:
+            while chunk := await value.read(CHUNK):
+                writer.write(chunk)
+    return writer.spooled(target)
+
+
+async def spool(request: Request, tmp: Path, limit: int) -> Upload:
+    """The document in `tmp` (never more than `limit` bytes read), hashed as it streams in, the policy part, and
+    what the document is."""
+    content_type = request.headers.get("content-type", "")
+    media_type = content_type.split(";")[0].strip().lower()
     target = tmp / "document"
     part = PolicyPart(name=request.query_params.get("policy"))
-    if not multipart:
-        with target.open("wb") as out:
-            writer = HashingWriter(out, limit)
-            async for chunk in _limited(request.stream(), cap):
-                writer.write(chunk)
-        return writer.spooled(target), part
-    parser = MultiPartParser(request.headers, _limited(request.stream(), cap), max_files=1, max_fields=4)
+    if media_type != "multipart/form-data":
+        return Upload(await spool_body(request, target, limit), part, declared_html=media_type == "text/html")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit + MULTIPART_SLACK:
+        raise TooLarge
+    stream = _limited(request.stream(), limit + MULTIPART_SLACK)
+    parser = MultiPartParser(request.headers, stream, max_files=1, max_fields=4)
     try:
         form = await parser.parse()
     except MultiPartException:
         raise ApiError(422, "request.invalid", "the multipart body cannot be parsed") from None
     try:
-        upload = form.get("file")
-        if upload is None or isinstance(upload, str):
-            raise ApiError(422, "request.invalid", "the multipart body needs a 'file' part")
+        upload, template, data = form.get("file"), form.get("template"), form.get("data")
+        if template is not None:
+            if upload is not None or data is None or not isinstance(template, str):
+                raise ApiError(422, "request.invalid", "a template job is a 'template' name and a 'data' part")
+        elif upload is None or isinstance(upload, str):
+            raise ApiError(422, "request.invalid", "the multipart body needs a 'file' part (or 'template' and 'data')")
         raw_policy = form.get("policy")
         if raw_policy is not None:
             text = raw_policy if isinstance(raw_policy, str) else (await raw_policy.read()).decode("utf-8", "replace")
@@ -142,10 +178,10 @@ async def spool(request: Request, tmp: Path, limit: int) -> tuple[Spooled, Polic
                 part = PolicyPart.model_validate(loaded)
             except (ValueError, ValidationError):
                 raise ApiError(422, "policy.invalid", "the 'policy' part is not a valid policy object") from None
-        with target.open("wb") as out:
-            writer = HashingWriter(out, limit)
-            while chunk := await upload.read(CHUNK):
-                writer.write(chunk)
+        document = data if template is not None else upload
+        assert document is not None
+        spooled = await _write_part(document, target, limit)
+        declared_html = isinstance(upload, UploadFile) and (upload.content_type or "").lower() == "text/html"
     finally:
         await form.close()
-    return writer.spooled(target), part
+    return Upload(spooled, part, template=template if isinstance(template, str) else None, declared_html=declared_html)

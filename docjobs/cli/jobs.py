@@ -7,7 +7,9 @@ import asyncio
 import hashlib
 import json
 import logging
-from contextlib import suppress
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -25,14 +27,18 @@ from docjobs.cli.output import (
 )
 from docjobs.config import ConfigError
 from docjobs.idempotency import CLIENT_KEY_RULE
-from docjobs.models import BUILTIN_PATTERN_NAMES, JobOverrides, OcrMode, Policy
+from docjobs.models import BUILTIN_PATTERN_NAMES, InputKind, JobOverrides, OcrMode, Policy
+from docjobs.pdf.inspect import input_kind
 from docjobs.policies import PolicyBook, job_overrides
 from docjobs.poller import WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
 from docjobs.storage import sha256_file
+from docjobs.templates import TemplateStore
 from docjobs.temporal.client import JobClient, connect, derive_job_id
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import CLI_TENANT
+
+HTML_SUFFIXES = (".html", ".htm")
 
 
 async def job_client(settings: TemporalSettings) -> JobClient:
@@ -53,6 +59,28 @@ def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> tuple
         redact_regions=args.redact_region,
     )
     return PolicyBook.load(settings.policy_file).resolve(args.policy, overrides), overrides
+
+
+@contextmanager
+def accepted_input(args: argparse.Namespace, settings: TemporalSettings) -> Iterator[tuple[Path, InputKind]]:
+    """The file to submit and what it is: FILE (a PDF or image, a `.html` file, a zip bundle), or for
+    `--template NAME --data FILE` the job's manifest (the data is stored by its digest first)."""
+    if (args.template is None) == (args.file is None) or (args.template is None) != (args.data is None):
+        raise ConfigError("give a FILE, or --template NAME with --data FILE.json")
+    if args.template is None:
+        source = Path(args.file)
+        with source.open("rb") as head:
+            kind = input_kind(head.read(1024), declared_html=source.suffix.lower() in HTML_SUFFIXES)
+        yield source, kind or InputKind.DOCUMENT  # an unknown kind fails in render, with its code
+        return
+    templates = TemplateStore(settings.blob_store())
+    with tempfile.TemporaryDirectory(prefix="docjobs-manifest-") as folder:
+        yield (
+            templates.manifest(
+                args.tenant, args.template, Path(args.data), Path(folder), max_data_bytes=settings.max_input_bytes
+            ),
+            InputKind.TEMPLATE,
+        )
 
 
 async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace, out: Output) -> int:
@@ -84,14 +112,16 @@ def parse_duration(text: str) -> timedelta:
 async def cmd_submit(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     policy, overrides = choose_policy(args, settings)
     jobs = await job_client(settings)
-    submitted = await jobs.submit(
-        Path(args.file),
-        policy.name,
-        overrides=overrides,
-        tenant=args.tenant,
-        key=args.key,
-        deadline_seconds=args.deadline,
-    )
+    with accepted_input(args, settings) as (source, kind):
+        submitted = await jobs.submit(
+            source,
+            policy.name,
+            overrides=overrides,
+            input_kind=kind,
+            tenant=args.tenant,
+            key=args.key,
+            deadline_seconds=args.deadline,
+        )
     verb = "created" if submitted.created else "already exists"
     out.result({"job_id": submitted.job_id, "created": submitted.created}, f"{submitted.job_id} ({verb})")
     return EXIT_OK
@@ -105,20 +135,27 @@ async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Out
     logging.getLogger("docjobs").setLevel(logging.ERROR)
     logging.getLogger("pyhanko").setLevel(logging.CRITICAL)
     policy, overrides = choose_policy(args, settings)
-    source = Path(args.file)
-    target = Path(args.out) if args.out else source.with_name(f"{source.stem}.docjobs.pdf")
-    settings = await run_settings(settings, source, policy, args)
-    client = await connect(settings)
-    jobs = JobClient(client, settings)
-    async with serving(client, settings):
-        submitted = await jobs.submit(
-            source, policy.name, overrides=overrides, tenant=args.tenant, key=args.key, deadline_seconds=args.deadline
-        )
-        out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
-        code = await wait_and_report(jobs, submitted.job_id, args, out)
-        if code != EXIT_BUDGET:  # the worker stays until the job's wrap-up (evidence, callback) is done too
-            with suppress(WorkflowFailureError):
-                await jobs.handle(submitted.job_id).result()
+    with accepted_input(args, settings) as (source, kind):
+        named = Path(args.file or args.data)
+        target = Path(args.out) if args.out else named.with_name(f"{named.stem}.docjobs.pdf")
+        settings = await run_settings(settings, source, policy, args)
+        client = await connect(settings)
+        jobs = JobClient(client, settings)
+        async with serving(client, settings):
+            submitted = await jobs.submit(
+                source,
+                policy.name,
+                overrides=overrides,
+                input_kind=kind,
+                tenant=args.tenant,
+                key=args.key,
+                deadline_seconds=args.deadline,
+            )
+            out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
+            code = await wait_and_report(jobs, submitted.job_id, args, out)
+            if code != EXIT_BUDGET:  # the worker stays until the job's wrap-up (evidence, callback) is done too
+                with suppress(WorkflowFailureError):
+                    await jobs.handle(submitted.job_id).result()
     if code == EXIT_OK:
         await jobs.fetch(submitted.job_id, target)
         out.progress(f"wrote {target}")
@@ -194,6 +231,17 @@ async def cmd_timeline(args: argparse.Namespace, settings: TemporalSettings, out
     return EXIT_OK
 
 
+def add_input_flags(parser: argparse.ArgumentParser) -> None:
+    """What one job starts from: a file, or a stored template and its data (run, submit)."""
+    parser.add_argument("file", nargs="?", help="a PDF, PNG, JPEG or TIFF; an .html file; a zip bundle (index.html)")
+    parser.add_argument(
+        "--template", metavar="NAME", help="generate from this stored template (see `template add`), with --data"
+    )
+    parser.add_argument(
+        "--data", metavar="FILE.json", help="the template's data: a JSON object, its keys the template's variables"
+    )
+
+
 def add_policy_flags(
     parser: argparse.ArgumentParser, key_help: str = f"client idempotency key (job ID = TENANT/KEY): {CLIENT_KEY_RULE}"
 ) -> None:
@@ -240,13 +288,13 @@ def add_wait_flags(parser: argparse.ArgumentParser, timeout: float) -> None:
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = commands.add_parser("run", help="one-shot job with an in-process worker")
-    run.add_argument("file")
+    add_input_flags(run)
     add_policy_flags(run)
     add_wait_flags(run, 1800)
     run.add_argument("--out", help="output path (default: FILE.docjobs.pdf beside the input)")
     run.set_defaults(handler=cmd_run)
     submit = commands.add_parser("submit", help="accept a document and print its job ID")
-    submit.add_argument("file")
+    add_input_flags(submit)
     add_policy_flags(submit)
     submit.set_defaults(handler=cmd_submit)
     wait = commands.add_parser("wait", help="wait for a job (bounded)")

@@ -47,6 +47,10 @@ def describe(status: JobStatus) -> str:
     if status.output_sha256:
         lines.append(f"  output sha256: {status.output_sha256}")
     lines.append(f"  policy {status.policy_version}, {status.watermark_mode.value} mode, {status.page_count} page(s)")
+    if status.generated:
+        refused = ", ".join(f"{kind} x{count}" for kind, count in status.generated.refused.items()) or "none"
+        variant = f", {status.generated.pdf_variant.value}" if status.generated.pdf_variant else ""
+        lines.append(f"  generated: {status.generated.page_count} page(s){variant}; resources refused: {refused}")
     if status.ocr_text_sha256:
         ocred = ", ".join(str(page) for page in status.pages_ocred) or "none (text already there)"
         lines.append(f"  OCR: pages {ocred}; text sha256 {status.ocr_text_sha256}")

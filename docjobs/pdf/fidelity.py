@@ -161,3 +161,28 @@ def check_fidelity(
             raise DocJobError("fidelity.watermark", f"the watermark is missing on {len(missing)} page(s)")
         checks.append("watermark_every_page")
     return checks
+
+
+def fonts_not_embedded(pdf: Path) -> int:
+    """How many fonts `pdffonts` lists as not embedded (Type 3 fonts are glyph procedures: always carried)."""
+    result = _run("pdffonts", str(pdf))
+    if result.returncode != 0:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
+    lines = result.stdout.decode("utf-8", "replace").splitlines()
+    if len(lines) < 2:
+        return 0
+    # Columns by the dashes under the header: a font name may hold spaces, the columns never shift.
+    spans, start = [], 0
+    for dashes in lines[1].split(" "):
+        spans.append((start, start + len(dashes)))
+        start += len(dashes) + 1
+    (type_from, type_to), (emb_from, emb_to) = spans[1], spans[3]
+    return sum(
+        1 for line in lines[2:] if line[emb_from:emb_to].strip() == "no" and line[type_from:type_to].strip() != "Type 3"
+    )
+
+
+def check_fonts_embedded(pdf: Path) -> None:
+    missing = fonts_not_embedded(pdf)
+    if missing:
+        raise DocJobError("fidelity.fonts", f"{missing} font(s) of the document are not embedded")

@@ -42,6 +42,7 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.errors import DocJobError
+from docjobs.models import InputKind
 from docjobs.pdf.budgets import (
     DEFAULT_BUDGETS,
     Budgets,
@@ -54,7 +55,7 @@ from docjobs.pdf.budgets import (
 ProgressFn = Callable[[int, int], None]
 """Called as (pages_done, pages_total) after each page; lets the caller heartbeat."""
 
-Kind = Literal["pdf", "png", "jpeg", "tiff", "unknown"]
+Kind = Literal["pdf", "png", "jpeg", "tiff", "zip", "unknown"]
 Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in PDF user space, normalised
 
 # What parsing untrusted bytes can raise from qpdf/pikepdf. OSError is deliberately absent: an I/O
@@ -86,9 +87,22 @@ def sniff_kind(head: bytes) -> Kind:
         return "jpeg"
     if head.startswith((b"II*\x00", b"MM\x00*")):
         return "tiff"
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
     if b"%PDF-" in head[:_WINDOW]:
         return "pdf"
     return "unknown"
+
+
+def input_kind(head: bytes, *, declared_html: bool) -> InputKind | None:
+    """What an input is, by its magic bytes: a document (PDF or image) or a zip bundle. HTML has no magic: the
+    caller declares it (`Content-Type: text/html`, a `.html` file). None: not an accepted input."""
+    kind = sniff_kind(head)
+    if kind == "zip":
+        return InputKind.BUNDLE
+    if kind != "unknown":
+        return InputKind.DOCUMENT
+    return InputKind.HTML if declared_html else None
 
 
 def inspect_pdf(path: Path, *, max_pages: int | None = None, budgets: Budgets = DEFAULT_BUDGETS) -> PdfInfo:

@@ -40,6 +40,7 @@ from docjobs.idempotency import keyed_job_id
 from docjobs.models import (
     BlobRef,
     DocumentJobInput,
+    InputKind,
     JobOverrides,
     JobRequest,
     JobStatus,
@@ -51,6 +52,7 @@ from docjobs.models import (
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
 from docjobs.storage import blob_uri, sha256_file, source_key
+from docjobs.templates import TemplateStore
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
@@ -119,6 +121,7 @@ class JobClient:
         self.client = client
         self.settings = settings
         self.store = settings.blob_store()
+        self.templates = TemplateStore(self.store)
 
     def policies(self) -> PolicyBook:
         return PolicyBook.load(self.settings.policy_file)
@@ -129,6 +132,7 @@ class JobClient:
         policy: str | Policy | None,
         *,
         overrides: JobOverrides | None = None,
+        input_kind: InputKind = InputKind.DOCUMENT,
         tenant: str = "default",
         key: str | None = None,
         deadline_seconds: int | None = None,
@@ -139,9 +143,13 @@ class JobClient:
         the default) with `overrides`, which the workflow resolves itself.
 
         A `Policy` object instead pins the whole policy in the internal request (tests and tools that need a
-        policy no named one with overrides makes; the workflow still takes that shape)."""
+        policy no named one with overrides makes; the workflow still takes that shape), and so does an input
+        to generate from (HTML, a bundle, a template's manifest: `input_kind`), which public input v1 does not
+        describe."""
         stored = await self.accept(path, hashed=hashed)
         digest = stored.sha256
+        if not isinstance(policy, Policy) and input_kind is not InputKind.DOCUMENT:
+            policy = await asyncio.to_thread(self.policies().resolve, policy, overrides)
         if not isinstance(policy, Policy):
             # Resolved here too, for the job ID (bytes and policy version) and to refuse a bad override at once.
             resolved = await asyncio.to_thread(self.policies().resolve, policy, overrides)
@@ -162,6 +170,7 @@ class JobClient:
             job_id=job_id,
             tenant=tenant,
             source=stored,
+            input_kind=input_kind,
             page_count=0,
             policy=policy,
             policy_version=policy.version,

@@ -10,9 +10,10 @@ starts a new run, which writes into its own run folder (docjobs/storage.py). Wha
 - A source (content-addressed, shared by every job with the same bytes), when no run that visibility lists
   (running or retained) names it in its start memo, nor the manifest of a running batch (its documents
   waiting for their turn have no job yet), and it was last stored more than `source_grace` before the
-  sweep began. The grace covers a job being accepted at that moment: its source is stored before its
-  workflow starts and before visibility shows it, and storing the same bytes again renews the time (which
-  is read again just before the deletion: what is left is the moment between that read and the deletion).
+  sweep began (a template job's source is its manifest: the data it names is kept with it). The grace covers
+  a job being accepted at that moment: its source is stored before its workflow starts and before visibility
+  shows it, and storing the same bytes again renews the time (which is read again just before the deletion:
+  what is left is the moment between that read and the deletion).
 
 Jobs that ended before runs had folders keep their files in the job's folder: the sweep leaves those alone.
 """
@@ -30,8 +31,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.batch_store import read_manifest
 from docjobs.contract import WORKFLOW_TYPE
-from docjobs.models import BlobRef, DocumentJobInput
+from docjobs.errors import DocJobError
+from docjobs.models import BlobRef, DocumentJobInput, InputKind
 from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob, job_prefix, source_key
+from docjobs.templates import MAX_MANIFEST_BYTES, TemplateManifest
 from docjobs.temporal.batches import BATCH_MEMO
 from docjobs.temporal.codec import PayloadDecryptionError
 from workflows.batch_job import WORKFLOW_TYPE as BATCH_WORKFLOW_TYPE
@@ -116,14 +119,28 @@ async def referenced_sources(client: Client, store: BlobStore) -> References:
                 references.unreadable += 1
             continue
         try:
-            if request is not None:
-                references.sources.add(BlobRef.model_validate(request["source"]).key)
-            elif public is not None:  # resolve copies it to its content address
-                references.sources.add(source_key(DocumentJobInput.model_validate(public).source.sha256))
+            if request is None:
+                if public is not None:  # resolve copies it to its content address
+                    references.sources.add(source_key(DocumentJobInput.model_validate(public).source.sha256))
+                continue
+            source = BlobRef.model_validate(request["source"])
         except (TypeError, KeyError, ValidationError):
             continue
+        references.sources.add(source.key)
+        if request.get("input_kind") == InputKind.TEMPLATE:
+            references.sources |= await asyncio.to_thread(_named_by_manifest, store, source)
     await _add_batch_sources(client, store, references)
     return references
+
+
+def _named_by_manifest(store: BlobStore, manifest: BlobRef) -> set[str]:
+    """The sources a template job's manifest names (its data); none if it cannot be read (then nothing it
+    named is known, and its data goes like any unreferenced source)."""
+    try:
+        with store.open(manifest.key) as blob:
+            return {TemplateManifest.model_validate_json(blob.read(MAX_MANIFEST_BYTES)).data.key}
+    except (DocJobError, ValidationError):
+        return set()
 
 
 async def _add_batch_sources(client: Client, store: BlobStore, references: References) -> None:

@@ -1,0 +1,36 @@
+"""The `generate` stage: HTML, a bundle or a stored template with JSON data, made into the PDF the job then
+works on. Only HTML and template jobs run it; WeasyPrint and Jinja run in a document child."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.isolated import IsolatedStages
+from docjobs.models import GenerateInput, GenerateOutput, InputKind
+from docjobs.stage_work import GenerateDone, GenerateWork
+from docjobs.templates import read_manifest
+
+
+class GenerateActivities(IsolatedStages):
+    @activity.defn(name="generate")
+    def generate(self, request: GenerateInput) -> GenerateOutput:
+        with self._attempt("generate", request) as attempt:
+            source, output, data = attempt.folder / "input", attempt.folder / "output.pdf", None
+            self._fetch_source(request.source, source)
+            if request.input_kind is InputKind.TEMPLATE:  # the manifest names the template version and the data
+                manifest = read_manifest(source)
+                source, data = attempt.folder / "template.zip", attempt.folder / "data.json"
+                self._fetch_source(manifest.bundle, source)
+                self._fetch_source(manifest.data, data)
+            work = GenerateWork(
+                source=source,
+                data=data,
+                input_kind=request.input_kind,
+                output=output,
+                workdir=attempt.folder,
+                generate=request.generate,
+                max_pages=request.max_pages,
+            )
+            done = self._isolated(attempt, work, GenerateDone, request.cpu)
+            staged = self._put_staged("generate", attempt.number, output)
+        return GenerateOutput(staged=staged, summary=done.summary, attempt=attempt.number, cost=attempt.meter.total())
