@@ -25,6 +25,7 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.common import (
+    HeaderCodecBehavior,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -113,6 +114,8 @@ async def connect(settings: TemporalSettings, runtime: Runtime | None = None) ->
         data_converter=data_converter(settings),
         runtime=runtime,
         interceptors=client_interceptors(),
+        # Headers (the trace context) go through the payload codec too: with keys, nothing in history is clear.
+        header_codec_behavior=HeaderCodecBehavior.CODEC,
     )
 
 
