@@ -93,9 +93,11 @@ async def test_the_marker_appears_nowhere_but_in_the_released_text(
     source = folder / f"{marker}.pdf"
     make_marked_pdf(source, marker)
     malformed = folder / f"{marker}-broken.pdf"
-    data = source.read_bytes()  # with a broken object inside, past the shallow checks (header, end-of-file)
+    # A broken object holding the marker, then cut off: qpdf would repair a broken object in a whole file (and
+    # the job would succeed), but nothing repairs a file whose end is missing.
+    data = source.read_bytes()
     broken = f"\n99 0 obj << /Title ({marker}) /Kids [ >> endobj\n".encode()
-    malformed.write_bytes(data[: len(data) // 3] + broken + data[len(data) // 3 :])
+    malformed.write_bytes(data[: len(data) // 3] + broken + data[len(data) // 3 : 2 * len(data) // 3])
     operator_views: list[str] = []
 
     # 1. Standard (structure watermark, signed) through the CLI, which is given the marked file name.
