@@ -12,17 +12,15 @@ exception's own message may quote one).
 from __future__ import annotations
 
 import json
-import signal
+import time
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from jinja2 import FileSystemLoader, StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
 from docjobs.errors import DocJobError
 
@@ -33,20 +31,33 @@ class TemplateTimeout(Exception):
     pass
 
 
-@contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """Raise TemplateTimeout in this (the main) thread after `seconds` of wall-clock time."""
+class _Deadline:
+    """The template's wall-clock limit, checked where a template can spend time without bound: every
+    iteration of `range` and every call the sandbox makes (macros included). No signal is used, so the
+    limit holds in any thread and leaves the process's own alarms alone."""
 
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TemplateTimeout
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    def check(self) -> None:
+        if time.monotonic() > self._end:
+            raise TemplateTimeout
+
+    def range(self, *args: int) -> Iterator[int]:
+        for value in safe_range(*args):
+            self.check()
+            yield value
+
+
+class _TimedEnvironment(ImmutableSandboxedEnvironment):
+    def __init__(self, deadline: _Deadline, **options: Any) -> None:
+        super().__init__(**options)
+        self._deadline = deadline
+        self.globals["range"] = deadline.range
+
+    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        self._deadline.check()
+        return super().call(__context, __obj, *args, **kwargs)
 
 
 def load_data(path: Path) -> dict[str, Any]:
@@ -91,15 +102,15 @@ def _kind(error: BaseException, seconds: float) -> str:
 def render_template(folder: Path, entry: str, data: dict[str, Any], *, seconds: float) -> str:
     """The HTML that template `entry` in `folder` makes of `data`; template.invalid if it cannot."""
     folder = folder.resolve()  # the loader's file names, which the error's frames carry, are under it
-    environment = ImmutableSandboxedEnvironment(
+    environment = _TimedEnvironment(
+        _Deadline(seconds),
         loader=FileSystemLoader(folder, followlinks=False),
         undefined=StrictUndefined,
         autoescape=True,
         auto_reload=False,
     )
     try:
-        with _time_limit(seconds):
-            return environment.get_template(entry).render(data)
+        return environment.get_template(entry).render(data)
     except (
         TemplateError,
         TemplateTimeout,
