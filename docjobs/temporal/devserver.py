@@ -28,7 +28,18 @@ STARTUP_TIMEOUT = 60.0
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 # A stage scheduled by a workflow task goes straight back to the worker that completed it, with no poll in
 # between (the worker asks for this; the server only grants it when the setting is on).
-DYNAMIC_CONFIG = ("system.enableActivityEagerExecution=true",)
+EAGER_ACTIVITIES = ("system.enableActivityEagerExecution=true",)
+# Every workflow task and activity task reaches its queue through the history shard's task queues, which the
+# server reads at most 20 times a second per shard by default. A cluster has hundreds of shards; the dev server
+# has one, so that default spaced a job's dispatches 50 ms apart (most of a small job's latency, and the cap
+# on jobs/s). The reads are driven by new tasks, so a higher limit costs nothing while the server is idle.
+QUEUE_READS_PER_SECOND = 1000
+QUEUE_READ_LIMITS = tuple(
+    f"history.{queue}ProcessorMaxPoll{scope}RPS={QUEUE_READS_PER_SECOND}"
+    for queue in ("transfer", "timer", "visibility")
+    for scope in ("", "Host")
+)
+DYNAMIC_CONFIG = EAGER_ACTIVITIES + QUEUE_READ_LIMITS
 
 
 @dataclass(frozen=True)
