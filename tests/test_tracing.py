@@ -1,7 +1,8 @@
 """One trace per job: an upload through the real API and an in-process worker, seen by the SDK's in-memory exporter.
 
 The API (uvicorn in a thread) and the worker (on the test's loop) run in the test process, so every span they end
-reaches the exporter; the stages' document work still runs in the worker's child processes.
+reaches the exporter; the stages' document work still runs in the worker's child processes. A worker that is to be
+killed is a process of its own (tests/fault_worker.py), writing each span it ends to a file.
 """
 
 from __future__ import annotations
