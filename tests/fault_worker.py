@@ -9,6 +9,10 @@
 `internal.error`); the second succeeds: a retry whose first attempt cost something.
 `hold-render`: `render` holds, renewing its lease, until the test releases the job (`Hold`, in the folder
 `DOCJOBS_HOLD_DIR`), then renders for real: the stand-in for a document slow enough to interfere with.
+Before it holds, it leaves its attempt's span (still open) in the folder: what a killed worker never exports.
+
+`DOCJOBS_SPAN_FILE`: every span this worker ends is written there at once, one JSON object a line (a killed
+worker's batch exporter would lose them).
 
 The last two break the document work, so they live where the document children import them: the worker's
 children serve the entries of `tests/faults/<fault>.py`.
@@ -25,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pikepdf
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
@@ -35,6 +42,7 @@ from activities.lease import Lease
 from activities.render import RenderActivities
 from docjobs.models import BlobRef, RenderInput, RenderOutput
 from docjobs.sandbox import ChildPool
+from docjobs.temporal.tracing import configure_tracing
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,9 @@ class HeldRender(RenderActivities):
     def render(self, request: RenderInput) -> RenderOutput:
         hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id)
         with Lease("render"):
+            span = trace.get_current_span()  # the SDK's RunActivity span, with docjobs' attributes
+            if isinstance(span, ReadableSpan):
+                hold.path("span").write_text(span.to_json(indent=None))
             hold.mark("held")
             try:
                 while not hold.has("released"):
@@ -100,7 +111,21 @@ class PageDroppingRender(RenderActivities):
         return rendered.model_copy(update={"staged": staged})
 
 
+def write_spans_to(path: Path) -> None:
+    configure_tracing("docjobs-worker")
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    out = path.open("a", buffering=1)  # line-buffered: each span is in the file when it has ended
+    provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=out, formatter=span_line)))
+
+
+def span_line(span: ReadableSpan) -> str:
+    return f"{span.to_json(indent=None)}\n"
+
+
 if __name__ == "__main__":
+    if "DOCJOBS_SPAN_FILE" in os.environ:
+        write_spans_to(Path(os.environ["DOCJOBS_SPAN_FILE"]))
     fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
     renders = {"drop-last-page": PageDroppingRender, "hold-render": HeldRender, "flaky-render": FlakyRender}
     if fault in renders:

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
+from temporalio.common import WorkerDeploymentVersion
 
 import starter
 import worker
@@ -21,6 +22,7 @@ from docjobs.api.codec_server import create_codec_app
 from docjobs.s3store import S3BlobStore
 from docjobs.signing.config import ENV_NAMES as SIGNING_ENV_NAMES
 from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.temporal.deployments import deployment_config
 from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import REPO
 from workflows import search_attributes
@@ -202,6 +204,19 @@ def test_worker_commands_parse_with_the_worker_flags(name: str, queues: list[str
     assert (args.queue, args.metrics_port) == (queues, METRICS_PORT)
     assert environment(name)["DOCJOBS_METRICS_HOST"] == "0.0.0.0"
     assert environment(name)["DOCJOBS_LOG_FORMAT"] == "json"
+
+
+@pytest.mark.parametrize("name", WORKERS)
+def test_workers_are_versions_of_the_deployment_the_api_container_manages(name: str) -> None:
+    env = environment(name)
+    assert env["DOCJOBS_DEPLOYMENT"] == environment("docjobs-api")["DOCJOBS_DEPLOYMENT"]  # `deploy` runs there
+    build_id = re.fullmatch(r"\$\{DOCJOBS_BUILD_ID:-([\w.@-]+)\}", env["DOCJOBS_BUILD_ID"])  # set per release
+    assert build_id, env["DOCJOBS_BUILD_ID"]
+    version = {"DOCJOBS_DEPLOYMENT": env["DOCJOBS_DEPLOYMENT"], "DOCJOBS_BUILD_ID": build_id.group(1)}
+    with mock.patch.dict(os.environ, version, clear=True):
+        versioned = deployment_config(TemporalSettings.from_env())
+    assert versioned is not None and versioned.version == WorkerDeploymentVersion(env["DOCJOBS_DEPLOYMENT"], "dev")
+    assert "DOCJOBS_DEPLOYMENT" not in environment("docjobs-worker")  # the quick start's worker: unversioned
 
 
 @pytest.mark.parametrize("name", WORKERS)

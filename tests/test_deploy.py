@@ -19,6 +19,7 @@ from tests.test_jobs import holding_worker
 DEPLOYMENT = "docjobs-versioned"
 QUEUE = "docjobs-versioned"
 EXIT_NOT_DRAINED = 5
+EXIT_USAGE = 2
 
 
 def deploy(env: Env, *args: str) -> tuple[int, dict[str, object]]:
@@ -50,7 +51,7 @@ def identity_of(worker: WorkerProcess) -> str:
     return f"{worker.process.pid}@"
 
 
-async def test_pinned_jobs_finish_on_their_build_through_promote_and_rollback(
+async def test_pinned_jobs_finish_on_their_build_through_promote_ramp_and_rollback(
     env: Env, start_worker: StartWorker, policies: PolicyBook, samples: Path, tmp_path: Path
 ) -> None:
     holds = {build: tmp_path / build for build in ("v1", "v2")}
@@ -98,3 +99,20 @@ async def test_pinned_jobs_finish_on_their_build_through_promote_and_rollback(
         assert drained[0] == EXIT_NOT_DRAINED and time.monotonic() < deadline, drained
         await asyncio.sleep(1)
     assert drained[1]["drained"] is True
+
+    code, refused = await asyncio.to_thread(deploy, env, "ramp", "v2", "101")
+    assert (code, refused["error"]) == (EXIT_USAGE, "deploy.bad_percent"), refused
+    code, ramped = await asyncio.to_thread(deploy, env, "ramp", "v2", "100")
+    assert (code, ramped["ramping"], ramped["percent"]) == (0, "v2", 100), ramped
+    code, status = await asyncio.to_thread(deploy, env, "status")
+    assert (status["current"], status["ramping"], status["ramp_percent"]) == ("v1", "v2", 100), status
+    assert {version["build_id"]: version["status"] for version in status["versions"]}["v2"] == "ramping"  # type: ignore[attr-defined]
+    fourth = await start_held("versioned-4", "v2")  # a ramp of 100%: every new job starts on v2
+    code, payload = await asyncio.to_thread(deploy, env, "rollback")  # during a ramp: ends it
+    assert (code, payload["current"]) == (0, "v1"), payload
+    code, status = await asyncio.to_thread(deploy, env, "status")
+    assert (status["current"], status["ramping"]) == ("v1", None), status
+    Hold(holds["v2"], fourth).mark("released")
+    ended = await wait_terminal(jobs, fourth, timeout=120)
+    assert ended.state is JobState.SUCCEEDED and set(ended.attempts.values()) == {1}, ended
+    assert all(name.startswith(identity_of(workers["v2"])) for name in await identities(jobs, fourth))

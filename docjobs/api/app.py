@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
-from opentelemetry import propagate, trace
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi import Depends, FastAPI, Request
+from opentelemetry import trace
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import Span
 
 from docjobs.api import batches, jobs, templates
 from docjobs.api.deps import ApiContext
@@ -17,7 +21,7 @@ from docjobs.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.logs import configure_logging, default_log_format
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.temporal.tracing import TRACER, configure_tracing
+from docjobs.temporal.tracing import configure_tracing
 from docjobs.tenants import TenantBook
 
 
@@ -31,40 +35,53 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
 
 
-class TracedRequests:
-    """A server span per HTTP request, continuing the caller's W3C `traceparent` (pure ASGI: the upload streams
-    through untouched). Named by the route's template, so neither a path nor a query string (which may name a
-    tenant's file) reaches a span."""
+# What the request span may keep of what FastAPI's instrumentation records when it starts (either semantic
+# convention). The rest (the path and its query string, the full URL, the user agent, the client's address and any
+# captured request header) is overwritten with semconv's "REDACTED": a path or a query string may name a tenant's
+# file or template; the route template (`http.route`) and `docjobs.job_id` say which request it was.
+REQUEST_ATTRIBUTES_KEPT = frozenset(
+    {
+        "http.method",
+        "http.request.method",
+        "http.request.method_original",
+        "http.scheme",
+        "url.scheme",
+        "http.flavor",
+        "network.protocol.version",
+        "http.host",
+        "http.server_name",
+        "server.address",
+        "net.host.port",
+        "server.port",
+        "http.route",
+    }
+)
+REDACTED = "REDACTED"
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
-        method = scope["method"]
-        tracer = trace.get_tracer(TRACER)
-        parent = propagate.extract(headers)
-        with tracer.start_as_current_span(f"HTTP {method}", context=parent, kind=trace.SpanKind.SERVER) as span:
-            span.set_attribute("http.request.method", method)
+def scrub_request_span(span: Span, scope: dict[str, Any]) -> None:
+    """The instrumentation's server request hook: redacts what may carry a tenant's words."""
+    recorded = (span.attributes or {}) if isinstance(span, ReadableSpan) else {}
+    span.set_attributes({key: REDACTED for key in recorded if key not in REQUEST_ATTRIBUTES_KEPT})
 
-            async def send_traced(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    span.set_attribute("http.response.status_code", message["status"])
-                await send(message)
 
-            try:
-                await self.app(scope, receive, send_traced)
-            finally:
-                route = getattr(scope.get("route"), "path", None)
-                if route:
-                    span.update_name(f"HTTP {method} {route}")
-                    span.set_attribute("http.route", route)
-                job_id = scope.get("path_params", {}).get("job_id")
-                if job_id:
-                    span.set_attribute("docjobs.job_id", job_id)
+async def job_on_request_span(request: Request) -> None:
+    """`docjobs.job_id` on the request's span, for a job's routes (a dependency: the path is matched by then)."""
+    job_id = request.path_params.get("job_id")
+    if job_id:
+        trace.get_current_span().set_attribute("docjobs.job_id", job_id)
+
+
+def instrument_requests(app: FastAPI) -> None:
+    """FastAPI's OpenTelemetry instrumentation: a server span per request, named by its route template, continuing
+    the caller's W3C `traceparent`. No span per body chunk (an upload would make thousands), and no request metrics
+    from it (their attributes carry the target with its query string; the API's metrics are its own)."""
+    FastAPIInstrumentor.instrument_app(
+        app,
+        server_request_hook=scrub_request_span,
+        meter_provider=NoOpMeterProvider(),
+        exclude_spans=["receive", "send"],
+    )
 
 
 def create_app(
@@ -83,6 +100,7 @@ def create_app(
         openapi_url=OPENAPI_URL,
         docs_url=None,  # FastAPI's own pages load their scripts from a public CDN: see docs.py
         redoc_url=None,
+        dependencies=[Depends(job_on_request_span)],
     )
     app.state.context = ApiContext(
         settings=settings,
@@ -92,7 +110,7 @@ def create_app(
         client=client,
     )
     configure_tracing("docjobs-api")
-    app.add_middleware(TracedRequests)
+    instrument_requests(app)
     install_docs(app)
     install_error_handlers(app)
     app.include_router(jobs.router)
