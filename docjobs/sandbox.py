@@ -185,11 +185,16 @@ class _Child:
         return messages
 
     def kill(self) -> None:
-        """SIGKILL the child's whole process group (its tools too) and wait until its zygote has reaped it."""
+        """SIGKILL the child's whole process group (its tools too). Unless its task's cost is known already, wait
+        until its zygote has reaped it, for the kernel's account of it."""
         if not self.ended:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
-        self.reap()
+        if self.reported is None:
+            self.reap()
+        else:
+            self.ended = True  # never signalled again: its zygote reaps it without the worker waiting
+            self._close()
 
     def reap(self) -> None:
         """Read the channel to its end, keeping the zygote's account of the child, then close both pipes.
@@ -205,6 +210,9 @@ class _Child:
         if not self.ended:
             log.warning("document child %d was not reaped in time", self.pid)
             self.ended = True
+        self._close()
+
+    def _close(self) -> None:
         if not self.tasks.closed:
             os.close(self.channel)
             with contextlib.suppress(OSError):
