@@ -124,7 +124,9 @@ def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of a process, of the children it reaped and of those still alive (theirs too)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     own = sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    children = [
+        child for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()
+    ]
     return own + sum(tree_cpu_seconds(int(child)) for child in children)
 
 
