@@ -4,8 +4,12 @@ it buys: two 50-page jobs at once on a 2-core worker versus one at a time.
     .venv/bin/python bench/isolation_bench.py [--runs 5]
 
 Part 1 calls the stage functions of `docjobs.stage_work` (render in structure mode, sign, verify) on a
-generated 1-page and 100-page PDF, directly ("in process", as the stages ran before) and through a
-`ChildPool` with one warm child (the worker's path: a JSON work order, page progress, a JSON result).
+generated 1-page and 100-page PDF, directly ("in process", as the stages ran before), through a `ChildPool`
+with one warm child that is reused (the worker's path: a JSON work order, page progress, a JSON result), and
+through a pool that forks a fresh child for every task (`recycle_after=1`, one child forked ahead).
+Part 1b: what starting a child costs, spawned (a new Python importing the stage work, as the pool did before
+its zygote) or forked from the zygote, and the CPU of a 1-page job's three stages each way (this process's
+CPU plus the zygote's, its children's included).
 Part 2 runs real jobs (embedded dev server, an in-process worker with 2 stage threads and 2 warm children):
 two 50-page jobs submitted together, then the same two one after the other. Prints medians.
 """
@@ -16,7 +20,9 @@ import argparse
 import asyncio
 import logging
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,26 +91,107 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
     return {"render": render, "sign": sign, "verify": verify}
 
 
-def stage_row(pool: ChildPool, runs: int, entry: str, work: BaseModel) -> tuple[float, float]:
-    """Median milliseconds of one stage's work: called here, and handed to a warm child."""
+def stage_row(pools: list[ChildPool], runs: int, entry: str, work: BaseModel) -> list[float]:
+    """Median milliseconds of one stage's work: called here, then handed to a child of each pool."""
     stage = ENTRIES[entry]
     done_type = type(stage.run(work, lambda done, total: None))
     direct = median_ms(runs, lambda: stage.run(work, lambda done, total: None))
-    return direct, median_ms(runs, lambda: pool.run(entry, work, done_type, cpu=CPU))
+
+    def through(pool: ChildPool) -> float:
+        return median_ms(runs, lambda: pool.run(entry, work, done_type, cpu=CPU))
+
+    return [direct, *map(through, pools)]
 
 
 def stage_table(runs: int, folder: Path) -> None:
-    pool = ChildPool(ChildLimits(), home=folder / "children", warm=1)
-    pool.start()
-    print("| stage | pages | in process (ms) | in a warm child (ms) | isolation cost (ms) |")
+    reused = ChildPool(ChildLimits(), home=folder / "children", warm=1)
+    fresh = ChildPool(ChildLimits(), home=folder / "children", warm=1, recycle_after=1)
+    reused.start()
+    fresh.start()
+    print("| stage | pages | in process (ms) | in a warm reused child (ms) | in a fresh forked child (ms) |")
     print("|---|---|---|---|---|")
     try:
         for pages in (1, 100):
             for entry, work in stage_orders(folder, pages).items():
-                direct, isolated = stage_row(pool, runs, entry, work)
-                print(f"| {entry} | {pages} | {direct:.1f} | {isolated:.1f} | {isolated - direct:+.1f} |")
+                direct, warm, forked = stage_row([reused, fresh], runs, entry, work)
+                print(f"| {entry} | {pages} | {direct:.1f} | {warm:.1f} | {forked:.1f} |")
     finally:
-        pool.close()
+        reused.close()
+        fresh.close()
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process, of the children it reaped and of those still alive (theirs too)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    own = sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+    children = [
+        child for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()
+    ]
+    return own + sum(tree_cpu_seconds(int(child)) for child in children)
+
+
+def job_cpu_ms(pool: ChildPool, runs: int, orders: dict[str, BaseModel]) -> tuple[float, float]:
+    """Mean CPU and wall milliseconds of one 1-page job's three stages through `pool` (after a warm-up job)."""
+    done_types = {entry: type(ENTRIES[entry].run(work, lambda done, total: None)) for entry, work in orders.items()}
+
+    def job() -> None:
+        for entry, work in orders.items():
+            pool.run(entry, work, done_types[entry], cpu=CPU)
+
+    job()
+    zygote = pool.zygote_pid()
+    assert zygote is not None
+    cpu, wall = time.process_time() + tree_cpu_seconds(zygote), time.perf_counter()
+    for _ in range(runs):
+        job()
+    time.sleep(0.5)  # the last children reaped
+    cpu = time.process_time() + tree_cpu_seconds(zygote) - cpu
+    return cpu * 1000 / runs, (time.perf_counter() - wall - 0.5) * 1000 / runs
+
+
+def spawn_cpu_ms(runs: int) -> tuple[float, float]:
+    """CPU and wall milliseconds of starting a document child as the pool did before its zygote: a new Python,
+    limited, importing the stage work."""
+    command = [sys.executable, "-P", "-c", "import docjobs.stage_work"]
+    env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    for _ in range(runs):
+        subprocess.run(command, env=env, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return cpu * 1000 / runs, (time.perf_counter() - wall) * 1000 / runs
+
+
+def start_table(runs: int, folder: Path) -> None:
+    orders = stage_orders(folder, 1)
+    tasks = len(orders)
+    direct_cpu = time.process_time()
+    for _ in range(runs):
+        for entry, work in orders.items():
+            ENTRIES[entry].run(work, lambda done, total: None)
+    direct = (time.process_time() - direct_cpu) * 1000 / runs
+    rows = {}
+    for name, recycle_after in (("reused", 50), ("fresh", 1)):
+        pool = ChildPool(ChildLimits(), home=folder / "children", warm=1, recycle_after=recycle_after)
+        pool.start()
+        try:
+            rows[name] = job_cpu_ms(pool, runs * 4, orders)
+        finally:
+            pool.close()
+    spawn, spawn_wall = spawn_cpu_ms(max(2, runs // 2))
+    fork = (rows["fresh"][0] - rows["reused"][0]) / tasks
+    print("| starting a document child | CPU ms |")
+    print("|---|---|")
+    print(f"| spawned: a new Python importing the stage work (wall {spawn_wall:.0f} ms) | {spawn:.0f} |")
+    print(f"| forked from the zygote, for a task (fresh minus reused, per task) | {fork:.1f} |")
+    print()
+    print(f"| a 1-page job's {tasks} stages (render, sign, verify) | CPU ms per job | wall ms per job |")
+    print("|---|---|---|")
+    print(f"| in process | {direct:.0f} | |")
+    print(f"| warm child reused up to 50 tasks (fork amortised) | {rows['reused'][0]:.0f} | {rows['reused'][1]:.0f} |")
+    print(f"| fresh forked child per task | {rows['fresh'][0]:.0f} | {rows['fresh'][1]:.0f} |")
+    old = rows["reused"][0] + tasks * spawn / 50
+    print(f"| before the zygote: reused up to 50 tasks, spawned (computed: reused + {tasks}/50 spawns) | {old:.0f} | |")
 
 
 async def job_seconds(jobs: JobClient, documents: list[Path], policy_name: str, together: bool) -> float:
@@ -171,6 +258,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="docjobs-isolation-bench-") as tmp:
         stage_table(options.runs, Path(tmp))
+        print()
+        start_table(options.runs, Path(tmp))
         print()
         asyncio.run(concurrency_table(max(1, options.runs // 2), Path(tmp)))
 

@@ -190,7 +190,7 @@ class Settings:
     ocr_activity_threads: int = 2  # concurrent OCR stages (a separate pool of threads: no queue starves another)
     stage_memory_mb: int = 1536  # address space of each document child
     stall_seconds: float = 300.0  # a document child silent for this long is killed (input.too_complex)
-    child_recycle_after: int = 50  # tasks a document child serves before a fresh one replaces it
+    child_recycle_after: int = 50  # tasks a document child serves before a fresh fork replaces it (1: one per task)
     metrics_host: str = "127.0.0.1"  # where `worker.py --metrics-port` listens (0.0.0.0 in a container)
     metrics_port: int | None = None  # None: no metrics endpoint
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges

@@ -1,28 +1,35 @@
-"""Document work in limited child processes: a warm pool of them, recycled, killed at will.
+"""Document work in limited child processes: a warm pool of them, forked from a zygote, killed at will.
 
-Tenants' bytes are parsed only in these children, never in a worker's own threads. Each child
+Tenants' bytes are parsed only in these children, never in a worker's own threads. Each pool has one zygote
+(docjobs/sandbox_child.py): a process that starts from an environment built from an allow-list (no codec keys,
+signing passphrase, AWS or Temporal credentials) in its own session, limits its own address space (`RLIMIT_AS`,
+DOCJOBS_STAGE_MEMORY_MB) before importing anything, turns core dumps off (a core file would hold the document),
+lowers its CPU priority (nice 10), imports the stage work once and then forks a child whenever the pool asks. A
+fork costs milliseconds where starting Python and importing the stage work costs about half a CPU-second. The
+zygote never reads a task. Each child
 
-- starts from an environment built from an allow-list (no codec keys, signing passphrase, AWS or Temporal
-  credentials), in its own session, so that it and every tool it runs form one process group;
-- limits its own address space (`RLIMIT_AS`, DOCJOBS_STAGE_MEMORY_MB) before importing anything, with core
-  dumps off (a core file would hold the document), and runs at a lower CPU priority (nice 10), so that
-  parsing a document never slows the API, Temporal or the worker's own threads;
+- inherits the zygote's environment and limits (it never had a secret to inherit), so parsing a document never
+  slows the API, Temporal or the worker's own threads;
+- is its own process group, with a folder of its own as its working directory, HOME and TMPDIR;
 - runs one task at a time under a CPU limit (soft `RLIMIT_CPU`): a base budget, grown by a per-page budget as
   soon as the task reports its page count;
-- dies with its worker, its tools with it (`PR_SET_PDEATHSIG`, then it kills its own group; children are started
-  by one long-lived thread for that reason).
+- dies with its worker, its tools with it: the worker's death signals the zygote (`PR_SET_PDEATHSIG`; the zygote
+  is started by one long-lived thread for that reason), which kills every child's group, and each child, told of
+  the zygote's death the same way, kills its own group too.
 
 The parent keeps the lease: it relays the child's page progress, and kills the child's group on cancel, on a
 lost lease, and when the child makes no progress for DOCJOBS_STALL_SECONDS. Running out of memory or CPU, a
-stall and a structure nested too deep all end as `input.too_complex`, whose message names the limit.
+stall and a structure nested too deep all end as `input.too_complex`, whose message names the limit. A zygote
+found dead is replaced by the next child asked of the pool.
 
 The child talks in JSON lines that the parent validates against the task's result model: a child that was
 taken over by a hostile document can make its own task fail, but cannot make the worker run anything.
-A child is reused for the next task only after a clean success, up to `recycle_after` tasks.
+A child is reused for the next task only after a clean success, up to `recycle_after` tasks (1: a fresh child
+for every task, nothing of one task's memory or files seen by the next).
 
 What a task cost (`TaskUsage`) is measured by the child itself (a reused child's kernel account covers all its
 tasks) and reported with its answer; for a child that ended without one, the parent derives it from what the
-kernel counted when it reaped the child (CPU since its last reported task, its lifetime peak memory).
+kernel counted when the zygote reaped the child (CPU since its last reported task, its lifetime peak memory).
 """
 
 from __future__ import annotations
@@ -32,9 +39,9 @@ import json
 import logging
 import os
 import queue
-import resource
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -43,13 +50,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
 from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.models import CpuBudget
-from docjobs.sandbox_child import CHANNEL_ENV, ENTRIES_ENV, MEMORY_ENV, PARENT_ENV
+from docjobs.sandbox_child import CONTROL_ENV, ENTRIES_ENV, FORK_REQUEST, MEMORY_ENV, PARENT_ENV
 
 log = logging.getLogger("docjobs.sandbox")
 
@@ -93,15 +100,24 @@ class ChildLimits:
     stall_seconds: float = 300.0
 
 
+@dataclass(frozen=True)
+class _Account:
+    """The kernel's account of a child that ended, as its zygote reaped it."""
+
+    status: int  # as os.wait4 gives it
+    cpu_seconds: float  # the child's and its tools' together, over its whole life
+    peak_memory_mb: float
+
+
 @dataclass
 class _Child:
-    process: subprocess.Popen[bytes]
-    channel: int  # read end of the child's message pipe
-    ready: bool = False  # it has imported what it serves: from then on, silence counts as a stall
+    pid: int
+    tasks: BinaryIO  # write end of the child's task pipe
+    channel: int  # read end of the child's message pipe (the zygote writes in it too: first and last)
     tasks_done: int = 0
     buffer: bytes = b""
-    rusage: resource.struct_rusage | None = None
-    exit_status: int | None = None
+    ended: bool = False  # the channel reached its end: the zygote has reaped the child, its pid may be reused
+    account: _Account | None = None
     cpu_accounted: float = 0.0  # CPU seconds (tools included) the child had used when its current task began
     reported: TaskUsage | None = None  # what the current task cost, as the child reported it
 
@@ -116,34 +132,42 @@ class _Child:
         """The current task's cost: as reported, else what the kernel counted for the child (once reaped)."""
         if self.reported is not None:
             return self.reported
-        if self.rusage is None:
+        if self.account is None:
             return TaskUsage()
-        total = self.rusage.ru_utime + self.rusage.ru_stime
-        return TaskUsage(cpu_seconds=max(total - self.cpu_accounted, 0.0), peak_memory_mb=self.rusage.ru_maxrss / 1024)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
+        cpu_seconds = max(self.account.cpu_seconds - self.cpu_accounted, 0.0)
+        return TaskUsage(cpu_seconds=cpu_seconds, peak_memory_mb=self.account.peak_memory_mb)
 
     def alive(self) -> bool:
-        return self.exit_status is None and self.process.poll() is None
+        """An idle child has nothing to say: anything on its channel means it has ended."""
+        if self.ended:
+            return False
+        poller = select.poll()
+        poller.register(self.channel, select.POLLIN)
+        return not poller.poll(0)
 
     def send(self, task: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(task, separators=(",", ":")).encode() + b"\n")
-        self.process.stdin.flush()
+        try:
+            self.tasks.write(json.dumps(task, separators=(",", ":")).encode() + b"\n")
+            self.tasks.flush()
+        except OSError:
+            raise ChildCrashed("the document child is gone") from None
 
     def read(self, timeout: float) -> list[dict[str, Any]] | None:
-        """Messages that arrived within `timeout` (maybe none); None once the child closed its channel."""
+        """Messages that arrived within `timeout` (maybe none); None once the channel has ended. The zygote's
+        account of the child (its last message) is kept, not returned."""
+        if self.ended:
+            return None
         poller = select.poll()  # not select(): a busy worker's descriptors can exceed FD_SETSIZE
         poller.register(self.channel, select.POLLIN)
         if not poller.poll(timeout * 1000):
             return []
         chunk = os.read(self.channel, 65536)
         if not chunk:
+            self.ended = True
             return None
         self.buffer += chunk
         if len(self.buffer) > MAX_MESSAGE_BYTES:
+            self.buffer = b""
             raise ChildCrashed("message too large")
         *lines, self.buffer = self.buffer.split(b"\n")
         messages = []
@@ -154,33 +178,45 @@ class _Child:
                 raise ChildCrashed("unreadable message") from None
             if not isinstance(message, dict):
                 raise ChildCrashed("unreadable message")
-            messages.append(message)
+            if message.get("kind") == "exited":
+                self.account = _account(message)
+            else:
+                messages.append(message)
         return messages
 
     def kill(self) -> None:
-        """SIGKILL the child's whole process group (its tools too) and reap it."""
-        if self.exit_status is None:
+        """SIGKILL the child's whole process group (its tools too). Unless its task's cost is known already, wait
+        until its zygote has reaped it, for the kernel's account of it."""
+        if not self.ended:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
-        self.reap()
+        if self.reported is None:
+            self.reap()
+        else:
+            self.ended = True  # never signalled again: its zygote reaps it without the worker waiting
+            self._close()
 
-    def reap(self) -> int:
-        """Wait for the child to end, kill what it left in its group, then collect its status and usage.
+    def reap(self) -> None:
+        """Read the channel to its end, keeping the zygote's account of the child, then close both pipes.
 
-        The group is signalled before the child is reaped: until then its pid (the group's ID) cannot be reused.
+        The zygote closes its copy of the channel only once it has reaped the child and killed what was left in
+        its group: until this end is reached, the child's pid (its group's ID) cannot have been reused, so
+        `kill` never signals a stranger. A child that keeps its channel open is killed by its zygote's death.
         """
-        if self.exit_status is None:
-            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-            _, status, usage = os.wait4(self.pid, 0)
-            self.exit_status, self.rusage = status, usage
-            self.process.returncode = os.waitstatus_to_exitcode(status)
+        deadline = time.monotonic() + SPAWN_TIMEOUT_SECONDS
+        while not self.ended and time.monotonic() < deadline:
+            with contextlib.suppress(ChildCrashed):  # what a killed child left unreadable is no longer heard
+                self.read(POLL_SECONDS)
+        if not self.ended:
+            log.warning("document child %d was not reaped in time", self.pid)
+            self.ended = True
+        self._close()
+
+    def _close(self) -> None:
+        if not self.tasks.closed:
             os.close(self.channel)
-            if self.process.stdin is not None:
-                with contextlib.suppress(OSError):
-                    self.process.stdin.close()
-        return self.exit_status
+            with contextlib.suppress(OSError):
+                self.tasks.close()
 
     def rss_mb(self) -> float:
         try:
@@ -192,8 +228,39 @@ class _Child:
         return 0.0
 
 
-def child_environment(memory_mb: int, channel: int, entries: str, home: Path) -> dict[str, str]:
-    """The child's whole environment: the allow-list, plus what the child itself needs."""
+def _account(message: dict[str, Any]) -> _Account | None:
+    status, cpu, maxrss = message.get("status"), message.get("cpu"), message.get("maxrss_kb")
+    if not isinstance(status, int) or not isinstance(cpu, int | float) or not isinstance(maxrss, int):
+        return None
+    return _Account(status, max(float(cpu), 0.0), max(maxrss, 0) / 1024)
+
+
+@dataclass
+class _Zygote:
+    """The process every child of a pool is forked from (docjobs/sandbox_child.py)."""
+
+    process: subprocess.Popen[bytes]
+    control: socket.socket  # fork requests: one message, the child's two pipe ends attached
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """Close its control socket, on which it kills its children and ends; wait for that."""
+        self.control.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class _ZygoteGone(Exception):
+    """The zygote ended before it forked the child asked of it."""
+
+
+def child_environment(memory_mb: int, control: int, entries: str, home: Path) -> dict[str, str]:
+    """The zygote's whole environment (and so its children's): the allow-list, plus what the zygote needs."""
     env = {name: os.environ[name] for name in ENV_ALLOWED if name in os.environ}
     env.setdefault("PATH", os.defpath)
     env.setdefault("LC_ALL", "C.UTF-8")
@@ -205,22 +272,25 @@ def child_environment(memory_mb: int, channel: int, entries: str, home: Path) ->
         "PYTHONDONTWRITEBYTECODE": "1",
         MEMORY_ENV: str(memory_mb),
         PARENT_ENV: str(os.getpid()),
-        CHANNEL_ENV: str(channel),
+        CONTROL_ENV: str(control),
         ENTRIES_ENV: entries,
     }
 
 
 @dataclass
 class _Spawner:
-    """One long-lived thread starts every child: `PR_SET_PDEATHSIG` fires when the *thread* that forked a
-    child ends, so children must not be forked by threads that come and go (the activity threads may)."""
+    """One long-lived thread starts the zygote and asks it for every child: `PR_SET_PDEATHSIG` fires when the
+    *thread* that started the zygote ends, so it must not be a thread that comes and goes (activity threads
+    may). The zygote is touched by this thread only."""
 
     requests: queue.SimpleQueue[Future[_Child] | None] = field(default_factory=queue.SimpleQueue)
     thread: threading.Thread | None = None
+    zygote: _Zygote | None = None
 
 
 class ChildPool:
-    """Limited child processes for one worker's stages; `warm` of them are kept started and idle."""
+    """Limited child processes for one worker's stages, forked by the pool's zygote; `warm` of them are kept
+    forked and idle."""
 
     def __init__(
         self,
@@ -243,7 +313,7 @@ class ChildPool:
         self._closed = False
 
     def start(self) -> None:
-        """Start the spawner thread and the warm children (they import their modules in the background)."""
+        """Start the spawner thread, the zygote (its imports) and the warm children; returns once they are."""
         self.home.mkdir(parents=True, exist_ok=True)
         self._spawner.thread = threading.Thread(target=self._spawn_loop, name="docjobs-child-spawner", daemon=True)
         self._spawner.thread.start()
@@ -252,17 +322,23 @@ class ChildPool:
             self._idle.extend(started)
 
     def close(self) -> None:
-        """Kill every idle child; children running a task are killed by their `run` when it returns."""
+        """Kill every idle child, then the zygote, which takes the children still running a task with it."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
         for child in idle:
             child.kill()
         self._spawner.requests.put(None)
+        if self._spawner.thread is not None:
+            self._spawner.thread.join(timeout=SPAWN_TIMEOUT_SECONDS)
 
     def idle_pids(self) -> list[int]:
         with self._lock:
             return [child.pid for child in self._idle]
+
+    def zygote_pid(self) -> int | None:
+        zygote = self._spawner.zygote
+        return zygote.process.pid if zygote is not None and zygote.alive() else None
 
     def run(
         self,
@@ -313,12 +389,7 @@ class ChildPool:
             for message in messages:
                 last_heard = time.monotonic()
                 kind = message.get("kind")
-                if kind == "ready":
-                    child.ready = True
-                    cpu_at_start = message.get("cpu")
-                    if isinstance(cpu_at_start, int | float) and cpu_at_start >= 0:
-                        child.cpu_accounted = float(cpu_at_start)
-                elif kind == "progress":
+                if kind == "progress":
                     done, total = _page_pair(message)
                     pages_total = max(pages_total, total)
                     if on_progress is not None:
@@ -338,20 +409,20 @@ class ChildPool:
             if should_stop is not None and should_stop():
                 child.kill()
                 raise ChildStopped("the stage was canceled or lost its lease")
-            if not child.ready and time.monotonic() - last_heard > SPAWN_TIMEOUT_SECONDS:
-                child.kill()
-                raise ChildCrashed("the document child did not start")
-            if child.ready and time.monotonic() - last_heard > self.limits.stall_seconds:
+            if time.monotonic() - last_heard > self.limits.stall_seconds:
                 child.kill()
                 raise DocJobError(
                     "input.too_complex", f"the document made no progress for {self.limits.stall_seconds:g} s"
                 )
 
     def _ended(self, child: _Child, cpu: CpuBudget, pages_total: int) -> Exception:
-        """Why a child closed its channel without a verdict."""
-        status = child.reap()
+        """Why a child's channel ended without a verdict."""
+        child.reap()
+        if child.account is None:
+            return ChildCrashed("the document child ended unaccounted for (its zygote ended)")
+        status = child.account.status
         signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        used = (child.rusage.ru_utime + child.rusage.ru_stime) if child.rusage else 0.0
+        used = child.account.cpu_seconds
         allowed = cpu.seconds(pages_total)
         if signum == signal.SIGXCPU or (signum == signal.SIGKILL and used >= allowed):
             return DocJobError("input.too_complex", f"the document needs more than {allowed:g} CPU seconds")
@@ -368,7 +439,7 @@ class ChildPool:
                 if candidate.alive():
                     child = candidate
                 else:
-                    candidate.reap()
+                    candidate.kill()
         return child if child is not None else self._spawn()
 
     def _release(self, child: _Child, *, reusable: bool) -> None:
@@ -421,27 +492,77 @@ class ChildPool:
                 future.set_result(self._start_child())
             except Exception as error:  # noqa: BLE001 - handed to whoever waits for this child
                 future.set_exception(error)
+        if self._spawner.zygote is not None:
+            self._spawner.zygote.stop()
 
     def _start_child(self) -> _Child:
-        read_fd, write_fd = os.pipe()
+        """A child forked by the zygote; a zygote found dead is replaced (its children died with it)."""
+        try:
+            return self._fork(self._live_zygote())
+        except _ZygoteGone:
+            return self._fork(self._live_zygote())
+
+    def _live_zygote(self) -> _Zygote:
+        zygote = self._spawner.zygote
+        if zygote is not None and zygote.alive():
+            return zygote
+        if zygote is not None:
+            log.warning("document zygote %d ended (%s): starting another", zygote.process.pid, zygote.process.poll())
+            zygote.stop()
+        self._spawner.zygote = zygote = self._start_zygote()
+        return zygote
+
+    def _start_zygote(self) -> _Zygote:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = subprocess.Popen(
                 [sys.executable, "-P", "-m", "docjobs.sandbox_child"],
-                stdin=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,  # tools' messages can quote the document
                 cwd=self.home,
-                env=child_environment(self.limits.memory_mb, write_fd, self.entries, self.home),
-                pass_fds=(write_fd,),
+                env=child_environment(self.limits.memory_mb, theirs.fileno(), self.entries, self.home),
+                pass_fds=(theirs.fileno(),),
                 start_new_session=True,
                 close_fds=True,
             )
         except OSError:
-            os.close(read_fd)
+            ours.close()
             raise
         finally:
-            os.close(write_fd)
-        return _Child(process, read_fd)
+            theirs.close()
+        return _Zygote(process, ours)
+
+    def _fork(self, zygote: _Zygote) -> _Child:
+        """Ask the zygote for a child (its task pipe and channel attached); waits for the child's pid, which the
+        zygote writes on the channel before anything else can be. The first request waits for its imports."""
+        tasks_read, tasks_write = os.pipe()
+        channel_read, channel_write = os.pipe()
+        child = _Child(0, os.fdopen(tasks_write, "wb"), channel_read)
+        try:
+            socket.send_fds(zygote.control, [FORK_REQUEST], [tasks_read, channel_write])
+        except OSError:
+            child.ended = True
+        finally:
+            os.close(tasks_read)
+            os.close(channel_write)
+        deadline = time.monotonic() + SPAWN_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            messages = child.read(POLL_SECONDS)
+            if messages is None:
+                child.reap()
+                if not zygote.alive():
+                    raise _ZygoteGone()
+                raise ChildCrashed("the zygote could not fork a document child")
+            for message in messages:
+                pid = message.get("pid")
+                if message.get("kind") == "forked" and isinstance(pid, int) and pid > 0:
+                    child.pid = pid
+                    return child
+        child.ended = True  # no pid to signal: the zygote, stuck, is replaced with its children
+        child.reap()
+        zygote.process.kill()
+        raise ChildCrashed("the document child did not start")
 
 
 def _page_pair(message: dict[str, Any]) -> tuple[int, int]:

@@ -1,25 +1,44 @@
-"""The document child: `python -P -m docjobs.sandbox_child`, started by `docjobs.sandbox.ChildPool`.
+"""The document zygote and the children it forks: `python -P -m docjobs.sandbox_child`, started by
+`docjobs.sandbox.ChildPool`, one per pool.
 
-It imports only the standard library until it has limited itself, then serves tasks read as JSON lines on
-stdin, one at a time, answering on the channel its parent gave it (`docjobs.sandbox` has the protocol and why).
+The zygote imports only the standard library until it has limited itself (memory, core dumps, priority, death
+with its worker), then imports the stage work once, freezes what it imported out of the garbage collector's
+reach, and forks a child each time its worker asks (a message with two pipe ends: the child's task pipe and its
+answer channel). It never reads a task: tenants' bytes are parsed only in its forks.
+
+Each fork inherits the zygote's limits, takes a process group of its own, dies with the zygote (which dies with
+the worker), and serves tasks read as JSON lines on its task pipe, one at a time, answering on its channel
+(`docjobs.sandbox` has the protocol and why). The zygote keeps a copy of every fork's channel until it has reaped
+that fork: it then kills what is left of the fork's group, writes the kernel's account of the fork (exit status,
+CPU seconds, peak memory) as the channel's last message and closes it. So the worker's end reaches its end of
+file only once the fork's pid is free, and until then a signal to that process group cannot reach anyone else.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
 import resource
+import select
+import shutil
 import signal
-import sys
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 MEMORY_ENV = "DOCJOBS_CHILD_MEMORY_MB"
 PARENT_ENV = "DOCJOBS_CHILD_PARENT_PID"
-CHANNEL_ENV = "DOCJOBS_CHILD_CHANNEL_FD"
+CONTROL_ENV = "DOCJOBS_CHILD_CONTROL_FD"
 ENTRIES_ENV = "DOCJOBS_CHILD_ENTRIES"
+FORK_REQUEST = b"fork"
 PR_SET_PDEATHSIG = 1
 NICENESS = 10
 # Written when memory has run out: prepared beforehand, since building it then may fail too.
@@ -36,21 +55,23 @@ def _write(channel: int, data: bytes) -> None:
         view = view[os.write(channel, view) :]
 
 
-def _limit_self(memory_mb: int, parent: int) -> None:
+def _die_with_parent(parent: int, on_death: Callable[[int, FrameType | None], None]) -> None:
+    """`on_death` runs when `parent` ends (the kernel's parent-death signal), or now if it already has."""
+    signal.signal(signal.SIGTERM, on_death)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        on_death(signal.SIGTERM, None)
+
+
+def _limit_self(memory_mb: int) -> None:
+    """The zygote's limits, which every fork inherits."""
     os.nice(NICENESS)  # tenants' documents yield the CPU to the API, Temporal and the workers' own threads
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a core file would hold the document
-    # When the worker dies, the kernel signals this child, which takes its whole group with it (the tools it
-    # runs: qpdf, poppler, Ghostscript). A child busy in C code hears it once that call returns; its CPU
-    # limit bounds that.
-    signal.signal(signal.SIGTERM, _end_group)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the worker died before the line above took effect
-        _end_group(signal.SIGTERM, None)
 
 
-def _end_group(signum: int, frame: object) -> None:
+def _end_group(signum: int, frame: FrameType | None) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -90,8 +111,8 @@ def _peak_rss_mb() -> float:
 
 
 class _TaskUsage:
-    """What one task costs, measured by the child itself: it is reused, so the kernel's account of it (the parent's
-    wait4) covers all its tasks together. The peak memory is reset per task (`clear_refs` 5); a tool's peak counts
+    """What one task costs, measured by the child itself: a child may serve several tasks, so the kernel's account
+    of it covers all of them together. The peak memory is reset per task (`clear_refs` 5); a tool's peak counts
     when it is the largest the child ever ran (the kernel keeps only that maximum)."""
 
     def __init__(self) -> None:
@@ -157,18 +178,132 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
     return False
 
 
+def private_folder(home: Path, pid: int) -> Path:
+    """A fork's own working folder (its cwd, HOME and TMPDIR), removed by the zygote once the fork is reaped."""
+    return home / f"child-{pid}"
+
+
+def _serve_forked(zygote: int, tasks: int, channel: int, entries: dict[str, Any]) -> None:
+    """A fork's whole life: its own process group, death with the zygote, none of the zygote's or other forks'
+    descriptors, a folder of its own; then tasks until one fails or the worker closes the task pipe."""
+    os.setpgid(0, 0)  # the zygote does it too, before it tells the worker the pid: no kill can miss the group
+    _die_with_parent(zygote, _end_group)
+    low, high = sorted((tasks, channel))
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
+    folder = private_folder(Path.cwd(), os.getpid())
+    folder.mkdir(mode=0o700)
+    os.chdir(folder)
+    os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
+    with os.fdopen(tasks, "rb") as lines:
+        for line in lines:
+            if not _serve_task(channel, json.loads(line), entries):
+                break  # after any failure the child is not reused: it ends, and the pool forks a fresh one
+
+
+@dataclass(frozen=True)
+class _Fork:
+    pid: int
+    channel: int  # the zygote's copy of the fork's channel, kept until the fork is reaped
+
+
+class _Zygote:
+    """Forks on request, reaps what it forked; see the module's docstring."""
+
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.entries: dict[str, Any] = {}  # set once imported
+        self.pid = os.getpid()
+        self.home = Path.cwd()
+        self.forks: dict[int, _Fork] = {}  # by pidfd
+        self.poller = select.poll()
+        self.poller.register(control, select.POLLIN)
+
+    def serve(self) -> None:
+        while True:
+            for fd, _ in self.poller.poll():
+                if fd in self.forks:
+                    self._reap(fd)
+                elif not self._fork():
+                    self.end(signal.SIGTERM, None)
+
+    def end(self, signum: int, frame: FrameType | None) -> None:
+        """The worker is gone or closed its pool: so is every fork, tools included, and the zygote."""
+        for fork in self.forks.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(fork.pid, signal.SIGKILL)
+        os._exit(0)
+
+    def _fork(self) -> bool:
+        """Serve one fork request; False once the worker has closed the control socket."""
+        try:
+            request, fds, flags, _ = socket.recv_fds(self.control, len(FORK_REQUEST), 2)
+        except OSError:
+            return False
+        if not request:
+            return False
+        if request != FORK_REQUEST or len(fds) != 2 or flags & socket.MSG_CTRUNC:
+            for fd in fds:
+                os.close(fd)
+            return True
+        tasks, channel = fds
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1  # the worker's channel ends without a pid: it knows this child could not start
+        if pid == 0:
+            status = 1
+            try:
+                _serve_forked(self.pid, tasks, channel, self.entries)
+                status = 0
+            finally:
+                os._exit(status)  # nothing of the zygote's runs here: no atexit, no buffers flushed twice
+        os.close(tasks)
+        if pid < 0:
+            os.close(channel)
+            return True
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        pidfd = os.pidfd_open(pid)
+        self.forks[pidfd] = _Fork(pid, channel)
+        self.poller.register(pidfd, select.POLLIN)
+        _send(channel, {"kind": "forked", "pid": pid})
+        return True
+
+    def _reap(self, pidfd: int) -> None:
+        """A fork ended: kill what is left of its group, reap it, report the kernel's account, free its pid."""
+        fork = self.forks.pop(pidfd)
+        self.poller.unregister(pidfd)
+        os.close(pidfd)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(fork.pid, signal.SIGKILL)
+        _, status, usage = os.wait4(fork.pid, 0)
+        account = {"status": status, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss}
+        os.set_blocking(fork.channel, False)  # a worker that stopped reading must not stop the zygote
+        with contextlib.suppress(OSError):
+            _send(fork.channel, {"kind": "exited", **account})
+        os.close(fork.channel)
+        shutil.rmtree(private_folder(self.home, fork.pid), ignore_errors=True)
+
+
 def main() -> None:
     global _OUT_OF_MEMORY
     memory_mb = int(os.environ[MEMORY_ENV])
-    _limit_self(memory_mb, int(os.environ[PARENT_ENV]))
-    channel = int(os.environ[CHANNEL_ENV])
+    _limit_self(memory_mb)
+    zygote = _Zygote(socket.socket(fileno=int(os.environ[CONTROL_ENV])))
+    # When the worker dies, the kernel signals the zygote, which kills every fork's group (and each fork,
+    # signalled in turn by the zygote's death, kills its own: the tools it runs, qpdf, poppler, Ghostscript).
+    # A fork busy in C code hears its signal once that call returns; its CPU limit bounds that.
+    _die_with_parent(int(os.environ[PARENT_ENV]), zygote.end)
     message = f"the document needs more than the {memory_mb} MiB of memory a stage may use"
     _OUT_OF_MEMORY = json.dumps({"kind": "failure", "code": "input.too_complex", "message": message}).encode() + b"\n"
-    entries: dict[str, Any] = importlib.import_module(os.environ[ENTRIES_ENV]).ENTRIES  # the heavy imports, once
-    _send(channel, {"kind": "ready", "cpu": _cpu_with_tools()})  # where the first task's account starts
-    for line in sys.stdin.buffer:
-        if not _serve_task(channel, json.loads(line), entries):
-            break  # after any failure the child is not reused: it ends, and the pool starts a fresh one
+    module = importlib.import_module(os.environ[ENTRIES_ENV])  # the heavy imports, once for every fork
+    for name in getattr(module, "PRELOAD", ()):
+        importlib.import_module(name)
+    zygote.entries = module.ENTRIES
+    gc.freeze()  # what every fork shares stays shared: the collector never writes to it
+    zygote.serve()
 
 
 if __name__ == "__main__":

@@ -313,3 +313,10 @@ ENTRIES: dict[str, Entry[Any, Any]] = {
     "sign": Entry(SignWork, sign),
     "verify": Entry(VerifyWork, verify),
 }
+# Modules the stages import only on first use: the zygote imports them too, so no child pays for them per task.
+PRELOAD = (
+    "cryptography.hazmat.backends.openssl",
+    "encodings.ascii",
+    "pyhanko.pdf_utils.filters",
+    "pyhanko.pdf_utils.metadata.xmp_xml",
+)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,12 @@ class Order(Frozen):
 class Seen(Frozen):
     names: tuple[str, ...] = ()
     pid: int = 0
+    parent: int = 0
+    group: int = 0
+    folder: str = ""
+
+
+_REMEMBERED: list[str] = []  # what earlier tasks of this process left in its memory
 
 
 def environment(order: Order, progress: ProgressFn) -> Seen:
@@ -38,7 +45,17 @@ def environment(order: Order, progress: ProgressFn) -> Seen:
 def pages(order: Order, progress: ProgressFn) -> Seen:
     for done in range(order.pages + 1):
         progress(done, order.pages)
-    return Seen(pid=os.getpid())
+    return Seen(pid=os.getpid(), parent=os.getppid(), group=os.getpgrp(), folder=os.getcwd())
+
+
+def remember(order: Order, progress: ProgressFn) -> Seen:
+    """Leaves a mark in its memory and in its working and temporary folders; reports the marks it found there."""
+    folders = {Path.cwd(), Path(tempfile.gettempdir())}
+    found = [*_REMEMBERED, *(str(mark) for folder in folders for mark in folder.glob("mark-*"))]
+    for folder in folders:
+        (folder / f"mark-{os.getpid()}").write_text("a tenant's secret")
+    _REMEMBERED.append(f"pid {os.getpid()}")
+    return Seen(names=tuple(found), pid=os.getpid(), folder=os.getcwd())
 
 
 def spin(order: Order, progress: ProgressFn) -> Seen:
@@ -63,10 +80,11 @@ def silent(order: Order, progress: ProgressFn) -> Seen:
 
 
 def block(order: Order, progress: ProgressFn) -> Seen:
-    """Starts a tool (a grandchild), records both pids, then waits for the test to release it."""
+    """Starts a tool (a grandchild), records its own pid, the tool's and its parent's (the zygote), then waits
+    for the test to release it."""
     tool = subprocess.Popen(["sleep", "3600"])
     assert order.pid_file is not None
-    Path(order.pid_file).write_text(f"{os.getpid()} {tool.pid}")
+    Path(order.pid_file).write_text(f"{os.getpid()} {tool.pid} {os.getppid()}")
     while order.release_file is None or not Path(order.release_file).exists():
         progress(0, 1)
         time.sleep(0.1)
@@ -121,6 +139,7 @@ ENTRIES = {
     for name, function in {
         "environment": environment,
         "pages": pages,
+        "remember": remember,
         "spin": spin,
         "grow": grow,
         "silent": silent,

@@ -6,6 +6,7 @@ Real child processes of a real pool, driven by the stage doubles in tests/sandbo
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -169,10 +170,10 @@ def test_stop_kills_the_child_and_its_tools(pool: ChildPool, tmp_path: Path) -> 
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 30
-    while not pids.exists() or len(pids.read_text().split()) < 2:
+    while not pids.exists() or len(pids.read_text().split()) < 3:
         assert time.monotonic() < deadline, "the child did not start its tool"
         time.sleep(0.05)
-    child, tool = (int(pid) for pid in pids.read_text().split())
+    child, tool, _ = (int(pid) for pid in pids.read_text().split())
     stop.set()
     thread.join(timeout=10)
     assert isinstance(outcome[0], ChildStopped)
@@ -180,8 +181,9 @@ def test_stop_kills_the_child_and_its_tools(pool: ChildPool, tmp_path: Path) -> 
 
 
 def test_children_die_with_their_worker(tmp_path: Path) -> None:
-    """A SIGKILLed worker leaves no document child behind, nor the tools it ran: the kernel signals the child
-    (parent-death signal), which ends its whole process group."""
+    """A SIGKILLed worker leaves no zygote behind, no document child, no tool a child ran: the kernel signals
+    the zygote (parent-death signal), which kills every child's group (and each child, signalled in turn by the
+    zygote's death, ends its own)."""
     pids = tmp_path / "pids"
     script = (
         "import sys; from pathlib import Path; from docjobs.sandbox import ChildPool, ChildLimits;"
@@ -192,13 +194,14 @@ def test_children_die_with_their_worker(tmp_path: Path) -> None:
     worker = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         deadline = time.monotonic() + 30
-        while not pids.exists() or len(pids.read_text().split()) < 2:
+        while not pids.exists() or len(pids.read_text().split()) < 3:
             assert time.monotonic() < deadline and worker.poll() is None, "the child did not start"
             time.sleep(0.05)
-        child, tool = (int(pid) for pid in pids.read_text().split())
+        child, tool, zygote = (int(pid) for pid in pids.read_text().split())
+        assert zygote != worker.pid
         worker.kill()
         worker.wait()
-        assert wait_gone(child) and wait_gone(tool)
+        assert wait_gone(zygote) and wait_gone(child) and wait_gone(tool)
     finally:
         worker.kill()
 
@@ -207,3 +210,45 @@ def test_a_child_yields_the_cpu(pool: ChildPool) -> None:
     """Document work runs at a lower priority than the worker (and the API and Temporal beside it)."""
     child = pool.run("pages", Order(pages=0), Seen, cpu=QUICK).pid
     assert os.getpriority(os.PRIO_PROCESS, child) == os.getpriority(os.PRIO_PROCESS, 0) + 10
+
+
+def test_children_are_forks_of_the_zygote_each_a_group_of_its_own(pool: ChildPool) -> None:
+    seen = pool.run("pages", Order(), Seen, cpu=QUICK)
+    zygote = pool.zygote_pid()
+    assert zygote is not None and seen.parent == zygote != os.getpid()
+    assert "docjobs.sandbox_child" in Path(f"/proc/{zygote}/cmdline").read_text()
+    assert seen.group == seen.pid != os.getpgid(zygote)
+    assert os.getsid(zygote) == zygote != os.getsid(0)  # the zygote's own session, away from the worker's
+    assert Path(seen.folder).parent == pool.home  # the child works in a folder of its own
+
+
+def test_a_fresh_child_per_task_sees_nothing_of_the_last(tmp_path: Path) -> None:
+    """With `recycle_after=1` every task has a child of its own: what a task left in memory or in its folders is
+    not there for the next one, and its folder is gone once the child is."""
+    pool = ChildPool(ChildLimits(), home=tmp_path, warm=1, recycle_after=1, entries="tests.sandbox_entries")
+    pool.start()
+    try:
+        first = pool.run("remember", Order(), Seen, cpu=QUICK)
+        second = pool.run("remember", Order(), Seen, cpu=QUICK)
+    finally:
+        pool.close()
+    assert first.names == second.names == ()
+    assert first.pid != second.pid and first.folder != second.folder
+    assert wait_gone(first.pid) and not Path(first.folder).exists()
+
+
+def test_a_reused_child_remembers_its_earlier_tasks(pool: ChildPool) -> None:
+    """What `recycle_after=1` is for: by default a child serves several tasks, and keeps what they left."""
+    first = pool.run("remember", Order(), Seen, cpu=QUICK)
+    again = pool.run("remember", Order(), Seen, cpu=QUICK)
+    assert again.pid == first.pid and f"pid {first.pid}" in again.names
+
+
+def test_a_killed_zygote_is_replaced_and_the_next_task_succeeds(pool: ChildPool) -> None:
+    zygote = pool.zygote_pid()
+    idle = pool.idle_pids()
+    assert zygote is not None and idle
+    os.kill(zygote, signal.SIGKILL)
+    assert wait_gone(zygote) and all(wait_gone(child) for child in idle)  # its children died with it
+    seen = pool.run("pages", Order(pages=2), Seen, cpu=QUICK)
+    assert seen.parent == pool.zygote_pid() not in (None, zygote)
