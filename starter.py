@@ -32,14 +32,20 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
 from docjobs.cli import batches, costs, deploy, evidence, gc, jobs, schema, servers, templates, tenants
-from docjobs.cli.output import EXIT_INTERRUPTED, EXIT_JOB_NOT_SUCCEEDED, EXIT_PROTOCOL, EXIT_USAGE, Output, fail
+from docjobs.cli.output import (
+    EXIT_INTERRUPTED,
+    EXIT_JOB_NOT_SUCCEEDED,
+    EXIT_PROTOCOL,
+    EXIT_USAGE,
+    Command,
+    Output,
+    fail,
+)
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
@@ -51,7 +57,6 @@ from docjobs.temporal.codec import PayloadDecryptionError
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import command_span
 
-Command = Callable[[argparse.Namespace, TemporalSettings, Output], Coroutine[Any, Any, int]]
 # In the order `--help` lists them.
 COMMAND_GROUPS = (jobs, batches, evidence, costs, servers, tenants, templates, gc, deploy, schema)
 

@@ -3,11 +3,11 @@ pool of limited child processes that does the document work while the activity's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -16,7 +16,7 @@ from temporalio.exceptions import CancelledError
 from activities.attempt import StoreStages
 from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
-from docjobs.models import CpuBudget, StageInput
+from docjobs.models import BlobRef, CpuBudget, StageInput
 from docjobs.sandbox import ChildPool, ChildStopped
 from docjobs.storage import BlobStore
 
@@ -29,6 +29,28 @@ class Attempt:
     lease: Lease
     folder: Path
     meter: AttemptMeter
+
+
+class RestageInput(Protocol):
+    """A stage that rewrites an earlier stage's output: that output, the job's input (re-checked) and the budget."""
+
+    @property
+    def source(self) -> BlobRef: ...
+
+    @property
+    def staged(self) -> BlobRef: ...
+
+    @property
+    def cpu(self) -> CpuBudget: ...
+
+
+@dataclass(frozen=True)
+class RestagePaths:
+    """Where, in the attempt's folder, the document child reads the earlier output and writes the new one."""
+
+    source: Path
+    output: Path
+    text_output: Path  # written only by a stage asked for the page text
 
 
 class IsolatedStages(StoreStages):
@@ -64,3 +86,14 @@ class IsolatedStages(StoreStages):
             )
         except ChildStopped:
             raise CancelledError("the stage was canceled or lost its lease: its document child was killed") from None
+
+    def _restage(
+        self, attempt: Attempt, request: RestageInput, work: Callable[[RestagePaths], BaseModel], done: type[DoneT]
+    ) -> tuple[DoneT, RestagePaths]:
+        """An earlier stage's output rewritten in a document child: the job's input must still have its digest, and
+        that output is fetched checked. The caller stages what the child wrote, at the paths returned."""
+        folder = attempt.folder
+        paths = RestagePaths(folder / "input.pdf", folder / "output.pdf", text_output=folder / "text.json")
+        self._verify_source(request.source)
+        self._fetch_staged(request.staged, paths.source)
+        return self._isolated(attempt, work(paths), done, request.cpu), paths

@@ -17,22 +17,22 @@ class OcrActivities(IsolatedStages):
     @activity.defn(name="ocr")
     def ocr(self, request: OcrInput) -> OcrOutput:
         with self._attempt("ocr", request) as attempt:
-            self._verify_source(request.source)
-            folder = attempt.folder
-            rendered, output, text_file = folder / "rendered.pdf", folder / "output.pdf", folder / "text.json"
-            self._fetch_staged(request.staged, rendered)
-            work = OcrWork(
-                source=rendered,
-                output=output,
-                text_output=text_file,
-                workdir=attempt.folder,
-                ocr=request.ocr,
-                watermark=request.watermark,
-                tag=request.job_id,
+            done, paths = self._restage(
+                attempt,
+                request,
+                lambda paths: OcrWork(
+                    source=paths.source,
+                    output=paths.output,
+                    text_output=paths.text_output,
+                    workdir=attempt.folder,
+                    ocr=request.ocr,
+                    watermark=request.watermark,
+                    tag=request.job_id,
+                ),
+                OcrDone,
             )
-            done = self._isolated(attempt, work, OcrDone, request.cpu)
-            text = self._put_staged("ocr-text", attempt.number, text_file, ".json")
-            staged = self._put_staged("ocr", attempt.number, output)
+            text = self._put_staged("ocr-text", attempt.number, paths.text_output, ".json")
+            staged = self._put_staged("ocr", attempt.number, paths.output)
         return OcrOutput(
             staged=staged,
             text=text,

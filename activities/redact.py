@@ -18,24 +18,24 @@ class RedactActivities(IsolatedStages):
     @activity.defn(name="redact")
     def redact(self, request: RedactInput) -> RedactOutput:
         with self._attempt("redact", request) as attempt:
-            self._verify_source(request.source)
-            staged_in, output = attempt.folder / "input.pdf", attempt.folder / "output.pdf"
-            self._fetch_staged(request.staged, staged_in)
-            text_file = attempt.folder / "text.json" if request.rebuild_text else None
-            work = RedactWork(
-                source=staged_in,
-                output=output,
-                text_output=text_file,
-                workdir=attempt.folder,
-                redact=request.redact,
-                watermark=request.watermark,
-                limits=request.limits,
+            done, paths = self._restage(
+                attempt,
+                request,
+                lambda paths: RedactWork(
+                    source=paths.source,
+                    output=paths.output,
+                    text_output=paths.text_output if request.rebuild_text else None,
+                    workdir=attempt.folder,
+                    redact=request.redact,
+                    watermark=request.watermark,
+                    limits=request.limits,
+                ),
+                RedactDone,
             )
-            done = self._isolated(attempt, work, RedactDone, request.cpu)
             text = None
-            if text_file is not None:
-                text = self._put_staged("redact-text", attempt.number, text_file, ".json")
-            staged = self._put_staged("redact", attempt.number, output)
+            if request.rebuild_text:
+                text = self._put_staged("redact-text", attempt.number, paths.text_output, ".json")
+            staged = self._put_staged("redact", attempt.number, paths.output)
         return RedactOutput(
             staged=staged, text=text, summary=done.summary, attempt=attempt.number, cost=attempt.meter.total()
         )

@@ -26,18 +26,19 @@ class ReleaseActivities(IsolatedStages):
     @activity.defn(name="sign")
     def sign(self, request: SignInput) -> SignOutput:
         with self._attempt("sign", request) as attempt:
-            self._verify_source(request.source)
-            unsigned, signed = attempt.folder / "unsigned.pdf", attempt.folder / "signed.pdf"
-            self._fetch_staged(request.staged, unsigned)
-            work = SignWork(
-                source=unsigned,
-                output=signed,
-                signer=self._signer(),
-                visible=request.sign.visible,
-                allow_signed_input=request.sign.allow_signed_input,
+            done, paths = self._restage(
+                attempt,
+                request,
+                lambda paths: SignWork(
+                    source=paths.source,
+                    output=paths.output,
+                    signer=self._signer(),
+                    visible=request.sign.visible,
+                    allow_signed_input=request.sign.allow_signed_input,
+                ),
+                SignDone,
             )
-            done = self._isolated(attempt, work, SignDone, request.cpu)
-            staged = self._put_staged("sign", attempt.number, signed)
+            staged = self._put_staged("sign", attempt.number, paths.output)
         return SignOutput(
             staged=staged,
             level=done.level,

@@ -26,23 +26,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
-import pikepdf
+from harness import api_answers, dev_server_env, environ, free_port, hundred_kb_pdf, wait_for
 
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import add_tenant
-from tests.conftest import free_port
-from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def hundred_kb_pdf(path: Path) -> bytes:
-    make_sample_pdf(path, pages=4, marker="api bench")
-    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
-        pdf.Root.BenchPadding = pdf.make_stream(os.urandom(100 * 1024 - path.stat().st_size))
-        pdf.save(path)
-    return path.read_bytes()
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -87,22 +77,14 @@ def main() -> int:
         folder = Path(tmp)
         env = {
             **os.environ,
-            "DOCJOBS_DATA_DIR": str(folder / "data"),
-            "DOCJOBS_TEMPORAL_PORT": str(free_port()),
-            "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
-            "DOCJOBS_TASK_QUEUE": "docjobs-api-bench",
+            **dev_server_env(folder, "docjobs-api-bench"),
             "DOCJOBS_TENANTS_FILE": str(folder / "tenants.json"),
         }
-        saved = dict(os.environ)
-        os.environ.update(env)
-        try:
+        with environ(env):
             settings = TemporalSettings.from_env()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
         ensure_dev_server(settings)
         key = add_tenant(folder / "tenants.json", "bench")
-        body = hundred_kb_pdf(folder / "bench.pdf")
+        body = hundred_kb_pdf(folder / "bench.pdf", "api bench")
         port = free_port()
         server = subprocess.Popen(
             [sys.executable, str(REPO / "starter.py"), "serve", "--port", str(port)],
@@ -113,15 +95,7 @@ def main() -> int:
         )
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    httpx.get(f"{base}/openapi.json")
-                    break
-                except httpx.TransportError:
-                    if server.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("the API server did not start") from None
-                    time.sleep(0.2)
+            wait_for(lambda: api_answers(base), server, "the API server")
             print(f"{len(body)} bytes per upload, {args.requests} uploads, {args.concurrency} concurrent clients")
             print(f"{'keys':<14} {'uploads/s':>10} {'p50 ms':>8} {'p99 ms':>8}  answers")
             for label, repeated in (("unique", False), ("one repeated", True)):

@@ -25,13 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness import dev_server_env, environ
+
 from docjobs.batching import DOCUMENTS_PER_RUN, BatchState
 from docjobs.policies import PolicyBook
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
-from tests.conftest import free_port
 from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,23 +108,12 @@ class PeakSampler:
 
 
 def environment(folder: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DOCJOBS_DATA_DIR": str(folder / "data"),
-        "DOCJOBS_TEMPORAL_PORT": str(free_port()),
-        "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
-        "DOCJOBS_TASK_QUEUE": "docjobs-batch-bench",
-    }
+    return {**os.environ, **dev_server_env(folder, "docjobs-batch-bench")}
 
 
 def settings_of(env: dict[str, str]) -> TemporalSettings:
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
+    with environ(env):
         return TemporalSettings.from_env()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

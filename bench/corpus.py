@@ -24,7 +24,6 @@ import hashlib
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import tarfile
@@ -36,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness import dev_server_env
 from pypdf import PdfReader
 
 from docjobs.models import JobStatus, Policy
@@ -199,21 +199,8 @@ def report(samples: list[Sample]) -> None:
             print(f"| {s.path.name} | {s.package} | {outcome(s.redacted)} |")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def run(samples: list[Sample], folder: Path, at_once: int) -> None:
-    os.environ.update(
-        {
-            "DOCJOBS_DATA_DIR": str(folder / "data"),
-            "DOCJOBS_TEMPORAL_PORT": str(_free_port()),
-            "DOCJOBS_TEMPORAL_UI_PORT": str(_free_port()),
-            "DOCJOBS_TASK_QUEUE": "docjobs-corpus",
-        }
-    )
+    os.environ.update(dev_server_env(folder, "docjobs-corpus"))
     settings = TemporalSettings.from_env()
     try:
         client = await connect(settings)

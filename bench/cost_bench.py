@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness import dev_server_env
 
 from docjobs.models import JobStatus
 from docjobs.policies import PolicyBook
@@ -45,12 +46,6 @@ MODES: dict[str, tuple[str, Callable[[Path, int], None]]] = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def released(jobs: JobClient, document: Path, policy: str, book: PolicyBook, key: str) -> JobStatus:
     submitted = await jobs.submit(document, book.get(policy), tenant="bench", key=key)
     result = await wait_for_job(
@@ -70,14 +65,7 @@ async def main() -> None:
     results: dict[str, list[JobStatus]] = {}
     with tempfile.TemporaryDirectory(prefix="docjobs-cost-bench-") as tmp:
         folder = Path(tmp)
-        os.environ.update(
-            {
-                "DOCJOBS_DATA_DIR": str(folder / "data"),
-                "DOCJOBS_TEMPORAL_PORT": str(free_port()),
-                "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
-                "DOCJOBS_TASK_QUEUE": "docjobs-cost-bench",
-            }
-        )
+        os.environ.update(dev_server_env(folder, "docjobs-cost-bench"))
         settings = TemporalSettings.from_env()
         book = PolicyBook.load(settings.policy_file)
         client = await connect(settings)

@@ -31,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness import dev_server_env
+
 from docjobs.generate.templating import render_template
 from docjobs.models import CpuBudget, GeneratePolicy, InputKind, JobStatus, Policy
 from docjobs.policies import PolicyBook
@@ -42,7 +44,6 @@ from docjobs.templates import zip_folder
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
-from tests.conftest import free_port
 from tests.fixtures.generate_samples import invoice_data, invoice_template
 from worker import serving
 
@@ -115,13 +116,7 @@ async def invoice_job(jobs: JobClient, policy: Policy, data: Path, folder: Path)
 
 
 async def invoice_latency(folder: Path, runs: int) -> None:
-    os.environ.update(
-        {
-            "DOCJOBS_DATA_DIR": str(folder / "data"),
-            "DOCJOBS_TEMPORAL_PORT": str(free_port()),
-            "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
-        }
-    )
+    os.environ.update(dev_server_env(folder))
     settings = TemporalSettings.from_env()
     zip_folder(invoice_template(folder / "invoice"), folder / "invoice.zip")
     demo = json.loads((Path(__file__).resolve().parent.parent / "demo" / "invoice.json").read_text())

@@ -27,11 +27,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness import dev_server_env, median_ms
 from pydantic import BaseModel
 
 from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
@@ -47,16 +47,6 @@ from tests.fixtures.samples import make_sample_pdf
 from worker import serving
 
 CPU = CpuBudget(base_seconds=600, per_page_seconds=10)
-
-
-def median_ms(runs: int, action: Callable[[], object]) -> float:
-    action()  # warm-up
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        action()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
 
 
 def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
@@ -213,14 +203,7 @@ async def job_seconds(jobs: JobClient, documents: list[Path], policy_name: str, 
 
 
 async def concurrency_table(runs: int, folder: Path) -> None:
-    os.environ.update(
-        {
-            "DOCJOBS_DATA_DIR": str(folder / "data"),
-            "DOCJOBS_TEMPORAL_PORT": str(_free_port()),
-            "DOCJOBS_TEMPORAL_UI_PORT": str(_free_port()),
-            "DOCJOBS_ACTIVITY_THREADS": "2",
-        }
-    )
+    os.environ.update({**dev_server_env(folder), "DOCJOBS_ACTIVITY_THREADS": "2"})
     settings = TemporalSettings.from_env()
     documents = []
     for index in range(2):
@@ -241,14 +224,6 @@ async def concurrency_table(runs: int, folder: Path) -> None:
     print(f"| one at a time | {one_by_one:.2f} |")
     print(f"| both at once | {both:.2f} |")
     print(f"| speed-up (one at a time / at once) | {one_by_one / both:.2f} |")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def main() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness import dev_server_env
 
 from docjobs.models import Policy
 from docjobs.pdf.ocr import ocrmypdf_args
@@ -36,12 +37,6 @@ from docjobs.temporal.devserver import stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
 from tests.fixtures.scans import make_scan_pdf, scan_words
 from worker import serving
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> float:
@@ -78,14 +73,7 @@ async def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="docjobs-bench-") as tmp:
         folder = Path(tmp)
-        os.environ.update(
-            {
-                "DOCJOBS_DATA_DIR": str(folder / "data"),
-                "DOCJOBS_TEMPORAL_PORT": str(free_port()),
-                "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
-                "DOCJOBS_TASK_QUEUE": "docjobs-bench",
-            }
-        )
+        os.environ.update(dev_server_env(folder, "docjobs-bench"))
         settings = TemporalSettings.from_env()
         scan = folder / "scan.pdf"
         make_scan_pdf(scan, scan_words(options.pages), ["upright"] * options.pages)

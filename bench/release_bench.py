@@ -15,10 +15,8 @@ import argparse
 import logging
 import os
 import socket
-import statistics
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import boto3  # type: ignore[import-untyped]
+from harness import median_ms
 from moto.server import ThreadedMotoServer
 
 from docjobs.s3store import open_blob_store
@@ -43,16 +42,6 @@ from docjobs.storage import (
     staging_prefix,
 )
 from tests.fixtures.samples import make_sample_pdf
-
-
-def median_ms(runs: int, action: Callable[[], object]) -> float:
-    action()  # warm-up
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        action()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
 
 
 def job_round_trips(store: BlobStore, document: Path, workdir: Path) -> None:

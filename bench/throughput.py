@@ -33,7 +33,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 import pikepdf
+from harness import api_answers, dev_server_env, environ, free_port, hundred_kb_pdf, wait_for
 from pyhanko.keys import load_cert_from_pemder
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.pdf_utils.reader import PdfFileReader
@@ -57,7 +58,6 @@ from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import add_tenant
-from tests.conftest import free_port
 from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -273,50 +273,18 @@ async def upload_rate(bench: Bench, body: bytes, uploads: int, concurrency: int 
         return uploads / (time.perf_counter() - started)
 
 
-def hundred_kb_pdf(path: Path) -> bytes:
-    make_sample_pdf(path, pages=4, marker="throughput bench")
-    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
-        pdf.Root.BenchPadding = pdf.make_stream(os.urandom(100 * 1024 - path.stat().st_size))
-        pdf.save(path)
-    return path.read_bytes()
-
-
 # --- the run ------------------------------------------------------------------------------------------------
-
-
-def wait_for(predicate: Callable[[], bool], process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 90
-    while not predicate():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not start")
-        time.sleep(0.1)
-
-
-def answers(base: str) -> bool:
-    try:
-        httpx.get(f"{base}/openapi.json")
-    except httpx.TransportError:
-        return False
-    return True
 
 
 @contextmanager
 def environment(folder: Path) -> Iterator[dict[str, str]]:
     env = {
         **os.environ,
-        "DOCJOBS_DATA_DIR": str(folder / "data"),
-        "DOCJOBS_TEMPORAL_PORT": str(free_port()),
-        "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
-        "DOCJOBS_TASK_QUEUE": "docjobs-throughput",
+        **dev_server_env(folder, "docjobs-throughput"),
         "DOCJOBS_TENANTS_FILE": str(folder / "tenants.json"),
     }
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
+    with environ(env):
         yield env
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def median(values: list[float]) -> float:
@@ -338,7 +306,7 @@ def main() -> int:
         for pages in PAGES:
             documents[pages] = folder / f"p{pages}.pdf"
             make_sample_pdf(documents[pages], pages=pages, marker="throughput bench")
-        upload_body = hundred_kb_pdf(folder / "upload.pdf")
+        upload_body = hundred_kb_pdf(folder / "upload.pdf", "throughput bench")
         ensure_dev_signer(folder / "raw-signer")
         raw = RawLoop(folder / "raw-signer", folder)
         server_pid = ensure_dev_server(settings).pid
@@ -355,7 +323,7 @@ def main() -> int:
         bench = Bench(f"http://127.0.0.1:{port}", key, settings)
         try:
             wait_for(lambda: b"worker ready" in (folder / "worker.log").read_bytes(), worker, "the worker")
-            wait_for(lambda: answers(bench.base), api, "the API")
+            wait_for(lambda: api_answers(bench.base), api, "the API")
             processes = Processes(server_pid, worker.pid, api_pids(api))
             raw_rates: dict[int, list[float]] = {pages: [] for pages in PAGES}
             rates: dict[tuple[int, int], list[float]] = {}

@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from docjobs.signing.config import ENV_NAMES, PrivateKey, SignerConfig, cert_pem
 from docjobs.signing.dev_ca import DEV_CA_CN, DEV_SIGNER_CN, ensure_dev_signer, issue_signer, make_ca
 from docjobs.signing.sign import SignInfo, sign_pdf
 from docjobs.signing.verify import SignatureReport, failure_code, verify_pdf
+from tests.fixtures.loopback import QuietHandler, serving_on_loopback
 from tests.fixtures.samples import make_encrypted_pdf, make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -473,7 +473,7 @@ def local_tsa(work: Path) -> Iterator[tuple[str, Path]]:
     )
     tsp: Any = importlib.import_module("asn1crypto.tsp")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             request = tsp.TimeStampReq.load(self.rfile.read(int(self.headers["Content-Length"])))
             body = stamper.request_tsa_response(request).dump()
@@ -483,17 +483,8 @@ def local_tsa(work: Path) -> Iterator[tuple[str, Path]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", ca_path
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_on_loopback(Handler) as base:
+        yield f"{base}/", ca_path
 
 
 def test_pades_b_t_with_a_timestamp(work: Path, sample: Path, dev: SignerConfig, local_tsa: tuple[str, Path]) -> None:

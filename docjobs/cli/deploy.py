@@ -4,29 +4,37 @@
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict
+from typing import Any
 
-from docjobs.cli.output import EXIT_OK, EXIT_USAGE, Output, fail
+from docjobs.cli.output import EXIT_OK, EXIT_USAGE, Command, Output, fail
 from docjobs.temporal.client import connect
 from docjobs.temporal.deployments import Deployments
 from docjobs.temporal.settings import TemporalSettings
 
 EXIT_NOT_DRAINED = 5  # `deploy drained`: jobs pinned to the build are still running
 
-
-async def _deployments(args: argparse.Namespace, settings: TemporalSettings) -> Deployments | None:
-    name = args.deployment or settings.deployment
-    return Deployments(await connect(settings), name) if name else None
+DeploymentCommand = Callable[[argparse.Namespace, Deployments, Output], Coroutine[Any, Any, int]]
 
 
-def _no_deployment(out: Output) -> int:
-    return fail(out, EXIT_USAGE, "deploy.no_deployment", "name the deployment: --deployment or DOCJOBS_DEPLOYMENT")
+def _with_deployment(command: DeploymentCommand) -> Command:
+    """Every `deploy` action acts on one named Worker Deployment: resolve it (and connect) once, here."""
+
+    @functools.wraps(command)
+    async def handler(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+        name = args.deployment or settings.deployment
+        if not name:
+            message = "name the deployment: --deployment or DOCJOBS_DEPLOYMENT"
+            return fail(out, EXIT_USAGE, "deploy.no_deployment", message)
+        return await command(args, Deployments(await connect(settings), name), out)
+
+    return handler
 
 
-async def cmd_status(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    deployments = await _deployments(args, settings)
-    if deployments is None:
-        return _no_deployment(out)
+@_with_deployment
+async def cmd_status(args: argparse.Namespace, deployments: Deployments, out: Output) -> int:
     state = await deployments.state()
     lines = [f"deployment {state.name}: current {state.current or '-'}"]
     if state.ramping:
@@ -36,10 +44,8 @@ async def cmd_status(args: argparse.Namespace, settings: TemporalSettings, out: 
     return EXIT_OK
 
 
-async def cmd_promote(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    deployments = await _deployments(args, settings)
-    if deployments is None:
-        return _no_deployment(out)
+@_with_deployment
+async def cmd_promote(args: argparse.Namespace, deployments: Deployments, out: Output) -> int:
     previous = await deployments.promote(args.build_id)
     out.result(
         {"deployment": deployments.name, "current": args.build_id, "previous": previous},
@@ -48,10 +54,8 @@ async def cmd_promote(args: argparse.Namespace, settings: TemporalSettings, out:
     return EXIT_OK
 
 
-async def cmd_ramp(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    deployments = await _deployments(args, settings)
-    if deployments is None:
-        return _no_deployment(out)
+@_with_deployment
+async def cmd_ramp(args: argparse.Namespace, deployments: Deployments, out: Output) -> int:
     if not 0 <= args.percent <= 100:
         return fail(out, EXIT_USAGE, "deploy.bad_percent", "PERCENT must be between 0 and 100")
     await deployments.ramp(args.build_id, args.percent)
@@ -62,10 +66,8 @@ async def cmd_ramp(args: argparse.Namespace, settings: TemporalSettings, out: Ou
     return EXIT_OK
 
 
-async def cmd_rollback(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    deployments = await _deployments(args, settings)
-    if deployments is None:
-        return _no_deployment(out)
+@_with_deployment
+async def cmd_rollback(args: argparse.Namespace, deployments: Deployments, out: Output) -> int:
     current = await deployments.rollback()
     out.result(
         {"deployment": deployments.name, "current": current},
@@ -74,10 +76,8 @@ async def cmd_rollback(args: argparse.Namespace, settings: TemporalSettings, out
     return EXIT_OK
 
 
-async def cmd_drained(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    deployments = await _deployments(args, settings)
-    if deployments is None:
-        return _no_deployment(out)
+@_with_deployment
+async def cmd_drained(args: argparse.Namespace, deployments: Deployments, out: Output) -> int:
     running = await deployments.running_jobs(args.build_id)
     out.result(
         {"deployment": deployments.name, "build_id": args.build_id, "running_jobs": running, "drained": not running},

@@ -34,7 +34,7 @@ from docjobs.poller import WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
 from docjobs.storage import sha256_file
 from docjobs.templates import TemplateStore
-from docjobs.temporal.client import JobClient, connect, derive_job_id
+from docjobs.temporal.client import JobClient, Submitted, connect, derive_job_id
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import CLI_TENANT
 
@@ -83,6 +83,21 @@ def accepted_input(args: argparse.Namespace, settings: TemporalSettings) -> Iter
         )
 
 
+async def submit_input(
+    jobs: JobClient, args: argparse.Namespace, source: Path, kind: InputKind, policy: Policy, overrides: JobOverrides
+) -> Submitted:
+    """Start (or get) the job for the accepted input, as `run` and `submit` were asked: tenant, key, deadline."""
+    return await jobs.submit(
+        source,
+        policy.name,
+        overrides=overrides,
+        input_kind=kind,
+        tenant=args.tenant,
+        key=args.key,
+        deadline_seconds=args.deadline,
+    )
+
+
 async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace, out: Output) -> int:
     result: WaitResult = await wait_for_job(
         lambda: jobs.status(job_id),
@@ -113,15 +128,7 @@ async def cmd_submit(args: argparse.Namespace, settings: TemporalSettings, out: 
     policy, overrides = choose_policy(args, settings)
     jobs = await job_client(settings)
     with accepted_input(args, settings) as (source, kind):
-        submitted = await jobs.submit(
-            source,
-            policy.name,
-            overrides=overrides,
-            input_kind=kind,
-            tenant=args.tenant,
-            key=args.key,
-            deadline_seconds=args.deadline,
-        )
+        submitted = await submit_input(jobs, args, source, kind, policy, overrides)
     verb = "created" if submitted.created else "already exists"
     out.result({"job_id": submitted.job_id, "created": submitted.created}, f"{submitted.job_id} ({verb})")
     return EXIT_OK
@@ -142,15 +149,7 @@ async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Out
         client = await connect(settings)
         jobs = JobClient(client, settings)
         async with serving(client, settings):
-            submitted = await jobs.submit(
-                source,
-                policy.name,
-                overrides=overrides,
-                input_kind=kind,
-                tenant=args.tenant,
-                key=args.key,
-                deadline_seconds=args.deadline,
-            )
+            submitted = await submit_input(jobs, args, source, kind, policy, overrides)
             out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
             code = await wait_and_report(jobs, submitted.job_id, args, out)
             if code != EXIT_BUDGET:  # the worker stays until the job's wrap-up (evidence, callback) is done too

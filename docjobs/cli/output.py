@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from docjobs.models import JobStatus, RedactionSummary
 from docjobs.states import JobState
+from docjobs.temporal.settings import TemporalSettings
 
 EXIT_OK, EXIT_JOB_NOT_SUCCEEDED, EXIT_USAGE, EXIT_BUDGET, EXIT_PROTOCOL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
@@ -31,6 +33,10 @@ class Output:
             print(json.dumps(payload, sort_keys=True), flush=True)
         else:
             print(text, flush=True)
+
+
+# What a command's `handler` is: starter.py parses the arguments and awaits it for the exit code.
+Command = Callable[[argparse.Namespace, TemporalSettings, Output], Coroutine[Any, Any, int]]
 
 
 def status_payload(status: JobStatus) -> dict[str, Any]:

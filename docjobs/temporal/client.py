@@ -10,12 +10,14 @@ still running or already ended (even failed or canceled), for as long as the nam
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from temporalio.client import (
     Client,
@@ -45,7 +47,6 @@ from docjobs.models import (
     JobOverrides,
     JobRequest,
     JobStatus,
-    JobSummary,
     Policy,
     SourceRef,
     TransitionRecord,
@@ -54,13 +55,14 @@ from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
 from docjobs.storage import blob_uri, sha256_file, source_key
 from docjobs.templates import TemplateStore
+from docjobs.temporal import visibility
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
 from docjobs.temporal.history import add_released, describe_event
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import TRACE_ID_MEMO, client_interceptors, configure_tracing, current_trace_id
-from docjobs.temporal.visibility import closed_outside, list_jobs, status_from_visibility
+from docjobs.temporal.visibility import closed_outside, status_from_visibility
 from docjobs.timeline import narrate
 from workflows import search_attributes as sa
 from workflows.document_job import DocumentJobWorkflow
@@ -73,6 +75,8 @@ if TYPE_CHECKING:
 DEADLINE_GRACE = timedelta(minutes=10)
 QUERY_TIMEOUT = timedelta(seconds=5)
 STAGE_NAMES = frozenset(stage.value for stage in Stage)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class JobNotFound(Exception):
@@ -117,6 +121,18 @@ async def connect(settings: TemporalSettings, runtime: Runtime | None = None) ->
         # Headers (the trace context) go through the payload codec too: with keys, nothing in history is clear.
         header_codec_behavior=HeaderCodecBehavior.CODEC,
     )
+
+
+def _on_own_client(
+    function: Callable[Concatenate[Client, P], Awaitable[R]],
+) -> Callable[Concatenate[JobClient, P], Awaitable[R]]:
+    """A `JobClient` method that is `function` on the client's own Temporal connection."""
+
+    @functools.wraps(function)
+    async def method(jobs: JobClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await function(jobs.client, *args, **kwargs)
+
+    return method
 
 
 class JobClient:
@@ -360,26 +376,7 @@ class JobClient:
                         key: value for key, value in details[0].items() if key in ("stage", "pages_done", "pages_total")
                     }
 
-    async def list_jobs(
-        self,
-        *,
-        state: JobState | None = None,
-        tenant: str | None = None,
-        older_than: timedelta | None = None,
-        running_only: bool = False,
-        closed_within: timedelta | None = None,
-        limit: int | None = 100,
-    ) -> list[JobSummary]:
-        """Jobs through Temporal visibility (docjobs/temporal/visibility.py)."""
-        return await list_jobs(
-            self.client,
-            state=state,
-            tenant=tenant,
-            older_than=older_than,
-            running_only=running_only,
-            closed_within=closed_within,
-            limit=limit,
-        )
+    list_jobs = _on_own_client(visibility.list_jobs)  # jobs through Temporal visibility, filtered
 
     async def note_wait_ended(self, job_id: str, end: str) -> None:
         """Record in the job's history that a caller stopped waiting (`end`: budget or timeout), so the timeline

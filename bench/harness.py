@@ -1,0 +1,89 @@
+"""What the benchmarks share: a median timer, a 100 KB upload, and a throwaway dev server's environment.
+
+A script runs as `python bench/NAME.py`, so this folder is first on its path: it imports this as `harness`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pikepdf
+
+from tests.fixtures.samples import make_sample_pdf
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def median_ms(runs: int, action: Callable[[], object]) -> float:
+    """Median milliseconds of `runs` calls, after one warm-up call."""
+    action()
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        action()
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def hundred_kb_pdf(path: Path, marker: str) -> bytes:
+    """A 4-page PDF padded with random bytes to about 100 KiB (so no two runs upload the same document)."""
+    make_sample_pdf(path, pages=4, marker=marker)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        pdf.Root.BenchPadding = pdf.make_stream(os.urandom(100 * 1024 - path.stat().st_size))
+        pdf.save(path)
+    return path.read_bytes()
+
+
+def dev_server_env(folder: Path, task_queue: str | None = None) -> dict[str, str]:
+    """The DOCJOBS_* variables of an embedded dev server of the benchmark's own: its data under `folder`, free
+    ports and, when named, a task queue no other worker polls."""
+    env = {
+        "DOCJOBS_DATA_DIR": str(folder / "data"),
+        "DOCJOBS_TEMPORAL_PORT": str(free_port()),
+        "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
+    }
+    if task_queue is not None:
+        env["DOCJOBS_TASK_QUEUE"] = task_queue
+    return env
+
+
+@contextmanager
+def environ(env: Mapping[str, str]) -> Iterator[None]:
+    """`os.environ` updated with `env` inside the block, and as it was again after it."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def wait_for(predicate: Callable[[], bool], process: subprocess.Popen[bytes], what: str) -> None:
+    """Until `predicate` holds; RuntimeError when `process` ends first or 90 s pass."""
+    deadline = time.monotonic() + 90
+    while not predicate():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.1)
+
+
+def api_answers(base: str) -> bool:
+    """The HTTP API at `base` answers (its OpenAPI document)."""
+    try:
+        httpx.get(f"{base}/openapi.json")
+    except httpx.TransportError:
+        return False
+    return True
