@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
+from throughput import RawLoop, cpu_seconds, environment
 
-from bench.throughput import RawLoop, cpu_seconds, environment
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.temporal.client import connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server

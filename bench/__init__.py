@@ -1,1 +1,0 @@
-"""Benchmarks: scripts run from the repository root (see bench/README.md)."""
