@@ -1,5 +1,5 @@
-"""Runs a docjobs worker: the job workflow (async), the stage activities (threads, bounded per task queue),
-and their document work (limited child processes).
+"""Runs a docjobs worker: the job workflow (async) with its evidence and clean-up (local activities), the stage
+activities (threads, bounded per task queue), and their document work (limited child processes).
 
     python worker.py [--task-queue NAME] [--queue general|ocr|batch]... [--metrics-port N] [--log-format text|json]
                      [--deployment NAME [--build-id ID]]
@@ -64,6 +64,10 @@ HEARTBEAT_THROTTLE = timedelta(seconds=2)
 QUEUES = ("general", "ocr", "batch")
 STAGE_QUEUES = ("general", "ocr")  # the queues whose stages open documents (threads and document children)
 BATCH_SLOTS = 200  # concurrent batch steps: async waits for jobs, no thread or child each
+# Concurrent wrap-up steps (evidence and cleanup, the job workflow's local activities), on threads of their own
+# beside the general queue's stage threads, so neither waits for the other. Each takes milliseconds (signing an
+# envelope, deleting staged blobs), and the workflow task of a job waits for its own.
+WRAP_UP_SLOTS = 4
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
@@ -75,7 +79,9 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) -> dict[str, list[Callable[..., Any]]]:
     """The activity implementations each served queue (the keys of `pools`) registers: `general` the light
-    stages, `ocr` the OCR stage. Each under the name of its declaration in workflows/stages.py."""
+    stages, `notify`, and `evidence` and `cleanup` (which the job workflow runs as local activities, so they
+    must be on the worker that runs the workflow), `ocr` the OCR stage. Each under the name of its declaration
+    in workflows/stages.py."""
     store = settings.blob_store()
     workdir = settings.work_dir
     served: dict[str, list[Callable[..., Any]]] = {}
@@ -111,8 +117,8 @@ def create_workers(
     threads: dict[str, ThreadPoolExecutor],
     queues: Sequence[str] = QUEUES,
 ) -> list[Worker]:
-    """One worker per served task queue: `general` runs the job workflow and the light stages, `ocr` the OCR
-    stage, `batch` the batch workflow and its steps. See `serving`."""
+    """One worker per served task queue: `general` runs the job workflow (with its local activities) and the
+    light stages, `ocr` the OCR stage, `batch` the batch workflow and its steps. See `serving`."""
     common: dict[str, Any] = {
         "graceful_shutdown_timeout": timedelta(seconds=5),
         # Heartbeats carry page progress: send them often enough for a live progress bar.
@@ -133,6 +139,7 @@ def create_workers(
                 activities=served["general"],
                 activity_executor=threads["general"],
                 max_concurrent_activities=settings.activity_threads,
+                max_concurrent_local_activities=WRAP_UP_SLOTS,
                 **common,
             )
         )
@@ -169,18 +176,23 @@ async def serving(
 ) -> AsyncIterator[list[Worker]]:
     """Workers for `queues`, running until the block ends, then shut down together (draining running stages).
 
-    Each queue has its own threads, exactly as many as the stages it may run at once, so an accepted stage
-    never waits for a thread (its lease running out meanwhile) and OCR cannot take the other stages' threads.
+    Each queue has its own threads, exactly as many as the stages it may run at once (plus, on the general
+    queue, the local activities'), so an accepted stage never waits for a thread (its lease running out
+    meanwhile) and OCR cannot take the other stages' threads.
     The document work runs in a pool of limited child processes per queue, as many kept warm as it has threads.
     """
     limits = ChildLimits(memory_mb=settings.stage_memory_mb, stall_seconds=settings.stall_seconds)
     slots = {"general": settings.activity_threads, "ocr": settings.ocr_activity_threads}
+    wrap_up = {"general": WRAP_UP_SLOTS, "ocr": 0}
     stage_queues = [queue for queue in queues if queue in STAGE_QUEUES]
     pools = {
         queue: ChildPool(limits, home=settings.work_dir, warm=slots[queue], recycle_after=settings.child_recycle_after)
         for queue in stage_queues
     }
-    threads = {queue: ThreadPoolExecutor(slots[queue], thread_name_prefix=f"{queue}-stage") for queue in stage_queues}
+    threads = {
+        queue: ThreadPoolExecutor(slots[queue] + wrap_up[queue], thread_name_prefix=f"{queue}-stage")
+        for queue in stage_queues
+    }
     for pool in pools.values():
         pool.start()
     try:

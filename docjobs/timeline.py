@@ -43,6 +43,11 @@ def _line(event: dict[str, Any]) -> str | None:
         return f"{stage} {_why(event.get('failure_code'))} at {at} (no more attempts)"
     if kind == "activity_task_canceled":
         return f"{stage} stopped at {at} (canceled)"
+    if kind == "marker_recorded" and stage:  # a wrap-up step (a local activity): recorded once it has ended
+        tries = f" after {event['attempt']} attempts" if event.get("attempt", 1) > 1 else ""
+        if event.get("failure_code"):
+            return f"{stage} {_why(event['failure_code'])}{tries} at {at} (no more attempts)"
+        return f"{stage} finished{tries} at {at}"
     if kind == "timer_fired":
         return f"the job's deadline was reached at {at}"
     if kind == "workflow_execution_signaled" and event.get("signal") == "caller_wait_ended":

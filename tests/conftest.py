@@ -242,9 +242,10 @@ def payloads_in(message: Message, path: str = "") -> Iterator[tuple[str, Payload
             yield from payloads_in(item, where)
 
 
-# Left in the clear by Temporal itself: search attributes (the server indexes them) and the SDK's patch
-# markers (a `workflow.patched` ID from the workflow code). Everything else must be sealed, memo included.
-CLEAR_BY_DESIGN = (".search_attributes.", ".details[patch-data].")
+# Left in the clear by Temporal itself: search attributes (the server indexes them), the SDK's patch markers (a
+# `workflow.patched` ID from the workflow code) and its local activity markers' bookkeeping (type, attempt, times;
+# their result is sealed). Everything else must be sealed, memo included.
+CLEAR_BY_DESIGN = (".search_attributes.", ".details[patch-data].", ".marker_recorded_event_attributes.details[data].")
 
 
 def sealable_payloads(history: History) -> list[tuple[str, Payload]]:

@@ -55,7 +55,9 @@ def test_submit_status_fetch_audit(env: Env, main_worker: WorkerProcess, samples
     events = [json.loads(line) for line in audit.stdout.splitlines()]
     assert events[0]["event"] == "workflow_execution_started"
     scheduled = [e["stage"] for e in events if e["event"] == "activity_task_scheduled"]
-    assert scheduled == ["resolve", "render", "sign", "verify", "publish", "evidence", "cleanup", "notify"]
+    assert scheduled == ["resolve", "render", "sign", "verify", "publish", "notify"]
+    local = [e["stage"] for e in events if e["event"] == "marker_recorded"]
+    assert local == ["evidence", "cleanup"]  # local activities: one marker each
     assert events[-1]["event"] == "workflow_execution_completed"
 
     code, missing, _ = run_starter(env, "status", "acme/no-such-job")

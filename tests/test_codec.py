@@ -243,6 +243,7 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
     assert any(".memo.fields[input]" in where for where, _ in sealable)  # the start memo: the public input
     assert any("upserted_memo.fields[request]" in where for where, _ in sealable)  # the request `resolve` made
     assert any(".user_metadata.summary" in where for where, _ in sealable)  # the Web UI's summaries too
+    assert any(".details[result]." in where for where, _ in sealable)  # local activities' results (evidence)
     kinds = {where.split(".")[2] for where, _ in sealable}  # .events[i].<kind>_attributes.…
     assert {"workflow_execution_started_event_attributes", "activity_task_scheduled_event_attributes"} <= kinds
     assert {"activity_task_completed_event_attributes", "workflow_execution_completed_event_attributes"} <= kinds

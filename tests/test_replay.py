@@ -1,9 +1,9 @@
 """Determinism: recorded histories replay against the current workflow code without divergence.
 
-The committed histories in tests/histories/ were recorded from real jobs (succeeded, failed, canceled) and
-batches (a run that continued as new, the last run of one); a change to a workflow that would break jobs or
-batches in flight fails here. Histories recorded in this session
-are replayed too.
+The committed histories in tests/histories/ were recorded from real jobs (succeeded, a pinned policy, failed,
+canceled at the deadline, OCR: `python -m tests.record_histories` records them again) and batches (a run that
+continued as new, the last run of one); a change to a workflow that would break jobs or batches in flight fails
+here. Histories recorded in this session are replayed too.
 """
 
 from __future__ import annotations

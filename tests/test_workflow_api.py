@@ -176,8 +176,8 @@ async def test_a_plain_client_with_dicts_starts_reads_and_cancels_jobs(
     assert (result["state"], result["input_sha256"]) == ("succeeded", source["sha256"])
     assert result["signature"] is None  # the `sign: false` override reached the policy
     assert await done.query("status") == result
-    stages = ["resolve", "render", "verify", "publish", "evidence", "cleanup", "notify"]  # no `sign`: it is off
-    assert await activities_scheduled(done) == stages
+    # No `sign`: it is off. (Evidence and clean-up are local activities: markers, not scheduled activities.)
+    assert await activities_scheduled(done) == ["resolve", "render", "verify", "publish", "notify"]
     description = await done.describe()
     memo = await description.memo_value("request")  # resolved by the workflow: its source in the layout it owns
     assert memo["source"]["key"] == f"sources/{source['sha256']}" and memo["deadline_seconds"] == 600

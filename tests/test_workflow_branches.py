@@ -15,6 +15,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio import activity
@@ -55,6 +56,7 @@ SOURCE = BlobRef(key="sources/" + "a" * 64, sha256="a" * 64, size=1)  # the doub
 # Long enough that only a test that means to hit a time limit hits one.
 HEARTBEAT_THROTTLE = timedelta(milliseconds=200)
 TIMING = ActivityTiming(lease_seconds=10, base_seconds=60, per_page_seconds=1, max_attempts=3)
+WRAP_UP = ("evidence", "cleanup", "notify")
 
 
 class Hold:
@@ -69,7 +71,8 @@ class Hold:
         self.started.set()
         try:
             while not self.released.is_set():
-                activity.heartbeat()
+                if not activity.info().is_local:  # a local activity (the wrap-up's evidence) has no lease
+                    activity.heartbeat()
                 with suppress(TimeoutError):
                     await asyncio.wait_for(self.released.wait(), timeout=0.2)
         except asyncio.CancelledError:
@@ -227,15 +230,33 @@ async def branches(temporal: Client, env: Env, tmp_path: Path) -> AsyncIterator[
 
 def stages_run(doubles: Doubles) -> list[str]:
     """The stage attempts started, in order (without the wrap-up and without the cancellations)."""
-    wrap_up = ("evidence", "cleanup", "notify")
-    return [entry for entry in doubles.log if not entry.startswith(wrap_up) and not entry.endswith(":canceled")]
+    return [entry for entry in doubles.log if not entry.startswith(WRAP_UP) and not entry.endswith(":canceled")]
+
+
+def wrap_up_events(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(event["event"], event["stage"]) for event in events if event.get("stage") in WRAP_UP]
 
 
 async def test_the_doubles_run_the_whole_pipeline(branches: Branches) -> None:
-    status = await branches.outcome(await branches.start())
+    job_id = await branches.start()
+    status = await branches.outcome(job_id)
     assert (status.state, status.failure_code, status.notification) == (JobState.SUCCEEDED, None, "delivered")
     assert status.attempts == {"render": 1, "verify": 1, "publish": 1}
     assert branches.doubles.log == ["render:1", "verify:1", "publish:1", "evidence:1", "cleanup:1", "notify:1"]
+    # Evidence and clean-up are local activities (a marker each), the callback an activity; audit names them all.
+    assert wrap_up_events(await branches.jobs.audit(job_id)) == [
+        ("marker_recorded", "evidence"),
+        ("marker_recorded", "cleanup"),
+        ("activity_task_scheduled", "notify"),
+        ("activity_task_started", "notify"),
+        ("activity_task_completed", "notify"),
+    ]
+    story = [entry["text"] for entry in await branches.jobs.timeline(job_id)]
+    assert [line.split(" at ")[0] for line in story if line.startswith(WRAP_UP)] == [
+        "evidence finished",
+        "cleanup finished",
+        "notify finished",
+    ], story
 
 
 async def test_every_attempt_s_cost_reaches_the_status_failed_ones_too(branches: Branches) -> None:
@@ -296,6 +317,29 @@ async def test_evidence_unavailable_quarantines_a_succeeded_job(branches: Branch
     assert status.evidence_key is None
     assert [event.state for event in branches.doubles.notified] == [JobState.QUARANTINED]
     assert branches.doubles.log[-2:] == ["cleanup:1", "notify:1"]  # the wrap-up still cleans up and tells
+    [marker] = [event for event in await branches.jobs.audit(job_id) if event.get("stage") == "evidence"]
+    assert (marker["event"], marker["failure_code"], marker["attempt"]) == ("marker_recorded", "storage.unavailable", 1)
+    story = [entry["text"] for entry in await branches.jobs.timeline(job_id)]
+    assert any(line.startswith("evidence failed with storage.unavailable at") for line in story), story
+
+
+async def test_evidence_that_fails_once_is_retried_by_the_worker(branches: Branches) -> None:
+    """A local activity's retries happen in the worker, within the workflow task: one marker, its last attempt."""
+    flaky = failing("storage.unavailable")  # retryable
+
+    async def fail_once() -> None:
+        if activity.info().attempt == 1:
+            await flaky()
+
+    branches.doubles.behaviour["evidence"] = fail_once
+    job_id = await branches.start()
+    status = await branches.outcome(job_id)
+    assert (status.state, status.evidence_sha256) == (JobState.SUCCEEDED, "b" * 64), status
+    assert [entry for entry in branches.doubles.log if entry.startswith("evidence")] == ["evidence:1", "evidence:2"]
+    [marker] = [event for event in await branches.jobs.audit(job_id) if event.get("stage") == "evidence"]
+    assert (marker["event"], marker["attempt"], "failure_code" in marker) == ("marker_recorded", 2, False)
+    story = [entry["text"] for entry in await branches.jobs.timeline(job_id)]
+    assert any(line.startswith("evidence finished after 2 attempts at") for line in story), story
 
 
 async def test_evidence_unavailable_leaves_a_failed_job_failed(branches: Branches) -> None:

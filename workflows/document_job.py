@@ -2,7 +2,10 @@
 
 The workflow ID is the idempotency key and its history the audit trail. Stages run as activities whose
 heartbeat timeout is the lease. A workflow timer races the pipeline against the job's deadline, so every
-job ends in exactly one terminal state, and the result is the business state, not a Temporal failure.
+job ends in exactly one terminal state, and the result is the business state, not a Temporal failure. The
+wrap-up's evidence and clean-up run as local activities on the worker that runs the workflow (short steps in
+the worker itself, recorded as markers rather than as scheduled tasks); the tenant's callback, an outside
+endpoint with minutes of retries, stays an activity.
 
 Whoever reaches the Temporal frontend can start this workflow, so it trusts nothing it is started with: it
 takes its input raw (an input the SDK cannot convert would fail the workflow task forever) and refuses,
@@ -13,7 +16,7 @@ workflow ID's.
 
 It takes two shapes: the public `DocumentJobInput` (docjobs/contract.py; what every client sends), which its
 first activity, `resolve`, turns into a full `JobRequest` recorded in history; and the internal `JobRequest`
-itself, which older histories (and tests that pin a policy) start with.
+itself, which clients that pin a whole policy (tests, jobs that generate their document) start with.
 """
 
 from __future__ import annotations
@@ -79,14 +82,15 @@ OutputT = TypeVar("OutputT", bound=StageOutput)
 
 # Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.
 NON_RETRYABLE_CODES = [code for code, (outcome, _) in FAILURE_CODES.items() if outcome is not Outcome.RETRY]
-CLEANUP_TIMEOUT = timedelta(minutes=2)
+WRAP_UP_TIMEOUT = timedelta(minutes=2)  # one attempt of `evidence` or `cleanup`
 RESOLVE_TIMEOUT = timedelta(minutes=5)  # a policy look-up and one copy of the source within the store
-RELEASE_GATES = "release-gates"  # workflow.patched marker: the sign and verify stages
-NOTIFICATIONS = "notifications"  # workflow.patched marker: the tenant callback after the terminal state
 CALLER_WAIT_ENDED = CALLER_WAIT_ENDED_SIGNAL  # a caller's poll budget ended (history only, not an outcome)
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is recorded
 NO_REQUEST = RawValue(Payload())  # a start without arguments: as unreadable as any other bad input
+# How a local activity's last failed attempt reaches the workflow: the SDK raises its ApplicationError or
+# TimeoutError itself, not wrapped in an ActivityError as an activity's failure is (sdk-rust issue 323).
+LOCAL_ACTIVITY_FAILURES = (ActivityError, ApplicationError, ActivityTimeoutError)
 
 if TYPE_CHECKING:  # clients start a job with a DocumentJobInput; the workflow gets it raw and validates it itself
     RequestInput = DocumentJobInput | JobRequest | RawValue
@@ -336,18 +340,24 @@ class DocumentJobWorkflow:
 
     async def _wrap_up(self, ending: Ending) -> None:
         """Record the evidence, drop every staged attempt, then report the terminal state (in that order, so
-        that a job reported terminal has nothing left in flight)."""
-        if workflow.patched(RELEASE_GATES):
-            ending = await self._record_evidence(ending)
-        await workflow.execute_activity(
+        that a job reported terminal has nothing left in flight), then tell the tenant.
+
+        Evidence and clean-up are local activities, retried by the worker within one workflow task: each is a
+        marker in history instead of an activity's three events and a workflow task of its own. Either may run
+        again if the worker is lost before the task completes: the envelope is create-only per run (a second
+        attempt finds the first's) and clean-up deletes whatever is left. The callback is not: while a local
+        activity runs the workflow task stays open, so no status query is answered and nothing decided is
+        recorded (a slow or failing callback would hold it for minutes); as an activity it starts once the
+        terminal state is in history."""
+        ending = await self._record_evidence(ending)
+        await workflow.execute_local_activity(
             stages.cleanup,
             CleanupInput(job_id=self._request.job_id),
-            start_to_close_timeout=CLEANUP_TIMEOUT,
+            start_to_close_timeout=WRAP_UP_TIMEOUT,
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
         self._finish(ending)
-        if workflow.patched(NOTIFICATIONS):
-            await self._notify()
+        await self._notify()
 
     async def _notify(self) -> None:
         """Tell the tenant's callback (if any) about the terminal state; a failed delivery is only recorded."""
@@ -386,7 +396,7 @@ class DocumentJobWorkflow:
         stamp_at = watermark_stage(policy.watermark.mode, ocr_on=ocr_on, redact_on=redact_on)
         try:
             source = request.source  # what every stage after `generate` takes as the job's document
-            if request.input_kind is not InputKind.DOCUMENT:  # only HTML and template jobs: no older history has it
+            if request.input_kind is not InputKind.DOCUMENT:  # HTML, bundle and template jobs
                 generate = GenerateInput(
                     job_id=request.job_id,
                     source=request.source,
@@ -429,7 +439,7 @@ class DocumentJobWorkflow:
                 self._status.pages_ocred = ocred.pages_ocred
                 self._status.pages_deskewed = ocred.pages_deskewed
                 self._status.pages_unreadable = ocred.pages_unreadable
-            if redact_on:  # only policies with redaction run it: no earlier history has this stage to replay
+            if redact_on:
                 redact = RedactInput(
                     job_id=request.job_id,
                     source=source,
@@ -443,8 +453,7 @@ class DocumentJobWorkflow:
                 staged, text = redacted.staged, redacted.text or text
                 self._status.ocr_text_sha256 = text.sha256 if text else None
                 self._status.redaction = redacted.summary
-            if workflow.patched(RELEASE_GATES):  # histories recorded before the gates existed replay without them
-                staged = await self._release_gates(source, staged, ocr_on)
+            staged = await self._release_gates(source, staged, ocr_on)
             publish = PublishInput(job_id=request.job_id, source=source, staged=staged, text=text)
             published = await self._stage(stages.publish, publish)
             self._status.output_sha256 = published.artifact.sha256
@@ -478,13 +487,13 @@ class DocumentJobWorkflow:
             completed_at=workflow.now(),
         )
         try:
-            recorded = await workflow.execute_activity(
+            recorded = await workflow.execute_local_activity(
                 stages.evidence,
                 evidence,
-                start_to_close_timeout=CLEANUP_TIMEOUT,
+                start_to_close_timeout=WRAP_UP_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NON_RETRYABLE_CODES),
             )
-        except ActivityError:
+        except LOCAL_ACTIVITY_FAILURES:
             if ending.state is not JobState.SUCCEEDED:
                 return ending
             return Ending(JobState.QUARANTINED, "evidence.unavailable", FAILURE_CODES["evidence.unavailable"][1])

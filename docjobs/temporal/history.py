@@ -1,18 +1,29 @@
 """A job's history as content-free events (what ran, when, which attempt, which failure code), and what a job
-released, read back from its history when no worker can answer for it."""
+released, read back from its history when no worker can answer for it.
+
+A stage is an activity: scheduled, started, then completed, failed, timed out or canceled. The wrap-up steps
+(`evidence`, `cleanup`, `notify`) are local activities: one `marker_recorded` event each, once the step has
+ended, whose `data` detail (the SDK's own bookkeeping, never sealed: type, attempt, times) names the step, whose
+`result` detail holds its result (sealed like any payload), and whose `failure` is set when its last attempt
+failed.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC
 from typing import Any
 
+from temporalio.api.common.v1 import Payloads
 from temporalio.api.enums.v1 import EventType, TimeoutType
-from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.history.v1 import HistoryEvent, MarkerRecordedEventAttributes
 from temporalio.converter import DataConverter
 
 from docjobs.models import EvidenceOutput, JobStatus, PublishOutput
 from docjobs.states import Stage
+
+LOCAL_ACTIVITY_MARKER = "core_local_activity"  # the marker name the SDK records a local activity's outcome under
 
 
 def failure_code(failure: Any) -> str:
@@ -21,6 +32,18 @@ def failure_code(failure: Any) -> str:
         kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type).removeprefix("TIMEOUT_TYPE_").lower()
         return f"timeout.{kind}"
     return str(failure.application_failure_info.type or failure.WhichOneof("failure_info") or "unknown")
+
+
+def local_activity(marker: MarkerRecordedEventAttributes) -> tuple[str, int] | None:
+    """(activity type, last attempt) of a local activity's marker; None for any other marker (or an unreadable one)."""
+    detail = marker.details.get("data")
+    if marker.marker_name != LOCAL_ACTIVITY_MARKER or detail is None or not detail.payloads:
+        return None
+    try:
+        fields = json.loads(detail.payloads[0].data)
+        return str(fields["activity_type"]), int(fields["attempt"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def describe_event(event: Any, stages: dict[int, str]) -> dict[str, Any]:
@@ -38,6 +61,8 @@ def describe_event(event: Any, stages: dict[int, str]) -> dict[str, Any]:
         stages[event.event_id] = entry["stage"] = attributes.activity_type.name
     elif kind.startswith("activity_task_"):
         entry["stage"] = stages.get(attributes.scheduled_event_id)
+    if kind == "marker_recorded" and (ran := local_activity(attributes)) is not None:
+        entry["stage"], entry["attempt"] = ran
     if kind == "activity_task_started":
         entry["attempt"] = attributes.attempt
         entry["worker"] = attributes.identity
@@ -56,9 +81,15 @@ def describe_event(event: Any, stages: dict[int, str]) -> dict[str, Any]:
 
 async def add_released(status: JobStatus, events: AsyncIterator[HistoryEvent], converter: DataConverter) -> None:
     """The artifact (and its searchable text) and the evidence of a succeeded job whose status was rebuilt
-    without a worker, from the results of its `publish` and `evidence` activities in its history."""
+    without a worker, from the results of its `publish` activity and its `evidence` local activity in history."""
     scheduled: dict[int, str] = {}
     async for event in events:
+        if event.HasField("marker_recorded_event_attributes"):
+            marker = event.marker_recorded_event_attributes
+            ran = local_activity(marker)
+            if ran is not None and ran[0] == "evidence" and not marker.HasField("failure"):
+                await _add_evidence(status, marker.details["result"], converter)
+            continue
         if event.HasField("activity_task_scheduled_event_attributes"):
             scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
             continue
@@ -70,6 +101,10 @@ async def add_released(status: JobStatus, events: AsyncIterator[HistoryEvent], c
             (published,) = await converter.decode(completed.result.payloads, [PublishOutput])
             status.artifact_key, status.output_sha256 = published.artifact.key, published.artifact.sha256
             status.ocr_text_sha256 = published.text.sha256 if published.text else None
-        elif activity == "evidence":
-            (recorded,) = await converter.decode(completed.result.payloads, [EvidenceOutput])
-            status.evidence_key, status.evidence_sha256 = recorded.evidence.key, recorded.evidence.sha256
+        elif activity == "evidence":  # a job that ran on a build whose evidence step was an activity
+            await _add_evidence(status, completed.result, converter)
+
+
+async def _add_evidence(status: JobStatus, result: Payloads, converter: DataConverter) -> None:
+    (recorded,) = await converter.decode(result.payloads, [EvidenceOutput])
+    status.evidence_key, status.evidence_sha256 = recorded.evidence.key, recorded.evidence.sha256
