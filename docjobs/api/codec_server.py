@@ -9,7 +9,7 @@ and the endpoint refuses to listen beyond loopback without one. Bodies are cappe
 The protocol names the namespace (`X-Namespace`) but not the workflow, so this endpoint opens a bound
 ciphertext with the binding the payload itself names (authenticated by AES-GCM); refusing a ciphertext
 moved to another workflow is the workers' and clients' job, which the SDK tells the workflow. Plaintext
-payloads (patch markers, anything written before encryption) are shown as they are.
+payloads (the SDK's own bookkeeping in markers, anything written before encryption) are shown as they are.
 """
 
 from __future__ import annotations
