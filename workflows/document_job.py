@@ -303,14 +303,17 @@ class DocumentJobWorkflow:
         it). A job it cannot resolve (unknown policy, missing or changed source) ends at once with the code,
         before any stage: there is no policy to record evidence by."""
         info = workflow.info()
-        # A client that is not docjobs' sets no search attributes: the workflow names its tenant and class itself.
-        workflow.upsert_search_attributes(
-            [
-                sa.STATE.value_set(JobState.QUEUED.value),
-                sa.TENANT.value_set(job.tenant),
-                sa.DOCUMENT_CLASS.value_set(job.policy),
-            ]
-        )
+        # A client that is not docjobs' sets no search attributes: the workflow names its tenant and class itself
+        # (docjobs' own clients set them at the start, and an upsert is an event and a visibility write).
+        wanted = [
+            sa.STATE.value_set(JobState.QUEUED.value),
+            sa.TENANT.value_set(job.tenant),
+            sa.DOCUMENT_CLASS.value_set(job.policy),
+        ]
+        present = info.typed_search_attributes
+        missing = [update for update in wanted if present.get(update.key) != update.value]
+        if missing:
+            workflow.upsert_search_attributes(missing)
         try:
             request = await workflow.execute_activity(
                 stages.resolve,
