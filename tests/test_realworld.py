@@ -121,8 +121,15 @@ def _assert_stamp_in_band(pdf: Path) -> None:
 
 @pytest.mark.parametrize(
     "tail",
-    [b"(unterminated (nested", b"[1 2 <</A [3", b"BT /F1 9 Tf", b"Q Q 1 0 0 1 0 -900 cm", b"q q 0 0 0 0 0 0 cm"],
-    ids=["string", "array-dictionary", "text-object", "stray-Q-then-cm", "degenerate-cm"],
+    [
+        b"(unterminated (nested",
+        b"[1 2 <</A [3",
+        b"[ /a << /key-without-value",
+        b"BT /F1 9 Tf",
+        b"Q Q 1 0 0 1 0 -900 cm",
+        b"q q 0 0 0 0 0 0 cm",
+    ],
+    ids=["string", "array-dictionary", "key-without-value", "text-object", "stray-Q-then-cm", "degenerate-cm"],
 )
 def test_stamp_survives_content_left_open(tail: bytes, tmp_path: Path) -> None:
     source, stamped = tmp_path / "input.pdf", tmp_path / "stamped.pdf"
@@ -144,9 +151,10 @@ def test_repairs_are_counted_and_clean_inputs_are_untouched(tmp_path: Path) -> N
     assert (tmp_path / "normalized.pdf").read_bytes() == clean.read_bytes()  # used as it is
 
 
-def test_truncated_upload_is_still_malformed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("padded", [False, True], ids=["as-cut", "NUL-padded"])
+def test_truncated_upload_is_still_malformed(padded: bool, tmp_path: Path) -> None:
     source = tmp_path / "secret-name.pdf"
-    source.write_bytes(realworld.truncated())
+    source.write_bytes(realworld.nul_padded(realworld.truncated()) if padded else realworld.truncated())
     with pytest.raises(DocJobError) as caught:
         _render(source, tmp_path / "never.pdf", tmp_path)
     assert caught.value.code == "input.malformed"
