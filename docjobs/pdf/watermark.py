@@ -191,7 +191,8 @@ class _OpenTokens(pikepdf.TokenFilter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._open: list[bytes] = []  # the closers of the open arrays and dictionaries, innermost last
+        # The closers of the open arrays and dictionaries, innermost last, with the objects each holds so far.
+        self._open: list[tuple[bytes, int]] = []
         self._string = 0  # parentheses an unterminated literal string at the end leaves open
 
     def handle_token(self, token: pikepdf.Token | None = None) -> None:
@@ -199,18 +200,24 @@ class _OpenTokens(pikepdf.TokenFilter):
             return
         kind = token.type_
         self._string = 0  # only the last token can be an unterminated string
-        if kind in (pikepdf.TokenType.dict_open, pikepdf.TokenType.array_open):
-            self._open.append(b">>" if kind == pikepdf.TokenType.dict_open else b"]")
-        elif kind in (pikepdf.TokenType.dict_close, pikepdf.TokenType.array_close):
+        if kind in (pikepdf.TokenType.dict_close, pikepdf.TokenType.array_close):
             closer = b">>" if kind == pikepdf.TokenType.dict_close else b"]"
-            if self._open and self._open[-1] == closer:
+            if self._open and self._open[-1][0] == closer:
                 self._open.pop()
+            return
+        if self._open:  # one more object in the innermost container (an array or dictionary opened in it too)
+            closer, held = self._open[-1]
+            self._open[-1] = (closer, held + 1)
+        if kind in (pikepdf.TokenType.dict_open, pikepdf.TokenType.array_open):
+            self._open.append((b">>" if kind == pikepdf.TokenType.dict_open else b"]", 0))
         elif kind == pikepdf.TokenType.bad and token.raw_value.startswith(b"("):
             raw = token.raw_value.replace(b"\\\\", b"").replace(b"\\(", b"").replace(b"\\)", b"")
             self._string = max(1, raw.count(b"(") - raw.count(b")"))
 
     def closers(self) -> bytes:
-        return b")" * self._string + b" " + b" ".join(reversed(self._open))
+        """A dictionary left after a key gets a value (`null`): a key without one makes poppler drop what follows."""
+        closing = [b"null >>" if closer == b">>" and held % 2 else closer for closer, held in reversed(self._open)]
+        return b")" * self._string + b" " + b" ".join(closing)
 
 
 def open_states(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> int:
