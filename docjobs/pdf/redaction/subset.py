@@ -10,11 +10,11 @@ every other code are dropped, and the subset tag is derived from what is kept.
 
 Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
 to glyphs through the program's own (3,0) or (1,0) cmap) and of Type0 fonts with Identity-H over a
-CIDFontType2 (CIDToGIDMap Identity or a stream). Any other embedded program that lost glyphs (Type1, bare
-CFF), one whose drawn codes cannot all be read or mapped to glyphs, and one the form's default resources
-(/AcroForm /DR) offer for new field values cannot be re-subset safely: the pages that draw it are returned for
-the raster fallback (reason `font_not_resubset`), after which nothing references it. A font without an
-embedded program only loses the entries.
+CIDFontType2 (CIDToGIDMap Identity or a stream; its program may lack a cmap). Any other embedded program that
+lost glyphs (Type1, bare CFF), one whose drawn codes cannot all be read or mapped to glyphs, and one the form's
+default resources (/AcroForm /DR) offer for new field values cannot be re-subset safely: the pages that draw it
+are returned for the raster fallback (reason `font_not_resubset`), after which nothing references it. A font
+without an embedded program only loses the entries.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from struct import error as struct_error
 
 import pikepdf
 from fontTools import subset as ftsubset
-from fontTools.ttLib import TTFont, TTLibError
+from fontTools.ttLib import TTFont, TTLibError, newTable
 from pdfminer.cmapdb import CMapParser, FileUnicodeMap
 from pikepdf import Name
 
@@ -298,9 +298,16 @@ def _subset(ttf: TTFont, glyphs: set[str]) -> bytes:
     options.name_IDs = ["*"]
     options.drop_tables += ["GSUB", "GPOS", "GDEF", "kern", "JSTF", "MATH", "BASE"]
     subsetter = ftsubset.Subsetter(options)
+    without_cmap = "cmap" not in ttf  # a CIDFontType2 program needs none (its CIDToGIDMap finds glyphs)
+    if without_cmap:  # the subsetter does
+        cmap = newTable("cmap")
+        cmap.tableVersion, cmap.tables = 0, []
+        ttf["cmap"] = cmap
     try:
         subsetter.populate(glyphs=sorted({".notdef"} & set(ttf.getGlyphOrder()) | glyphs))
         subsetter.subset(ttf)
+        if without_cmap and "OS/2" in ttf:  # the producer's character range: no cmap for the subsetter to renew it
+            ttf["OS/2"].usFirstCharIndex = ttf["OS/2"].usLastCharIndex = 0
         data = io.BytesIO()
         ttf.save(data)
     except (TTLibError, AssertionError, KeyError, ValueError, struct_error):
