@@ -3,12 +3,13 @@
 The original content streams, fonts, annotations and boxes are kept exactly as they are. Each page's
 content is wrapped in graphics states of its own: a stream of `q`s before it, one more than the
 `Q`s the content issues beyond its own `q`s (so no stray `Q` can reach the page's initial state and
-leave a `cm` after it in force), and after it what closes a string, array or dictionary that the
-content left open (else our operators would be read as part of it), an `ET` if it left a text object
-open, and the `Q`s that restore the initial state; then one Form XObject draws the text. The form's own space is the
-page as a viewer shows it (upright, origin at the bottom-left of the visible box) and its /Matrix maps
-that onto user space, which is how /Rotate and offset boxes are honoured. The file is written by
-`save_normalized` (flat page tree, form appearances, qpdf's xref), so poppler reads what qpdf read.
+leave a `cm` after it in force), and after it what closes a string, array or dictionary, or ends an
+inline image's data (`EI`), that the content left open (else our operators would be read as part of it), an
+`ET` if it left a text object open, and the `Q`s that restore the initial state; then one Form XObject
+draws the text. The form's own space is the page as a viewer shows it (upright, origin at the
+bottom-left of the visible box) and its /Matrix maps that onto user space, which is how /Rotate and
+offset boxes are honoured. The file is written by `save_normalized` (flat page tree, form appearances,
+qpdf's xref), so poppler reads what qpdf read.
 
 The text is horizontal, not diagonal: poppler's text extraction only follows text at multiples of
 90 degrees, and a watermark that extraction cannot find is not auditable.
@@ -187,19 +188,24 @@ def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEF
 
 
 class _OpenTokens(pikepdf.TokenFilter):
-    """Arrays, dictionaries and a literal string still open where the content ends."""
+    """Arrays, dictionaries, a literal string or an inline image's data still open where the content ends."""
 
     def __init__(self) -> None:
         super().__init__()
         # The closers of the open arrays and dictionaries, innermost last, with the objects each holds so far.
         self._open: list[tuple[bytes, int]] = []
         self._string = 0  # parentheses an unterminated literal string at the end leaves open
+        self._image_data = False  # the last token is an inline image's data without its `EI`
+        self._previous = b""  # the last token that is not space
 
     def handle_token(self, token: pikepdf.Token | None = None) -> None:
         if token is None or token.type_ in (pikepdf.TokenType.space, pikepdf.TokenType.comment, pikepdf.TokenType.eof):
             return
         kind = token.type_
         self._string = 0  # only the last token can be an unterminated string
+        # PDFium reads an inline image's data up to the next `EI`, which would be in our stream.
+        self._image_data = kind == pikepdf.TokenType.bad and self._previous == b"ID"
+        self._previous = token.raw_value
         if kind in (pikepdf.TokenType.dict_close, pikepdf.TokenType.array_close):
             closer = b">>" if kind == pikepdf.TokenType.dict_close else b"]"
             if self._open and self._open[-1][0] == closer:
@@ -217,7 +223,8 @@ class _OpenTokens(pikepdf.TokenFilter):
     def closers(self) -> bytes:
         """A dictionary left after a key gets a value (`null`): a key without one makes poppler drop what follows."""
         closing = [b"null >>" if closer == b">>" and held % 2 else closer for closer, held in reversed(self._open)]
-        return b")" * self._string + b" " + b" ".join(closing)
+        image = b"\nEI" if self._image_data else b""
+        return image + b")" * self._string + b" " + b" ".join(closing)
 
 
 def open_states(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> int:
