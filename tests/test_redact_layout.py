@@ -32,11 +32,13 @@ from tests.fixtures.redact_layout import (
     OTHER_LINES,
     PREFIX,
     SUFFIX,
+    WINANSI_LINE,
     line,
     make_embedded,
     make_embedded_without_cmap,
     make_superscript,
     make_tight,
+    make_truetype_winansi,
     make_type1,
 )
 
@@ -130,6 +132,20 @@ def test_the_subset_font_keeps_only_what_the_kept_text_draws(make: object, tmp_p
         assert len(TTFont(io.BytesIO(program)).getGlyphOrder()) == len(set(mapped.values())) + 1  # and .notdef
         assert {int(cid) for cid in widths[::2]} <= set(mapped)
     assert len(programs) == 1  # the same program bytes, whichever name was there
+
+
+def test_a_nonsymbolic_truetype_font_keeps_the_glyphs_its_unicode_cmap_gives(tmp_path: Path) -> None:
+    """WinAnsi codes reach glyphs through Unicode and the (3,1) cmap, as viewers draw them: the subset keeps the
+    right quote and eth that the kept line draws (the (1,0) cmap gives iacute for one and nothing for the other)."""
+    out, summary = redact(make_truetype_winansi, NAMES[3], tmp_path)
+    assert (summary.fonts_resubset, summary.fallback_pages) == (1, [])
+    with pikepdf.open(out) as pdf:
+        (font,) = [font for _, font in pdf.pages[0].Resources.Font.items()]
+        program = TTFont(io.BytesIO(font.FontDescriptor.FontFile2.read_bytes()))
+    kept = set(PREFIX + SUFFIX + WINANSI_LINE) - {" "}
+    assert {chr(code) for code in program["cmap"].getcmap(3, 1).cmap} - {" "} == kept
+    released = text(out)
+    assert WINANSI_LINE in released and NAMES[3] not in released
 
 
 def test_a_font_that_cannot_be_resubset_sends_its_pages_to_the_fallback(tmp_path: Path) -> None:
