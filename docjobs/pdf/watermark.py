@@ -99,14 +99,7 @@ class _Stamper:
     def stamp(self, page: pikepdf.Page) -> None:
         form = self._form(visible_box(page), rotation(page))
         name = self._add_xobject(page, form)
-        # The original content in states of its own, closed after it (sloppy producers leave states
-        # pushed, pop more than they push, or end inside BT), so the form is drawn in default user space.
-        balance = content_balance(self._pdf, page, self._budgets)
-        wrappers = 1 + balance.underflow
-        if wrappers not in self._pushes:
-            self._pushes[wrappers] = self._pdf.make_stream(b"q\n" * wrappers)
-        page.contents_add(self._pushes[wrappers], prepend=True)
-        closing = balance.unclosed + b"\n" + (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
+        closing = wrap_content(self._pdf, page, self._budgets, self._pushes)
         mark = b"/Artifact <</Type /Pagination /Subtype /Watermark>> BDC\n"
         page.contents_add(self._pdf.make_stream(b"\n" + closing + mark + name.unparse() + b" Do\nEMC\n"))
 
@@ -227,15 +220,25 @@ class _OpenTokens(pikepdf.TokenFilter):
         return image + b")" * self._string + b" " + b" ".join(closing)
 
 
-def open_states(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> int:
-    """Graphics states on the stack after our `q` and the page's content (`Q` on none is a no-op).
-
-    The parser builds an object per `q` and `Q`: the operators are counted within `budgets` first."""
-    check_operators(page, budgets)
-    depth = 1
-    for instruction in pikepdf.parse_content_stream(page, "q Q"):
-        depth = depth + 1 if instruction.operator == pikepdf.Operator("q") else max(0, depth - 1)
-    return depth
+def wrap_content(
+    pdf: pikepdf.Pdf,
+    page: pikepdf.Page,
+    budgets: Budgets = DEFAULT_BUDGETS,
+    pushes: dict[int, pikepdf.Stream] | None = None,
+) -> bytes:
+    """Put the page's content in graphics states of its own (prepends their `q`s) and return what, added after
+    it, closes what it left open and restores the page's initial state: what is drawn next is in default user
+    space. Sloppy producers leave states pushed, pop more than they push (a stray `Q` would pop a single `q`
+    of ours and leave the `cm` after it in force) or end inside BT. `pushes` shares the streams of `q`s by count."""
+    balance = content_balance(pdf, page, budgets)
+    wrappers = 1 + balance.underflow
+    push = pushes.get(wrappers) if pushes is not None else None
+    if push is None:
+        push = pdf.make_stream(b"q\n" * wrappers)
+        if pushes is not None:
+            pushes[wrappers] = push
+    page.contents_add(push, prepend=True)
+    return balance.unclosed + b"\n" + (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
 
 
 def direct_copy(value: pikepdf.Object | None) -> pikepdf.Dictionary:

@@ -13,11 +13,12 @@ its letters. Patterns are also run on the line with its whitespace squeezed out,
 a space to this reader cannot hide a number. Text given only as /ActualText of marked content is matched
 as well; its region is the box of the glyphs it stands for.
 
-Each region comes with its core, what the removal aims at: the middle CORE_SHARE of every matched glyph's
-height (across its line), padded along the line only. A glyph box (a font's whole ascent to descent) is taller
-than the line pitch of tightly set text, so the full region reaches into the lines above and below; aimed at
-it, the removal would take their glyphs too. The core still lies within every matched glyph's box, so each is
-removed; the full region is what is drawn and what the gate checks.
+Each region comes with its core, where the removal looks for glyphs: the middle CORE_SHARE of every matched
+glyph's height (across its line), padded along the line only. A glyph box (a font's whole ascent to descent)
+is taller than the line pitch of tightly set text, so the full region reaches into the lines above and below;
+aimed at it, the removal would take their glyphs too. The core still lies within every matched glyph's box, so
+each is removed; the full region is what is drawn, what image pixels are painted in (a scan shows the word
+there) and what the gate checks.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from docjobs.pdf.redaction.regions import PageRegions, Rect
 PAD = 1.0  # points added around a matched run: anti-aliasing and rounding must not leave a sliver
 SPACE_GAP = 0.15  # a gap wider than this many ems between glyphs on a line reads as a space
 SAME_LINE = 0.5  # baselines closer than this many ems are one line
-CORE_SHARE = 0.2  # the middle share of a glyph's height (across its line) the removal aims at
+CORE_SHARE = 0.2  # the middle share of a glyph's height (across its line) where the removal looks for it
 
 Matrix = tuple[float, float, float, float, float, float]
 
@@ -53,7 +54,7 @@ Matrix = tuple[float, float, float, float, float, float]
 @dataclass(frozen=True)
 class Located:
     regions: PageRegions
-    cores: PageRegions  # for each region (same order), what the removal aims at
+    cores: PageRegions  # for each region (same order), where the removal looks for glyphs
     counts: dict[int, dict[str, int]]  # page -> pattern name -> matches
     values: frozenset[str]  # the matched strings: kept in memory for the gate, never recorded
 

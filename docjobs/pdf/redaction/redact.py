@@ -35,7 +35,7 @@ from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, sensi
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.redaction.scrub import scrub_document
 from docjobs.pdf.redaction.subset import scrub_fonts
-from docjobs.pdf.watermark import open_states
+from docjobs.pdf.watermark import wrap_content
 
 BOX_COLOR = "0 g"  # opaque black
 
@@ -69,8 +69,8 @@ def redact_pdf(
             locate(src, [*patterns, value_pattern(located.values)]), counts=located.counts, values=located.values
         )
     regions = _merge_regions(located.regions, policy.regions, page_count)
-    aims = _merge_regions(located.cores, policy.regions, page_count)  # what the removal aims at: see locate
-    layouts = {page: layout for page, found in located.cores.items() if (layout := _mask_layout(policy, found))}
+    aims = _merge_regions(located.cores, policy.regions, page_count)  # where glyphs are removed: see locate
+    layouts = {page: layout for page, found in located.regions.items() if (layout := _mask_layout(policy, found))}
     with tempfile.TemporaryDirectory(dir=workdir, prefix="redact-") as tmp:
         boxed = Path(tmp) / "boxed.pdf"
         targets = _Targets(regions, aims, layouts)
@@ -120,8 +120,8 @@ class _Removal:
 
 @dataclass(frozen=True)
 class _Targets:
-    """Per page: the regions (drawn, their annotations removed), what the removal aims at in each (same order:
-    a match's core, an explicit region itself) and the lines to re-set."""
+    """Per page: the regions (drawn, their annotations and image pixels removed), where glyphs are removed in
+    each (same order: a match's core, an explicit region itself) and the lines to re-set."""
 
     regions: PageRegions
     aims: PageRegions
@@ -321,12 +321,12 @@ def _redact_page(
     lines: tuple[ResetLine, ...] = ()
     if number not in unsafe:
         try:
-            removal = remove_content(pdf, number, aims, budgets=budgets, layout=targets.layouts.get(number))
+            layout = targets.layouts.get(number)
+            removal = remove_content(pdf, number, rects, aims=aims, budgets=budgets, layout=layout)
             glyphs, images, lines = removal.glyphs_removed, removal.images_redacted, removal.lines
             rewrite.fonts_touched |= removal.fonts_touched
             # A matched span's own box is as wide as what it hid: on a re-set line its mask replaces it.
-            shown = [rect for rect, aim in zip(rects, aims, strict=True) if aim not in removal.replaced]
-            boxes = shown + [mask for line in lines for mask in line.masks]
+            boxes = [rect for rect in rects if rect not in removal.replaced] + [m for line in lines for m in line.masks]
         except UnsafePage as verdict:  # burned in after the save; the box drawn below is part of the pixels
             unsafe[number] = verdict.reason
     annotations = _remove_annotations(pdf, page, rects, budgets)
@@ -401,12 +401,12 @@ def _prune_fields(
 
 
 def _draw_boxes(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect], budgets: Budgets) -> None:
-    """Opaque boxes over the regions, drawn last and in default user space (every state the page left
-    pushed is popped first), so they show where content was removed."""
-    pops = b"Q\n" * open_states(page, budgets)
+    """Opaque boxes over the regions, drawn last and in default user space (the page's content wrapped in
+    states of its own, see `wrap_content`), so they show where content was removed, and cover it on a page
+    burned in."""
+    closing = wrap_content(pdf, page, budgets)
     boxes = " ".join(f"{r.x0:.3f} {r.y0:.3f} {r.x1 - r.x0:.3f} {r.y1 - r.y0:.3f} re" for r in rects)
-    page.contents_add(pdf.make_stream(b"q\n"), prepend=True)
-    page.contents_add(pdf.make_stream(b"\n" + pops + f"q {BOX_COLOR} {boxes} f Q\n".encode()))
+    page.contents_add(pdf.make_stream(closing + f"q {BOX_COLOR} {boxes} f Q\n".encode()))
 
 
 def _burn_in(boxed: Path, dst: Path, numbers: list[int], dpi: int, tmp: Path, budgets: Budgets) -> None:
