@@ -12,8 +12,8 @@ finds none get no redaction job). Each file is also opened by poppler (`pdftotex
 
 Prints a table: succeeded / failed by code / quarantined by code, the share of refused files that poppler
 can read, the files both readers open that did not succeed for a reason other than a policy one
-(`input.signed`), the redaction success rate, the pages that took the raster fallback (by reason), and the
-leaks: a released redaction in which pdftotext or pypdf still finds the word.
+(`input.signed`), the redaction success rate, the pages that took the raster fallback (by reason, and by
+file), and the leaks: a released redaction in which pdftotext or pypdf still finds the word.
 """
 
 from __future__ import annotations
@@ -136,6 +136,12 @@ async def run_sample(jobs: JobClient, policies: PolicyBook, sample: Sample, fold
         sample.leaked = still_readable(out, sample.word)
 
 
+def burned_in(status: JobStatus | None) -> Counter[str]:
+    """The pages a redaction burned in, by reason."""
+    pages = status.redaction.pages if status is not None and status.redaction is not None else []
+    return Counter(page.fallback for page in pages if page.fallback)
+
+
 def outcome(status: JobStatus | None) -> str:
     if status is None:
         return "did not end"
@@ -181,15 +187,16 @@ def report(samples: list[Sample]) -> None:
     print(
         f"| success rate (files the standard policy finishes) | {len(done_of_ran)}/{len(redaction_ran)}, {rate:.1f} % |"
     )
-    reasons = Counter(
-        page.fallback
-        for s in done
-        if s.redacted and s.redacted.redaction
-        for page in s.redacted.redaction.pages
-        if page.fallback
-    )
+    reasons = sum((burned_in(s.redacted) for s in done), Counter[str]())
     print(f"| pages burned in (raster fallback), by reason | {dict(sorted(reasons.items())) or 'none'} |")
     print(f"| leaks (pdftotext or pypdf still find the word in a released file) | {sum(s.leaked for s in done)} |")
+    burning = [s for s in done if burned_in(s.redacted)]
+    if burning:
+        print()
+        print("| pages burned in | package | by reason |")
+        print("|---|---|---|")
+        for s in burning:
+            print(f"| {s.path.name} | {s.package} | {dict(sorted(burned_in(s.redacted).items()))} |")
     failed = [s for s in redaction_ran if s not in done]
     if failed:
         print()
@@ -212,7 +219,8 @@ async def run(samples: list[Sample], folder: Path, at_once: int) -> None:
             async with gate:
                 await run_sample(jobs, policies, sample, folder)
                 redaction = outcome(sample.redacted) if sample.word is not None else "no word to redact"
-                print(f"  {sample.path.name}: {outcome(sample.standard)} / {redaction}", flush=True)
+                burned = dict(burned_in(sample.redacted)) or ""
+                print(f"  {sample.path.name}: {outcome(sample.standard)} / {redaction} {burned}", flush=True)
 
         async with serving(client, settings):
             await asyncio.gather(*(one(sample) for sample in samples))

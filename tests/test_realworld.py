@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 import subprocess
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pikepdf
+import pypdfium2 as pdfium  # type: ignore[import-untyped]
 import pytest
 
 from docjobs.errors import DocJobError
@@ -121,8 +123,24 @@ def _assert_stamp_in_band(pdf: Path) -> None:
 
 @pytest.mark.parametrize(
     "tail",
-    [b"(unterminated (nested", b"[1 2 <</A [3", b"BT /F1 9 Tf", b"Q Q 1 0 0 1 0 -900 cm", b"q q 0 0 0 0 0 0 cm"],
-    ids=["string", "array-dictionary", "text-object", "stray-Q-then-cm", "degenerate-cm"],
+    [
+        b"(unterminated (nested",
+        b"[1 2 <</A [3",
+        b"[ /a << /key-without-value",
+        b"BT /F1 9 Tf",
+        b"Q Q 1 0 0 1 0 -900 cm",
+        b"q q 0 0 0 0 0 0 cm",
+        b"BI /W 1 /H 1 /BPC 8 /CS /G /F /Fl ID " + zlib.compress(b"\0"),
+    ],
+    ids=[
+        "string",
+        "array-dictionary",
+        "key-without-value",
+        "text-object",
+        "stray-Q-then-cm",
+        "degenerate-cm",
+        "inline-image-without-EI",
+    ],
 )
 def test_stamp_survives_content_left_open(tail: bytes, tmp_path: Path) -> None:
     source, stamped = tmp_path / "input.pdf", tmp_path / "stamped.pdf"
@@ -131,6 +149,11 @@ def test_stamp_survives_content_left_open(tail: bytes, tmp_path: Path) -> None:
     assert _run("qpdf", "--check", stamped).returncode in (0, 3)  # 3: the page's own broken tokens
     assert set(realworld.WORDS) <= set(_run("pdftotext", stamped, "-").stdout.split())
     _assert_stamp_in_band(stamped)
+    document = pdfium.PdfDocument(stamped)  # the fidelity gate's reader
+    try:
+        assert set(STAMP.split()) <= set(document[0].get_textpage().get_text_range().split())
+    finally:
+        document.close()
 
 
 def test_repairs_are_counted_and_clean_inputs_are_untouched(tmp_path: Path) -> None:
@@ -144,9 +167,10 @@ def test_repairs_are_counted_and_clean_inputs_are_untouched(tmp_path: Path) -> N
     assert (tmp_path / "normalized.pdf").read_bytes() == clean.read_bytes()  # used as it is
 
 
-def test_truncated_upload_is_still_malformed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("padded", [False, True], ids=["as-cut", "NUL-padded"])
+def test_truncated_upload_is_still_malformed(padded: bool, tmp_path: Path) -> None:
     source = tmp_path / "secret-name.pdf"
-    source.write_bytes(realworld.truncated())
+    source.write_bytes(realworld.nul_padded(realworld.truncated()) if padded else realworld.truncated())
     with pytest.raises(DocJobError) as caught:
         _render(source, tmp_path / "never.pdf", tmp_path)
     assert caught.value.code == "input.malformed"

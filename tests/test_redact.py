@@ -11,10 +11,13 @@ from PIL import Image
 from pypdf import PdfReader
 
 from docjobs.errors import DocJobError
-from docjobs.models import RedactPolicy, RedactRegion
+from docjobs.models import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval
+from docjobs.pdf.redaction.locate import locate
+from docjobs.pdf.redaction.patterns import compile_patterns
 from docjobs.pdf.redaction.redact import redact_pdf
+from tests.fixtures import realworld
 from tests.fixtures.redact_fallback import FALLBACK_FIXTURES, make_out_of_order, make_soft_mask_trace
 from tests.fixtures.redact_samples import (
     FIXTURES,
@@ -53,6 +56,30 @@ def test_the_box_is_drawn_where_the_value_was(tmp_path: Path) -> None:
         before_it = (round(LINE_X + 2), round(792 - (SSN_Y + 4)))
         assert page.convert("L").getpixel(middle_of_ssn) == 0  # opaque black
         assert page.convert("L").getpixel(before_it) != 0  # "Patient" is not boxed
+
+
+@pytest.mark.parametrize(
+    "tail, fallback",
+    [(b"", []), (b"q 4 0 0 4 180 1196 cm BI /W 1 /H 1 /BPC 8 /CS /G ID \x01 EI Q", [1])],
+    ids=["rewritten", "burned-in"],
+)
+def test_the_box_covers_the_word_after_a_stray_Q_and_a_cm(tail: bytes, fallback: list[int], tmp_path: Path) -> None:
+    """The content pops a state it never pushed, then moves the origin: the box is still drawn in default user
+    space. On a page burned in (a small inline image under the word), a box drawn elsewhere would leave the word
+    in the pixels, where the gate does not look."""
+    (source := tmp_path / "in.pdf").write_bytes(realworld.unbalanced_cm(tail))
+    word = next(w for w in realworld.WORDS if len(w) == 7)  # "harbour": in the middle of the line
+    policy = RedactPolicy(regexes=(word,), layout=RedactLayout.KEEP)  # the box drawn is the word's region
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", policy, workdir=tmp_path)
+    assert summary.fallback_pages == fallback
+    (found,) = locate(source, compile_patterns(policy)).regions[1]
+    subprocess.run(["pdftoppm", "-r", "72", "-gray", "-singlefile", str(out), str(tmp_path / "page")], check=True)
+    with Image.open(tmp_path / "page.pgm") as page:
+        inside = page.crop(
+            (round(found.x0) + 1, round(792 - found.y1) + 1, round(found.x1) - 1, round(792 - found.y0) - 1)
+        )
+        assert max(inside.tobytes()) < 64  # all dark: the box is where the word was
+    assert word not in subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True).stdout
 
 
 def test_a_page_that_cannot_be_rewritten_is_burned_in(tmp_path: Path) -> None:

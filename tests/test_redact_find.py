@@ -172,7 +172,7 @@ def test_locate_counts_every_value_on_text_pages(fixtures: Path, name: str) -> N
 def test_locate_finds_nothing_in_pixels_or_outside_the_page_content(fixtures: Path) -> None:
     for name in ["scanned", *DOCUMENT_FIXTURES]:
         located = locate(fixtures / f"{name}.pdf", PATTERNS)
-        assert located == Located(regions={}, counts={}, values=frozenset()), name
+        assert located == Located(regions={}, cores={}, counts={}, values=frozenset()), name
 
 
 def width_function(name: str) -> Any:
@@ -483,7 +483,7 @@ def test_gate_maps_pdftotext_words_back_to_user_space(fixtures: Path, tmp_path: 
 @pytest.mark.parametrize("name", DOCUMENT_FIXTURES)
 def test_gate_reports_document_level_places_until_scrubbed(fixtures: Path, name: str, tmp_path: Path) -> None:
     path = fixtures / f"{name}.pdf"
-    empty = Located(regions={}, counts={}, values=frozenset())
+    empty = Located(regions={}, cores={}, counts={}, values=frozenset())
     before = gate(path, empty)
     assert set(EXPECTED_SCRUB[name]) <= kinds(before, "pikepdf")
     out, _ = scrubbed(fixtures, name, tmp_path)

@@ -21,6 +21,7 @@ from pdfminer.high_level import extract_pages
 from pdfminer.layout import LTChar, LTContainer
 from pikepdf import Name
 from PIL import Image
+from pypdf import PdfReader
 
 from docjobs.models import RedactionSummary, RedactLayout, RedactPolicy
 from docjobs.pdf.redaction.redact import redact_pdf
@@ -31,7 +32,13 @@ from tests.fixtures.redact_layout import (
     OTHER_LINES,
     PREFIX,
     SUFFIX,
+    WINANSI_LINE,
+    line,
     make_embedded,
+    make_embedded_without_cmap,
+    make_superscript,
+    make_tight,
+    make_truetype_winansi,
     make_type1,
 )
 
@@ -107,11 +114,12 @@ def test_the_mask_width_is_the_policys(tmp_path: Path) -> None:
     assert was_start(wider) - was_start(POLICY) == pytest.approx(3 * 12.0, abs=0.01)  # three more ems at 12 pt
 
 
-def test_the_subset_font_keeps_only_what_the_kept_text_draws(tmp_path: Path) -> None:
+@pytest.mark.parametrize("make", [make_embedded, make_embedded_without_cmap], ids=["embedded", "without-cmap"])
+def test_the_subset_font_keeps_only_what_the_kept_text_draws(make: object, tmp_path: Path) -> None:
     kept = set(PREFIX.strip() + SUFFIX.strip() + "".join(OTHER_LINES)) - {" "}
     programs = set()
     for name in NAMES:
-        out, summary = redact(make_embedded, name, tmp_path)
+        out, summary = redact(make, name, tmp_path)
         assert summary.fonts_resubset == 1
         with pikepdf.open(out) as pdf:
             (font,) = [font for _, font in pdf.pages[0].Resources.Font.items()]
@@ -126,6 +134,20 @@ def test_the_subset_font_keeps_only_what_the_kept_text_draws(tmp_path: Path) -> 
     assert len(programs) == 1  # the same program bytes, whichever name was there
 
 
+def test_a_nonsymbolic_truetype_font_keeps_the_glyphs_its_unicode_cmap_gives(tmp_path: Path) -> None:
+    """WinAnsi codes reach glyphs through Unicode and the (3,1) cmap, as viewers draw them: the subset keeps the
+    right quote and eth that the kept line draws (the (1,0) cmap gives iacute for one and nothing for the other)."""
+    out, summary = redact(make_truetype_winansi, NAMES[3], tmp_path)
+    assert (summary.fonts_resubset, summary.fallback_pages) == (1, [])
+    with pikepdf.open(out) as pdf:
+        (font,) = [font for _, font in pdf.pages[0].Resources.Font.items()]
+        program = TTFont(io.BytesIO(font.FontDescriptor.FontFile2.read_bytes()))
+    kept = set(PREFIX + SUFFIX + WINANSI_LINE) - {" "}
+    assert {chr(code) for code in program["cmap"].getcmap(3, 1).cmap} - {" "} == kept
+    released = text(out)
+    assert WINANSI_LINE in released and NAMES[3] not in released
+
+
 def test_a_font_that_cannot_be_resubset_sends_its_pages_to_the_fallback(tmp_path: Path) -> None:
     out, summary = redact(make_type1, NAMES[3], tmp_path)
     assert summary.fallback_pages == [1, 2]  # page 2 draws the same font
@@ -135,6 +157,34 @@ def test_a_font_that_cannot_be_resubset_sends_its_pages_to_the_fallback(tmp_path
         assert not any(
             isinstance(obj, pikepdf.Dictionary) and Name.FontFile in obj for obj in pdf.objects
         )  # the Type1 program is gone with the pages that drew it
+
+
+@pytest.mark.parametrize("layout", [RedactLayout.MASK, RedactLayout.KEEP])
+def test_tightly_set_lines_keep_their_letters_above_and_below_a_removed_name(
+    layout: RedactLayout, tmp_path: Path
+) -> None:
+    """The lines above and below are closer than a glyph box is tall: the removal aims at the middle of the
+    name's glyphs, so theirs stay (none moves, none vanishes) and the page is not burned in."""
+    policy = POLICY.model_copy(update={"layout": layout})
+    for name in (NAMES[3], NAMES[9]):
+        out, summary = redact(make_tight, name, tmp_path, policy)
+        source = tmp_path / "source.pdf"
+        assert (summary.fallback_pages, summary.lines_reset) == ([], int(layout is RedactLayout.MASK)), name
+        assert name not in text(out) and all(name not in page.extract_text() for page in PdfReader(out).pages)
+        name_line = next(y0 for glyph, _, y0, *_ in glyphs(source) if glyph == PREFIX[0])
+        neighbours = [glyph for glyph in glyphs(source) if glyph[2] != name_line]
+        assert len(neighbours) == 2 * len(line(name))
+        assert sorted(glyph for glyph in glyphs(out) if glyph[2] != name_line) == sorted(neighbours), name
+
+
+def test_a_line_with_a_superscript_is_reset_as_one(tmp_path: Path) -> None:
+    """The name's line runs on after a raised sign: re-set alone, its first run's mask would cover the rest."""
+    for name in (NAMES[0], NAMES[9]):
+        out, summary = redact(make_superscript, name, tmp_path)
+        assert (summary.fallback_pages, summary.lines_reset) == ([], 1), name
+        released = text(out)
+        assert name not in released and "seen® on Monday." in released, released
+        assert all(other in released for other in OTHER_LINES)
 
 
 def _line_at(positions: list[Glyph], first_word: str) -> list[Glyph]:

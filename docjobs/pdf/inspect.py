@@ -5,7 +5,8 @@ object data, and an exception's cause travels with it (into logs and workflow hi
 
 Truncation policy. qpdf silently rebuilds a missing cross-reference table, so a file cut off at
 half its length can open with blank pages and no error. We therefore require the end-of-file
-marker `%%EOF` in the last KiB (where readers look for it): an interrupted upload never has one.
+marker `%%EOF` in the last KiB (where readers look for it): an interrupted upload never has one. NUL
+bytes and whitespace after the file's end (some producers pad a file to a block size) are not counted.
 
 Repair policy. What qpdf recovers from with a warning and without losing data is accepted and
 counted (`PdfInfo.repair_warnings`; render then processes qpdf's clean rewrite, docjobs/pdf/normalize.py):
@@ -36,7 +37,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import pikepdf
 from pikepdf import Name
@@ -63,6 +64,7 @@ Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in PDF user space, n
 _PARSE_ERRORS = (pikepdf.PdfError, RuntimeError, ValueError, TypeError, KeyError, IndexError)
 
 _WINDOW = 1024  # readers accept the header within the first, and %%EOF within the last, KiB
+_PADDING = b"\0\t\n\f\r "  # what may follow a file's end (PDF whitespace)
 # How qpdf words a stream whose data does not decode: the data is lost, not repaired.
 _UNDECODABLE = "error decoding stream data"
 
@@ -126,8 +128,7 @@ def open_checked(
     """
     with path.open("rb") as file:
         head = file.read(_WINDOW)
-        file.seek(max(0, os.fstat(file.fileno()).st_size - _WINDOW))
-        tail = file.read()
+        tail = _tail(file)
     if sniff_kind(head) != "pdf":
         raise DocJobError("input.unsupported")
     if b"%%EOF" not in tail:
@@ -161,6 +162,20 @@ def open_checked(
         yield pdf, PdfInfo(page_count=page_count, encryption=encryption, repair_warnings=repairs)
     finally:
         stack.close()
+
+
+def _tail(file: BinaryIO) -> bytes:
+    """The last _WINDOW bytes of `file` before its trailing padding (NULs, whitespace)."""
+    end = os.fstat(file.fileno()).st_size
+    while end > 0:  # back over the padding, a window at a time
+        start = max(0, end - _WINDOW)
+        file.seek(start)
+        kept = len(file.read(end - start).rstrip(_PADDING))
+        end = start + kept
+        if kept:
+            break
+    file.seek(max(0, end - _WINDOW))
+    return file.read(end - file.tell())
 
 
 def _open(path: Path, *, inherit_page_attributes: bool = True) -> pikepdf.Pdf:

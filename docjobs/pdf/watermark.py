@@ -3,12 +3,13 @@
 The original content streams, fonts, annotations and boxes are kept exactly as they are. Each page's
 content is wrapped in graphics states of its own: a stream of `q`s before it, one more than the
 `Q`s the content issues beyond its own `q`s (so no stray `Q` can reach the page's initial state and
-leave a `cm` after it in force), and after it what closes a string, array or dictionary that the
-content left open (else our operators would be read as part of it), an `ET` if it left a text object
-open, and the `Q`s that restore the initial state; then one Form XObject draws the text. The form's own space is the
-page as a viewer shows it (upright, origin at the bottom-left of the visible box) and its /Matrix maps
-that onto user space, which is how /Rotate and offset boxes are honoured. The file is written by
-`save_normalized` (flat page tree, form appearances, qpdf's xref), so poppler reads what qpdf read.
+leave a `cm` after it in force), and after it what closes a string, array or dictionary, or ends an
+inline image's data (`EI`), that the content left open (else our operators would be read as part of it), an
+`ET` if it left a text object open, and the `Q`s that restore the initial state; then one Form XObject
+draws the text. The form's own space is the page as a viewer shows it (upright, origin at the
+bottom-left of the visible box) and its /Matrix maps that onto user space, which is how /Rotate and
+offset boxes are honoured. The file is written by `save_normalized` (flat page tree, form appearances,
+qpdf's xref), so poppler reads what qpdf read.
 
 The text is horizontal, not diagonal: poppler's text extraction only follows text at multiples of
 90 degrees, and a watermark that extraction cannot find is not auditable.
@@ -98,14 +99,7 @@ class _Stamper:
     def stamp(self, page: pikepdf.Page) -> None:
         form = self._form(visible_box(page), rotation(page))
         name = self._add_xobject(page, form)
-        # The original content in states of its own, closed after it (sloppy producers leave states
-        # pushed, pop more than they push, or end inside BT), so the form is drawn in default user space.
-        balance = content_balance(self._pdf, page, self._budgets)
-        wrappers = 1 + balance.underflow
-        if wrappers not in self._pushes:
-            self._pushes[wrappers] = self._pdf.make_stream(b"q\n" * wrappers)
-        page.contents_add(self._pushes[wrappers], prepend=True)
-        closing = balance.unclosed + b"\n" + (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
+        closing = wrap_content(self._pdf, page, self._budgets, self._pushes)
         mark = b"/Artifact <</Type /Pagination /Subtype /Watermark>> BDC\n"
         page.contents_add(self._pdf.make_stream(b"\n" + closing + mark + name.unparse() + b" Do\nEMC\n"))
 
@@ -187,41 +181,64 @@ def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEF
 
 
 class _OpenTokens(pikepdf.TokenFilter):
-    """Arrays, dictionaries and a literal string still open where the content ends."""
+    """Arrays, dictionaries, a literal string or an inline image's data still open where the content ends."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._open: list[bytes] = []  # the closers of the open arrays and dictionaries, innermost last
+        # The closers of the open arrays and dictionaries, innermost last, with the objects each holds so far.
+        self._open: list[tuple[bytes, int]] = []
         self._string = 0  # parentheses an unterminated literal string at the end leaves open
+        self._image_data = False  # the last token is an inline image's data without its `EI`
+        self._previous = b""  # the last token that is not space
 
     def handle_token(self, token: pikepdf.Token | None = None) -> None:
         if token is None or token.type_ in (pikepdf.TokenType.space, pikepdf.TokenType.comment, pikepdf.TokenType.eof):
             return
         kind = token.type_
         self._string = 0  # only the last token can be an unterminated string
-        if kind in (pikepdf.TokenType.dict_open, pikepdf.TokenType.array_open):
-            self._open.append(b">>" if kind == pikepdf.TokenType.dict_open else b"]")
-        elif kind in (pikepdf.TokenType.dict_close, pikepdf.TokenType.array_close):
+        # PDFium reads an inline image's data up to the next `EI`, which would be in our stream.
+        self._image_data = kind == pikepdf.TokenType.bad and self._previous == b"ID"
+        self._previous = token.raw_value
+        if kind in (pikepdf.TokenType.dict_close, pikepdf.TokenType.array_close):
             closer = b">>" if kind == pikepdf.TokenType.dict_close else b"]"
-            if self._open and self._open[-1] == closer:
+            if self._open and self._open[-1][0] == closer:
                 self._open.pop()
+            return
+        if self._open:  # one more object in the innermost container (an array or dictionary opened in it too)
+            closer, held = self._open[-1]
+            self._open[-1] = (closer, held + 1)
+        if kind in (pikepdf.TokenType.dict_open, pikepdf.TokenType.array_open):
+            self._open.append((b">>" if kind == pikepdf.TokenType.dict_open else b"]", 0))
         elif kind == pikepdf.TokenType.bad and token.raw_value.startswith(b"("):
             raw = token.raw_value.replace(b"\\\\", b"").replace(b"\\(", b"").replace(b"\\)", b"")
             self._string = max(1, raw.count(b"(") - raw.count(b")"))
 
     def closers(self) -> bytes:
-        return b")" * self._string + b" " + b" ".join(reversed(self._open))
+        """A dictionary left after a key gets a value (`null`): a key without one makes poppler drop what follows."""
+        closing = [b"null >>" if closer == b">>" and held % 2 else closer for closer, held in reversed(self._open)]
+        image = b"\nEI" if self._image_data else b""
+        return image + b")" * self._string + b" " + b" ".join(closing)
 
 
-def open_states(page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> int:
-    """Graphics states on the stack after our `q` and the page's content (`Q` on none is a no-op).
-
-    The parser builds an object per `q` and `Q`: the operators are counted within `budgets` first."""
-    check_operators(page, budgets)
-    depth = 1
-    for instruction in pikepdf.parse_content_stream(page, "q Q"):
-        depth = depth + 1 if instruction.operator == pikepdf.Operator("q") else max(0, depth - 1)
-    return depth
+def wrap_content(
+    pdf: pikepdf.Pdf,
+    page: pikepdf.Page,
+    budgets: Budgets = DEFAULT_BUDGETS,
+    pushes: dict[int, pikepdf.Stream] | None = None,
+) -> bytes:
+    """Put the page's content in graphics states of its own (prepends their `q`s) and return what, added after
+    it, closes what it left open and restores the page's initial state: what is drawn next is in default user
+    space. Sloppy producers leave states pushed, pop more than they push (a stray `Q` would pop a single `q`
+    of ours and leave the `cm` after it in force) or end inside BT. `pushes` shares the streams of `q`s by count."""
+    balance = content_balance(pdf, page, budgets)
+    wrappers = 1 + balance.underflow
+    push = pushes.get(wrappers) if pushes is not None else None
+    if push is None:
+        push = pdf.make_stream(b"q\n" * wrappers)
+        if pushes is not None:
+            pushes[wrappers] = push
+    page.contents_add(push, prepend=True)
+    return balance.unclosed + b"\n" + (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
 
 
 def direct_copy(value: pikepdf.Object | None) -> pikepdf.Dictionary:

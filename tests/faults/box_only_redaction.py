@@ -18,6 +18,7 @@ def remove_nothing(
     page_number: int,
     regions: list[Rect],
     *,
+    aims: list[Rect] | None = None,
     budgets: Budgets = DEFAULT_BUDGETS,
     layout: MaskLayout | None = None,
 ) -> ContentRemoval:

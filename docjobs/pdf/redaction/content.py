@@ -61,11 +61,13 @@ def remove_content(
     page_number: int,
     regions: list[Rect],
     *,
+    aims: list[Rect] | None = None,
     budgets: Budgets = DEFAULT_BUDGETS,
     layout: MaskLayout | None = None,
 ) -> ContentRemoval:
-    """Remove from page `page_number` (1-based) every glyph and image pixel under `regions` (default user
-    space), editing `pdf` in place; the caller saves. With a `layout`, the lines that lost a glyph under one
+    """Remove from page `page_number` (1-based) every glyph under `aims` (by default the regions; a pattern
+    match's core, see locate) and every image pixel under `regions` (default user space), editing `pdf` in
+    place; the caller saves. With a `layout`, the lines that lost a glyph under one
     of its trigger regions are re-set around masks (see layout); without, every other glyph keeps its place.
     Raises UnsafePage, leaving the page unchanged, and `input.too_complex` when the page's content (its forms
     included) exceeds `budgets`."""
@@ -73,7 +75,7 @@ def remove_content(
     if not regions:
         return ContentRemoval(0, 0)
     saved = {key: page.obj.get(key) for key in (Name.Contents, Name.Resources)}
-    walker = _Walker(pdf, regions, budgets, layout)
+    walker = _Walker(pdf, regions, regions if aims is None else aims, budgets, layout)
     try:
         scope = ResourceScope(page.obj, _inherited_resources(page.obj))
         rewritten = walker.rewrite(
@@ -126,9 +128,12 @@ class _TextPosition:
 
 
 class _Walker:
-    def __init__(self, pdf: pikepdf.Pdf, regions: list[Rect], budgets: Budgets, layout: MaskLayout | None) -> None:
+    def __init__(
+        self, pdf: pikepdf.Pdf, regions: list[Rect], aims: list[Rect], budgets: Budgets, layout: MaskLayout | None
+    ) -> None:
         self.pdf = pdf
-        self.regions = regions
+        self.regions = regions  # where images and their pixels are looked for
+        self.aims = aims  # where glyphs are
         self.budgets = budgets
         self.layout = layout
         self.lines: list[ResetLine] = []
@@ -394,11 +399,12 @@ class _Walker:
             reason = text.lost or font.unknown_reason
             if width is None:
                 text.lost = reason
-            if any(strip_hits(glyph_space, font.descent, font.ascent, rect) for rect in self.regions):
+            if any(strip_hits(glyph_space, font.descent, font.ascent, rect) for rect in self.aims):
                 raise UnsafePage(reason)
             return False
         left, right = (0.0, width) if width else (-_ZERO_WIDTH_BOX / 2, _ZERO_WIDTH_BOX / 2)
-        if not self._under_regions(corners(glyph_space, left, font.descent, right, font.ascent)):
+        quad = corners(glyph_space, left, font.descent, right, font.ascent)
+        if not any(quad_hits(quad, rect) for rect in self.aims):
             return False
         if font.type3:
             raise UnsafePage("type3_font")

@@ -12,9 +12,10 @@ the line is made absolute, and a `Tc`/`Tw` value only the re-set lines used is z
 nor after it, carries the old positions.
 
 A line is a run of consecutive text-showing operators of one content stream (BT/ET boundaries do not end it)
-whose glyphs share a baseline. So cells of a table row drawn one after the other on one baseline are one line:
-they close up around the mask. What a line's start itself tells (a centred or right-aligned line starts where
-the removed text put it) is not hidden.
+whose glyphs share a baseline, with the super- and subscripts drawn between two of its runs (a trademark sign
+after a name, a footnote mark: each keeps its height over the baseline). So cells of a table row drawn one after
+the other on one baseline are one line: they close up around the mask. What a line's start itself tells (a
+centred or right-aligned line starts where the removed text put it) is not hidden.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ AVERAGE_GLYPH_EM = 0.5  # a fixed figure: the metrics of a subset font would car
 WORD_GAP_EM = 0.15  # a gap at least this wide between two kept glyphs (neither a space) separated words
 SPACE_EM = 0.25  # the word space a re-set line uses for such a gap, and on either side of a mask
 SAME_BASELINE = 0.05  # points across the line direction
+SCRIPT_EM = 0.5  # a run raised or lowered by at most this many ems of its line's font size is a super- or subscript
 _SAME_DIRECTION = 1e-3
 
 SpacingSource = tuple[int, int]  # (stream serial, index in that stream's rewritten instructions) of a Tc/Tw
@@ -114,14 +116,17 @@ class ResetLine:
     origin: Point
     direction: Point
     masks: tuple[Rect, ...]
+    baselines: tuple[float, float] = (0.0, 0.0)  # the lowest and highest baseline of its runs (scripts), across
 
     def holds(self, box: Rect, tolerance: float = 0.5) -> bool:
-        """Whether a word box lies on this line: the baseline runs through it, and it is not before the start."""
+        """Whether a word box lies on this line: one of its baselines runs through it, and it is not before
+        the start."""
         (ux, uy), (x, y) = self.direction, self.origin
         corners = [(cx - x, cy - y) for cx in (box.x0, box.x1) for cy in (box.y0, box.y1)]
         across = [ux * dy - uy * dx for dx, dy in corners]
         along = [ux * dx + uy * dy for dx, dy in corners]
-        return min(across) <= 0 <= max(across) and min(along) >= -tolerance
+        low, high = self.baselines
+        return min(across) <= high and low <= max(across) and min(along) >= -tolerance
 
 
 @dataclass(frozen=True)
@@ -151,10 +156,13 @@ def reset_lines(
     reset_lines: list[ResetLine] = []
     for line in reset:
         positions, starts, masks = _layout(line, layout.width_em)
-        origin, direction = line[0].glyphs[0].origin, line[0].glyphs[0].direction
-        reset_lines.append(ResetLine(origin, direction, tuple(masks)))
-        for show in line:
-            replacements[show.start] = _reshown(show, positions, starts, origin, direction, recorder, kept_spacing)
+        first = line[0].glyphs[0]
+        origin, direction = first.origin, first.direction
+        heights = [_across(first, show.glyphs[0].origin) for show in line]
+        reset_lines.append(ResetLine(origin, direction, tuple(masks), (min(heights), max(heights))))
+        for show, height in zip(line, heights, strict=True):
+            start = (origin[0] - direction[1] * height, origin[1] + direction[0] * height)  # on its own baseline
+            replacements[show.start] = _reshown(show, positions, starts, start, direction, recorder, kept_spacing)
             replacements.update({index: [] for index in range(show.start + 1, show.end)})
         _drop_moves_within(recorder.events, line, replacements)
         _absolute_after(recorder.events, line, out, replacements)
@@ -169,24 +177,43 @@ def reset_lines(
 
 
 def _lines(events: list[Show | Move]) -> list[list[Show]]:
-    """Consecutive showing operators with glyphs on one baseline, in stream order."""
+    """Consecutive showing operators with glyphs on one baseline, in stream order, each with the scripts
+    between its runs. Re-set without them, the part before a script would be laid out over the part after."""
     lines: list[list[Show]] = []
     for event in events:
         if not isinstance(event, Show) or not event.glyphs:
             continue
         if lines and _same_line(lines[-1][0].glyphs[0], event.glyphs[0]):
             lines[-1].append(event)
+        elif len(lines) > 1 and _same_line(lines[-2][0].glyphs[0], event.glyphs[0]) and _script(lines[-2], lines[-1]):
+            script = lines.pop()
+            lines[-1] += [*script, event]
         else:
             lines.append([event])
     return lines
 
 
 def _same_line(first: PlacedGlyph, glyph: PlacedGlyph) -> bool:
+    return _parallel(first, glyph) and abs(_across(first, glyph.origin)) <= SAME_BASELINE
+
+
+def _script(line: list[Show], run: list[Show]) -> bool:
+    """Whether `run` is a super- or subscript of `line`: parallel to it and raised or lowered by at most
+    SCRIPT_EM of its first glyph's em."""
+    first = line[0].glyphs[0]
+    reach = SCRIPT_EM * first.em
+    return all(_parallel(first, show.glyphs[0]) and abs(_across(first, show.glyphs[0].origin)) <= reach for show in run)
+
+
+def _parallel(first: PlacedGlyph, glyph: PlacedGlyph) -> bool:
     (ux, uy), (vx, vy) = first.direction, glyph.direction
-    if abs(ux - vx) > _SAME_DIRECTION or abs(uy - vy) > _SAME_DIRECTION:
-        return False
-    dx, dy = glyph.origin[0] - first.origin[0], glyph.origin[1] - first.origin[1]
-    return abs(ux * dy - uy * dx) <= SAME_BASELINE
+    return abs(ux - vx) <= _SAME_DIRECTION and abs(uy - vy) <= _SAME_DIRECTION
+
+
+def _across(first: PlacedGlyph, point: Point) -> float:
+    """How far `point` lies from the baseline of `first`, across it (positive: above)."""
+    (ux, uy), (dx, dy) = first.direction, (point[0] - first.origin[0], point[1] - first.origin[1])
+    return ux * dy - uy * dx
 
 
 GlyphKey = tuple[int, int]  # (id of the Show, index of the glyph in it)

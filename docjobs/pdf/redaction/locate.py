@@ -12,6 +12,13 @@ value written as two text objects, or as a kerned TJ array, reads as one word; a
 its letters. Patterns are also run on the line with its whitespace squeezed out, so a gap that looks like
 a space to this reader cannot hide a number. Text given only as /ActualText of marked content is matched
 as well; its region is the box of the glyphs it stands for.
+
+Each region comes with its core, where the removal looks for glyphs: the middle CORE_SHARE of every matched
+glyph's height (across its line), padded along the line only. A glyph box (a font's whole ascent to descent)
+is taller than the line pitch of tightly set text, so the full region reaches into the lines above and below;
+aimed at it, the removal would take their glyphs too. The core still lies within every matched glyph's box, so
+each is removed; the full region is what is drawn, what image pixels are painted in (a scan shows the word
+there) and what the gate checks.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from docjobs.pdf.redaction.regions import PageRegions, Rect
 PAD = 1.0  # points added around a matched run: anti-aliasing and rounding must not leave a sliver
 SPACE_GAP = 0.15  # a gap wider than this many ems between glyphs on a line reads as a space
 SAME_LINE = 0.5  # baselines closer than this many ems are one line
+CORE_SHARE = 0.2  # the middle share of a glyph's height (across its line) where the removal looks for it
 
 Matrix = tuple[float, float, float, float, float, float]
 
@@ -46,6 +54,7 @@ Matrix = tuple[float, float, float, float, float, float]
 @dataclass(frozen=True)
 class Located:
     regions: PageRegions
+    cores: PageRegions  # for each region (same order), where the removal looks for glyphs
     counts: dict[int, dict[str, int]]  # page -> pattern name -> matches
     values: frozenset[str]  # the matched strings: kept in memory for the gate, never recorded
 
@@ -54,6 +63,7 @@ class Located:
 class _Glyph:
     text: str
     box: Rect  # default user space
+    core: Rect  # the middle of the box across the line, padded along it
     along: float  # position along the line direction
     across: float  # baseline position across it
     em: float
@@ -71,6 +81,7 @@ class _Marked:
 def locate(pdf_path: Path, patterns: list[NamedPattern]) -> Located:
     """Find every match of `patterns` in the page text and /ActualText of the PDF at `pdf_path`."""
     regions: PageRegions = {}
+    cores: PageRegions = {}
     counts: dict[int, dict[str, int]] = {}
     values: set[str] = set()
     with pdf_path.open("rb") as stream:
@@ -82,24 +93,25 @@ def locate(pdf_path: Path, patterns: list[NamedPattern]) -> Located:
             layout: LTPage = device.get_result()
             to_user = _inverse(device.page_ctm)
             page_counts: dict[str, int] = defaultdict(int)
-            page_rects: list[Rect] = []
+            page_glyphs: list[list[_Glyph]] = []
             for line in _lines(_glyphs(layout, to_user)):
                 for match in find_matches_loose(line.text, patterns):
                     page_counts[match.pattern] += 1
                     values.add(line.text[match.start : match.end])
-                    page_rects.append(_union(line.glyphs[i].box for i in range(match.start, match.end)))
+                    page_glyphs.append(line.glyphs[match.start : match.end])
             for marked in device.marked:
                 found = find_matches_loose(marked.actual_text, patterns)
                 for match in found:
                     page_counts[match.pattern] += 1
                     values.add(marked.actual_text[match.start : match.end])
                 if found and marked.glyphs:
-                    page_rects.append(_union(_box(glyph, to_user) for glyph in marked.glyphs))
+                    page_glyphs.append(_glyphs_of(marked.glyphs, to_user))
             if page_counts:
                 counts[number] = dict(page_counts)
-            if page_rects:
-                regions[number] = [rect.padded(PAD) for rect in page_rects]
-    return Located(regions=regions, counts=counts, values=frozenset(values))
+            if page_glyphs:
+                regions[number] = [_union(glyph.box for glyph in glyphs).padded(PAD) for glyphs in page_glyphs]
+                cores[number] = [_union(glyph.core for glyph in glyphs) for glyphs in page_glyphs]
+    return Located(regions=regions, cores=cores, counts=counts, values=frozenset(values))
 
 
 def pages_with_glyphs_in(pdf_path: Path, regions: PageRegions) -> list[int]:
@@ -131,8 +143,12 @@ class _Line:
 
 
 def _glyphs(layout: LTPage, to_user: Matrix) -> list[_Glyph]:
+    return _glyphs_of(_chars(layout), to_user)
+
+
+def _glyphs_of(chars: Iterable[LTChar], to_user: Matrix) -> list[_Glyph]:
     glyphs = []
-    for char in _chars(layout):
+    for char in chars:
         text = unicodedata.normalize("NFKC", char.get_text())
         if text.startswith("(cid:"):
             text = "\ufffd"  # a glyph without a known character still takes one place in the line
@@ -143,17 +159,31 @@ def _glyphs(layout: LTPage, to_user: Matrix) -> list[_Glyph]:
         dx, dy = dx / norm, dy / norm
         box = _box(char, to_user)
         along = min(x * dx + y * dy for x in (box.x0, box.x1) for y in (box.y0, box.y1))
+        direction = (round(dx, 2), round(dy, 2))
         glyphs.append(
             _Glyph(
                 text=text,
                 box=box,
+                core=_core(box, direction),
                 along=along,
                 across=oy * dx - ox * dy,
                 em=_extent(box, (-dy, dx)) or 1.0,
-                direction=(round(dx, 2), round(dy, 2)),
+                direction=direction,
             )
         )
     return glyphs
+
+
+def _core(box: Rect, direction: tuple[float, float]) -> Rect:
+    """The middle CORE_SHARE of a glyph box across its line, padded by PAD along it (a line at an angle other
+    than a quarter turn, or a box without height: the padded box)."""
+    if direction in ((1.0, 0.0), (-1.0, 0.0)):
+        middle, half = (box.y0 + box.y1) / 2, CORE_SHARE * (box.y1 - box.y0) / 2 or PAD
+        return Rect(box.x0 - PAD, middle - half, box.x1 + PAD, middle + half)
+    if direction in ((0.0, 1.0), (0.0, -1.0)):
+        middle, half = (box.x0 + box.x1) / 2, CORE_SHARE * (box.x1 - box.x0) / 2 or PAD
+        return Rect(middle - half, box.y0 - PAD, middle + half, box.y1 + PAD)
+    return box.padded(PAD)
 
 
 def _lines(glyphs: list[_Glyph]) -> list[_Line]:

@@ -35,7 +35,7 @@ from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, sensi
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.redaction.scrub import scrub_document
 from docjobs.pdf.redaction.subset import scrub_fonts
-from docjobs.pdf.watermark import open_states
+from docjobs.pdf.watermark import wrap_content
 
 BOX_COLOR = "0 g"  # opaque black
 
@@ -69,10 +69,12 @@ def redact_pdf(
             locate(src, [*patterns, value_pattern(located.values)]), counts=located.counts, values=located.values
         )
     regions = _merge_regions(located.regions, policy.regions, page_count)
+    aims = _merge_regions(located.cores, policy.regions, page_count)  # where glyphs are removed: see locate
     layouts = {page: layout for page, found in located.regions.items() if (layout := _mask_layout(policy, found))}
     with tempfile.TemporaryDirectory(dir=workdir, prefix="redact-") as tmp:
         boxed = Path(tmp) / "boxed.pdf"
-        removal = _remove(src, boxed, regions, layouts, patterns, located.values, {}, on_page, budgets)
+        targets = _Targets(regions, aims, layouts)
+        removal = _remove(src, boxed, targets, patterns, located.values, {}, on_page, budgets)
         _render(boxed, dst, removal.fallback, policy.fallback_dpi, Path(tmp), budgets)
         gate = check_redaction(dst, located.values, patterns, removal.drawn)
         moved = _moved_pages(src, dst, regions, set(removal.fallback), removal.reset)
@@ -81,7 +83,7 @@ def redact_pdf(
             # the whole result is checked again.
             retry = _burnable_residue(gate, dst, boxed, removal.drawn, patterns, located.values, set(removal.fallback))
             retry.update((page, "text_moved") for page in moved if page not in retry)
-            removal = _remove(src, boxed, regions, layouts, patterns, located.values, retry, on_page, budgets)
+            removal = _remove(src, boxed, targets, patterns, located.values, retry, on_page, budgets)
             _render(boxed, dst, removal.fallback, policy.fallback_dpi, Path(tmp), budgets)
             gate = check_redaction(dst, located.values, patterns, removal.drawn)
             if not gate.clean:
@@ -116,6 +118,16 @@ class _Removal:
     fonts_resubset: int
 
 
+@dataclass(frozen=True)
+class _Targets:
+    """Per page: the regions (drawn, their annotations and image pixels removed), where glyphs are removed in
+    each (same order: a match's core, an explicit region itself) and the lines to re-set."""
+
+    regions: PageRegions
+    aims: PageRegions
+    layouts: dict[int, MaskLayout]
+
+
 @dataclass
 class _Rewrite:
     """What the page rewrites of one pass leave for the steps after them."""
@@ -128,8 +140,7 @@ class _Rewrite:
 def _remove(
     src: Path,
     boxed: Path,
-    regions: PageRegions,
-    layouts: dict[int, MaskLayout],
+    targets: _Targets,
     patterns: list[NamedPattern],
     values: frozenset[str],
     burn: dict[int, str],
@@ -144,9 +155,8 @@ def _remove(
         fallback = dict(burn)
         rewrite = _Rewrite()
         for number, page in enumerate(pdf.pages, start=1):
-            rects = regions.get(number, [])
-            if rects:
-                pages.append(_redact_page(pdf, number, page, rects, fallback, budgets, layouts.get(number), rewrite))
+            if number in targets.regions:
+                pages.append(_redact_page(pdf, number, page, targets, fallback, budgets, rewrite))
             if on_page is not None:
                 on_page(number, info.page_count)
         fonts = scrub_fonts(pdf, rewrite.fonts_touched, budgets=budgets)
@@ -297,21 +307,22 @@ def _redact_page(
     pdf: pikepdf.Pdf,
     number: int,
     page: pikepdf.Page,
-    rects: list[Rect],
+    targets: _Targets,
     unsafe: dict[int, str],
     budgets: Budgets,
-    layout: MaskLayout | None,
     rewrite: _Rewrite,
 ) -> PageRedaction:
-    """Remove what lies under `rects` from the page, unless it is in `unsafe` (to be burned in: its content
-    stays as it was, its lines are not re-set), where a page that cannot be rewritten safely is added with
-    its reason."""
+    """Remove what lies under the page's targets from it, unless it is in `unsafe` (to be burned in: its
+    content stays as it was, its lines are not re-set), where a page that cannot be rewritten safely is added
+    with its reason."""
     glyphs = images = 0
+    rects, aims = targets.regions[number], targets.aims[number]
     boxes = rects
     lines: tuple[ResetLine, ...] = ()
     if number not in unsafe:
         try:
-            removal = remove_content(pdf, number, rects, budgets=budgets, layout=layout)
+            layout = targets.layouts.get(number)
+            removal = remove_content(pdf, number, rects, aims=aims, budgets=budgets, layout=layout)
             glyphs, images, lines = removal.glyphs_removed, removal.images_redacted, removal.lines
             rewrite.fonts_touched |= removal.fonts_touched
             # A matched span's own box is as wide as what it hid: on a re-set line its mask replaces it.
@@ -390,12 +401,12 @@ def _prune_fields(
 
 
 def _draw_boxes(pdf: pikepdf.Pdf, page: pikepdf.Page, rects: list[Rect], budgets: Budgets) -> None:
-    """Opaque boxes over the regions, drawn last and in default user space (every state the page left
-    pushed is popped first), so they show where content was removed."""
-    pops = b"Q\n" * open_states(page, budgets)
+    """Opaque boxes over the regions, drawn last and in default user space (the page's content wrapped in
+    states of its own, see `wrap_content`), so they show where content was removed, and cover it on a page
+    burned in."""
+    closing = wrap_content(pdf, page, budgets)
     boxes = " ".join(f"{r.x0:.3f} {r.y0:.3f} {r.x1 - r.x0:.3f} {r.y1 - r.y0:.3f} re" for r in rects)
-    page.contents_add(pdf.make_stream(b"q\n"), prepend=True)
-    page.contents_add(pdf.make_stream(b"\n" + pops + f"q {BOX_COLOR} {boxes} f Q\n".encode()))
+    page.contents_add(pdf.make_stream(closing + f"q {BOX_COLOR} {boxes} f Q\n".encode()))
 
 
 def _burn_in(boxed: Path, dst: Path, numbers: list[int], dpi: int, tmp: Path, budgets: Budgets) -> None:

@@ -9,12 +9,12 @@ of the removed ones remains; layout tables dropped), the width, ToUnicode, Diffe
 every other code are dropped, and the subset tag is derived from what is kept.
 
 Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
-to glyphs through the program's own (3,0) or (1,0) cmap) and of Type0 fonts with Identity-H over a
-CIDFontType2 (CIDToGIDMap Identity or a stream). Any other embedded program that lost glyphs (Type1, bare
-CFF), one whose drawn codes cannot all be read or mapped to glyphs, and one the form's default resources
-(/AcroForm /DR) offer for new field values cannot be re-subset safely: the pages that draw it are returned for
-the raster fallback (reason `font_not_resubset`), after which nothing references it. A font without an
-embedded program only loses the entries.
+to glyphs as viewers map them: see `_code_cmap`) and of Type0 fonts with Identity-H over a
+CIDFontType2 (CIDToGIDMap Identity or a stream; its program may lack a cmap). Any other embedded program that
+lost glyphs (Type1, bare CFF), one whose drawn codes cannot all be read or mapped to glyphs, and one the form's
+default resources (/AcroForm /DR) offer for new field values cannot be re-subset safely: the pages that draw it
+are returned for the raster fallback (reason `font_not_resubset`), after which nothing references it. A font
+without an embedded program only loses the entries.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from struct import error as struct_error
 
 import pikepdf
 from fontTools import subset as ftsubset
-from fontTools.ttLib import TTFont, TTLibError
+from fontTools.ttLib import TTFont, TTLibError, newTable
 from pdfminer.cmapdb import CMapParser, FileUnicodeMap
+from pdfminer.encodingdb import EncodingDB
+from pdfminer.psparser import LIT
 from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, decoded_size
@@ -179,7 +181,7 @@ def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], b
     if embedded is not None:
         descriptor, program = embedded
         ttf = _truetype(program)
-        cmap = _code_cmap(ttf)
+        cmap = _code_cmap(ttf, font)
         try:
             kept = {cmap[code] if code in cmap else cmap[0xF000 + code] for code in codes}
         except KeyError:
@@ -278,15 +280,49 @@ def _truetype(program: pikepdf.Stream) -> TTFont:
     return ttf
 
 
-def _code_cmap(ttf: TTFont) -> dict[int, str]:
-    """Byte code -> glyph name through the program's (3,0) or (1,0) cmap, as viewers read a simple TrueType."""
+def _code_cmap(ttf: TTFont, font: pikepdf.Dictionary) -> dict[int, str]:
+    """Byte code -> glyph name as viewers read a simple TrueType (ISO 32000-2, 9.6.5.4): a font with a named
+    encoding or the Nonsymbolic flag through its encoding's Unicode and the program's (3,1) cmap when it has one,
+    else through the program's (3,0) or (1,0) cmap. Read through the (1,0) cmap instead, a WinAnsi code such as
+    the right quote would keep another glyph (MacRoman's), and one MacRoman lacks no glyph at all."""
     if "cmap" not in ttf:
         raise _NotSafe
+    unicode_table = ttf["cmap"].getcmap(3, 1)
+    if unicode_table is not None and _nonsymbolic(font):
+        glyphs: dict[int, str] = unicode_table.cmap
+        return {code: glyphs[ord(text)] for code, text in _unicode_encoding(font).items() if ord(text) in glyphs}
     for platform, encoding in ((3, 0), (1, 0)):
         table = ttf["cmap"].getcmap(platform, encoding)
         if table is not None:
             return dict(table.cmap)
-    raise _NotSafe  # codes would reach glyphs through names and Unicode: not re-subset here
+    raise _NotSafe  # a symbolic font without a (3,0) or (1,0) cmap
+
+
+_NAMED_ENCODINGS = (Name.WinAnsiEncoding, Name.MacRomanEncoding)
+_NONSYMBOLIC_FLAG = 1 << 5
+
+
+def _nonsymbolic(font: pikepdf.Dictionary) -> bool:
+    encoding = font.get(Name.Encoding)
+    base = encoding.get(Name.BaseEncoding) if isinstance(encoding, pikepdf.Dictionary) else encoding
+    descriptor = font.get(Name.FontDescriptor)
+    flags = descriptor.get(Name.Flags, 0) if isinstance(descriptor, pikepdf.Dictionary) else 0
+    return base in _NAMED_ENCODINGS or bool(int(flags) & _NONSYMBOLIC_FLAG)
+
+
+def _unicode_encoding(font: pikepdf.Dictionary) -> dict[int, str]:
+    """Code -> the one character its glyph name stands for: the base encoding (Standard by default) with the
+    /Differences applied (a name without a Unicode value maps nothing)."""
+    encoding = font.get(Name.Encoding)
+    base = encoding.get(Name.BaseEncoding) if isinstance(encoding, pikepdf.Dictionary) else encoding
+    differences = encoding.get(Name.Differences) if isinstance(encoding, pikepdf.Dictionary) else None
+    items = [
+        int(item) if isinstance(item, int) else LIT(str(item)[1:])
+        for item in (differences if isinstance(differences, pikepdf.Array) else ())
+        if isinstance(item, (int, pikepdf.Name))
+    ]
+    name = str(base)[1:] if base in _NAMED_ENCODINGS else "StandardEncoding"
+    return {code: text for code, text in EncodingDB.get_encoding(name, items).items() if len(text) == 1}
 
 
 def _subset(ttf: TTFont, glyphs: set[str]) -> bytes:
@@ -298,9 +334,16 @@ def _subset(ttf: TTFont, glyphs: set[str]) -> bytes:
     options.name_IDs = ["*"]
     options.drop_tables += ["GSUB", "GPOS", "GDEF", "kern", "JSTF", "MATH", "BASE"]
     subsetter = ftsubset.Subsetter(options)
+    without_cmap = "cmap" not in ttf  # a CIDFontType2 program needs none (its CIDToGIDMap finds glyphs)
+    if without_cmap:  # the subsetter does
+        cmap = newTable("cmap")
+        cmap.tableVersion, cmap.tables = 0, []
+        ttf["cmap"] = cmap
     try:
         subsetter.populate(glyphs=sorted({".notdef"} & set(ttf.getGlyphOrder()) | glyphs))
         subsetter.subset(ttf)
+        if without_cmap and "OS/2" in ttf:  # the producer's character range: no cmap for the subsetter to renew it
+            ttf["OS/2"].usFirstCharIndex = ttf["OS/2"].usLastCharIndex = 0
         data = io.BytesIO()
         ttf.save(data)
     except (TTLibError, AssertionError, KeyError, ValueError, struct_error):
