@@ -67,9 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     for group in COMMAND_GROUPS:
         group.add_commands(commands)
-    for sub in commands.choices.values():  # `--json` is accepted after the command too
-        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    accept_json_after_commands(parser)
     return parser
+
+
+def accept_json_after_commands(parser: argparse.ArgumentParser) -> None:
+    """`--json` is accepted after a command and a subcommand too (`deploy status --json`), not only first."""
+    for action in parser._actions:  # argparse lists subcommands nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+                accept_json_after_commands(sub)
 
 
 SERVERS = {"server", "serve", "codec-server"}

@@ -154,3 +154,19 @@ def test_the_cli_tenant_is_reserved_and_keys_follow_the_api_rule(tmp_path: Path)
     for key in (".", "..", "a/b", "cancel", ""):
         code, bad, _ = run_starter(offline, "submit", str(sample), "--key", key)
         assert (code, bad["error"]) == (2, "idempotency.invalid"), key
+
+
+def test_json_is_accepted_after_a_command_and_a_subcommand(tmp_path: Path) -> None:
+    """`--json` may come last, after `deploy status` or `tenant add` as after `status`: the same one JSON line."""
+    offline = Env({"DOCJOBS_DATA_DIR": str(tmp_path), "DOCJOBS_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"})
+    for args, error in ((("deploy", "status"), "deploy.no_deployment"), (("tenant", "add", "default"), "config")):
+        done = subprocess.run(
+            [sys.executable, str(REPO / "starter.py"), *args, "--json"],
+            cwd=REPO,
+            env=offline.process_env(DOCJOBS_DEPLOYMENT=""),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, (args, done.stderr)
+        assert json.loads(done.stdout.strip().splitlines()[-1])["error"] == error, args

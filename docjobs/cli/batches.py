@@ -148,5 +148,4 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     cancel = actions.add_parser("cancel", help="cancel the running jobs and start no more")
     for parser, handler in ((status, cmd_batch_status), (wait, cmd_batch_wait), (cancel, cmd_batch_cancel)):
         parser.add_argument("batch_id")
-        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
         parser.set_defaults(handler=handler)
