@@ -12,14 +12,15 @@ from pathlib import Path
 from docjobs.sweep import sweep_stale
 from docjobs.temporal.client import connect
 from tests.conftest import Env
-from worker import serving, sweep_leftovers
+from worker import WRAP_UP_SLOTS, serving, sweep_leftovers
 
 DAY = 24 * 3600
 
 
 async def test_each_queue_has_threads_of_its_own_as_many_as_its_slots(env: Env) -> None:
-    """An accepted stage never waits for a thread (its lease running out meanwhile), and OCR cannot take
-    the threads of render, sign or verify."""
+    """An accepted stage never waits for a thread (its lease running out meanwhile), OCR cannot take the
+    threads of render, sign or verify, and the wrap-up's local activities have threads of their own on the
+    queue that runs the workflow."""
     settings = env.settings(
         DOCJOBS_TASK_QUEUE="docjobs-threads", DOCJOBS_ACTIVITY_THREADS="3", DOCJOBS_OCR_ACTIVITY_THREADS="1"
     )
@@ -27,10 +28,12 @@ async def test_each_queue_has_threads_of_its_own_as_many_as_its_slots(env: Env) 
     async with serving(client, settings) as workers:
         configs = {worker.task_queue: worker.config() for worker in workers}
     general, ocr = configs["docjobs-threads"], configs["docjobs-threads-ocr"]
-    for config, slots in ((general, 3), (ocr, 1)):
+    for config, slots, local_slots in ((general, 3, WRAP_UP_SLOTS), (ocr, 1, 0)):
         executor = config["activity_executor"]
         assert isinstance(executor, ThreadPoolExecutor)
-        assert config["max_concurrent_activities"] == slots == executor._max_workers
+        assert config["max_concurrent_activities"] == slots
+        assert (config.get("max_concurrent_local_activities") or 0) == local_slots
+        assert executor._max_workers == slots + local_slots
     assert general["activity_executor"] is not ocr["activity_executor"]
 
 
