@@ -146,6 +146,22 @@ def _set_retention(settings: TemporalSettings) -> None:
     raise ConfigError(f"could not set the retention of namespace {settings.namespace!r}")
 
 
+def _exited(pid: int) -> bool:
+    """Whether the server process has ended. When this process started it (a test session, say), the ended
+    server stays a zombie that `kill(pid, 0)` still finds until it is reaped, so it is reaped here."""
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child: init reaps it
+        reaped = 0
+    if reaped == pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def stop_dev_server(settings: TemporalSettings, timeout: float = 15.0) -> bool:
     """Stop the dev server started for this data dir; True if one was running."""
     pid = _read_pid(settings)
@@ -154,9 +170,7 @@ def stop_dev_server(settings: TemporalSettings, timeout: float = 15.0) -> bool:
     os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _exited(pid):
             break
         time.sleep(0.2)
     else:
