@@ -39,7 +39,12 @@ QUEUE_READ_LIMITS = tuple(
     for queue in ("transfer", "timer", "visibility")
     for scope in ("", "Host")
 )
-DYNAMIC_CONFIG = EAGER_ACTIVITIES + QUEUE_READ_LIMITS
+# A deleted closed run (`temporal workflow delete`; README, Retention) is removed only once the transfer and
+# visibility queues have acknowledged its close, and they record their progress every 30 s by default, so the
+# deletion (and the key's reuse) waited up to half a minute. Recording it every second costs nothing measurable
+# (an idle server used about 0.3 % of a core with or without it).
+QUEUE_ACK_INTERVALS = tuple(f'history.{queue}ProcessorUpdateAckInterval="1s"' for queue in ("transfer", "visibility"))
+DYNAMIC_CONFIG = EAGER_ACTIVITIES + QUEUE_READ_LIMITS + QUEUE_ACK_INTERVALS
 
 
 @dataclass(frozen=True)
