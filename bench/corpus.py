@@ -190,20 +190,19 @@ def report(samples: list[Sample]) -> None:
     reasons = sum((burned_in(s.redacted) for s in done), Counter[str]())
     print(f"| pages burned in (raster fallback), by reason | {dict(sorted(reasons.items())) or 'none'} |")
     print(f"| leaks (pdftotext or pypdf still find the word in a released file) | {sum(s.leaked for s in done)} |")
-    burning = [s for s in done if burned_in(s.redacted)]
-    if burning:
+    burning = [(s, str(dict(sorted(burned_in(s.redacted).items())))) for s in done if burned_in(s.redacted)]
+    print_files("pages burned in", "by reason", burning)
+    print_files("redaction not finished", "outcome", [(s, outcome(s.redacted)) for s in redaction_ran if s not in done])
+
+
+def print_files(title: str, column: str, rows: list[tuple[Sample, str]]) -> None:
+    """A table of the files in `rows` (name, package, what `column` says of each), if there are any."""
+    if rows:
         print()
-        print("| pages burned in | package | by reason |")
+        print(f"| {title} | package | {column} |")
         print("|---|---|---|")
-        for s in burning:
-            print(f"| {s.path.name} | {s.package} | {dict(sorted(burned_in(s.redacted).items()))} |")
-    failed = [s for s in redaction_ran if s not in done]
-    if failed:
-        print()
-        print("| redaction not finished | package | outcome |")
-        print("|---|---|---|")
-        for s in failed:
-            print(f"| {s.path.name} | {s.package} | {outcome(s.redacted)} |")
+        for sample, said in rows:
+            print(f"| {sample.path.name} | {sample.package} | {said} |")
 
 
 async def run(samples: list[Sample], folder: Path, at_once: int) -> None:
