@@ -41,7 +41,7 @@ from docjobs.pdf.redaction.layout import (
     reset_lines,
 )
 from docjobs.pdf.redaction.regions import Rect, UnsafePage
-from docjobs.pdf.redaction.resources import Instruction, MarkedContent, ResourceScope
+from docjobs.pdf.redaction.resources import Instruction, MarkedContent, ResourceScope, inherited_resources
 from docjobs.pdf.redaction.stream import make_instruction, matrix_of, matrix_operand, numbers, parse_instructions
 
 _ZERO_WIDTH_BOX = 0.01  # em: a glyph without advance still gets a box, so it cannot hide under a region
@@ -77,7 +77,7 @@ def remove_content(
     saved = {key: page.obj.get(key) for key in (Name.Contents, Name.Resources)}
     walker = _Walker(pdf, regions, regions if aims is None else aims, budgets, layout)
     try:
-        scope = ResourceScope(page.obj, _inherited_resources(page.obj))
+        scope = ResourceScope(page.obj, inherited_resources(page.obj))
         rewritten = walker.rewrite(
             parse_instructions(page, walker.operators), scope, _GraphicsState(ctm=IDENTITY), base_depth=0
         )
@@ -547,15 +547,3 @@ def _removed_displacement(width: float | None, is_space: bool, state: _GraphicsS
 
 def _object_id(font: pikepdf.Object | None) -> tuple[int, int] | None:
     return font.objgen if isinstance(font, pikepdf.Dictionary) and font.is_indirect else None
-
-
-def _inherited_resources(page: pikepdf.Dictionary) -> pikepdf.Object | None:
-    """/Resources of the page, or of the nearest /Pages ancestor that carries it."""
-    node: pikepdf.Object | None = page
-    for _ in range(64):  # a bounded walk: a /Parent loop must not hang
-        if not isinstance(node, pikepdf.Dictionary):
-            return None
-        if Name.Resources in node:
-            return node[Name.Resources]
-        node = node.get(Name.Parent)
-    return None

@@ -116,3 +116,15 @@ def _without_alternatives(properties: pikepdf.Dictionary) -> pikepdf.Dictionary 
     if not any(key in properties for key in TEXT_ALTERNATIVES):
         return None
     return pikepdf.Dictionary({key: value for key, value in properties.items() if Name(key) not in TEXT_ALTERNATIVES})
+
+
+def inherited_resources(page: pikepdf.Dictionary) -> pikepdf.Object | None:
+    """/Resources of the page, or of the nearest /Pages ancestor that carries it."""
+    node: pikepdf.Object | None = page
+    for _ in range(64):  # a bounded walk: a /Parent loop must not hang
+        if not isinstance(node, pikepdf.Dictionary):
+            return None
+        if Name.Resources in node:
+            return node[Name.Resources]
+        node = node.get(Name.Parent)
+    return None

@@ -36,6 +36,7 @@ from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, decoded_size
 from docjobs.pdf.redaction.fonts import font_model
+from docjobs.pdf.redaction.resources import inherited_resources
 
 FALLBACK_REASON = "font_not_resubset"
 _SHOWS = ("Tj", "TJ", "'", '"')
@@ -85,7 +86,7 @@ class _Usage:
         operators = OperatorBudget(self.budgets)
         for number, page in enumerate(pdf.pages, start=1):
             seen: set[tuple[FontId, FontId | None]] = set()
-            self._walk(page.obj, _resources(page.obj), None, number, operators, seen, 0)
+            self._walk(page.obj, inherited_resources(page.obj), None, number, operators, seen, 0)
             for appearance in _appearances(page.obj):
                 self._walk(appearance, appearance.get(Name.Resources), None, number, operators, seen, 1)
 
@@ -458,17 +459,6 @@ def _form_defaults(pdf: pikepdf.Pdf, touched: set[FontId]) -> set[FontId]:
     if not isinstance(fonts, pikepdf.Dictionary):
         return set()
     return {key for _, font in fonts.items() if (key := _id(font)) in touched}
-
-
-def _resources(page: pikepdf.Dictionary) -> pikepdf.Object | None:
-    node: pikepdf.Object | None = page
-    for _ in range(64):
-        if not isinstance(node, pikepdf.Dictionary):
-            return None
-        if Name.Resources in node:
-            return node[Name.Resources]
-        node = node.get(Name.Parent)
-    return None
 
 
 def _appearances(page: pikepdf.Dictionary) -> Iterator[pikepdf.Stream]:
