@@ -47,6 +47,7 @@ from docjobs.models import (
     JobOverrides,
     JobRequest,
     JobStatus,
+    NotifyInput,
     Policy,
     SourceRef,
     TransitionRecord,
@@ -59,7 +60,7 @@ from docjobs.temporal import visibility
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
-from docjobs.temporal.history import add_released, describe_event
+from docjobs.temporal.history import add_from_history, describe_event
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import TRACE_ID_MEMO, client_interceptors, configure_tracing, current_trace_id
 from docjobs.temporal.visibility import closed_outside, status_from_visibility
@@ -324,30 +325,41 @@ class JobClient:
     async def _status(
         self, handle: WorkflowHandle[DocumentJobWorkflow, JobStatus], description: WorkflowExecutionDescription
     ) -> JobStatus:
+        """A running job answers the status query (or, with no worker to answer, is read from its history); a
+        closed one is read from history only: its result, or, for a run Temporal closed outside the workflow's
+        own logic (an operator's terminate, the backstop timeout), its events. A query on a closed run would make
+        a worker replay it, and a worker that still holds the run's last workflow task (a local activity in
+        flight when the run timed out) can fail that replay."""
         execution = description.status
-        job_id = handle.id
         if execution is WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
-        memo = await description.memo_value("request", default=None)  # None: a public input not resolved yet
-        # Running, or ended outside the workflow's own logic (an operator's terminate, the grace timeout).
-        try:
-            status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
-        except RPCError:  # no worker to answer: fall back to what visibility knows
-            status = status_from_visibility(job_id, memo, description)
-            if status.state is JobState.SUCCEEDED:  # decided, still wrapping up: what it released is in history
-                await add_released(status, handle.fetch_history_events(), self.client.data_converter)
         if execution is WorkflowExecutionStatus.RUNNING:
+            try:
+                status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+            except RPCError:  # no worker to answer: what visibility and history know
+                status, _ = await self._from_history(handle, description)
             await self._add_live_attempts(status, description.raw_description)
             return status
+        status, decided = await self._from_history(handle, description)
         ended_at = description.close_time or datetime.now(UTC)
-        ending = closed_outside(execution, deadline_passed=ended_at >= status.deadline_at)
-        status.failure_code = ending.failure_code
-        status.failure_message = FAILURE_CODES[ending.failure_code][1] if ending.failure_code else None
-        status.cancel_reason = ending.cancel_reason
-        if status.transitions:
+        if decided is not None:  # it had decided and was telling the tenant when Temporal closed it
+            status.state, code, status.cancel_reason = decided.state, decided.failure_code, decided.cancel_reason
+        else:
+            ending = closed_outside(execution, deadline_passed=ended_at >= status.deadline_at)
+            status.state, code, status.cancel_reason = ending.state, ending.failure_code, ending.cancel_reason
             status.transitions.append(TransitionRecord(state=ending.state, stage=status.stage, at=ended_at))
-        status.state = ending.state
+        status.failure_code = code
+        status.failure_message = FAILURE_CODES[code][1] if code in FAILURE_CODES else None
         return status
+
+    async def _from_history(
+        self, handle: WorkflowHandle[DocumentJobWorkflow, JobStatus], description: WorkflowExecutionDescription
+    ) -> tuple[JobStatus, NotifyInput | None]:
+        """The status rebuilt without a worker: the request memo and search attributes, then the run's events."""
+        memo = await description.memo_value("request", default=None)  # None: a public input not resolved yet
+        status = status_from_visibility(handle.id, memo, description)
+        decided = await add_from_history(status, handle.fetch_history_events(), self.client.data_converter)
+        return status, decided
 
     async def ended(self, job_id: str) -> JobStatus:
         """The job's final status, once it has ended (waits for it: a long poll on its history)."""
