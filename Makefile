@@ -65,6 +65,7 @@ lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 # The whole suite (what CI runs): unit, workflow (dev server, activity doubles) and e2e (real workers, children).
 test: lint
