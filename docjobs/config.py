@@ -210,6 +210,11 @@ class Settings:
         return self.ocr_task_queue_override or f"{self.task_queue}-ocr"
 
     @property
+    def notify_task_queue(self) -> str:
+        """`notify` has its own queue (and threads), so a slow callback never holds a stage's slot."""
+        return f"{self.task_queue}-notify"
+
+    @property
     def work_dir(self) -> Path:
         """Where stage attempts keep their files while they run (removed after; swept after a crash)."""
         return self.data_dir / "work"
