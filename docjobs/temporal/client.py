@@ -291,6 +291,16 @@ class JobClient:
             return False
         return True
 
+    async def exists(self, job_id: str) -> bool:
+        """Whether a workflow of this ID exists (running or closed within retention)."""
+        try:
+            await self.handle(job_id).describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
+
     async def accepted_as(self, job_id: str) -> tuple[str, str] | None:
         """(input sha256, policy version) the job was accepted with, from its start memo; None when it has none
         docjobs can read (a job a foreign client started, or refused)."""
@@ -378,6 +388,7 @@ class JobClient:
                     }
 
     list_jobs = _on_own_client(visibility.list_jobs)  # jobs through Temporal visibility, filtered
+    count_running = _on_own_client(visibility.count_running)  # a tenant's running jobs, counted by visibility
 
     async def note_wait_ended(self, job_id: str, end: str) -> None:
         """Record in the job's history that a caller stopped waiting (`end`: budget or timeout), so the timeline
