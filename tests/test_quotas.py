@@ -115,7 +115,8 @@ async def test_running_jobs_limit_is_per_tenant_and_frees_up(
     quota: QuotaApi, client: httpx.AsyncClient, held: HeldQueue, tmp_path: Path
 ) -> None:
     single, other = tenant(quota, "single"), tenant(quota, "other")
-    first = await client.post("/v1/jobs", content=pdf_bytes(tmp_path, "one"), headers=quota.auth("single"))
+    first_body = pdf_bytes(tmp_path, "one")
+    first = await client.post("/v1/jobs", content=first_body, headers=quota.auth("single"))
     assert first.status_code == 202, first.text
     quota.started.append(first_id := first.json()["job_id"])
     await asyncio.to_thread(held.hold(first_id).wait, "held")  # running: its render holds
@@ -131,6 +132,8 @@ async def test_running_jobs_limit_is_per_tenant_and_frees_up(
     )
     assert_quota(batch, "running_jobs")
     assert not await exists(quota.jobs, f"{single}/batch-b1")
+    repeat = await client.post("/v1/jobs", content=first_body, headers=quota.auth("single"))
+    assert (repeat.status_code, repeat.json()["job_id"]) == (200, first_id)  # a repeat is no new job: answered
 
     elsewhere = await client.post("/v1/jobs", content=pdf_bytes(tmp_path, "two"), headers=quota.auth("other"))
     assert elsewhere.status_code == 202, elsewhere.text  # another tenant's share is its own

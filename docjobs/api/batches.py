@@ -37,7 +37,7 @@ from docjobs.quotas import (
     batch_bytes_check,
     seconds_to_next_day,
 )
-from docjobs.temporal.batches import BatchClient, BatchNotFound
+from docjobs.temporal.batches import BatchClient, BatchNotFound, derive_batch_id
 
 MAX_UPLOAD_FILES = 100  # per multipart batch; larger batches name stored sources
 MAX_STORED_SOURCES = 10_000
@@ -236,7 +236,7 @@ async def submit_batch(
     batches = BatchClient(context.jobs)
     content_type = request.headers.get("content-type", "").lower()
     uploaded = content_type.startswith("multipart/form-data")
-    limits = await context.admit(name, takes_bytes=uploaded)  # before the body is read
+    limits = await context.admit(name, takes_bytes=uploaded)  # no byte left today: before the body is read
     concurrency = min(concurrency, limits.max_running_jobs)
     charged = 0
     if content_type.startswith("application/json"):
@@ -252,6 +252,8 @@ async def submit_batch(
         except DocJobError as error:
             raise ApiError(422, error.code, error.message) from None
         batch_bytes_check(sum(source.size for source in {s.sha256: s for s in sources}.values()), limits)
+        if not await repeat(context, name, idempotency_key):
+            await context.check_running(name, limits)
     elif uploaded:
         spool_dir = context.settings.spool_dir
         spool_dir.mkdir(parents=True, exist_ok=True)
@@ -268,9 +270,10 @@ async def submit_batch(
                 raise ApiError(413, "input.too_large", message) from None
             except ClientDisconnect:
                 raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-            size = sum(path.stat().st_size for path in paths)
-            await context.charge(name, size, limits)
-            charged = size
+            if not await repeat(context, name, idempotency_key):  # a repeat counts no bytes and no share
+                await context.check_running(name, limits)
+                charged = sum(path.stat().st_size for path in paths)
+                await context.charge(name, charged, limits)
             try:
                 sources = await accept_uploads(context, paths)
             except BaseException:
@@ -294,6 +297,11 @@ async def submit_batch(
     if submitted.created:
         return JSONResponse(body, status_code=202, headers={"Location": url})
     return JSONResponse(body, status_code=200, headers={"Content-Location": url})
+
+
+async def repeat(context: ApiContext, tenant: str, key: str | None) -> bool:
+    """Whether the request names, by its key, a batch that exists already."""
+    return key is not None and await context.jobs.exists(derive_batch_id(tenant, key, "", "")[0])
 
 
 async def owned_batch(context: ApiContext, batch_id: str, tenant: str, *, outcomes: bool) -> BatchStatus:

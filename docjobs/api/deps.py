@@ -37,15 +37,19 @@ class ApiContext:
         """The tenant's limits: its own (tenants file), else the deployment's defaults."""
         return self.tenants.limits(tenant, self.settings.tenant_limits)
 
-    async def admit(self, tenant: str, *, starts_jobs: bool = True, takes_bytes: bool = True) -> TenantLimits:
-        """Before a body is read: refuse a tenant that already has its maximum of jobs running (`starts_jobs`) or,
-        for an upload (`takes_bytes`), no byte left today (429 `tenant.quota_exceeded`); returns its limits."""
+    async def admit(self, tenant: str, *, takes_bytes: bool = True) -> TenantLimits:
+        """Before a body is read: refuse an upload (`takes_bytes`) from a tenant with no byte left today (429
+        `tenant.quota_exceeded`); returns the tenant's limits."""
         limits = self.limits(tenant)
-        if starts_jobs:
-            running_jobs_check(await self.jobs.count_running(tenant), limits)
         if takes_bytes:
             await asyncio.to_thread(self.usage.ensure_room, tenant, limits)
         return limits
+
+    async def check_running(self, tenant: str, limits: TenantLimits) -> None:
+        """Before a job or batch starts (and before anything is stored): refuse a tenant that has its maximum of
+        jobs running already (429). After the request is read and checked, so a bad request gets its own answer
+        and the check needs Temporal only for a request that would start something."""
+        running_jobs_check(await self.jobs.count_running(tenant), limits)
 
     def limits_left_today(self, tenant: str, limits: TenantLimits) -> int:
         """How many more bytes the tenant may send today."""

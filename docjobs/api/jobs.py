@@ -106,10 +106,7 @@ async def submit(
     if idempotency_key is not None and not is_valid_client_key(idempotency_key):
         raise ApiError(422, "idempotency.invalid", f"Idempotency-Key: {CLIENT_KEY_RULE}")
     limit = context.upload_limit
-    # A repeat (the job exists already) is answered as before whatever the tenant's share; anything else is
-    # refused before its body is read when the tenant is over its share.
-    keyed = idempotency_key is not None and await context.jobs.exists(derive_job_id(name, idempotency_key, "", ""))
-    limits = None if keyed else await context.admit(name)
+    limits = await context.admit(name)  # no byte left today: refused before the body is read
     spool_dir = context.settings.spool_dir
     spool_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=spool_dir, prefix="upload-") as folder:
@@ -126,11 +123,13 @@ async def submit(
                 raise ApiError(415, "input.unsupported", UNSUPPORTED_MESSAGE)
             kind = found
         chosen, overrides = effective_policy(context.policies, upload.part)
+        # A repeat (the job exists already) is answered as before whatever the tenant's share, and counts no
+        # bytes. A template job without a key has its ID only once its manifest is stored: never a repeat here.
+        known = upload.template is None or idempotency_key is not None
+        job_id = derive_job_id(name, idempotency_key, spooled.sha256, chosen.version) if known else None
         charged = 0
-        if limits is not None and (
-            upload.template is not None  # its job ID is known only once the manifest is stored
-            or not await context.jobs.exists(derive_job_id(name, idempotency_key, spooled.sha256, chosen.version))
-        ):
+        if job_id is None or not await context.jobs.exists(job_id):
+            await context.check_running(name, limits)
             await context.charge(name, spooled.size, limits)
             charged = spooled.size
         try:

@@ -60,7 +60,7 @@ async def put_template(name: str, request: Request, context: Context, tenant: Te
     if not is_valid_template_name(name):
         raise ApiError(422, "request.invalid", f"a template name is {TEMPLATE_NAME_RULE}")
     limit = context.upload_limit
-    limits = await context.admit(tenant, starts_jobs=False)
+    limits = await context.admit(tenant)
     spool_dir = context.settings.spool_dir
     spool_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=spool_dir, prefix="template-") as folder:
