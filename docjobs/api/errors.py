@@ -1,4 +1,5 @@
-"""Every error the API answers is JSON `{"code", "message"}`: a stable code and a message without content."""
+"""Every error the API answers is JSON `{"code", "message"}`: a stable code and a message without content (a 429
+`tenant.quota_exceeded` also names the `limit`)."""
 
 from __future__ import annotations
 
