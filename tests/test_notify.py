@@ -7,6 +7,7 @@ resolver and a socket opener that connects to a loopback receiver instead, so no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -280,6 +281,36 @@ def test_a_receiver_slower_than_the_timeout_is_a_failed_delivery() -> None:
             deliver(loopback_dev(receiver.url), BODY, "evt_1", timeout=0.5)
         wait_for_requests(receiver, 1)
     assert len(receiver.received) == 1  # it got the event: slow, not unreachable
+
+
+def test_a_receiver_that_drips_its_answer_is_cut_off_at_the_deadline() -> None:
+    """Each byte comes within the per-read timeout, so only the delivery's deadline ends it: an attempt's
+    thread is free again within the deadline however slowly a receiver answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.wait(0.2):  # a header that never ends, one byte at a time
+                with contextlib.suppress(OSError):
+                    connection.sendall(b"x")
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    try:
+        began = time.monotonic()
+        with pytest.raises(DeliveryFailed, match="timeout"):
+            deliver(
+                loopback_dev(f"http://127.0.0.1:{listener.getsockname()[1]}/hook"), BODY, "e", timeout=1, deadline=1.5
+            )
+        assert 1.5 <= time.monotonic() - began < 10
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
 
 
 def test_the_host_is_resolved_once_and_the_request_keeps_its_host_header() -> None:
