@@ -24,7 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from docjobs.config import ConfigError
+from docjobs.quotas import TenantLimits
 from docjobs.webhooks import Callback, parse_callback
 
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -109,6 +112,43 @@ def set_callback(path: Path, name: str, url: str, *, allow_http_loopback: bool =
     return secret
 
 
+LIMIT_FIELDS = tuple(TenantLimits.model_fields)  # max_running_jobs, max_bytes_per_day, max_batch_bytes
+
+
+def set_limits(path: Path, name: str, limits: dict[str, int]) -> dict[str, int]:
+    """Set some of the tenant's own limits (the others stay as they were: its own, or the defaults); returns
+    every limit it now has of its own. Kept under the entry's `limits` key."""
+    unknown = set(limits) - set(LIMIT_FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown tenant limits: {', '.join(sorted(unknown))}")
+    if any(not isinstance(value, int) or value < 1 for value in limits.values()):
+        raise ConfigError("a tenant limit is a whole number of at least 1")
+    own: dict[str, int] = {}
+
+    def change(book: dict[str, Any]) -> None:
+        if name not in book["tenants"]:
+            raise ConfigError(f"no tenant {name!r}")
+        entry = book["tenants"][name]
+        current = entry.get("limits") if isinstance(entry.get("limits"), dict) else {}
+        own.update({**current, **limits})
+        entry["limits"] = dict(own)
+
+    _update(path, change)
+    return own
+
+
+def own_limits(entry: object, defaults: TenantLimits) -> TenantLimits:
+    """A tenant entry's limits: its own where it has them, the defaults for the rest (a bad value: the default)."""
+    given = entry.get("limits") if isinstance(entry, dict) else None
+    if not isinstance(given, dict):
+        return defaults
+    try:
+        own = {name: value for name, value in given.items() if name in LIMIT_FIELDS}
+        return TenantLimits.model_validate(defaults.model_dump() | own)
+    except ValidationError:
+        return defaults
+
+
 def callback_of(path: Path, name: str) -> Callback | None:
     """The tenant's callback, or None when it registered none."""
     entry = _read(path)["tenants"].get(name)
@@ -129,6 +169,7 @@ class TenantBook:
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
         self._by_digest: dict[str, str] = {}
+        self._entries: dict[str, Any] = {}
 
     def _refresh(self) -> None:
         try:
@@ -145,9 +186,15 @@ class TenantBook:
                 for name, entry in book["tenants"].items()
                 if isinstance(entry, dict) and "key_sha256" in entry and name not in RESERVED_TENANTS
             }
+            self._entries = dict(book["tenants"])
             self._stamp = stamp
 
     def authenticate(self, key: str) -> str | None:
         """The tenant whose key this is, or None."""
         self._refresh()
         return self._by_digest.get(key_digest(key))
+
+    def limits(self, name: str, defaults: TenantLimits) -> TenantLimits:
+        """The tenant's limits: its own from the file where it has them, else `defaults`."""
+        self._refresh()
+        return own_limits(self._entries.get(name), defaults)

@@ -379,6 +379,7 @@ class DocumentJobWorkflow:
             delivered = await workflow.execute_activity(
                 stages.notify,
                 event,
+                task_queue=self._request.notify_task_queue,  # its own queue and threads (None: older jobs)
                 start_to_close_timeout=NOTIFY_TIMEOUT,
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),

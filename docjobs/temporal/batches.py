@@ -118,6 +118,7 @@ class BatchClient:
             timing=settings.timing,
             job_task_queue=settings.task_queue,
             ocr_task_queue=settings.ocr_task_queue,
+            notify_task_queue=settings.notify_task_queue,
             accepted_at=datetime.now(UTC),
         )
         # What the batch is, in its memo: a resubmission is compared with it, and gc keeps the manifest's sources.

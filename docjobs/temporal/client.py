@@ -198,6 +198,7 @@ class JobClient:
             accepted_at=datetime.now(UTC),
             timing=self.settings.timing,
             ocr_task_queue=self.settings.ocr_task_queue,
+            notify_task_queue=self.settings.notify_task_queue,
         )
         return Submitted(job_id, created=await self.start(request), input_sha256=stored.sha256)
 
@@ -289,6 +290,16 @@ class JobClient:
             )
         except WorkflowAlreadyStartedError:
             return False
+        return True
+
+    async def exists(self, job_id: str) -> bool:
+        """Whether a workflow of this ID exists (running or closed within retention)."""
+        try:
+            await self.handle(job_id).describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                return False
+            raise
         return True
 
     async def accepted_as(self, job_id: str) -> tuple[str, str] | None:
@@ -389,6 +400,7 @@ class JobClient:
                     }
 
     list_jobs = _on_own_client(visibility.list_jobs)  # jobs through Temporal visibility, filtered
+    count_running = _on_own_client(visibility.count_running)  # a tenant's running jobs, counted by visibility
 
     async def note_wait_ended(self, job_id: str, end: str) -> None:
         """Record in the job's history that a caller stopped waiting (`end`: budget or timeout), so the timeline

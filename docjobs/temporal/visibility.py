@@ -77,6 +77,15 @@ async def listed_closed_outside(execution: WorkflowExecution) -> OutsideEnding:
     return closed_outside(execution.status, deadline_passed=deadline_passed)
 
 
+async def count_running(client: Client, tenant: str) -> int:
+    """How many of the tenant's jobs are running, in one visibility count (eventually consistent: a job started
+    a moment ago may not be counted yet)."""
+    if not SAFE_QUERY_VALUE.fullmatch(tenant):
+        raise ValueError("a tenant name may only hold letters, digits and . _ @ -")
+    query = f'WorkflowType = "{WORKFLOW_TYPE}" AND ExecutionStatus = "Running" AND {sa.TENANT.name} = "{tenant}"'
+    return (await client.count_workflows(query)).count
+
+
 async def list_jobs(
     client: Client,
     *,
