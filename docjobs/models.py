@@ -103,7 +103,7 @@ BUILTIN_PATTERN_NAMES = ("ssn", "phone", "email", "dob", "mrn")
 
 class RedactLayout(StrEnum):
     MASK = "mask"  # a line holding a redaction is re-set: natural advances, one fixed-width box per removed span
-    KEEP = "keep"  # every other glyph stays exactly in place: the gap keeps the removed text's width (README)
+    KEEP = "keep"  # every other glyph stays in place: the gap keeps the removed text's width (docs/redaction.md)
 
 
 class RedactPolicy(Frozen):

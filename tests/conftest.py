@@ -46,7 +46,7 @@ BUCKET = "docjobs-test"
 REGION = "eu-west-1"
 
 
-# What a test starts decides its marker (README, "Tests"): `e2e` real worker processes, document children or
+# What a test starts decides its marker (docs/tests.md, "Markers"): `e2e` real worker processes, document children or
 # the OCR toolchain, `workflow` the session's dev server with in-process activity doubles, `unit` none of them
 # (`make check` runs these). A module that starts such processes itself says so here or with its own `pytestmark`.
 WORKER_FIXTURES = frozenset({"start_worker", "main_worker", "jobs", "held"})

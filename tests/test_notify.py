@@ -59,11 +59,11 @@ SECRET = "test-secret"
 BODY = b'{"job_id":"t/1","state":"succeeded"}'
 
 
-def readme_verify() -> Callable[..., bool]:
-    """The receiver's `verify` exactly as the README shows it."""
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"```python\n(# verify_docjobs_signature.*?)```", readme, re.DOTALL)
-    assert block is not None, "the README's verification snippet is missing"
+def documented_verify() -> Callable[..., bool]:
+    """The receiver's `verify` exactly as docs/http-api.md ("Notifications") shows it."""
+    page = (REPO / "docs" / "http-api.md").read_text()
+    block = re.search(r"```python\n(# verify_docjobs_signature.*?)```", page, re.DOTALL)
+    assert block is not None, "the verification snippet of docs/http-api.md is missing"
     namespace: dict[str, Any] = {}
     exec(block.group(1), namespace)
     verify: Callable[..., bool] = namespace["verify"]
@@ -454,11 +454,11 @@ def test_https_delivery_goes_to_the_pinned_address_with_sni_and_a_verified_certi
     assert len(receiver.received) == 1
 
 
-# ---- the signature, as a receiver checks it with the README's snippet --------------------------------------------
+# ---- the signature, as a receiver checks it with the snippet of docs/http-api.md --------------------------------
 
 
-def test_the_readme_snippet_verifies_the_signature_within_the_tolerance() -> None:
-    verify = readme_verify()
+def test_the_documented_snippet_verifies_the_signature_within_the_tolerance() -> None:
+    verify = documented_verify()
     t = int(time.time())
     header = sign(SECRET, BODY, t)
     assert re.fullmatch(rf"t={t},v1=[0-9a-f]{{64}}", header)
@@ -492,7 +492,7 @@ async def test_event_is_signed_and_keeps_its_id_across_two_failed_deliveries(
     assert len(receiver.received) == 3
     event_ids = {headers[EVENT_ID_HEADER] for headers, _ in receiver.received}
     assert len(event_ids) == 1 and re.fullmatch(r"evt_[0-9a-f]{32}", event_ids.pop())
-    verify = readme_verify()
+    verify = documented_verify()
     for headers, body in receiver.received:
         assert verify(secret, headers[SIGNATURE_HEADER], body)
     event = json.loads(receiver.received[-1][1])

@@ -603,7 +603,7 @@ def test_evidence_verifies_with_openssl_alone(
     work: Path, evidence: Evidence, dev: SignerConfig, signed: tuple[Path, SignInfo]
 ) -> None:
     """No docjobs code: the standard library takes the envelope apart, OpenSSL checks the certificate and the
-    signature over the PAE bytes (the receiver's recipe in the README)."""
+    signature over the PAE bytes (the receiver's recipe in docs/release-gates.md)."""
     out, _ = signed
     folder = work / "openssl"
     folder.mkdir()

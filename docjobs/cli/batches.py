@@ -1,4 +1,4 @@
-"""Batch commands: submit-batch, and batch status|wait|cancel (README, "Batches")."""
+"""Batch commands: submit-batch, and batch status|wait|cancel (docs/batches.md)."""
 
 from __future__ import annotations
 
