@@ -43,6 +43,10 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "signature.untrusted": (Outcome.QUARANTINE, "the output signature does not chain to a trusted root"),
     "signature.coverage": (Outcome.QUARANTINE, "the output signature does not cover the entire file"),
     "signature.tsa_unavailable": (Outcome.RETRY, "the timestamp authority could not be reached"),
+    "signature.byte_range": (
+        Outcome.QUARANTINE,
+        "the document prepared for signing does not leave exactly the signature's place unsigned",
+    ),
     **{
         f"fidelity.{check}": (Outcome.QUARANTINE, "the output does not meet its contract")
         for check in ("page_count", "geometry", "links", "qpdf", "reader", "text", "watermark")

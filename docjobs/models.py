@@ -460,6 +460,7 @@ class SignInput(StageInput):
     source: BlobRef
     staged: BlobRef
     sign: SignPolicy
+    tenant: str | None = None  # named in the signature (None: scheduled by older code; the job ID's prefix)
 
 
 class SignOutput(Frozen):
@@ -525,6 +526,7 @@ class VerifyInput(StageInput):
     watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
     pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
     sanitize: SanitizePolicy | None = None  # no active content may remain (None: scheduled by older code)
+    tenant: str | None = None  # set: the signature must name this tenant and lock the document (None: older code)
 
 
 class VerifyOutput(Frozen):

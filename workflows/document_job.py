@@ -510,7 +510,9 @@ class DocumentJobWorkflow:
         request = self._request
         policy = request.policy
         if policy.sign.enabled:
-            sign = SignInput(job_id=request.job_id, source=source, staged=staged, sign=policy.sign)
+            sign = SignInput(
+                job_id=request.job_id, source=source, staged=staged, sign=policy.sign, tenant=request.tenant
+            )
             staged = (await self._stage(stages.sign, sign)).staged
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         verify = VerifyInput(
@@ -524,6 +526,7 @@ class DocumentJobWorkflow:
             watermark_text=policy.watermark.text if structure else None,
             pages_may_turn=ocr_on,
             sanitize=policy.sanitize,
+            tenant=request.tenant,
         )
         verified = await self._stage(stages.verify, verify)
         self._status.signature = verified.signature
