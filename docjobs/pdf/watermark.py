@@ -11,6 +11,15 @@ bottom-left of the visible box) and its /Matrix maps that onto user space, which
 offset boxes are honoured. The file is written by `save_normalized` (flat page tree, form appearances,
 qpdf's xref), so poppler reads what qpdf read.
 
+Nothing may lie above the stamp (`flatten_annotations`, before stamping): every annotation with an appearance
+(form widgets, shapes, stamps, free text, ink...) is drawn into the page content by qpdf, so it lands *under* the
+stamp, which the page draws last, and leaves the annotation list; a link keeps its place and its action but loses
+its appearance (a link has nothing to show); whatever else is left (an annotation a viewer would draw from its
+colours alone, a hidden one, a popup, a widget qpdf could not draw) is removed. A form's fields are then only
+page content: the released copy is certified "no changes" anyway. Optional content cannot hide the stamp either:
+the stamp belongs to no layer, and a layer's content is drawn before it; actions that switch layers or hide
+annotations (SetOCGState, Hide) are active content, stripped before this (docjobs/pdf/sanitize.py).
+
 The text is horizontal, not diagonal: poppler's text extraction only follows text at multiples of
 90 degrees, and a watermark that extraction cannot find is not auditable.
 """
@@ -23,9 +32,9 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Name
 
-from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_operators
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, array_items, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
-from docjobs.pdf.normalize import save_normalized
+from docjobs.pdf.normalize import ensure_appearances, save_normalized
 from docjobs.stamp_text import encode_text
 
 # Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
@@ -64,6 +73,7 @@ def watermark_structure(
     `check_streams=False` when `src` was already fully validated (see `open_checked`)."""
     encoded = encode_text(text)
     with open_checked(src, check_streams=check_streams, budgets=budgets) as (pdf, info):
+        flatten_annotations(pdf, budgets=budgets)
         stamper = _Stamper(pdf, encoded, budgets)
         for number, page in enumerate(pdf.pages, start=1):
             stamper.stamp(page)
@@ -71,6 +81,34 @@ def watermark_structure(
                 on_page(number, info.page_count)
         save_normalized(pdf, dst, budgets=budgets)
     return info
+
+
+def flatten_annotations(pdf: pikepdf.Pdf, *, budgets: Budgets = DEFAULT_BUDGETS) -> int:
+    """Leave nothing that a viewer draws above the page content but links without an appearance (see the module
+    docstring); returns how many annotations were drawn into the content or removed."""
+    ensure_appearances(pdf, budgets=budgets)
+    before = 0
+    for page in pdf.pages:
+        for annotation in array_items(page.obj.get(Name.Annots)):
+            before += 1
+            if isinstance(annotation, pikepdf.Dictionary) and annotation.get(Name.Subtype) == Name.Link:
+                for key in (Name.AP, Name.AS):
+                    if key in annotation:
+                        del annotation[key]
+    if not before:
+        return 0
+    pdf.flatten_annotations("all")
+    kept = 0
+    for page in pdf.pages:
+        annotations = array_items(page.obj.get(Name.Annots))
+        links = [a for a in annotations if isinstance(a, pikepdf.Dictionary) and a.get(Name.Subtype) == Name.Link]
+        kept += len(links)
+        if len(links) != len(annotations):
+            if links:
+                page.obj.Annots = pikepdf.Array(links)
+            else:
+                del page.obj[Name.Annots]
+    return before - kept
 
 
 class _Stamper:
