@@ -564,6 +564,7 @@ class EvidenceInput(Frozen):
     ocr_text_sha256: str | None
     redaction_summary_sha256: str | None = None
     sanitized: dict[str, int] | None = None  # active content removed at render: kind -> count
+    signature: dict[str, str | bool | int | None] | None = None  # verify's verdict (None: unsigned, older code)
     stage_attempts: dict[str, int]
     terminal_state: JobState
     completed_at: datetime

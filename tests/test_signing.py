@@ -594,7 +594,10 @@ def test_evidence_predicate_matches_its_schema(evidence: Evidence, dev: SignerCo
 
     schema = json.loads((REPO / "schemas" / "evidence-v1.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    _, statement = opened(sign_evidence(evidence.model_copy(update={"sanitized": {"javascript": 1}}), dev))
+    signature = {"bottom_line": True, "coverage": "entire_file", "tenant": "acme", "docmdp": 1}
+    update = {"sanitized": {"javascript": 1}, "signature": signature}
+    _, statement = opened(sign_evidence(evidence.model_copy(update=update), dev))
+    assert statement["predicate"]["signature"] == signature
     jsonschema.validate(statement["predicate"], schema, cls=jsonschema.Draft202012Validator)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**statement["predicate"], "terminal_state": 3}, schema)

@@ -113,7 +113,9 @@ async def test_the_key_never_reaches_the_sign_child(
     # The evidence names the same tenant, and verifies (signed by the worker with the same key).
     envelope = tmp_path / "evidence.json"
     await jobs.evidence(submitted.job_id, envelope)
-    assert envelope_evidence(envelope.read_bytes()).tenant == TENANT
+    recorded = envelope_evidence(envelope.read_bytes())
+    assert recorded.tenant == TENANT and recorded.signature is not None
+    assert (recorded.signature["tenant"], recorded.signature["docmdp"]) == (TENANT, 1)
     check = await asyncio.to_thread(verify_evidence, envelope.read_bytes(), config, artifact=released)
     assert check.ok, check
 

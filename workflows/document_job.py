@@ -485,6 +485,7 @@ class DocumentJobWorkflow:
             ocr_text_sha256=status.ocr_text_sha256,
             redaction_summary_sha256=status.redaction.sha256 if status.redaction else None,
             sanitized=status.sanitized,
+            signature=status.signature if ending.state is JobState.SUCCEEDED else None,
             stage_attempts=dict(status.attempts),
             terminal_state=ending.state,
             completed_at=workflow.now(),
