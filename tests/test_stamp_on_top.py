@@ -104,3 +104,21 @@ def test_form_fields_become_page_content_under_the_stamp(tmp_path: Path) -> None
         assert Name.Annots not in pdf.pages[0].obj and Name.AcroForm not in pdf.Root
     words = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout.split()
     assert {word for value in realworld.FIELD_VALUES for word in value.split()} <= set(words)
+
+
+def test_a_layer_left_open_does_not_take_the_stamp_in(tmp_path: Path) -> None:
+    """The page's content ends inside a marked-content sequence of a layer that is off: whatever follows it would
+    be in that layer, and hidden. The stamp is drawn after the sequence is closed, so it shows."""
+    make_sample_pdf(source := tmp_path / "layered.pdf", pages=1)
+    with pikepdf.open(source, allow_overwriting_input=True) as pdf:
+        layer = pdf.make_indirect(Dictionary(Type=Name.OCG, Name=String("hidden")))
+        pdf.Root.OCProperties = Dictionary(OCGs=[layer], D=Dictionary(OFF=[layer]))
+        page = pdf.pages[0]
+        resources = page.obj.Resources
+        resources.Properties = Dictionary(L0=layer)
+        page.contents_add(pdf.make_stream(b"/OC /L0 BDC\n"))  # never closed
+        pdf.save(source)
+    out = rendered(source, tmp_path)
+    over_white = round((1 - OPACITY) * 255) + _BLEND
+    pixels = band_pixels(out, tmp_path)
+    assert pixels.count((over_white, over_white, over_white)) > len(pixels) // 50, "the stamp is in the hidden layer"

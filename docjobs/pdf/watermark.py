@@ -5,8 +5,9 @@ content is wrapped in graphics states of its own: a stream of `q`s before it, on
 `Q`s the content issues beyond its own `q`s (so no stray `Q` can reach the page's initial state and
 leave a `cm` after it in force), and after it what closes a string, array or dictionary, or ends an
 inline image's data (`EI`), that the content left open (else our operators would be read as part of it), an
-`ET` if it left a text object open, and the `Q`s that restore the initial state; then one Form XObject
-draws the text. The form's own space is the page as a viewer shows it (upright, origin at the
+`ET` if it left a text object open, an `EMC` for each marked-content sequence it left open (an optional-content
+one would put the stamp in a layer a viewer can hide), and the `Q`s that restore the initial state; then one
+Form XObject draws the text. The form's own space is the page as a viewer shows it (upright, origin at the
 bottom-left of the visible box) and its /Matrix maps that onto user space, which is how /Rotate and
 offset boxes are honoured. The file is written by `save_normalized` (flat page tree, form appearances,
 qpdf's xref), so poppler reads what qpdf read.
@@ -193,6 +194,7 @@ class ContentBalance:
     depth: int  # states the content leaves pushed, after its stray `Q`s (from -underflow up)
     in_text: bool  # the content ends inside a BT … ET text object
     unclosed: bytes = b""  # what closes a string, array or dictionary left open at its end (else it swallows ours)
+    marked: int = 0  # marked-content sequences (BMC/BDC) left open: an optional-content one would hide what follows
 
 
 def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> ContentBalance:
@@ -201,13 +203,17 @@ def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEF
     tokenized again, for what it leaves open."""
     check_operators(page, budgets)
     pdf.get_warnings()
-    depth = lowest = 0
+    depth = lowest = marked = 0
     in_text = False
-    for instruction in pikepdf.parse_content_stream(page, "q Q BT ET"):
+    for instruction in pikepdf.parse_content_stream(page, "q Q BT ET BMC BDC EMC"):
         operator = str(instruction.operator)
         if operator in ("q", "Q"):
             depth += 1 if operator == "q" else -1
             lowest = min(lowest, depth)
+        elif operator in ("BMC", "BDC"):
+            marked += 1
+        elif operator == "EMC":
+            marked = max(0, marked - 1)  # a stray EMC closes nothing of ours: our sequences are balanced
         else:
             in_text = operator == "BT"
     unclosed = b""
@@ -215,7 +221,7 @@ def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEF
         tokens = _OpenTokens()
         page.get_filtered_contents(tokens)
         unclosed = tokens.closers()
-    return ContentBalance(underflow=-lowest, depth=depth, in_text=in_text, unclosed=unclosed)
+    return ContentBalance(underflow=-lowest, depth=depth, in_text=in_text, unclosed=unclosed, marked=marked)
 
 
 class _OpenTokens(pikepdf.TokenFilter):
@@ -267,7 +273,9 @@ def wrap_content(
     """Put the page's content in graphics states of its own (prepends their `q`s) and return what, added after
     it, closes what it left open and restores the page's initial state: what is drawn next is in default user
     space. Sloppy producers leave states pushed, pop more than they push (a stray `Q` would pop a single `q`
-    of ours and leave the `cm` after it in force) or end inside BT. `pushes` shares the streams of `q`s by count."""
+    of ours and leave the `cm` after it in force), end inside BT, or leave a marked-content sequence open (an
+    optional-content one, `/OC /layer BDC`, would put what follows in a layer a viewer may hide). `pushes` shares
+    the streams of `q`s by count."""
     balance = content_balance(pdf, page, budgets)
     wrappers = 1 + balance.underflow
     push = pushes.get(wrappers) if pushes is not None else None
@@ -276,7 +284,8 @@ def wrap_content(
         if pushes is not None:
             pushes[wrappers] = push
     page.contents_add(push, prepend=True)
-    return balance.unclosed + b"\n" + (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
+    text = b"ET\n" if balance.in_text else b""
+    return balance.unclosed + b"\n" + text + b"EMC\n" * balance.marked + b"Q\n" * (wrappers + balance.depth)
 
 
 def direct_copy(value: pikepdf.Object | None) -> pikepdf.Dictionary:
