@@ -5,7 +5,7 @@
 `drop-last-page` (the default): `render` drops the document's last page (the fidelity gate must catch it).
 `box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it).
 `keep-active-content`: `render` strips nothing (the verify gate must find the active content).
-`spy-sign`: the `sign` child records its work order and its environment (`$HOME/sign-spy/`): no key may be in them.
+`spy-sign`: the `sign` and `verify` children record their work orders and environments (`$HOME/sign-spy/`).
 `forge-byte-range`: the `sign` child reports a byte range that leaves bytes unsigned (the worker must refuse it).
 `flaky-render`: `render`'s first attempt does the document work, then fails to store its output (retried as
 `internal.error`); the second succeeds: a retry whose first attempt cost something.

@@ -84,19 +84,23 @@ async def test_the_key_never_reaches_the_sign_child(
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
 
-    # What the sign child was given: a certificate, a hole size and the tenant; nothing secret.
-    (record_file,) = work_dir.glob(f"*/{SPY_FOLDER}/*.json")
-    record = json.loads(record_file.read_text())
-    work, environ = record["work"], record["environ"]
+    # What the sign child was given: a certificate, a hole size and the tenant; the verify child: certificates.
+    (sign_record,) = work_dir.glob(f"*/{SPY_FOLDER}/sign-*.json")
+    (verify_record,) = work_dir.glob(f"*/{SPY_FOLDER}/verify-*.json")
+    work = json.loads(sign_record.read_text())["work"]
     assert set(work) == {
         "source", "output", "certificate_pem", "bytes_reserved", "tenant", "visible", "allow_signed_input", "stamp_box"
     }  # fmt: skip
     assert work["tenant"] == TENANT and "BEGIN CERTIFICATE" in work["certificate_pem"]
-    assert not [name for name in environ if name.startswith(("DOCJOBS_SIGNING", "DOCJOBS_TRUST", "AWS_"))]
-    seen = record_file.read_bytes()
-    assert PASSPHRASE.encode() not in seen and b"PRIVATE KEY" not in seen
-    assert str(config.p12_path).encode() not in seen  # not even where the key is
-    assert key_der.hex().encode() not in seen.lower() and key_der[-48:] not in seen
+    checked = json.loads(verify_record.read_text())["work"]
+    assert set(checked["trust"]) == {"roots_pem", "chain_pem"} and checked["tenant"] == TENANT
+    for record_file in (sign_record, verify_record):
+        environ = json.loads(record_file.read_text())["environ"]
+        assert not [name for name in environ if name.startswith(("DOCJOBS_SIGNING", "DOCJOBS_TRUST", "AWS_"))]
+        seen = record_file.read_bytes()
+        assert PASSPHRASE.encode() not in seen and b"PRIVATE KEY" not in seen
+        assert str(config.p12_path).encode() not in seen  # not even where the key is
+        assert key_der.hex().encode() not in seen.lower() and key_der[-48:] not in seen
 
     # The signature the worker made: valid for poppler and pyHanko, naming the tenant, locking the document.
     assert status.signature is not None and status.signature["tenant"] == TENANT and status.signature["docmdp"] == 1

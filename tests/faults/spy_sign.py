@@ -1,6 +1,6 @@
-"""DOCJOBS_FAULT=spy-sign: the `sign` child records what it was given (its work order, as JSON, and its whole
-environment) in `$HOME/sign-spy/`, then prepares the document as the real stage does. What a compromised child
-could steal is exactly what is in that record."""
+"""DOCJOBS_FAULT=spy-sign: the `sign` and `verify` children record what they were given (the work order, as JSON,
+and the whole environment) in `$HOME/sign-spy/`, then do the real work. What a compromised child could steal is
+exactly what is in those records."""
 
 from __future__ import annotations
 
@@ -8,20 +8,31 @@ import json
 import os
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from docjobs import stage_work
-from docjobs.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork
+from docjobs.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork, VerifyDone, VerifyWork
 
 SPY_FOLDER = "sign-spy"
 
 
-def spying_sign(work: SignWork, progress: ProgressFn) -> SignDone:
-    folder = Path(os.environ["HOME"]) / SPY_FOLDER
-    folder.mkdir(exist_ok=True)
+def _record(stage: str, work: BaseModel, folder: Path) -> None:
+    spied = Path(os.environ["HOME"]) / SPY_FOLDER
+    spied.mkdir(exist_ok=True)
     record = {"work": work.model_dump(mode="json"), "environ": dict(os.environ), "pid": os.getpid()}
-    (folder / f"{os.getpid()}-{work.output.parent.name}.json").write_text(json.dumps(record))
+    (spied / f"{stage}-{os.getpid()}-{folder.name}.json").write_text(json.dumps(record))
+
+
+def spying_sign(work: SignWork, progress: ProgressFn) -> SignDone:
+    _record("sign", work, work.output.parent)
     return stage_work.sign(work, progress)
 
 
-ENTRIES = {**ENTRIES, "sign": Entry(SignWork, spying_sign)}
+def spying_verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
+    _record("verify", work, work.workdir)
+    return stage_work.verify(work, progress)
+
+
+ENTRIES = {**ENTRIES, "sign": Entry(SignWork, spying_sign), "verify": Entry(VerifyWork, spying_verify)}
 
 __all__ = ["ENTRIES"]
