@@ -854,9 +854,7 @@ def prepared(work: Path, sample: Path, dev: SignerConfig) -> tuple[Path, Prepare
     key = ReleaseSigner(dev)
     reserved = key.bytes_reserved("acme")
     out = work / "prepared.pdf"
-    ready = prepare_signature(
-        sample, out, key.certificate_pem, bytes_reserved=reserved, reason=release_reason("acme")
-    )
+    ready = prepare_signature(sample, out, key.certificate_pem, bytes_reserved=reserved, reason=release_reason("acme"))
     return out, ready, key, reserved
 
 
@@ -867,7 +865,7 @@ def test_the_worker_signs_what_the_child_prepared(
     first, hole_start, hole_end, last = ready.byte_range
     data = path.read_bytes()
     assert first == 0 and hole_end + last == len(data) and hole_end - hole_start == reserved + 2
-    assert data[hole_start : hole_end] == b"<" + b"0" * reserved + b">"  # the child had nothing to sign with
+    assert data[hole_start:hole_end] == b"<" + b"0" * reserved + b">"  # the child had nothing to sign with
     assert data.startswith(sample.read_bytes())
     signed = work / "worker-signed.pdf"
     key.finish(
