@@ -76,6 +76,7 @@ class ReleaseActivities(IsolatedStages):
             invalidated_signatures=done.invalidated_signatures,
             attempt=attempt.number,
             cost=attempt.meter.total(),
+            tenant=tenant,
         )
 
     @activity.defn(name="verify")

@@ -471,6 +471,7 @@ class SignOutput(Frozen):
     invalidated_signatures: int
     attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
+    tenant: str | None = None  # the tenant the signature names (None: signed by older code, which named none)
 
 
 class RedactInput(StageInput):
@@ -526,7 +527,7 @@ class VerifyInput(StageInput):
     watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
     pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
     sanitize: SanitizePolicy | None = None  # no active content may remain (None: scheduled by older code)
-    tenant: str | None = None  # set: the signature must name this tenant and lock the document (None: older code)
+    tenant: str | None = None  # set: the signature must name this tenant and lock the document (None: no such check)
 
 
 class VerifyOutput(Frozen):

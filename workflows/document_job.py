@@ -510,11 +510,13 @@ class DocumentJobWorkflow:
         `generate` made): nothing reaches `publish` that did not pass both."""
         request = self._request
         policy = request.policy
+        named = None  # the tenant the signature names, as the sign stage reports it (None: older activity code)
         if policy.sign.enabled:
             sign = SignInput(
                 job_id=request.job_id, source=source, staged=staged, sign=policy.sign, tenant=request.tenant
             )
-            staged = (await self._stage(stages.sign, sign)).staged
+            signed = await self._stage(stages.sign, sign)
+            staged, named = signed.staged, signed.tenant
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         verify = VerifyInput(
             job_id=request.job_id,
@@ -527,7 +529,7 @@ class DocumentJobWorkflow:
             watermark_text=policy.watermark.text if structure else None,
             pages_may_turn=ocr_on,
             sanitize=policy.sanitize,
-            tenant=request.tenant,
+            tenant=named,
         )
         verified = await self._stage(stages.verify, verify)
         self._status.signature = verified.signature
