@@ -59,6 +59,8 @@ from docjobs.signing.config import (
 from docjobs.signing.dev_ca import DEV_CA_CN, DEV_SIGNER_CN, ensure_dev_signer, issue_signer, make_ca
 from docjobs.signing.sign import Prepared, ReleaseSigner, SignInfo, prepare_signature, release_reason, sign_pdf
 from docjobs.signing.verify import SignatureReport, failure_code, verify_pdf
+from docjobs.stage_work import VerifyDone, VerifyWork
+from docjobs.stage_work import verify as verify_stage
 from tests.fixtures.loopback import QuietHandler, serving_on_loopback
 from tests.fixtures.samples import make_encrypted_pdf, make_sample_pdf
 
@@ -969,3 +971,24 @@ def test_the_tenant_is_in_the_signed_attributes(
     start = data.index(b"/Contents <") + len(b"/Contents <")
     der = bytes.fromhex(data[start : data.index(b">", start)].decode())
     assert b"docjobs tenant north-clinic" in der
+
+
+def test_verify_refuses_a_signature_for_another_tenant_or_unlocked(work: Path, sample: Path, dev: SignerConfig) -> None:
+    """The verify stage's own check: the signature must name the job's tenant and lock the document."""
+    named, unlocked = work / "for-acme.pdf", work / "unlocked.pdf"
+    sign_pdf(sample, named, dev, tenant="acme")
+    sign_pdf(sample, unlocked, dev, tenant="acme", certify=False, lock=False)
+
+    def verified(output: Path, tenant: str) -> VerifyDone:
+        order = VerifyWork(
+            source=sample, output=output, workdir=work, trust=TrustAnchors.of(dev), text_layer_kept=True,
+            redact=None, watermark_text=None, pages_may_turn=False, sanitize=None, tenant=tenant,
+        )  # fmt: skip
+        return verify_stage(order, lambda done, total: None)
+
+    done = verified(named, "acme")
+    assert done.signature is not None and (done.signature["tenant"], done.signature["docmdp"]) == ("acme", 1)
+    for output, tenant in ((named, "globex"), (unlocked, "acme")):
+        with pytest.raises(DocJobError) as refused:
+            verified(output, tenant)
+        assert refused.value.code == "signature.invalid"
