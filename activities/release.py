@@ -1,4 +1,10 @@
-"""The release gates: `sign` (PAdES) and `verify` (pyHanko's verdict and the output contract)."""
+"""The release gates: `sign` (PAdES) and `verify` (pyHanko's verdict and the output contract).
+
+The signing key stays in the worker: the document child prepares the signature's place (docjobs/signing/sign.py,
+`prepare_signature`) and reports the byte range; this activity checks that range on the file with integer and
+byte comparisons, hashes it, signs and writes the signature in a folder of its own. `verify` gets the trust
+anchors only (certificates), never the key.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,15 @@ from temporalio import activity
 from activities.isolated import IsolatedStages
 from docjobs.models import SignInput, SignOutput, VerifyInput, VerifyOutput
 from docjobs.sandbox import ChildPool
-from docjobs.signing.config import SignerConfig
+from docjobs.signing.config import SignerConfig, TrustAnchors
+from docjobs.signing.sign import ReleaseSigner
 from docjobs.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
 from docjobs.storage import BlobStore
+
+
+def job_tenant(request: SignInput) -> str:
+    """Who asked: the request's tenant, or (scheduled by older code) the job ID's `{tenant}/` prefix."""
+    return request.tenant if request.tenant is not None else request.job_id.partition("/")[0]
 
 
 class ReleaseActivities(IsolatedStages):
@@ -26,27 +38,45 @@ class ReleaseActivities(IsolatedStages):
     @activity.defn(name="sign")
     def sign(self, request: SignInput) -> SignOutput:
         with self._attempt("sign", request) as attempt:
+            config = self._signer()
+            key = ReleaseSigner(config)  # the key is loaded here, in the worker, and goes nowhere else
+            tenant = job_tenant(request)
+            reserved = key.bytes_reserved(tenant)
             done, paths = self._restage(
                 attempt,
                 request,
                 lambda paths: SignWork(
                     source=paths.source,
                     output=paths.output,
-                    signer=self._signer(),
+                    certificate_pem=key.certificate_pem.decode(),
+                    bytes_reserved=reserved,
+                    tenant=tenant,
                     visible=request.sign.visible,
                     allow_signed_input=request.sign.allow_signed_input,
+                    stamp_box=config.stamp_box,
                 ),
                 SignDone,
             )
-            staged = self._put_staged("sign", attempt.number, paths.output)
+            with self._folder("sign-key") as own:  # not the child's folder: it cannot change what is signed
+                signed = own / "signed.pdf"
+                key.finish(
+                    paths.output,
+                    signed,
+                    done.byte_range,
+                    tenant=tenant,
+                    bytes_reserved=reserved,
+                    begins_with=(request.staged.size, request.staged.sha256),
+                )
+                staged = self._put_staged("sign", attempt.number, signed)
         return SignOutput(
             staged=staged,
-            level=done.level,
-            signer_subject=done.signer_subject,
-            certificate_sha256=done.certificate_sha256,
+            level=key.level,
+            signer_subject=key.subject,
+            certificate_sha256=key.fingerprint,
             invalidated_signatures=done.invalidated_signatures,
             attempt=attempt.number,
             cost=attempt.meter.total(),
+            tenant=tenant,
         )
 
     @activity.defn(name="verify")
@@ -60,12 +90,13 @@ class ReleaseActivities(IsolatedStages):
                 source=source,
                 output=output,
                 workdir=attempt.folder,
-                signer=self._signer() if request.signed else None,
+                trust=TrustAnchors.of(self._signer()) if request.signed else None,
                 text_layer_kept=request.text_layer_kept,
                 redact=request.redact,
                 watermark_text=request.watermark_text,
                 pages_may_turn=request.pages_may_turn,
                 sanitize=request.sanitize,
+                tenant=request.tenant if request.signed else None,
             )
             done = self._isolated(attempt, work, VerifyDone, request.cpu)
         return VerifyOutput(

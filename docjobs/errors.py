@@ -44,6 +44,10 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "signature.untrusted": (Outcome.QUARANTINE, "the output signature does not chain to a trusted root"),
     "signature.coverage": (Outcome.QUARANTINE, "the output signature does not cover the entire file"),
     "signature.tsa_unavailable": (Outcome.RETRY, "the timestamp authority could not be reached"),
+    "signature.byte_range": (
+        Outcome.QUARANTINE,
+        "the document prepared for signing does not leave exactly the signature's place unsigned",
+    ),
     **{
         f"fidelity.{check}": (Outcome.QUARANTINE, "the output does not meet its contract")
         for check in ("page_count", "geometry", "links", "qpdf", "reader", "text", "watermark")
@@ -159,12 +163,12 @@ FAILURE_GUIDE: dict[str, Guide] = {
     ),
     "artifact.digest_mismatch": Guide(
         "quarantined",
-        "a staged file changed between stages; at download (API log: ): a published artifact or evidence no longer "
-        "matches the digest the job recorded: the API broke the download off, the client got an incomplete body (the "
-        "job is unchanged)",
-        "as above, for the staging area; at download: an integrity incident, as above: compare the blob with "
-        "`output_sha256`/`evidence_sha256` (`starter.py fetch` refuses it too); restore it from a backup or resubmit "
-        "under a new key",
+        "a staged file changed between stages; at download (API log: `download of job JOB_ID broken off`; the job "
+        "is unchanged), a published artifact or evidence no longer matches the digest the job recorded: the API "
+        "broke the download off and the client got an incomplete body",
+        "an integrity incident, as for `source.digest_mismatch` (for the staging area); at download: compare the "
+        "blob with `output_sha256`/`evidence_sha256` (`starter.py fetch` refuses it too); restore it from a backup "
+        "or resubmit under a new key",
     ),
     "publish.conflict": Guide(
         "quarantined",
@@ -193,8 +197,9 @@ FAILURE_GUIDE: dict[str, Guide] = {
     ),
     "signature.invalid": Guide(
         "quarantined",
-        "the output signature is broken or missing",
-        "check the signer key and pyHanko/tool versions in the evidence",
+        "the output signature is broken or missing, or does not name the job's tenant or lock the document",
+        "check the signer key and pyHanko/tool versions in the evidence; a signature that names another tenant is "
+        "a security event",
     ),
     "signature.untrusted": Guide(
         "quarantined",
@@ -205,6 +210,12 @@ FAILURE_GUIDE: dict[str, Guide] = {
         "quarantined",
         "something was appended after signing",
         "a stage after `sign` changed the file: a bug, escalate",
+    ),
+    "signature.byte_range": Guide(
+        "quarantined",
+        "the sign stage's document child prepared a file the worker would not sign (ranges leaving bytes unsigned, "
+        "a hole not empty or of the wrong size, the rendered document changed)",
+        "a compromised or broken child: keep the attempt's logs, escalate as a security event",
     ),
     "signature.tsa_unavailable": Guide(
         "retried, then failed",
@@ -387,7 +398,8 @@ GUIDE_MARKERS = ("<!-- failure codes: generated from docjobs/errors.py -->", "<!
 def failure_code_table() -> str:
     """The failure codes as a Markdown table, between their markers (what `starter.py codes --write` puts in a
     page, and what tests/test_failure_codes.py compares each page against)."""
-    rows = [f"| `{code}` | {guide.state} | {guide.meaning} | {guide.action} |" for code, guide in FAILURE_GUIDE.items()]
+    guides = ((code, FAILURE_GUIDE[code]) for code in FAILURE_CODES)
+    rows = [f"| `{code}` | {guide.state} | {guide.meaning} | {guide.action} |" for code, guide in guides]
     header = ["| code | state | meaning | what to do |", "|---|---|---|---|"]
     return "\n".join([GUIDE_MARKERS[0], *header, *rows, GUIDE_MARKERS[1]])
 

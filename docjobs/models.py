@@ -461,6 +461,7 @@ class SignInput(StageInput):
     source: BlobRef
     staged: BlobRef
     sign: SignPolicy
+    tenant: str | None = None  # named in the signature (None: scheduled by older code; the job ID's prefix)
 
 
 class SignOutput(Frozen):
@@ -471,6 +472,7 @@ class SignOutput(Frozen):
     invalidated_signatures: int
     attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
+    tenant: str | None = None  # the tenant the signature names (None: signed by older code, which named none)
 
 
 class RedactInput(StageInput):
@@ -526,6 +528,7 @@ class VerifyInput(StageInput):
     watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
     pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
     sanitize: SanitizePolicy | None = None  # no active content may remain (None: scheduled by older code)
+    tenant: str | None = None  # set: the signature must name this tenant and lock the document (None: no such check)
 
 
 class VerifyOutput(Frozen):
@@ -563,6 +566,7 @@ class EvidenceInput(Frozen):
     ocr_text_sha256: str | None
     redaction_summary_sha256: str | None = None
     sanitized: dict[str, int] | None = None  # active content removed at render: kind -> count
+    signature: dict[str, str | bool | int | None] | None = None  # verify's verdict (None: unsigned, older code)
     stage_attempts: dict[str, int]
     terminal_state: JobState
     completed_at: datetime

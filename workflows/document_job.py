@@ -486,6 +486,7 @@ class DocumentJobWorkflow:
             ocr_text_sha256=status.ocr_text_sha256,
             redaction_summary_sha256=status.redaction.sha256 if status.redaction else None,
             sanitized=status.sanitized,
+            signature=status.signature if ending.state is JobState.SUCCEEDED else None,
             stage_attempts=dict(status.attempts),
             terminal_state=ending.state,
             completed_at=workflow.now(),
@@ -510,9 +511,13 @@ class DocumentJobWorkflow:
         `generate` made): nothing reaches `publish` that did not pass both."""
         request = self._request
         policy = request.policy
+        named = None  # the tenant the signature names, as the sign stage reports it (None: older activity code)
         if policy.sign.enabled:
-            sign = SignInput(job_id=request.job_id, source=source, staged=staged, sign=policy.sign)
-            staged = (await self._stage(stages.sign, sign)).staged
+            sign = SignInput(
+                job_id=request.job_id, source=source, staged=staged, sign=policy.sign, tenant=request.tenant
+            )
+            signed = await self._stage(stages.sign, sign)
+            staged, named = signed.staged, signed.tenant
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         verify = VerifyInput(
             job_id=request.job_id,
@@ -525,6 +530,7 @@ class DocumentJobWorkflow:
             watermark_text=policy.watermark.text if structure else None,
             pages_may_turn=ocr_on,
             sanitize=policy.sanitize,
+            tenant=named,
         )
         verified = await self._stage(stages.verify, verify)
         self._status.signature = verified.signature
