@@ -8,7 +8,7 @@ from temporalio import activity
 from activities.isolated import IsolatedStages
 from docjobs.models import GenerateInput, GenerateOutput, InputKind
 from docjobs.stage_work import GenerateDone, GenerateWork
-from docjobs.templates import read_manifest
+from docjobs.templates import check_manifest, read_manifest
 
 
 class GenerateActivities(IsolatedStages):
@@ -19,6 +19,7 @@ class GenerateActivities(IsolatedStages):
             self._fetch_source(request.source, source)
             if request.input_kind is InputKind.TEMPLATE:  # the manifest names the template version and the data
                 manifest = read_manifest(source)
+                check_manifest(self._store, manifest, tenant=request.job_id.partition("/")[0])
                 source, data = attempt.folder / "template.zip", attempt.folder / "data.json"
                 self._fetch_source(manifest.bundle, source)
                 self._fetch_source(manifest.data, data)

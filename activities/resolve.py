@@ -31,7 +31,9 @@ class ResolveActivities:
             self._check_callback(job)
             key = key_in_store(self._settings.storage_url, job.source.uri)
             settings = self._settings
-            source = adopt_source(self._store, key, job.source, settings.work_dir, settings.max_input_bytes)
+            source = adopt_source(
+                self._store, key, job.source, settings.work_dir, settings.max_input_bytes, tenant=job.tenant
+            )
             return JobRequest(
                 job_id=request.job_id,
                 tenant=job.tenant,

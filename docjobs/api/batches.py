@@ -108,14 +108,14 @@ async def spool_batch(request: Request, folder: Path, limit: int) -> tuple[list[
     return paths, part
 
 
-async def accept_uploads(context: ApiContext, paths: list[Path]) -> list[BlobRef]:
+async def accept_uploads(context: ApiContext, paths: list[Path], tenant: str) -> list[BlobRef]:
     """Each document checked and stored as a single upload is; a refusal names the document's position."""
     sources = []
     for number, path in enumerate(paths, start=1):
         try:
             with path.open("rb") as document:
                 check_kind(document.read(HEAD_BYTES))
-            sources.append(await context.jobs.accept(path))
+            sources.append(await context.jobs.accept(path, tenant=tenant))
         except ApiError as error:
             raise ApiError(error.status, error.code, f"document {number}: {error.message}") from None
         except DocJobError as error:
@@ -190,7 +190,7 @@ async def submit_batch(
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
         part = stored.policy
         try:
-            sources = await batches.stored_sources(stored.sources)
+            sources = await batches.stored_sources(stored.sources, tenant=name)
         except DocJobError as error:
             raise ApiError(422, error.code, error.message) from None
     elif content_type.startswith("multipart/form-data"):
@@ -204,7 +204,7 @@ async def submit_batch(
                 raise ApiError(413, "input.too_large", message) from None
             except ClientDisconnect:
                 raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-            sources = await accept_uploads(context, paths)
+            sources = await accept_uploads(context, paths, name)
     else:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
     chosen, _ = effective_policy(context.policies, part)  # a batch pins the whole resolved policy
