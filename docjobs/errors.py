@@ -75,6 +75,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "request.invalid": (Outcome.FAIL, "the job request could not be read or does not belong to this job ID"),
     "policy.unknown": (Outcome.FAIL, "no policy of that name is configured"),
     "policy.invalid": (Outcome.FAIL, "the policy overrides are not valid"),
+    "policy.forbidden": (Outcome.FAIL, "the tenant may not use this policy"),
     "source.outside_store": (Outcome.FAIL, "the source URI does not name a blob inside this deployment's store"),
     "codec.unsealed": (Outcome.FAIL, "the job request was not sealed with this deployment's payload key"),
 }

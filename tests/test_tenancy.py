@@ -1,4 +1,5 @@
-"""Tenants' documents stay theirs: a source may be named by its digest only by a tenant that stored it.
+"""Tenants' documents stay theirs: a source may be named by its digest only by a tenant that stored it, and a
+tenant may use only the policies it was given.
 
 Through the real API (uvicorn on loopback), the session's dev server and worker: a JSON batch naming another
 tenant's digest, and a template job whose manifest names another tenant's data, get exactly the answer a
@@ -9,22 +10,26 @@ Temporal client is in tests/test_workflow_api.py, which imports nothing of docjo
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from docjobs.canonical import canonical_model
+from docjobs.config import ConfigError
+from docjobs.errors import DocJobError
 from docjobs.models import BlobRef, InputKind
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import owned_source, owner_marker_key, source_key
 from docjobs.templates import TemplateManifest, zip_folder
 from docjobs.temporal.client import JobClient
-from docjobs.tenants import add_tenant
-from tests.conftest import Env, WorkerProcess, wait_terminal
+from docjobs.tenants import add_tenant, policies_of
+from tests.conftest import REPO, Env, StartWorker, WorkerProcess, run_starter, wait_terminal
 from tests.fixtures.generate_samples import invoice_data, invoice_template, write_json
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_api import Api, serve_api
@@ -132,3 +137,157 @@ async def test_a_template_job_names_only_the_tenants_own_data(
     submitted = await jobs.submit(path, policy, input_kind=InputKind.TEMPLATE, tenant=victim)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+
+
+# --- Policies per tenant --------------------------------------------------------------------------------------
+
+EXTRA_POLICIES = """
+[policies.trusted]
+# keeps active content: trusted-only without any flag
+deadline_seconds = 900
+max_pages = 100
+[policies.trusted.sign]
+enabled = false
+[policies.trusted.sanitize]
+mode = "keep"
+[policies.trusted.watermark]
+text = "TRUSTED"
+mode = "structure"
+
+[policies.flagged]
+trusted_only = true
+deadline_seconds = 900
+max_pages = 100
+[policies.flagged.watermark]
+text = "FLAGGED"
+mode = "structure"
+"""
+
+
+def write_policies(folder: Path) -> Path:
+    path = folder / "policies.toml"
+    path.write_text((REPO / "docjobs" / "policies.toml").read_text() + EXTRA_POLICIES)
+    return path
+
+
+def test_a_policy_that_keeps_active_content_or_is_flagged_is_trusted_only(tmp_path: Path) -> None:
+    book = PolicyBook.load(write_policies(tmp_path))
+    shipped = PolicyBook.load(REPO / "docjobs" / "policies.toml")
+    assert shipped.trusted_only == frozenset() and shipped.for_tenant(None) == frozenset(shipped.policies)
+    assert book.trusted_only == {"trusted", "flagged"}
+    assert book.for_tenant(None) == frozenset(shipped.policies)
+    assert book.for_tenant(["standard", "trusted", "gone"]) == {"standard", "trusted"}
+    book.check_allowed("trusted", ["trusted"])
+    for name, listed in (("trusted", None), ("flagged", None), ("preview", ["standard", "trusted"])):
+        with pytest.raises(DocJobError) as refused:
+            book.check_allowed(name, listed)
+        assert refused.value.code == "policy.forbidden"
+    # The flag says who may name a policy, not what it does: it is no setting of the policy (nor of its version).
+    assert "trusted_only" not in book.get("flagged").model_dump()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(EXTRA_POLICIES.replace("trusted_only = true", 'trusted_only = "yes"') + 'default = "trusted"\n')
+    with pytest.raises(ConfigError, match="trusted_only"):
+        PolicyBook.load(bad)
+
+
+def test_tenant_add_records_the_policies_it_may_use(env: Env, tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    files = Env({**env.vars, "DOCJOBS_POLICY_FILE": str(write_policies(tmp_path)), "DOCJOBS_TENANTS_FILE": str(path)})
+    code, plain, _ = run_starter(files, "tenant", "add", "plain")
+    assert code == 0 and "trusted" not in plain["policies"] and "flagged" not in plain["policies"], plain
+    assert {"standard", "preview", "scan", "external"} <= set(plain["policies"])
+    code, vip, _ = run_starter(files, "tenant", "add", "vip", "--policies", "standard, trusted")
+    assert (code, vip["policies"]) == (0, ["standard", "trusted"]), vip
+    code, refused, _ = run_starter(files, "tenant", "add", "typo", "--policies", "standard,nope")
+    assert (code, refused["error"]) == (2, "policy.unknown"), refused
+    assert "nope" in refused["message"]
+    assert (policies_of(path, "plain"), policies_of(path, "vip"), policies_of(path, "typo")) == (
+        None,
+        ("standard", "trusted"),
+        None,
+    )
+    assert "typo" not in json.loads(path.read_text())["tenants"]  # refused before the tenant existed
+
+
+@dataclass
+class PolicyDeployment:
+    api: Api
+    jobs: JobClient  # on the deployment's own queue, with its policy file
+
+
+@pytest.fixture(scope="module")
+async def deployment(
+    env: Env, jobs: JobClient, start_worker: StartWorker, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[PolicyDeployment]:
+    """A worker and an API with the trusted-only policies and their own tenants file: acme (the default
+    policies) and vip (standard and trusted)."""
+    folder = tmp_path_factory.mktemp("policies")
+    tenants = folder / "tenants.json"
+    keys = {"acme": add_tenant(tenants, "acme"), "vip": add_tenant(tenants, "vip", policies=["standard", "trusted"])}
+    queue = f"docjobs-policies-{uuid.uuid4().hex[:6]}"
+    files = {"DOCJOBS_POLICY_FILE": str(write_policies(folder)), "DOCJOBS_TENANTS_FILE": str(tenants)}
+    start_worker(queue, **files)
+    settings = env.settings(DOCJOBS_TASK_QUEUE=queue, **files)
+    for api in serve_api(settings, tenants, keys):
+        yield PolicyDeployment(api, JobClient(jobs.client, settings))
+
+
+async def test_the_api_refuses_a_policy_the_tenant_may_not_use(
+    deployment: PolicyDeployment, tmp_path: Path
+) -> None:
+    api, jobs = deployment.api, deployment.jobs
+    acme, vip = api.auth("acme"), api.auth("vip")
+    letter = document(tmp_path, "policy")
+    digest = hashlib.sha256(letter).hexdigest()
+    forbidden = (403, {"code": "policy.forbidden", "message": "this tenant may not use that policy"})
+    data = json.dumps(invoice_data(1, number="INV-POLICY")).encode()
+    async with httpx.AsyncClient(base_url=api.base, timeout=60) as http:
+
+        async def answer(response: httpx.Response) -> tuple[int, object]:
+            return response.status_code, response.json()
+
+        for name in ("trusted", "flagged"):
+            policy = {"name": name}
+            assert await answer(await http.post(f"/v1/jobs?policy={name}", content=letter, headers=acme)) == forbidden
+            part = {"policy": json.dumps(policy)}
+            multipart = {"file": ("a.pdf", letter, "application/pdf")}
+            assert await answer(await http.post("/v1/jobs", files=multipart, data=part, headers=acme)) == forbidden
+            template = {"data": ("data.json", data, "application/json")}
+            refused = await http.post("/v1/jobs", files=template, data={"template": "invoice", **part}, headers=acme)
+            assert await answer(refused) == forbidden
+            batch = [("file", ("a.pdf", letter, "application/pdf"))]
+            assert await answer(await http.post(f"/v1/batches?policy={name}", files=batch, headers=acme)) == forbidden
+            stored = {"sources": [digest], "policy": policy}
+            assert await answer(await http.post("/v1/batches", json=stored, headers=acme)) == forbidden
+        assert not jobs.store.exists(source_key(digest))  # refused before anything was stored
+        # vip's list names `trusted` and leaves out `preview`; an unknown name stays `policy.unknown`.
+        assert await answer(await http.post("/v1/jobs?policy=preview", content=letter, headers=vip)) == forbidden
+        unknown = await http.post("/v1/jobs?policy=nope", content=letter, headers=vip)
+        assert (unknown.status_code, unknown.json()["code"]) == (422, "policy.unknown")
+        accepted = await http.post("/v1/jobs?policy=trusted", content=letter, headers=vip)
+        assert accepted.status_code == 202, accepted.text
+    status = await wait_terminal(jobs, accepted.json()["job_id"])
+    assert (status.state, status.document_class) == (JobState.SUCCEEDED, "trusted"), status.failure_code
+
+
+async def test_resolve_refuses_a_policy_the_tenant_may_not_use(
+    deployment: PolicyDeployment, tmp_path: Path
+) -> None:
+    """A public input started straight on Temporal (as a service does): `resolve` checks what the API does.
+    A tenant the tenants file does not have (a service's, or `default` of the command line) gets the default."""
+    jobs = deployment.jobs
+    path = tmp_path / "letter.pdf"
+    path.write_bytes(document(tmp_path, "resolve"))
+    for tenant, policy in (("acme", "trusted"), ("acme", "flagged"), ("service", "trusted"), ("vip", "preview")):
+        submitted = await jobs.submit(path, policy, tenant=tenant)
+        status = await wait_terminal(jobs, submitted.job_id)
+        assert (status.state, status.failure_code) == (JobState.FAILED, "policy.forbidden"), (tenant, policy)
+        history = [event async for event in jobs.handle(submitted.job_id).fetch_history_events()]
+        scheduled = [
+            event.activity_task_scheduled_event_attributes.activity_type.name
+            for event in history
+            if event.HasField("activity_task_scheduled_event_attributes")
+        ]
+        assert scheduled == ["resolve"], (tenant, policy)
+    allowed = await jobs.submit(path, "trusted", tenant="vip")
+    assert (await wait_terminal(jobs, allowed.job_id)).state is JobState.SUCCEEDED

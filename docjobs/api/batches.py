@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect
 from docjobs.api.deps import ApiContext, Context, Tenant
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.jobs import acceptance_error, check_kind
-from docjobs.api.uploads import CHUNK, HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, effective_policy
+from docjobs.api.uploads import CHUNK, HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, tenant_policy
 from docjobs.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.errors import DocJobError
 from docjobs.idempotency import BATCH_KEY_RULE, is_valid_batch_key
@@ -188,7 +188,7 @@ async def submit_batch(
             raise ApiError(413, "input.too_large", f"the body is larger than {JSON_BODY_LIMIT} bytes") from None
         except ValidationError:
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
-        part = stored.policy
+        chosen, _ = tenant_policy(context, name, stored.policy)  # a batch pins the whole resolved policy
         try:
             sources = await batches.stored_sources(stored.sources, tenant=name)
         except DocJobError as error:
@@ -204,10 +204,10 @@ async def submit_batch(
                 raise ApiError(413, "input.too_large", message) from None
             except ClientDisconnect:
                 raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
+            chosen, _ = tenant_policy(context, name, part)  # checked before anything is stored
             sources = await accept_uploads(context, paths, name)
     else:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
-    chosen, _ = effective_policy(context.policies, part)  # a batch pins the whole resolved policy
     submitted = await batches.submit(sources, chosen, tenant=name, key=idempotency_key, concurrency=concurrency)
     if submitted.conflict:
         raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with other documents or policy")

@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
-from docjobs.api.uploads import CHUNK, TooLarge, effective_policy, spool
+from docjobs.api.uploads import CHUNK, TooLarge, spool, tenant_policy
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.models import InputKind, JobSummary
@@ -120,7 +120,7 @@ async def submit(
             if found is None:
                 raise ApiError(415, "input.unsupported", UNSUPPORTED_MESSAGE)
             kind = found
-        chosen, overrides = effective_policy(context.policies, upload.part)
+        chosen, overrides = tenant_policy(context, name, upload.part)
         try:
             document = spooled.path
             if upload.template is not None:  # the job's input is the manifest, hashed when it is stored
