@@ -16,7 +16,7 @@ class GenerateActivities(IsolatedStages):
     def generate(self, request: GenerateInput) -> GenerateOutput:
         with self._attempt("generate", request) as attempt:
             source, output, data = attempt.folder / "input", attempt.folder / "output.pdf", None
-            self._fetch_source(request.source, source)
+            self._fetch_job_input(request.job_id, request.source, source)
             if request.input_kind is InputKind.TEMPLATE:  # the manifest names the template version and the data
                 manifest = read_manifest(source)
                 check_manifest(self._store, manifest, tenant=request.job_id.partition("/")[0])

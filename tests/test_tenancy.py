@@ -14,6 +14,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,7 @@ import pytest
 from docjobs.canonical import canonical_model
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
-from docjobs.models import BlobRef, InputKind
+from docjobs.models import BlobRef, InputKind, JobRequest
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.storage import owned_source, owner_marker_key, source_key
@@ -291,3 +292,36 @@ async def test_resolve_refuses_a_policy_the_tenant_may_not_use(
         assert scheduled == ["resolve"], (tenant, policy)
     allowed = await jobs.submit(path, "trusted", tenant="vip")
     assert (await wait_terminal(jobs, allowed.job_id)).state is JobState.SUCCEEDED
+
+
+async def test_an_internal_request_names_only_the_tenants_own_source(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """A `JobRequest` (a pinned policy, no `resolve`) started for its own tenant but with another tenant's
+    source: its first stage answers as for a source nobody stored, before anything reads the document."""
+    path = tmp_path / "letter.pdf"
+    path.write_bytes(document(tmp_path, "internal"))
+    victim, thief = f"victim-{uuid.uuid4().hex[:6]}", f"thief-{uuid.uuid4().hex[:6]}"
+    stored = await jobs.accept(path, tenant=victim)
+    unknown = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    policy = policies.get("standard")
+    outcomes = {}
+    nobodys = BlobRef(key=source_key(unknown), sha256=unknown, size=10)
+    for tenant, source in ((thief, stored), (thief, nobodys), (victim, stored)):
+        request = JobRequest(
+            job_id=f"{tenant}/internal-{uuid.uuid4().hex[:8]}",
+            tenant=tenant,
+            source=source,
+            policy=policy,
+            policy_version=policy.version,
+            deadline_seconds=300,
+            accepted_at=datetime.now(UTC),
+        )
+        assert await jobs.start(request)
+        status = await wait_terminal(jobs, request.job_id)
+        outcomes[(tenant, source.sha256)] = (status.state, status.failure_code, status.output_sha256 is None)
+    assert outcomes == {
+        (thief, stored.sha256): (JobState.FAILED, "source.missing", True),
+        (thief, unknown): (JobState.FAILED, "source.missing", True),
+        (victim, stored.sha256): (JobState.SUCCEEDED, None, False),
+    }

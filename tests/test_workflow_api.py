@@ -30,6 +30,7 @@ from temporalio.common import RawValue
 from temporalio.converter import DataConverter
 
 from tests.conftest import Env, HeldQueue, WorkerProcess
+from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"
@@ -232,11 +233,13 @@ async def test_what_the_workflow_cannot_take_ends_with_its_code(
 
 
 async def test_a_source_is_named_only_by_a_tenant_that_stored_it(
-    plain: Client, env: Env, main_worker: WorkerProcess, put: Any, store_root: Path
+    plain: Client, env: Env, main_worker: WorkerProcess, put: Any, store_root: Path, tmp_path: Path
 ) -> None:
     """Another tenant's job copied its document into the store's `sources/<sha256>` (and released it): naming
     that blob, or that job's artifact, answers exactly as a blob nobody stored does, and nothing runs."""
-    source, queue = put(), env.vars["DOCJOBS_TASK_QUEUE"]
+    document = tmp_path / "own.pdf"
+    make_sample_pdf(document, pages=1, marker=f"owned by one tenant {uuid.uuid4()}")  # bytes no other job has
+    source, queue = put(document), env.vars["DOCJOBS_TASK_QUEUE"]
     unsigned = {"sign": False}
     owner_id = f"owner/first-{uuid.uuid4().hex[:10]}"
     owned = await result_of(
