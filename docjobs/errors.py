@@ -80,6 +80,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "request.invalid": (Outcome.FAIL, "the job request could not be read or does not belong to this job ID"),
     "policy.unknown": (Outcome.FAIL, "no policy of that name is configured"),
     "policy.invalid": (Outcome.FAIL, "the policy overrides are not valid"),
+    "policy.forbidden": (Outcome.FAIL, "the tenant may not use this policy"),
     "source.outside_store": (Outcome.FAIL, "the source URI does not name a blob inside this deployment's store"),
     "codec.unsealed": (Outcome.FAIL, "the job request was not sealed with this deployment's payload key"),
 }
@@ -157,9 +158,14 @@ FAILURE_GUIDE: dict[str, Guide] = {
     ),
     "source.missing": Guide(
         "failed",
-        "the source blob named by the input is not there, or the URI is not inside `DOCJOBS_STORAGE_URL` (only "
-        "`resolve` ran)",
-        "the service must store the document in the deployment's store first, under the URI it sends",
+        "the source blob named by the input is not there, is a source only another tenant stored, or is another key "
+        "in docjobs' own folders (`jobs/`, `templates/`, `batches/`): one answer for all three (only `resolve` ran); "
+        "a template job whose manifest names another tenant's data or template (`generate`)",
+        "the service must store the document in the deployment's store first, under the URI it sends (its own key, "
+        "or an upload by that tenant). Sources stored before ownership markers existed have no owner: naming such a "
+        "digest gives `source.missing` until the tenant uploads the document again, and so does a job accepted "
+        'before that upgrade whose first stage runs after it: drain before upgrading (see "Draining workers for a '
+        'deploy")',
     ),
     "artifact.digest_mismatch": Guide(
         "quarantined",
@@ -362,32 +368,41 @@ FAILURE_GUIDE: dict[str, Guide] = {
     ),
     "request.invalid": Guide(
         "failed",
-        "the workflow was started with an input off the schema, a public input whose tenant is not the workflow ID's "
-        "prefix (or whose `callback` cannot be used), or a request for another job ID than its workflow ID (nothing "
-        "ran, no blob was touched)",
+        "the workflow was started with an input off the schema, an input (public, or an internal `JobRequest`) whose "
+        "tenant is not the workflow ID's prefix, a public input whose `callback` cannot be used, a request for "
+        "another job ID than its workflow ID, or an internal request whose source is not `sources/<its sha256>` "
+        "(nothing ran, no blob was touched)",
         'a service\'s bug, or someone reached the frontend: see "Refused starts"',
     ),
     "policy.unknown": Guide(
         "failed",
-        "a service started a job (public input) naming no configured policy, or overrides that do not validate (only "
-        "`resolve` ran)",
+        "a service started a job (public input) naming no configured policy (only `resolve` ran)",
         "tell the service; compare `DOCJOBS_POLICY_FILE` of the workers with what it expects",
     ),
     "policy.invalid": Guide(
         "failed",
-        "a service started a job (public input) naming no configured policy, or overrides that do not validate (only "
-        "`resolve` ran)",
-        "tell the service; compare `DOCJOBS_POLICY_FILE` of the workers with what it expects",
+        "a service started a job (public input) with overrides that do not validate (only `resolve` ran); the API "
+        "and the CLI refuse them before anything is stored",
+        "tell the service what the overrides' schema allows (`schemas/`)",
+    ),
+    "policy.forbidden": Guide(
+        "failed (API: 403)",
+        'the tenant named a policy it may not use: a trusted-only one (`sanitize.mode = "keep"` or `trusted_only = '
+        "true`) it was not given, or one its `policies` list in the tenants file leaves out (only `resolve` ran; the "
+        "API stored nothing)",
+        "if the tenant should have it: its entry in `DOCJOBS_TENANTS_FILE` lists its policies (`tenant add NAME "
+        "--policies A,B` writes it; the file is re-read while the API and workers run); never unmark a `keep` "
+        "policy to let one tenant through",
     ),
     "source.outside_store": Guide(
         "failed",
-        "the source blob named by the input is not there, or the URI is not inside `DOCJOBS_STORAGE_URL` (only "
-        "`resolve` ran)",
+        "the URI names no blob inside `DOCJOBS_STORAGE_URL` (only `resolve` ran)",
         "the service must store the document in the deployment's store first, under the URI it sends",
     ),
     "codec.unsealed": Guide(
         "failed",
-        "payload keys are configured and the request was plaintext, or sealed for another workflow (nothing ran)",
+        "payload keys are configured and the request was plaintext, sealed for another workflow, or sealed for no "
+        "workflow (by a tool that still calls the codec endpoint's removed `/encode`); nothing ran",
         'a forged start, or a client without `DOCJOBS_CODEC_KEYS_FILE`: see "Refused starts"',
     ),
 }

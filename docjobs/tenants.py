@@ -19,7 +19,7 @@ import re
 import secrets
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,8 +75,11 @@ def _update(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
             raise
 
 
-def add_tenant(path: Path, name: str) -> str:
-    """Create tenant `name` and return its API key (the only time it is ever available)."""
+def add_tenant(path: Path, name: str, *, policies: Sequence[str] | None = None) -> str:
+    """Create tenant `name` and return its API key (the only time it is ever available).
+
+    `policies`: the policies it may name (stored as `policies` in its entry); None stores no list, and then it
+    may name every policy that is not trusted-only (docjobs/policies.py: `PolicyBook.for_tenant`)."""
     if not TENANT_NAME.fullmatch(name):
         raise ConfigError("a tenant name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit")
     if name in RESERVED_TENANTS:
@@ -86,7 +89,10 @@ def add_tenant(path: Path, name: str) -> str:
     def add(book: dict[str, Any]) -> None:
         if name in book["tenants"]:
             raise TenantExists(name)
-        book["tenants"][name] = {"key_sha256": key_digest(key), "created_at": datetime.now(UTC).isoformat()}
+        entry: dict[str, Any] = {"key_sha256": key_digest(key), "created_at": datetime.now(UTC).isoformat()}
+        if policies is not None:
+            entry["policies"] = sorted(set(policies))
+        book["tenants"][name] = entry
 
     _update(path, add)
     return key
@@ -147,6 +153,18 @@ def own_limits(entry: object, defaults: TenantLimits) -> TenantLimits:
         return TenantLimits.model_validate(defaults.model_dump() | own)
     except ValidationError:
         return defaults
+def _listed_policies(entry: object) -> tuple[str, ...] | None:
+    """A tenant entry's `policies` list; None when it has none (or is no tenant entry)."""
+    listed = entry.get("policies") if isinstance(entry, dict) else None
+    if not isinstance(listed, list):
+        return None
+    return tuple(str(name) for name in listed)
+
+
+def policies_of(path: Path, name: str) -> tuple[str, ...] | None:
+    """The policies tenant `name` may name, if its entry lists them; None for the default (every policy that is
+    not trusted-only), also for a tenant the file does not have (`default`, or a service's tenant)."""
+    return _listed_policies(_read(path)["tenants"].get(name))
 
 
 def callback_of(path: Path, name: str) -> Callback | None:
@@ -170,6 +188,7 @@ class TenantBook:
         self._stamp: tuple[int, int] | None = None
         self._by_digest: dict[str, str] = {}
         self._entries: dict[str, Any] = {}
+        self._policies: dict[str, tuple[str, ...] | None] = {}
 
     def _refresh(self) -> None:
         try:
@@ -187,7 +206,13 @@ class TenantBook:
                 if isinstance(entry, dict) and "key_sha256" in entry and name not in RESERVED_TENANTS
             }
             self._entries = dict(book["tenants"])
+            self._policies = {name: _listed_policies(entry) for name, entry in book["tenants"].items()}
             self._stamp = stamp
+
+    def policies(self, tenant: str) -> tuple[str, ...] | None:
+        """The tenant's list of policies (as `policies_of`), from the cached file."""
+        self._refresh()
+        return self._policies.get(tenant)
 
     def authenticate(self, key: str) -> str | None:
         """The tenant whose key this is, or None."""

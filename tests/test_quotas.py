@@ -290,7 +290,8 @@ async def test_batch_bytes_are_capped_while_the_body_streams_in(
     assert not any(quota.jobs.settings.spool_dir.glob("batch-*"))
 
     # JSON naming stored sources: their recorded sizes count.
-    stored = [await quota.jobs.accept(write(tmp_path / f"{n}.pdf", data)) for n, data in enumerate(files)]
+    owned = [write(tmp_path / f"{n}.pdf", data) for n, data in enumerate(files)]  # stored by the tenant itself
+    stored = [await quota.jobs.accept(path, tenant="batcher") for path in owned]
     over = await client.post("/v1/batches", json={"sources": [s.sha256 for s in stored]}, headers=quota.auth("batcher"))
     assert_quota(over, "batch_bytes")
     within = await client.post(

@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 from docjobs.api.deps import ApiContext, Context, Tenant
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.jobs import acceptance_error, check_kind
-from docjobs.api.uploads import HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, effective_policy
+from docjobs.api.uploads import HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, tenant_policy
 from docjobs.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.errors import DocJobError
 from docjobs.idempotency import BATCH_KEY_RULE, is_valid_batch_key
@@ -162,14 +162,14 @@ async def spool_batch(
     return paths, part
 
 
-async def accept_uploads(context: ApiContext, paths: list[Path]) -> list[BlobRef]:
+async def accept_uploads(context: ApiContext, paths: list[Path], tenant: str) -> list[BlobRef]:
     """Each document checked and stored as a single upload is; a refusal names the document's position."""
     sources = []
     for number, path in enumerate(paths, start=1):
         try:
             with path.open("rb") as document:
                 check_kind(document.read(HEAD_BYTES))
-            sources.append(await context.jobs.accept(path))
+            sources.append(await context.jobs.accept(path, tenant=tenant))
         except ApiError as error:
             raise ApiError(error.status, error.code, f"document {number}: {error.message}") from None
         except DocJobError as error:
@@ -246,9 +246,9 @@ async def submit_batch(
             raise ApiError(413, "input.too_large", f"the body is larger than {JSON_BODY_LIMIT} bytes") from None
         except ValidationError:
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
-        part = stored.policy
+        chosen, _ = tenant_policy(context, name, stored.policy)  # a batch pins the whole resolved policy
         try:
-            sources = await batches.stored_sources(stored.sources)
+            sources = await batches.stored_sources(stored.sources, tenant=name)
         except DocJobError as error:
             raise ApiError(422, error.code, error.message) from None
         batch_bytes_check(sum(source.size for source in {s.sha256: s for s in sources}.values()), limits)
@@ -270,19 +270,19 @@ async def submit_batch(
                 raise ApiError(413, "input.too_large", message) from None
             except ClientDisconnect:
                 raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
+            chosen, _ = tenant_policy(context, name, part)  # checked before anything is stored
             if not await repeat(context, name, idempotency_key):  # a repeat counts no bytes and no share
                 await context.check_running(name, limits)
                 charged = sum(path.stat().st_size for path in paths)
                 await context.charge(name, charged, limits)
             try:
-                sources = await accept_uploads(context, paths)
+                sources = await accept_uploads(context, paths, name)
             except BaseException:
                 await context.refund(name, charged)
                 raise
     else:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
     try:
-        chosen, _ = effective_policy(context.policies, part)  # a batch pins the whole resolved policy
         submitted = await batches.submit(sources, chosen, tenant=name, key=idempotency_key, concurrency=concurrency)
     except BaseException:
         if charged:

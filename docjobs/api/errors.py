@@ -35,7 +35,7 @@ class ErrorBody(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody} for status in (401, 404, 408, 409, 413, 415, 422, 429, 503)
+    status: {"model": ErrorBody} for status in (401, 403, 404, 408, 409, 413, 415, 422, 429, 503)
 }
 
 

@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
-from docjobs.api.uploads import CHUNK, TooLarge, effective_policy, spool
+from docjobs.api.uploads import CHUNK, TooLarge, spool, tenant_policy
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.models import InputKind, JobSummary
@@ -122,7 +122,7 @@ async def submit(
             if found is None:
                 raise ApiError(415, "input.unsupported", UNSUPPORTED_MESSAGE)
             kind = found
-        chosen, overrides = effective_policy(context.policies, upload.part)
+        chosen, overrides = tenant_policy(context, name, upload.part)
         # A repeat (the job exists already) is answered as before whatever the tenant's share, and counts no
         # bytes. A template job without a key has its ID only once its manifest is stored: never a repeat here.
         known = upload.template is None or idempotency_key is not None

@@ -13,6 +13,7 @@ from docjobs.cli.output import (
     fail,
 )
 from docjobs.config import ConfigError
+from docjobs.policies import PolicyBook
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, TenantExists, add_tenant, set_callback, set_limits
 from docjobs.webhooks import CallbackInvalid, parse_callback
@@ -54,14 +55,24 @@ async def cmd_tenant(args: argparse.Namespace, settings: TemporalSettings, out: 
             parse_callback(args.callback, allow_http_loopback=args.allow_http_loopback)
         except CallbackInvalid as error:
             return fail(out, EXIT_USAGE, "callback.invalid", str(error), tenant=args.name)
+    book = PolicyBook.load(settings.policy_file)
+    listed = None if args.policies is None else [name.strip() for name in args.policies.split(",") if name.strip()]
+    if listed is not None:  # checked before the tenant exists, as the callback is
+        unknown = sorted(set(listed) - set(book.policies))
+        if unknown or not listed:
+            known = ", ".join(sorted(book.policies))
+            message = f"unknown policy {', '.join(unknown)} (known: {known})" if unknown else "--policies names none"
+            return fail(out, EXIT_USAGE, "policy.unknown", message, tenant=args.name)
     try:
-        key = await asyncio.to_thread(add_tenant, path, args.name)
+        key = await asyncio.to_thread(partial(add_tenant, policies=listed), path, args.name)
     except TenantExists:
         return fail(out, EXIT_USAGE, "tenant.exists", f"tenant {args.name!r} already exists", tenant=args.name)
-    payload = {"tenant": args.name, "api_key": key, "tenants_file": str(path)}
+    allowed = sorted(book.for_tenant(listed))
+    payload = {"tenant": args.name, "api_key": key, "tenants_file": str(path), "policies": allowed}
     text = f"tenant {args.name} created; its API key (shown only this once):\n{key}"
     if given_limits(args):
         payload["limits"] = await asyncio.to_thread(set_limits, path, args.name, given_limits(args))
+    text += f"\npolicies it may use: {', '.join(allowed)}" + ("" if listed else " (every policy not trusted-only)")
     if args.callback:
         secret = await asyncio.to_thread(
             partial(set_callback, allow_http_loopback=args.allow_http_loopback), path, args.name, args.callback
@@ -82,6 +93,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     tenant = commands.add_parser("tenant", help="API tenants and their keys")
     tenant.add_argument("action", choices=["add", "limits"], help="add a tenant; or set (and show) its limits")
     tenant.add_argument("name")
+    tenant.add_argument(
+        "--policies",
+        metavar="A,B",
+        help="the policies the tenant may use (default: every policy not trusted-only, now and later)",
+    )
     tenant.add_argument("--callback", metavar="URL", help="POST a signed event here on every terminal state (https)")
     tenant.add_argument(
         "--allow-http-loopback",

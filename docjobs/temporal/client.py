@@ -54,7 +54,7 @@ from docjobs.models import (
 )
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
-from docjobs.storage import blob_uri, sha256_file, source_key
+from docjobs.storage import blob_uri, record_owner, sha256_file, source_key
 from docjobs.templates import TemplateStore
 from docjobs.temporal import visibility
 from docjobs.temporal.converter import data_converter
@@ -166,7 +166,7 @@ class JobClient:
         policy no named one with overrides makes; the workflow still takes that shape), and so does an input
         to generate from (HTML, a bundle, a template's manifest: `input_kind`), which public input v1 does not
         describe."""
-        stored = await self.accept(path, hashed=hashed)
+        stored = await self.accept(path, tenant=tenant, hashed=hashed)
         digest = stored.sha256
         if not isinstance(policy, Policy) and input_kind is not InputKind.DOCUMENT:
             policy = await asyncio.to_thread(self.policies().resolve, policy, overrides)
@@ -202,8 +202,9 @@ class JobClient:
         )
         return Submitted(job_id, created=await self.start(request), input_sha256=stored.sha256)
 
-    async def accept(self, path: Path, *, hashed: str | None = None) -> BlobRef:
-        """Check the input's size, hash it and store it as a source (every document a job or batch accepts).
+    async def accept(self, path: Path, *, tenant: str, hashed: str | None = None) -> BlobRef:
+        """Check the input's size, hash it and store it as a source (every document a job or batch accepts),
+        recorded as `tenant`'s: only the tenants that stored a source may name it by its digest later.
 
         `hashed`: the caller wrote `path` itself and hashed it while writing (an API upload): the file is
         handed to the store (moved, on the file store) and never read again here. Otherwise it is hashed,
@@ -213,11 +214,13 @@ class JobClient:
         if size > self.settings.max_input_bytes:
             raise DocJobError("input.too_large", f"the input is larger than {self.settings.max_input_bytes} bytes")
         if hashed is not None:
-            return await asyncio.to_thread(self.store.put_hashed, source_key(hashed), path, hashed)
-        digest = await asyncio.to_thread(sha256_file, path)
-        stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
-        if stored.sha256 != digest:
-            raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+            stored = await asyncio.to_thread(self.store.put_hashed, source_key(hashed), path, hashed)
+        else:
+            digest = await asyncio.to_thread(sha256_file, path)
+            stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
+            if stored.sha256 != digest:
+                raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+        await asyncio.to_thread(record_owner, self.store, stored.sha256, tenant)
         # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
         # also counts its pages and fails it with the precise code.
         return stored
