@@ -291,7 +291,7 @@ async def test_batch_bytes_are_capped_while_the_body_streams_in(
 
     # JSON naming stored sources: their recorded sizes count.
     owned = [write(tmp_path / f"{n}.pdf", data) for n, data in enumerate(files)]  # stored by the tenant itself
-    stored = [await quota.jobs.accept(path, tenant="batcher") for path in owned]
+    stored = [await quota.jobs.accept(path, tenant=batcher) for path in owned]
     over = await client.post("/v1/batches", json={"sources": [s.sha256 for s in stored]}, headers=quota.auth("batcher"))
     assert_quota(over, "batch_bytes")
     within = await client.post(
