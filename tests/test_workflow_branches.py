@@ -468,12 +468,19 @@ async def test_a_succeeded_job_is_fetchable_while_no_worker_answers(branches: Br
     notify = branches.doubles.behaviour["notify"] = Hold()
     job_id = await branches.start()
     await notify.started.wait()
+    answered = await branches.jobs.status(job_id)  # the workflow's own answer, while its worker runs
     await branches.worker.shutdown()
     assert (await branches.jobs.handle(job_id).describe()).status is WorkflowExecutionStatus.RUNNING
     out = tmp_path / "fetched.pdf"
     status = await branches.jobs.fetch(job_id, out)
-    # Rebuilt without a worker: the transitions are the state attribute's upserts in history.
+    # Rebuilt without a worker: the transitions are the state attribute's upserts in history, each at the time
+    # its workflow task started, which is the workflow's own clock (but for a step after a local activity in the
+    # same task: the wrap-up's, a few milliseconds later in the workflow's answer).
     assert [step.state for step in status.transitions] == RELEASED
+    steps = [(step.state, step.stage) for step in status.transitions]
+    assert steps == [(step.state, step.stage) for step in answered.transitions]
+    assert status.transitions[:-1] == answered.transitions[:-1]
+    assert abs(status.transitions[-1].at - answered.transitions[-1].at) < timedelta(seconds=1)
     assert status.state is JobState.SUCCEEDED and sha256_file(out) == status.output_sha256
     assert status.evidence_sha256 == "b" * 64
 

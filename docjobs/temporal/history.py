@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
+from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent, MarkerRecordedEventAttributes
@@ -87,7 +88,9 @@ async def add_from_history(
     status: JobStatus, events: AsyncIterator[HistoryEvent], converter: DataConverter
 ) -> NotifyInput | None:
     """What a job's history says of it, added to a status rebuilt without a worker (from the request memo and
-    visibility): the transitions the workflow recorded (each a search-attribute upsert, at its event's time),
+    visibility): the transitions the workflow recorded (each a search-attribute upsert, at the time its workflow
+    task started: the workflow's own `now`, except after a local activity in the same task, where the
+    workflow's clock has moved on by the activity's run),
     each stage's last attempt that ended (history writes an attempt's start when it closes), the page count
     `render` found, the artifact (and its searchable text) `publish` released and the evidence envelope.
     Returns the terminal event the workflow sent to `notify`, if it got that far: once that is scheduled, the
@@ -98,10 +101,19 @@ async def add_from_history(
     transitions = status.transitions or [TransitionRecord(state=JobState.QUEUED, at=status.accepted_at)]
     scheduled: dict[int, str] = {}
     decided: NotifyInput | None = None
+    task_started: dict[int, datetime] = {}  # workflow task started event -> its time
+    task_time: datetime | None = None  # when the workflow task whose commands follow started
     async for event in events:
+        if event.HasField("workflow_task_started_event_attributes"):
+            task_started[event.event_id] = workflow_clock(event.event_time)
+            continue
+        if event.HasField("workflow_task_completed_event_attributes"):
+            task_time = task_started.get(event.workflow_task_completed_event_attributes.started_event_id)
+            continue
         if event.HasField("upsert_workflow_search_attributes_event_attributes"):
             fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
-            _add_transition(status, fields, event, transitions)
+            at = task_time or event.event_time.ToDatetime(tzinfo=UTC)
+            _add_transition(status, fields, at, transitions)
             continue
         if event.HasField("marker_recorded_event_attributes"):
             marker = event.marker_recorded_event_attributes
@@ -138,8 +150,13 @@ async def add_from_history(
     return decided
 
 
+def workflow_clock(stamp: Timestamp) -> datetime:
+    """An event's time as a workflow task that started then reads its own `workflow.now()` (the SDK's rounding)."""
+    return datetime.fromtimestamp(stamp.ToNanoseconds() / 1e9, UTC)
+
+
 def _add_transition(
-    status: JobStatus, fields: Mapping[str, Payload], event: HistoryEvent, transitions: list[TransitionRecord]
+    status: JobStatus, fields: Mapping[str, Payload], at: datetime, transitions: list[TransitionRecord]
 ) -> None:
     """The transition an upsert of the state or stage attribute records (the workflow upserts only what changed;
     a plain client's job upserts `queued` once it is resolved, which is no transition)."""
@@ -153,7 +170,7 @@ def _add_transition(
         stage = Stage(named) if named else None
     if transitions and (state, stage) == (transitions[-1].state, transitions[-1].stage):
         return
-    transitions.append(TransitionRecord(state=state, stage=stage, at=event.event_time.ToDatetime(tzinfo=UTC)))
+    transitions.append(TransitionRecord(state=state, stage=stage, at=at))
 
 
 async def _add_evidence(status: JobStatus, result: Payloads, converter: DataConverter) -> None:
