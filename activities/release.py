@@ -2,26 +2,50 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 from pathlib import Path
 
 from temporalio import activity
 
-from activities.isolated import IsolatedStages
+from activities.isolated import Attempt, IsolatedStages
 from docjobs.models import SignInput, SignOutput, VerifyInput, VerifyOutput
-from docjobs.sandbox import ChildPool
+from docjobs.sandbox import ChildPool, TenantPools
 from docjobs.signing.config import SignerConfig
 from docjobs.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
 from docjobs.storage import BlobStore
 
 
 class ReleaseActivities(IsolatedStages):
-    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool, data_dir: Path) -> None:
+    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools, data_dir: Path) -> None:
         super().__init__(store, workdir, pool)
         self._data_dir = data_dir
 
-    def _signer(self) -> SignerConfig:
-        """From config; on the embedded default a development CA and signer are created on first use."""
-        return SignerConfig.from_env(self._data_dir)
+    def _signer(self, attempt: Attempt) -> SignerConfig:
+        """From config; on the embedded default a development CA and signer are created on first use.
+
+        A confined child sees no signing folder: what this one task needs is copied into its attempt's folder
+        (gone with it). A stop-gap until the key never enters a child (interrupted signing, issue 23 item 3)."""
+        config = SignerConfig.from_env(self._data_dir)
+        if attempt.pool.confinement is None:
+            return config
+        folder = attempt.folder / "signer"
+        folder.mkdir()
+        copied: dict[Path, Path] = {}
+
+        def copy(path: Path) -> Path:
+            if path not in copied:
+                copied[path] = shutil.copyfile(path, folder / f"{len(copied)}-{path.name}")
+            return copied[path]
+
+        return dataclasses.replace(
+            config,
+            trust_roots=tuple(map(copy, config.trust_roots)),
+            p12_path=copy(config.p12_path) if config.p12_path else None,
+            key_path=copy(config.key_path) if config.key_path else None,
+            cert_path=copy(config.cert_path) if config.cert_path else None,
+            chain_paths=tuple(map(copy, config.chain_paths)),
+        )
 
     @activity.defn(name="sign")
     def sign(self, request: SignInput) -> SignOutput:
@@ -32,7 +56,7 @@ class ReleaseActivities(IsolatedStages):
                 lambda paths: SignWork(
                     source=paths.source,
                     output=paths.output,
-                    signer=self._signer(),
+                    signer=self._signer(attempt),
                     visible=request.sign.visible,
                     allow_signed_input=request.sign.allow_signed_input,
                 ),
@@ -60,7 +84,7 @@ class ReleaseActivities(IsolatedStages):
                 source=source,
                 output=output,
                 workdir=attempt.folder,
-                signer=self._signer() if request.signed else None,
+                signer=self._signer(attempt) if request.signed else None,
                 text_layer_kept=request.text_layer_kept,
                 redact=request.redact,
                 watermark_text=request.watermark_text,

@@ -38,6 +38,12 @@ MEMORY_ENV = "DOCJOBS_CHILD_MEMORY_MB"
 PARENT_ENV = "DOCJOBS_CHILD_PARENT_PID"
 CONTROL_ENV = "DOCJOBS_CHILD_CONTROL_FD"
 ENTRIES_ENV = "DOCJOBS_CHILD_ENTRIES"
+# Set by docjobs.confine for a zygote inside its sandbox (kept in step with it: this module imports only stdlib).
+UID_ENV = "DOCJOBS_CHILD_UID"
+NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
+FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"
+CONFINED_ENV = "DOCJOBS_CHILD_CONFINED"
+DEFAULT_PAGE_CAP = 2000  # a task sent without its page cap (the shipped policies' largest max_pages)
 FORK_REQUEST = b"fork"
 PR_SET_PDEATHSIG = 1
 NICENESS = 10
@@ -64,11 +70,27 @@ def _die_with_parent(parent: int, on_death: Callable[[int, FrameType | None], No
         on_death(signal.SIGTERM, None)
 
 
+def _drop_root() -> None:
+    """Inside a root worker's sandbox: become the pool's own unprivileged uid, first thing (every capability goes
+    with root: the sandbox gave only CAP_SETUID and CAP_SETGID, for this)."""
+    uid = os.environ.get(UID_ENV)
+    if uid:
+        os.setgroups([])
+        os.setgid(int(uid))
+        os.setuid(int(uid))
+        if os.getuid() == 0 or os.geteuid() == 0:
+            raise SystemExit("the document zygote is still root")
+
+
 def _limit_self(memory_mb: int) -> None:
-    """The zygote's limits, which every fork inherits."""
+    """The zygote's limits, which every fork inherits: each one hard (a child cannot raise it again)."""
     os.nice(NICENESS)  # tenants' documents yield the CPU to the API, Temporal and the workers' own threads
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a core file would hold the document
+    if processes := os.environ.get(NPROC_ENV):  # a fork bomb stops there (the sandbox's uid, all its processes)
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(processes), int(processes)))
+    if file_mb := os.environ.get(FSIZE_ENV):  # no file written inside may grow beyond this (SIGXFSZ)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(file_mb) << 20, int(file_mb) << 20))
 
 
 def _end_group(signum: int, frame: FrameType | None) -> None:
@@ -134,12 +156,15 @@ class _TaskUsage:
         }
 
 
-def _limit_cpu(seconds: float) -> None:
-    """Soft limit only: SIGXCPU ends the child there. The hard limit stays where it is, so that the next task
-    of this child can be given its own budget (an unprivileged process cannot raise a hard limit)."""
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+def _limit_cpu(seconds: float, *, hard: bool = False) -> None:
+    """SIGXCPU ends the child at `seconds`. Unconfined, the soft limit only: the hard one stays where it is, so
+    that the next task of this child can be given its own budget. Confined (`hard`), both, so the child cannot
+    raise it again: a limit is then only ever lowered, and a confined child serves one task."""
+    _, current = resource.getrlimit(resource.RLIMIT_CPU)
     soft = int(seconds) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    if current != resource.RLIM_INFINITY:
+        soft = min(soft, current)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft if hard else current))
 
 
 def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> bool:
@@ -150,14 +175,19 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
     start = _cpu_used()
     budget = task.get("cpu") or {}
     base, per_page = float(budget.get("base_seconds", 60.0)), float(budget.get("per_page_seconds", 0.0))
-    _limit_cpu(start + base)
-    grown = False
+    cap = task.get("max_pages")
+    cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_PAGE_CAP
+    hard = bool(os.environ.get(CONFINED_ENV))
+    # Unconfined: the base budget, grown once the page count is known. Confined (hard = soft, never raised): the
+    # budget of the most pages the task may have, lowered once the page count is known.
+    _limit_cpu(start + base + (per_page * cap if hard else 0), hard=hard)
+    counted = False
 
     def progress(done: int, total: int) -> None:
-        nonlocal grown
-        if not grown:  # the page count is known now: the budget grows with it, once
-            _limit_cpu(start + base + per_page * total)
-            grown = True
+        nonlocal counted
+        if not counted:  # the page count is known now: the budget follows it, once
+            _limit_cpu(start + base + per_page * min(total, cap), hard=hard)
+            counted = True
         _send(channel, {"kind": "progress", "done": done, "total": total})
 
     try:
@@ -285,10 +315,26 @@ class _Zygote:
             _send(fork.channel, {"kind": "exited", **account})
         os.close(fork.channel)
         shutil.rmtree(private_folder(self.home, fork.pid), ignore_errors=True)
+        if os.environ.get(CONFINED_ENV):
+            self._kill_strays()
+
+    def _kill_strays(self) -> None:
+        """Inside the sandbox (its own PID namespace: /proc shows only its processes) nothing may outlive the task
+        that started it: whatever is not the namespace's init, this zygote or in a live fork's group (a daemon
+        that left its group with `setsid`) is killed."""
+        keep = {1, self.pid}
+        groups = {fork.pid for fork in self.forks.values()}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in keep:
+                continue
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry)) not in groups:
+                    os.kill(int(entry), signal.SIGKILL)
 
 
 def main() -> None:
     global _OUT_OF_MEMORY
+    _drop_root()
     memory_mb = int(os.environ[MEMORY_ENV])
     _limit_self(memory_mb)
     zygote = _Zygote(socket.socket(fileno=int(os.environ[CONTROL_ENV])))
