@@ -652,6 +652,12 @@ def tenant_of(job_id: str) -> str:
     return tenant if separator else ""
 
 
+def tenant_root(work_dir: Path, tenant: str) -> Path:
+    """Where a tenant's attempts keep their folders, in a queue's work folder (named by a digest: any tenant name
+    is a safe folder name)."""
+    return work_dir / f"tenant-{hashlib.sha256(tenant.encode()).hexdigest()[:16]}"
+
+
 def hand_over(folder: Path, confinement: Confinement | None) -> None:
     """Give an attempt's folder (and what the worker put in it) to the sandbox's uid, when it is not the worker's."""
     if confinement is None or confinement.uid == os.geteuid():
@@ -690,7 +696,7 @@ class TenantPools:
         self._closed = False
 
     def root(self, tenant: str) -> Path:
-        return self.work_dir / f"tenant-{hashlib.sha256(tenant.encode()).hexdigest()[:16]}"
+        return tenant_root(self.work_dir, tenant)
 
     @contextlib.contextmanager
     def lease(self, job_id: str) -> Iterator[tuple[ChildPool, Path | None]]:

@@ -1,0 +1,225 @@
+"""A document child taken over by its document is still inside its boundary (issue 23, items 2 and 8).
+
+A real worker (tests/fault_worker.py, `compromised-child`) whose `render` runs the attack a document plans,
+inside its real, sandboxed child, during a real job (tests/faults/compromised_child.py). Every attempt must fail,
+the worker must be unharmed, and the next job must succeed. Two tenants' tasks never meet in one child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pikepdf
+import pytest
+
+from docjobs.models import JobStatus
+from docjobs.sandbox import tenant_root
+from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.states import JobState
+from docjobs.temporal.client import JobClient, connect
+from docjobs.tenants import add_tenant
+from tests.conftest import REPO, Env, StartWorker, WorkerProcess, wait_terminal
+from tests.faults.compromised_child import DAEMON_MARKER, PLAN_PREFIX
+from tests.fixtures.samples import make_sample_pdf
+
+QUEUE = "docjobs-compromised"
+CANARY = f"canary-{uuid.uuid4().hex}"  # in the worker's environment: must never reach a child
+NPROC = 128  # the sandbox's process limit (docjobs.confine.Confinement.max_processes)
+
+
+@pytest.fixture(scope="module")
+def attacked_worker(start_worker: StartWorker) -> WorkerProcess:
+    return start_worker(
+        QUEUE,
+        script=REPO / "tests" / "fault_worker.py",
+        DOCJOBS_FAULT="compromised-child",
+        AWS_SECRET_ACCESS_KEY=CANARY,
+        DOCJOBS_CODEC_TOKEN=CANARY,
+    )
+
+
+@pytest.fixture
+async def queue_jobs(env: Env, attacked_worker: WorkerProcess) -> JobClient:
+    settings = env.settings(DOCJOBS_TASK_QUEUE=QUEUE)
+    return JobClient(await connect(settings), settings)
+
+
+@pytest.fixture
+def api_stand_in() -> Iterator[int]:
+    """A listening TCP port on loopback, as the HTTP API's would be (any local port is as far out of reach)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield int(server.getsockname()[1])
+
+
+@pytest.fixture
+def secret_stand_in() -> Iterator[Path]:
+    """A secret where compose mounts them from (ops/secrets/, gitignored), outside any temporary folder."""
+    folder = REPO / "ops" / "secrets"
+    folder.mkdir(parents=True, exist_ok=True)
+    secret = folder / f"stand-in-{uuid.uuid4().hex}"
+    secret.write_text(CANARY)
+    yield secret
+    secret.unlink()
+
+
+def planned_document(path: Path, plan: dict[str, Any]) -> Path:
+    make_sample_pdf(path, pages=1)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        pdf.docinfo["/Subject"] = PLAN_PREFIX + json.dumps(plan)
+        pdf.save(path)
+    return path
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"{DAEMON_MARKER}={marker}".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def wait_until(condition: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return bool(condition())
+
+
+async def run_job(jobs: JobClient, document: Path, tenant: str) -> JobStatus:
+    submitted = await jobs.submit(document, "standard", tenant=tenant, key=f"attack-{uuid.uuid4().hex}")
+    return await wait_terminal(jobs, submitted.job_id)
+
+
+async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
+    env: Env,
+    queue_jobs: JobClient,
+    attacked_worker: WorkerProcess,
+    moto_endpoint: str,
+    api_stand_in: int,
+    secret_stand_in: Path,
+    tmp_path: Path,
+) -> None:
+    settings = queue_jobs.settings
+    data_dir = settings.data_dir
+    add_tenant(settings.tenants_file, f"probe-{uuid.uuid4().hex[:8]}")  # tenants.json exists, with a secret in it
+    signer = ensure_dev_signer(data_dir / "signing")
+    assert signer.key_path is not None
+    tenant = "mallory"
+    marker = uuid.uuid4().hex
+    root = tenant_root(settings.work_dir / "general", tenant)
+    other_root = tenant_root(settings.work_dir / "general", "victim")
+    other_root.mkdir(parents=True, exist_ok=True)
+    outside = {
+        "blobs": data_dir / "blobs" / f"attack-{marker}",
+        "work folder": settings.work_dir / f"attack-{marker}",
+        "another tenant's folder": other_root / f"attack-{marker}",
+        "code root": REPO / f"attack-{marker}",
+    }
+    code = REPO / "docjobs" / "stage_work.py"
+    code_before = code.read_bytes()
+    plan: dict[str, Any] = {
+        "read": {
+            "worker environ": f"/proc/{attacked_worker.process.pid}/environ",
+            "tenants.json": str(settings.tenants_file),
+            "signing key": str(signer.key_path),
+            "secret": str(secret_stand_in),
+            "/run/secrets": "/run/secrets/codec_keys",
+        },
+        "list": {
+            "data dir": str(data_dir),
+            "run secrets": "/run/secrets",
+            "worker's /proc": f"/proc/{attacked_worker.process.pid}",
+        },
+        "connect": {
+            "temporal": int(env.vars["DOCJOBS_TEMPORAL_PORT"]),
+            "s3": int(moto_endpoint.rsplit(":", 1)[1]),
+            "api": api_stand_in,
+        },
+        "write": {name: str(path) for name, path in outside.items()},
+        "code": str(code),
+        "worker_pid": attacked_worker.process.pid,
+        "fork_bomb": 3 * NPROC,
+        "daemon": marker,
+        "label": "attack",
+    }
+    status = await run_job(queue_jobs, planned_document(tmp_path / "attack.pdf", plan), tenant)
+    assert status.state is JobState.SUCCEEDED, status  # the attack failed; the document was rendered all the same
+
+    reports = [json.loads(path.read_text()) for path in root.glob("attack-*.json")]
+    assert len(reports) == 1
+    report = reports[0]
+    expected = {f"read {name}" for name in plan["read"]} | {f"list {name}" for name in plan["list"]}
+    expected |= {f"connect {name}" for name in plan["connect"]} | {f"write {name}" for name in outside}
+    expected |= {"append to the code", "replace the code", "kill the worker", "raise its CPU limit", "fork-bomb"}
+    assert expected <= set(report)
+    succeeded = {name: outcome["detail"] for name, outcome in report.items() if outcome["succeeded"]}
+    # The data dir's path exists inside only as the way to the tenant's own work root: nothing else is in it.
+    assert succeeded.pop("list data dir", "['work']") == "['work']"
+    assert set(succeeded) <= {"start a daemon"}, succeeded
+    assert CANARY not in json.dumps(report)
+    details = {name: str(outcome["detail"]) for name, outcome in report.items()}
+    assert "No such file" in details["read worker environ"]  # the worker is not in its PID namespace
+    assert "ProcessLookupError" in details["kill the worker"]
+    # Its network namespace has only a loopback of its own (bwrap brings it up): nothing listens there.
+    assert all("Connection refused" in details[f"connect {name}"] for name in plan["connect"]), details
+    assert "No such file" in details["read signing key"] and "No such file" in details["read tenants.json"]
+    assert "Permission denied" in details["append to the code"]  # not its uid's, and read-only besides
+    assert "cross-device" in details["replace the code"]  # the code is another (read-only) mount
+    assert "not allowed to raise" in details["raise its CPU limit"]  # hard = soft
+    assert "stopped after" in str(report["fork-bomb"]["detail"])  # RLIMIT_NPROC, not the attacker, ended it
+    assert int(str(report["fork-bomb"]["detail"]).split("after ")[1].split()[0]) < NPROC
+
+    # Nothing it tried left a trace outside, the code is intact, the worker is alive.
+    assert not [name for name, path in outside.items() if path.exists()]
+    assert code.read_bytes() == code_before
+    assert attacked_worker.process.poll() is None
+    # Its daemon did not outlive the task: killed when its child was reaped, and it beats no more.
+    assert "start a daemon" in succeeded  # it did start (inside), so its end is the sandbox's doing
+    assert wait_until(lambda: not processes_with(marker), 10), processes_with(marker)
+    beat = root / "daemon-beat"
+    last = beat.read_text() if beat.exists() else ""
+    time.sleep(0.5)  # it beat every 0.1 s while it lived
+    assert (beat.read_text() if beat.exists() else "") == last
+
+    # The next job on the same worker succeeds.
+    plain = tmp_path / "plain.pdf"
+    make_sample_pdf(plain, pages=1)
+    assert (await run_job(queue_jobs, plain, tenant)).state is JobState.SUCCEEDED
+    assert attacked_worker.process.poll() is None
+
+
+async def test_two_tenants_never_share_a_child(queue_jobs: JobClient, tmp_path: Path) -> None:
+    """Each render records its child (pid, PID namespace, uid): one tenant's are never another's, and with a
+    fresh child per task no two tasks of one tenant had the same one either."""
+    tenants = ("tenant-alpha", "tenant-beta")
+    for round_ in range(2):
+        for tenant in tenants:
+            document = planned_document(tmp_path / f"{tenant}-{round_}.pdf", {"label": f"{tenant}-{round_}"})
+            assert (await run_job(queue_jobs, document, tenant)).state is JobState.SUCCEEDED
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for tenant in tenants:
+        log = tenant_root(queue_jobs.settings.work_dir / "general", tenant) / "children.jsonl"
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        seen[tenant] = [record for record in records if str(record["label"]).startswith(tenant)]
+        assert len(seen[tenant]) == 2
+    alpha, beta = seen["tenant-alpha"], seen["tenant-beta"]
+    assert {r["pidns"] for r in alpha}.isdisjoint({r["pidns"] for r in beta})  # separate sandboxes
+    assert {r["uid"] for r in alpha}.isdisjoint({r["uid"] for r in beta}) or os.geteuid() != 0  # separate uids
+    for records in seen.values():
+        assert len({record["pid"] for record in records}) == len(records)  # a fresh child per task
+        assert all(record["uid"] != 0 for record in records)  # never root inside
