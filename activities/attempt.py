@@ -8,19 +8,14 @@ under its attempt's key (`put_staged`). activities/isolated.py composes all of t
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from activities.runs import marked_run
-from docjobs.errors import DocJobError
 from docjobs.models import BlobRef
-from docjobs.storage import BlobStore, staging_key
+from docjobs.storage import BlobStore, copy_left_file, staging_key
 
 
 class StoreStages:
@@ -54,21 +49,10 @@ class StoreStages:
     def _put_staged(self, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
         """Store an attempt's output under its own staging key in the run's folder (promoted only by `publish`).
 
-        What a document child left is not trusted: `path` is opened without following a symlink and must be a
-        regular file (else `internal.error`: a child that was taken over, never the document's fault alone), and
-        what is stored is a copy made from that open file, not whatever the path names later."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise DocJobError("internal.error", "a stage output is a symbolic link") from None
-            raise
-        with os.fdopen(fd, "rb") as opened:
-            if not stat.S_ISREG(os.fstat(opened.fileno()).st_mode):
-                raise DocJobError("internal.error", "a stage output is not a regular file")
-            self._workdir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=self._workdir, prefix="staged-") as private:
-                copy = Path(private) / "output"
-                with copy.open("xb") as out:
-                    shutil.copyfileobj(opened, out, 1 << 20)
-                return self._store.put_file(staging_key(marked_run(self._store), stage, attempt, suffix), copy)
+        What a document child left is not trusted: it is copied out first (`copy_left_file`: no symlink, a
+        regular file only) to a folder no child can reach, and that copy is stored."""
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self._workdir, prefix="staged-") as private:
+            copy = Path(private) / "output"
+            copy_left_file(path, copy)
+            return self._store.put_file(staging_key(marked_run(self._store), stage, attempt, suffix), copy)

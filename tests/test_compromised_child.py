@@ -19,15 +19,18 @@ from typing import Any
 import pikepdf
 import pytest
 
-from docjobs.models import JobStatus
-from docjobs.sandbox import tenant_root
+from docjobs.errors import DocJobError
+from docjobs.models import CpuBudget, JobStatus
+from docjobs.sandbox import ChildLimits, ChildPool, tenant_root
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.states import JobState
+from docjobs.storage import copy_left_file
 from docjobs.temporal.client import JobClient, connect
 from docjobs.tenants import add_tenant
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, wait_terminal
 from tests.faults.compromised_child import DAEMON_MARKER, PLAN_PREFIX
 from tests.fixtures.samples import make_sample_pdf
+from tests.sandbox_entries import Order, Seen
 
 QUEUE = "docjobs-compromised"
 CANARY = f"canary-{uuid.uuid4().hex}"  # in the worker's environment: must never reach a child
@@ -223,3 +226,42 @@ async def test_two_tenants_never_share_a_child(queue_jobs: JobClient, tmp_path: 
     for records in seen.values():
         assert len({record["pid"] for record in records}) == len(records)  # a fresh child per task
         assert all(record["uid"] != 0 for record in records)  # never root inside
+
+
+def test_what_a_child_leaves_is_copied_only_as_a_regular_file(tmp_path: Path) -> None:
+    """A symlink at output.pdf (to a worker's secret) or a FIFO (that would hold the worker) is refused."""
+    secret = tmp_path / "worker-secret"
+    secret.write_text(CANARY)
+    folder = tmp_path / "attempt"
+    folder.mkdir()
+    (folder / "output.pdf").symlink_to(secret)
+    os.mkfifo(folder / "fifo.pdf")
+    (folder / "real.pdf").write_bytes(b"%PDF-1.7 left by the child")
+    for name, message in (("output.pdf", "symbolic link"), ("fifo.pdf", "not a regular file")):
+        with pytest.raises(DocJobError) as refused:
+            copy_left_file(folder / name, tmp_path / f"copy-{name}")
+        assert refused.value.code == "internal.error" and message in refused.value.message
+        assert not (tmp_path / f"copy-{name}").exists()
+    copy_left_file(folder / "real.pdf", tmp_path / "copy.pdf")
+    assert (tmp_path / "copy.pdf").read_bytes() == b"%PDF-1.7 left by the child"
+
+
+def test_a_childs_page_count_is_capped_at_max_pages(tmp_path: Path) -> None:
+    """A child that claims more pages than the job may have is believed only up to `max_pages` (its CPU budget
+    and the lease's page progress grow with that count)."""
+    pool = ChildPool(ChildLimits(), home=tmp_path, warm=1, entries="tests.sandbox_entries")
+    pool.start()
+    reported: list[tuple[int, int]] = []
+    try:
+        pool.run(
+            "pages",
+            Order(pages=40),
+            Seen,
+            cpu=CpuBudget(base_seconds=5),
+            on_progress=lambda done, total: reported.append((done, total)),
+            max_pages=3,
+        )
+    finally:
+        pool.close()
+    assert reported and max(total for _, total in reported) == 3
+    assert all(done <= total for done, total in reported)
