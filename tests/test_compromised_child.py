@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -169,6 +171,7 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     expected = {f"read {name}" for name in plan["read"]} | {f"list {name}" for name in plan["list"]}
     expected |= {f"connect {name}" for name in plan["connect"]} | {f"write {name}" for name in outside}
     expected |= {"append to the code", "replace the code", "kill the worker", "raise its CPU limit", "fork-bomb"}
+    expected |= {"make a user namespace", "mount a tmpfs"}
     assert expected <= set(report)
     succeeded = {name: outcome["detail"] for name, outcome in report.items() if outcome["succeeded"]}
     # The data dir's path exists inside only as the way to the tenant's own work root: nothing else is in it.
@@ -184,6 +187,9 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     assert "Permission denied" in details["append to the code"]  # not its uid's, and read-only besides
     assert "cross-device" in details["replace the code"]  # the code is another (read-only) mount
     assert "not allowed to raise" in details["raise its CPU limit"]  # hard = soft
+    # The seccomp filter's answer (an unprivileged process could make a user namespace on this kernel otherwise).
+    assert "Operation not permitted" in details["make a user namespace"]
+    assert "Operation not permitted" in details["mount a tmpfs"]
     assert "stopped after" in str(report["fork-bomb"]["detail"])  # RLIMIT_NPROC, not the attacker, ended it
     assert int(str(report["fork-bomb"]["detail"]).split("after ")[1].split()[0]) < NPROC
 
@@ -265,3 +271,24 @@ def test_a_childs_page_count_is_capped_at_max_pages(tmp_path: Path) -> None:
         pool.close()
     assert reported and max(total for _, total in reported) == 3
     assert all(done <= total for done, total in reported)
+
+
+def test_a_worker_without_its_sandbox_refuses_to_start_unless_told(
+    env: Env, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """No bwrap to be found: the worker exits 2 naming why; DOCJOBS_SANDBOX=unconfined starts it, with a warning."""
+    no_tools = tmp_path / "empty-path"
+    no_tools.mkdir()
+    refused = subprocess.run(
+        [sys.executable, str(REPO / "worker.py"), "--task-queue", "docjobs-no-sandbox"],
+        cwd=REPO,
+        env=env.process_env(PATH=str(no_tools)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert "the document sandbox cannot be set up" in refused.stderr and "bubblewrap" in refused.stderr
+    unconfined = start_worker("docjobs-unconfined", DOCJOBS_SANDBOX="unconfined")
+    assert "DOCJOBS_SANDBOX=unconfined" in unconfined.log_path.read_text()
+    unconfined.stop()

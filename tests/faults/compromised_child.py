@@ -12,6 +12,7 @@ uid) to `children.jsonl` there.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -92,6 +93,15 @@ def connect(port: int) -> str:
     return "connected"
 
 
+def libc_call(name: str, *args: object) -> str:
+    """A system call through the C library (what shellcode would do): raises what it answered."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if getattr(libc, name)(*args) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))
+    return f"{name} succeeded"
+
+
 def attack(plan: dict[str, Any], root: Path) -> dict[str, dict[str, object]]:
     report: dict[str, dict[str, object]] = {}
 
@@ -115,6 +125,8 @@ def attack(plan: dict[str, Any], root: Path) -> dict[str, dict[str, object]]:
     if worker := plan.get("worker_pid"):
         attempt("kill the worker", lambda: os.kill(int(worker), signal.SIGKILL))
     attempt("raise its CPU limit", raise_cpu_limit)
+    attempt("make a user namespace", functools.partial(libc_call, "unshare", 0x10000000))  # CLONE_NEWUSER
+    attempt("mount a tmpfs", functools.partial(libc_call, "mount", b"none", b"/tmp", b"tmpfs", 0, None))
     if count := plan.get("fork_bomb"):
         attempt("fork-bomb", lambda: fork_bomb(int(count)))
     if plan.get("daemon"):
