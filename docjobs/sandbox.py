@@ -670,6 +670,22 @@ def hand_over(folder: Path, confinement: Confinement | None) -> None:
 
 
 PoolFactory = Callable[[Path, Confinement | None], ChildPool]
+# The uid slots of the open pools, across every queue's TenantPools of this process: one uid per pool, so that no
+# two tenants' sandboxes share a uid (nor its process count).
+_SLOTS: set[int] = set()
+_SLOTS_LOCK = threading.Lock()
+
+
+def _take_slot() -> int:
+    with _SLOTS_LOCK:
+        slot = next(number for number in range(len(_SLOTS) + 1) if number not in _SLOTS)
+        _SLOTS.add(slot)
+        return slot
+
+
+def _free_slot(slot: int) -> None:
+    with _SLOTS_LOCK:
+        _SLOTS.discard(slot)
 
 
 @dataclass
@@ -715,8 +731,9 @@ class TenantPools:
                 entry.in_use -= 1
                 entry.last_used = time.monotonic()
                 idle = self._evictable()
-            for pool in idle:
-                pool.close()
+            for evicted in idle:
+                evicted.pool.close()
+                _free_slot(evicted.slot)
 
     def pools(self) -> dict[str, ChildPool]:
         with self._lock:
@@ -728,24 +745,29 @@ class TenantPools:
             entries, self._pools = list(self._pools.values()), {}
         for entry in entries:
             entry.pool.close()
+            _free_slot(entry.slot)
 
     def _open(self, tenant: str) -> _TenantPool:
         """A new tenant's pool (under the lock: a tenant's first task waits for its zygote's imports)."""
         root = self.root(tenant)
         root.mkdir(parents=True, exist_ok=True)
-        used = {entry.slot for entry in self._pools.values()}
-        slot = next(number for number in range(len(used) + 1) if number not in used)
+        slot = _take_slot()
         confinement = Confinement(root, slot=slot) if self.confined else None
         if confinement is not None and confinement.uid != os.geteuid():
             os.chown(root, confinement.uid, confinement.uid)
         root.chmod(0o700)
         pool = self.make_pool(root, confinement)
-        pool.start()
+        try:
+            pool.start()
+        except BaseException:
+            pool.close()
+            _free_slot(slot)
+            raise
         entry = self._pools[tenant] = _TenantPool(pool, root, slot, last_used=time.monotonic())
         return entry
 
-    def _evictable(self) -> list[ChildPool]:
+    def _evictable(self) -> list[_TenantPool]:
         """Idle pools beyond `max_pools`, least recently used first, taken out (closed by the caller)."""
         idle = sorted((e.last_used, tenant) for tenant, e in self._pools.items() if e.in_use == 0)
         excess = len(self._pools) - self.max_pools
-        return [self._pools.pop(tenant).pool for _, tenant in idle[: max(excess, 0)]]
+        return [self._pools.pop(tenant) for _, tenant in idle[: max(excess, 0)]]

@@ -23,7 +23,7 @@ import pytest
 
 from docjobs.errors import DocJobError
 from docjobs.models import CpuBudget, JobStatus
-from docjobs.sandbox import ChildLimits, ChildPool, tenant_root
+from docjobs.sandbox import ChildLimits, ChildPool, TenantPools, tenant_root
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.states import JobState
 from docjobs.storage import copy_left_file
@@ -292,3 +292,24 @@ def test_a_worker_without_its_sandbox_refuses_to_start_unless_told(
     unconfined = start_worker("docjobs-unconfined", DOCJOBS_SANDBOX="unconfined")
     assert "DOCJOBS_SANDBOX=unconfined" in unconfined.log_path.read_text()
     unconfined.stop()
+
+
+def test_each_tenant_has_a_pool_and_a_work_root_of_its_own(tmp_path: Path) -> None:
+    """The tenant is the job ID's prefix; its pool is kept while used and reused by its next task; beyond
+    `max_pools`, the least recently used idle pool is closed."""
+    pools = TenantPools(
+        lambda home, confinement: ChildPool(ChildLimits(), home=home, warm=0, confinement=confinement),
+        tmp_path,
+        confined=False,
+        max_pools=2,
+    )
+    try:
+        with pools.lease("alpha/job-1") as (alpha, alpha_root), pools.lease("alpha/job-2") as (again, _):
+            assert again is alpha and alpha_root == tenant_root(tmp_path, "alpha") and alpha_root.is_dir()
+        with pools.lease("beta/job-1") as (beta, beta_root):
+            assert beta is not alpha and beta_root != alpha_root
+        with pools.lease("gamma/job-1"):
+            pass
+        assert set(pools.pools()) == {"beta", "gamma"}  # alpha, the least recently used, was closed
+    finally:
+        pools.close()
