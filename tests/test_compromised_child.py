@@ -21,6 +21,7 @@ from typing import Any
 import pikepdf
 import pytest
 
+from docjobs.confine import Confinement
 from docjobs.errors import DocJobError
 from docjobs.models import CpuBudget, JobStatus
 from docjobs.sandbox import ChildLimits, ChildPool, TenantPools, tenant_root
@@ -313,3 +314,53 @@ def test_each_tenant_has_a_pool_and_a_work_root_of_its_own(tmp_path: Path) -> No
         assert set(pools.pools()) == {"beta", "gamma"}  # alpha, the least recently used, was closed
     finally:
         pools.close()
+
+
+def descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                children = [int(child) for child in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found.update(children)
+            frontier += children
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
+    """A SIGKILLed worker leaves nothing of its sandbox behind: bwrap, its init, the zygote, the child, its tool."""
+    root = tmp_path / "tenant"
+    root.mkdir()
+    confinement = Confinement(root)
+    if confinement.uid != os.geteuid():
+        os.chown(root, confinement.uid, confinement.uid)
+    pids = root / "pids"
+    script = (
+        "from pathlib import Path; from docjobs.sandbox import ChildPool, ChildLimits; from docjobs.confine import "
+        "Confinement; from docjobs.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
+        f"root = Path({str(root)!r});"
+        "pool = ChildPool(ChildLimits(), home=root, entries='tests.sandbox_entries', confinement=Confinement(root));"
+        f"pool.start(); pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60))"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 3, 60), "no child started"
+        sandbox = descendants(worker.pid)
+        assert len(sandbox) >= 5  # bwrap, its init, the zygote, the child, its tool (and the child's warm sibling)
+        worker.kill()
+        worker.wait()
+        assert wait_until(lambda: all(gone(pid) for pid in sandbox), 10), [pid for pid in sandbox if not gone(pid)]
+    finally:
+        worker.kill()
