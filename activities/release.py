@@ -21,11 +21,12 @@ class ReleaseActivities(IsolatedStages):
         super().__init__(store, workdir, pool)
         self._data_dir = data_dir
 
-    def _signer(self, attempt: Attempt) -> SignerConfig:
+    def _signer(self, attempt: Attempt, *, key: bool) -> SignerConfig:
         """From config; on the embedded default a development CA and signer are created on first use.
 
         A confined child sees no signing folder: what this one task needs is copied into its attempt's folder
-        (gone with it). A stop-gap until the key never enters a child (interrupted signing, issue 23 item 3)."""
+        (gone with it): the certificates, and only for `sign` (`key`) the key or P12 (verify's placeholder is
+        never read). A stop-gap until the key never enters a child (interrupted signing, issue 23 item 3)."""
         config = SignerConfig.from_env(self._data_dir)
         if attempt.pool.confinement is None:
             return config
@@ -38,11 +39,15 @@ class ReleaseActivities(IsolatedStages):
                 copied[path] = shutil.copyfile(path, folder / f"{len(copied)}-{path.name}")
             return copied[path]
 
+        def secret(path: Path | None) -> Path | None:
+            return None if path is None else copy(path) if key else folder / "no-key"
+
         return dataclasses.replace(
             config,
             trust_roots=tuple(map(copy, config.trust_roots)),
-            p12_path=copy(config.p12_path) if config.p12_path else None,
-            key_path=copy(config.key_path) if config.key_path else None,
+            p12_path=secret(config.p12_path),
+            p12_passphrase=config.p12_passphrase if key else None,
+            key_path=secret(config.key_path),
             cert_path=copy(config.cert_path) if config.cert_path else None,
             chain_paths=tuple(map(copy, config.chain_paths)),
         )
@@ -56,7 +61,7 @@ class ReleaseActivities(IsolatedStages):
                 lambda paths: SignWork(
                     source=paths.source,
                     output=paths.output,
-                    signer=self._signer(attempt),
+                    signer=self._signer(attempt, key=True),
                     visible=request.sign.visible,
                     allow_signed_input=request.sign.allow_signed_input,
                 ),
@@ -84,7 +89,7 @@ class ReleaseActivities(IsolatedStages):
                 source=source,
                 output=output,
                 workdir=attempt.folder,
-                signer=self._signer(attempt) if request.signed else None,
+                signer=self._signer(attempt, key=False) if request.signed else None,
                 text_layer_kept=request.text_layer_kept,
                 redact=request.redact,
                 watermark_text=request.watermark_text,
