@@ -156,15 +156,18 @@ class _TaskUsage:
         }
 
 
-def _limit_cpu(seconds: float, *, hard: bool = False) -> None:
-    """SIGXCPU ends the child at `seconds`. Unconfined, the soft limit only: the hard one stays where it is, so
-    that the next task of this child can be given its own budget. Confined (`hard`), both, so the child cannot
-    raise it again: a limit is then only ever lowered, and a confined child serves one task."""
+def _limit_cpu(seconds: float, hard_seconds: float | None = None) -> None:
+    """SIGXCPU ends the child at `seconds`. Unconfined (`hard_seconds` None), the soft limit only: the hard one
+    stays where it is, so that the next task of this child can be given its own budget. Confined, the hard limit
+    goes to `hard_seconds` too: a limit the child can never raise again (a confined child serves one task)."""
     _, current = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = int(seconds) + 1
+    hard = current if hard_seconds is None else int(hard_seconds) + 1
     if current != resource.RLIM_INFINITY:
-        soft = min(soft, current)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft if hard else current))
+        hard = min(hard, current)
+    soft = int(seconds) + 1
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> bool:
@@ -177,16 +180,18 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
     base, per_page = float(budget.get("base_seconds", 60.0)), float(budget.get("per_page_seconds", 0.0))
     cap = task.get("max_pages")
     cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_PAGE_CAP
-    hard = bool(os.environ.get(CONFINED_ENV))
-    # Unconfined: the base budget, grown once the page count is known. Confined (hard = soft, never raised): the
-    # budget of the most pages the task may have, lowered once the page count is known.
-    _limit_cpu(start + base + (per_page * cap if hard else 0), hard=hard)
+    confined = bool(os.environ.get(CONFINED_ENV))
+    # The base budget, grown once the page count is known. Confined, the hard limit is the budget of the most
+    # pages the task may have (what claiming them would give it anyway) and becomes the soft one once the page
+    # count is known: a child can never raise it beyond.
+    _limit_cpu(start + base, start + base + per_page * cap if confined else None)
     counted = False
 
     def progress(done: int, total: int) -> None:
         nonlocal counted
         if not counted:  # the page count is known now: the budget follows it, once
-            _limit_cpu(start + base + per_page * min(total, cap), hard=hard)
+            budget = start + base + per_page * min(total, cap)
+            _limit_cpu(budget, budget if confined else None)
             counted = True
         _send(channel, {"kind": "progress", "done": done, "total": total})
 
