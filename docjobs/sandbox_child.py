@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import importlib
 import json
@@ -207,6 +208,12 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
         _write(channel, _OUT_OF_MEMORY)
     except RecursionError:
         message = "the document's structure is nested too deeply"
+        _send(channel, {"kind": "failure", "code": "input.too_complex", "message": message, "usage": usage.report()})
+    except OSError as error:
+        if error.errno != errno.EFBIG:  # beyond RLIMIT_FSIZE (Python ignores SIGXFSZ: the write fails instead)
+            _send(channel, {"kind": "crash", "error": type(error).__name__, "usage": usage.report()})
+            return False
+        message = f"the document made a file larger than the {os.environ.get(FSIZE_ENV)} MiB a stage may write"
         _send(channel, {"kind": "failure", "code": "input.too_complex", "message": message, "usage": usage.report()})
     except Exception as error:  # noqa: BLE001 - reported by type only: messages may quote the document
         _send(channel, {"kind": "crash", "error": type(error).__name__, "usage": usage.report()})

@@ -364,3 +364,33 @@ def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
         assert wait_until(lambda: all(gone(pid) for pid in sandbox), 10), [pid for pid in sandbox if not gone(pid)]
     finally:
         worker.kill()
+
+
+@pytest.fixture
+def confined_root(tmp_path: Path) -> Path:
+    root = tmp_path / "tenant"
+    root.mkdir()
+    uid = Confinement(root).uid
+    if uid != os.geteuid():
+        os.chown(root, uid, uid)
+    return root
+
+
+def test_a_confined_child_keeps_its_limits(confined_root: Path) -> None:
+    """Inside the sandbox the CPU budget still ends a spinning document, and a file beyond the size limit is
+    `input.too_complex`, as a limit should be (not a crash to retry)."""
+    confinement = Confinement(confined_root, max_file_mb=1)
+    pool = ChildPool(
+        ChildLimits(), home=confined_root, warm=1, entries="tests.sandbox_entries", confinement=confinement
+    )
+    pool.start()
+    try:
+        with pytest.raises(DocJobError) as spun:
+            pool.run("spin", Order(pages=0), Seen, cpu=CpuBudget(base_seconds=1, per_page_seconds=0))
+        assert spun.value.code == "input.too_complex" and "CPU seconds" in spun.value.message
+        with pytest.raises(DocJobError) as grown:
+            pool.run("costly", Order(io_mb=4), Seen, cpu=CpuBudget(base_seconds=30))
+        assert grown.value.code == "input.too_complex" and "1 MiB" in grown.value.message
+        assert pool.run("pages", Order(pages=1), Seen, cpu=CpuBudget(base_seconds=5)).pid > 0
+    finally:
+        pool.close()
