@@ -11,8 +11,9 @@ inside a bwrap sandbox that has
   /dev/shm, and one writable folder, the tenant's work root, where the worker puts each attempt's folder. No data
   dir (blobs, tenants.json, signing/), no /run/secrets, no other tenant's folders, no home;
 - no root: a worker that runs as root starts the sandbox with only CAP_SETUID/CAP_SETGID, which the zygote
-  uses once, first thing, to become the pool's own unprivileged uid (`SANDBOX_UID_BASE` + slot: each tenant's
-  pool its own uid) and loses every capability; an unprivileged worker gets a user namespace instead (`--uid`);
+  uses once, first thing, to become the tenant's own unprivileged uid (`SANDBOX_UID_BASE` + a slot derived
+  from the tenant's name: another tenant's pool never has it) and loses every capability; an unprivileged
+  worker gets a user namespace instead (`--uid`);
 - `no_new_privs` (bwrap sets it), a new session (no TIOCSTI into the worker's terminal), death with the worker
   (`--die-with-parent`), and a seccomp filter (x86_64) that refuses mount, namespaces, ptrace, BPF, keyrings,
   modules, kexec, userfaultfd, io_uring and the like.
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SANDBOX_MODES = ("bwrap", "unconfined")
-SANDBOX_UID_BASE = 200_000  # a root worker's sandboxes run as SANDBOX_UID_BASE + slot (one slot per live pool)
+SANDBOX_UID_BASE = 200_000  # a root worker's sandboxes run as SANDBOX_UID_BASE + slot (a slot per tenant)
 UID_ENV = "DOCJOBS_CHILD_UID"
 NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
 FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"

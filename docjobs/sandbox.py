@@ -676,22 +676,30 @@ def hand_over(folder: Path, confinement: Confinement | None) -> None:
 
 
 PoolFactory = Callable[[Path, Confinement | None], ChildPool]
-# The uid slots of the open pools, across every queue's TenantPools of this process: one uid per pool, so that no
-# two tenants' sandboxes share a uid (nor its process count).
-_SLOTS: set[int] = set()
+# The uid slots of the open pools, across every queue's TenantPools of this process: a slot (so a uid) per tenant,
+# derived from its name (the same on every worker of a machine), never shared with another tenant's open pool.
+SLOT_RANGE = 60_000
+_SLOTS: dict[int, tuple[str, int]] = {}  # slot -> (tenant, open pools)
 _SLOTS_LOCK = threading.Lock()
 
 
-def _take_slot() -> int:
+def _take_slot(tenant: str) -> int:
     with _SLOTS_LOCK:
-        slot = next(number for number in range(len(_SLOTS) + 1) if number not in _SLOTS)
-        _SLOTS.add(slot)
+        slot = int(hashlib.sha256(tenant.encode()).hexdigest()[:8], 16) % SLOT_RANGE
+        while slot in _SLOTS and _SLOTS[slot][0] != tenant:
+            slot = (slot + 1) % SLOT_RANGE
+        _, count = _SLOTS.get(slot, (tenant, 0))
+        _SLOTS[slot] = (tenant, count + 1)
         return slot
 
 
 def _free_slot(slot: int) -> None:
     with _SLOTS_LOCK:
-        _SLOTS.discard(slot)
+        tenant, count = _SLOTS.get(slot, ("", 1))
+        if count <= 1:
+            _SLOTS.pop(slot, None)
+        else:
+            _SLOTS[slot] = (tenant, count - 1)
 
 
 @dataclass
@@ -757,7 +765,7 @@ class TenantPools:
         """A new tenant's pool (under the lock: a tenant's first task waits for its zygote's imports)."""
         root = self.root(tenant)
         root.mkdir(parents=True, exist_ok=True)
-        slot = _take_slot()
+        slot = _take_slot(tenant)
         confinement = Confinement(root, slot=slot) if self.confined else None
         if confinement is not None and confinement.uid != os.geteuid():
             os.chown(root, confinement.uid, confinement.uid)

@@ -220,12 +220,14 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
     return False
 
 
-def private_folder(home: Path, pid: int) -> Path:
-    """A fork's own working folder (its cwd, HOME and TMPDIR), removed by the zygote once the fork is reaped."""
-    return home / f"child-{pid}"
+def private_folder(home: Path, zygote: str, pid: int) -> Path:
+    """A fork's own working folder (its cwd, HOME and TMPDIR), removed by the zygote once the fork is reaped. Named
+    by its zygote's random tag too: zygotes of several workers may share a home, each counting pids from 1 in a
+    PID namespace of its own."""
+    return home / f"child-{zygote}-{pid}"
 
 
-def _serve_forked(zygote: int, tasks: int, channel: int, entries: dict[str, Any]) -> None:
+def _serve_forked(zygote: int, tag: str, tasks: int, channel: int, entries: dict[str, Any]) -> None:
     """A fork's whole life: its own process group, death with the zygote, none of the zygote's or other forks'
     descriptors, a folder of its own; then tasks until one fails or the worker closes the task pipe."""
     os.setpgid(0, 0)  # the zygote does it too, before it tells the worker the pid: no kill can miss the group
@@ -234,7 +236,7 @@ def _serve_forked(zygote: int, tasks: int, channel: int, entries: dict[str, Any]
     os.closerange(3, low)
     os.closerange(low + 1, high)
     os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
-    folder = private_folder(Path.cwd(), os.getpid())
+    folder = private_folder(Path.cwd(), tag, os.getpid())
     folder.mkdir(mode=0o700)
     os.chdir(folder)
     os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
@@ -257,6 +259,7 @@ class _Zygote:
         self.control = control
         self.entries: dict[str, Any] = {}  # set once imported
         self.pid = os.getpid()
+        self.tag = os.urandom(6).hex()
         self.home = Path.cwd()
         self.forks: dict[int, _Fork] = {}  # by pidfd
         self.poller = select.poll()
@@ -297,7 +300,7 @@ class _Zygote:
         if pid == 0:
             status = 1
             try:
-                _serve_forked(self.pid, tasks, channel, self.entries)
+                _serve_forked(self.pid, self.tag, tasks, channel, self.entries)
                 status = 0
             finally:
                 os._exit(status)  # nothing of the zygote's runs here: no atexit, no buffers flushed twice
@@ -326,7 +329,7 @@ class _Zygote:
         with contextlib.suppress(OSError):
             _send(fork.channel, {"kind": "exited", **account})
         os.close(fork.channel)
-        shutil.rmtree(private_folder(self.home, fork.pid), ignore_errors=True)
+        shutil.rmtree(private_folder(self.home, self.tag, fork.pid), ignore_errors=True)
         if os.environ.get(CONFINED_ENV):
             self._kill_strays()
 

@@ -394,3 +394,20 @@ def test_a_confined_child_keeps_its_limits(confined_root: Path) -> None:
         assert pool.run("pages", Order(pages=1), Seen, cpu=CpuBudget(base_seconds=5)).pid > 0
     finally:
         pool.close()
+
+
+def test_two_workers_sandboxes_share_a_tenant_root(confined_root: Path) -> None:
+    """Workers of one machine share the work folder, so a tenant's root: their zygotes each count pids from 1 in
+    a namespace of their own, and their children's folders must not meet (they did: same name, the same pid)."""
+    pools = [
+        ChildPool(ChildLimits(), home=confined_root, warm=1, entries="tests.sandbox_entries", confinement=c)
+        for c in (Confinement(confined_root), Confinement(confined_root))
+    ]
+    for pool in pools:
+        pool.start()
+    try:
+        seen = [pool.run("pages", Order(pages=1), Seen, cpu=CpuBudget(base_seconds=5)) for pool in pools * 2]
+    finally:
+        for pool in pools:
+            pool.close()
+    assert len({record.folder for record in seen}) == len(seen)
