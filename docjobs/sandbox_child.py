@@ -47,6 +47,7 @@ CONFINED_ENV = "DOCJOBS_CHILD_CONFINED"
 DEFAULT_PAGE_CAP = 2000  # a task sent without its page cap (the shipped policies' largest max_pages)
 FORK_REQUEST = b"fork"
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 NICENESS = 10
 # Written when memory has run out: prepared beforehand, since building it then may fail too.
 _OUT_OF_MEMORY = b""
@@ -81,6 +82,9 @@ def _drop_root() -> None:
         os.setuid(int(uid))
         if os.getuid() == 0 or os.geteuid() == 0:
             raise SystemExit("the document zygote is still root")
+        # Changing uid made it non-dumpable: its /proc/self files (io, clear_refs: what a task cost) would be
+        # root's. No core is ever written (RLIMIT_CORE 0), and seccomp refuses ptrace.
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
 def _limit_self(memory_mb: int) -> None:

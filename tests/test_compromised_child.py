@@ -24,7 +24,7 @@ import pytest
 from docjobs.confine import Confinement
 from docjobs.errors import DocJobError
 from docjobs.models import CpuBudget, JobStatus
-from docjobs.sandbox import ChildLimits, ChildPool, TenantPools, tenant_root
+from docjobs.sandbox import ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.states import JobState
 from docjobs.storage import copy_left_file
@@ -411,3 +411,17 @@ def test_two_workers_sandboxes_share_a_tenant_root(confined_root: Path) -> None:
         for pool in pools:
             pool.close()
     assert len({record.folder for record in seen}) == len(seen)
+
+
+def test_a_confined_task_reports_what_it_cost(confined_root: Path) -> None:
+    """The child's own account of a task (its /proc/self files) still works after it dropped root."""
+    confinement = Confinement(confined_root)
+    pool = ChildPool(ChildLimits(), home=confined_root, entries="tests.sandbox_entries", confinement=confinement)
+    pool.start()
+    usages: list[TaskUsage] = []
+    try:
+        pool.run("costly", Order(io_mb=4, hold_mb=50), Seen, cpu=CpuBudget(base_seconds=30), on_usage=usages.append)
+    finally:
+        pool.close()
+    assert usages[0].bytes_written >= 4 << 20 and usages[0].bytes_read >= 4 << 20
+    assert usages[0].peak_memory_mb >= 50
