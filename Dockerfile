@@ -1,6 +1,6 @@
 # The docjobs worker image used by docker-compose.temporal.yml.
 # It runs as the unprivileged user `docjobs`; the code and the Python packages are root's and read-only to it.
-# Each tenant's document children run in a bubblewrap sandbox (README, "Security model"), which needs user
+# Each tenant's document children run in a bubblewrap sandbox (docs/security.md), which needs user
 # namespaces: the compose file gives the worker services the seccomp and AppArmor settings that allow them.
 FROM python:3.11-slim-bookworm
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \

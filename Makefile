@@ -11,7 +11,7 @@ SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts chromium f
 SYSTEM_LIBRARIES := libpango-1.0.so.0 libpangoft2-1.0.so.0 libharfbuzz-subset.so.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test deps system-deps lint stop clean serve secrets
+.PHONY: demo test check deps system-deps lint stop clean serve secrets
 
 deps: system-deps $(VENV)/.installed
 
@@ -66,9 +66,15 @@ lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --quiet
 
+# The whole suite (what CI runs): unit, workflow (dev server, activity doubles) and e2e (real workers, children).
 test: lint
 	$(PY) -m pytest
+
+# The fast loop: the linters and the tests that start no Temporal server, worker, child or OCR tool.
+check: lint
+	$(PY) -m pytest -q -m unit
 
 stop:
 	@[ -x $(PY) ] && $(PY) starter.py server stop || true

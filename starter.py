@@ -18,6 +18,7 @@
     python starter.py cost [--since DURATION] [--tenant T]   CPU seconds per released document and page
     python starter.py deploy status|promote ID|ramp ID PERCENT|rollback|drained ID [--deployment NAME]
     python starter.py schema [--write DIR]   the JSON Schemas of the workflow's input, status and answers
+    python starter.py codes [--write PAGE...]   the failure codes: outcome, message, meaning, what to do
 
 With `--json` every command prints one JSON object as its last line. Exit codes: 0 success (job
 succeeded), 1 job ended failed/canceled/quarantined (or has no artifact), 2 bad usage, configuration,

@@ -56,6 +56,7 @@ from docjobs.temporal.metrics import metrics_runtime
 from docjobs.temporal.settings import TemporalSettings
 from workflows.batch_job import DocumentBatchWorkflow
 from workflows.document_job import DocumentJobWorkflow
+from workflows.stages import activity_name
 
 log = logging.getLogger("docjobs.worker")
 HERE = Path(__file__).resolve().parent
@@ -69,6 +70,10 @@ BATCH_SLOTS = 200  # concurrent batch steps: async waits for jobs, no thread or 
 # beside the general queue's stage threads, so neither waits for the other. Each takes milliseconds (signing an
 # envelope, deleting staged blobs), and the workflow task of a job waits for its own.
 WRAP_UP_SLOTS = 4
+# Concurrent `notify` deliveries, on a queue (`<task queue>-notify`) and threads of their own: a callback that is
+# slow to answer (up to the activity's 30 s start-to-close per attempt) holds one of these, never a stage's slot
+# or thread. Each is one HTTPS POST with a 10 s timeout per connect, send and read.
+NOTIFY_SLOTS = 4
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
@@ -122,7 +127,8 @@ def create_workers(
     queues: Sequence[str] = QUEUES,
 ) -> list[Worker]:
     """One worker per served task queue: `general` runs the job workflow (with its local activities) and the
-    light stages, `ocr` the OCR stage, `batch` the batch workflow and its steps. See `serving`."""
+    light stages, `notify` (beside `general`) the tenant callbacks, `ocr` the OCR stage, `batch` the batch
+    workflow and its steps. See `serving`."""
     common: dict[str, Any] = {
         "graceful_shutdown_timeout": timedelta(seconds=5),
         # Heartbeats carry page progress: send them often enough for a live progress bar.
@@ -144,6 +150,19 @@ def create_workers(
                 activity_executor=threads["general"],
                 max_concurrent_activities=settings.activity_threads,
                 max_concurrent_local_activities=WRAP_UP_SLOTS,
+                **common,
+            )
+        )
+    if "general" in served:
+        # `notify` is registered on the general queue too, for the jobs accepted before it had its own queue.
+        notify = [function for function in served["general"] if activity_name(function) == "notify"]
+        workers.append(
+            Worker(
+                client,
+                task_queue=settings.notify_task_queue,
+                activities=notify,
+                activity_executor=threads["notify"],
+                max_concurrent_activities=NOTIFY_SLOTS,
                 **common,
             )
         )
@@ -182,7 +201,8 @@ async def serving(
 
     Each queue has its own threads, exactly as many as the stages it may run at once (plus, on the general
     queue, the local activities'), so an accepted stage never waits for a thread (its lease running out
-    meanwhile) and OCR cannot take the other stages' threads.
+    meanwhile) and OCR cannot take the other stages' threads. `notify` has a queue and threads of its own
+    (NOTIFY_SLOTS) beside the general queue's, so a slow callback never holds a stage's slot.
     The document work runs in limited child processes: per queue, a pool of them for each tenant (made on its
     first task), confined to its sandbox (docjobs/confine.py) unless DOCJOBS_SANDBOX=unconfined.
     """
@@ -202,6 +222,8 @@ async def serving(
         queue: ThreadPoolExecutor(slots[queue] + wrap_up[queue], thread_name_prefix=f"{queue}-stage")
         for queue in stage_queues
     }
+    if "general" in stage_queues:
+        threads["notify"] = ThreadPoolExecutor(NOTIFY_SLOTS, thread_name_prefix="notify")
     try:
         workers = create_workers(client, settings, pools, threads, queues)
         async with AsyncExitStack() as stack:

@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from activities.runs import marked_run
+from docjobs.errors import DocJobError
 from docjobs.models import BlobRef
-from docjobs.storage import BlobStore, copy_left_file, staging_key
+from docjobs.storage import BlobStore, copy_left_file, job_prefix, owned_source, source_key, staging_key
 
 
 class StoreStages:
@@ -37,6 +38,19 @@ class StoreStages:
     def _fetch_source(self, ref: BlobRef, dest: Path) -> None:
         """The job's accepted input, at `dest`, re-checked against the digest it was accepted with."""
         self._store.fetch(ref, dest, mismatch_code="source.digest_mismatch")
+
+    def _fetch_job_input(self, job_id: str, ref: BlobRef, dest: Path) -> None:
+        """The document the job's first reading stage works on (generate, render): the accepted input, only if
+        the job's tenant (its ID's prefix) stored it, as `resolve` demands of a public input (another tenant's
+        digest answers `source.missing`, as a source nobody stored does, after the same look-ups); or, for a
+        generated document, a file of the job's own folder (what `generate` staged)."""
+        if ref.key.startswith(f"{job_prefix(job_id)}/"):
+            self._fetch_source(ref, dest)
+            return
+        owned = owned_source(self._store, ref.sha256, job_id.partition("/")[0])
+        if owned is None or ref.key != source_key(ref.sha256):
+            raise DocJobError("source.missing", "the source blob is missing")
+        self._fetch_source(ref, dest)
 
     def _verify_source(self, ref: BlobRef) -> None:
         """The job's accepted input still has its digest (a stage that does not read it still refuses a changed one)."""

@@ -37,6 +37,7 @@ class EvidenceActivities(StoreStages):
                 ocr_text_sha256=request.ocr_text_sha256,
                 redaction_summary_sha256=request.redaction_summary_sha256,
                 sanitized=request.sanitized,
+                signature=request.signature,
                 stage_attempts=request.stage_attempts,
                 tool_versions=tool_versions(),
                 terminal_state=request.terminal_state.value,

@@ -8,7 +8,7 @@ from temporalio import activity
 from activities.isolated import IsolatedStages
 from docjobs.models import GenerateInput, GenerateOutput, InputKind
 from docjobs.stage_work import GenerateDone, GenerateWork
-from docjobs.templates import read_manifest
+from docjobs.templates import check_manifest, read_manifest
 
 
 class GenerateActivities(IsolatedStages):
@@ -16,9 +16,10 @@ class GenerateActivities(IsolatedStages):
     def generate(self, request: GenerateInput) -> GenerateOutput:
         with self._attempt("generate", request) as attempt:
             source, output, data = attempt.folder / "input", attempt.folder / "output.pdf", None
-            self._fetch_source(request.source, source)
+            self._fetch_job_input(request.job_id, request.source, source)
             if request.input_kind is InputKind.TEMPLATE:  # the manifest names the template version and the data
                 manifest = read_manifest(source)
+                check_manifest(self._store, manifest, tenant=request.job_id.partition("/")[0])
                 source, data = attempt.folder / "template.zip", attempt.folder / "data.json"
                 self._fetch_source(manifest.bundle, source)
                 self._fetch_source(manifest.data, data)

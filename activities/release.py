@@ -1,19 +1,29 @@
-"""The release gates: `sign` (PAdES) and `verify` (pyHanko's verdict and the output contract)."""
+"""The release gates: `sign` (PAdES) and `verify` (pyHanko's verdict and the output contract).
+
+The signing key stays in the worker: the document child prepares the signature's place (docjobs/signing/sign.py,
+`prepare_signature`) and reports the byte range; this activity checks that range on the file with integer and
+byte comparisons, hashes it, signs and writes the signature in a folder of its own. `verify` gets the trust
+anchors only (certificates), never the key.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 from pathlib import Path
 
 from temporalio import activity
 
-from activities.isolated import Attempt, IsolatedStages
+from activities.isolated import IsolatedStages
 from docjobs.models import SignInput, SignOutput, VerifyInput, VerifyOutput
 from docjobs.sandbox import ChildPool, TenantPools
-from docjobs.signing.config import SignerConfig
+from docjobs.signing.config import SignerConfig, TrustAnchors
+from docjobs.signing.sign import ReleaseSigner
 from docjobs.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
 from docjobs.storage import BlobStore
+
+
+def job_tenant(request: SignInput) -> str:
+    """Who asked: the request's tenant, or (scheduled by older code) the job ID's `{tenant}/` prefix."""
+    return request.tenant if request.tenant is not None else request.job_id.partition("/")[0]
 
 
 class ReleaseActivities(IsolatedStages):
@@ -21,61 +31,52 @@ class ReleaseActivities(IsolatedStages):
         super().__init__(store, workdir, pool)
         self._data_dir = data_dir
 
-    def _signer(self, attempt: Attempt, *, key: bool) -> SignerConfig:
-        """From config; on the embedded default a development CA and signer are created on first use.
-
-        A confined child sees no signing folder: what this one task needs is copied into its attempt's folder
-        (gone with it): the certificates, and only for `sign` (`key`) the key or P12 (verify's placeholder is
-        never read). A stop-gap until the key never enters a child (interrupted signing, issue 23 item 3)."""
-        config = SignerConfig.from_env(self._data_dir)
-        if attempt.pool.confinement is None:
-            return config
-        folder = attempt.folder / "signer"
-        folder.mkdir()
-        copied: dict[Path, Path] = {}
-
-        def copy(path: Path) -> Path:
-            if path not in copied:
-                copied[path] = shutil.copyfile(path, folder / f"{len(copied)}-{path.name}")
-            return copied[path]
-
-        def secret(path: Path | None) -> Path | None:
-            return None if path is None else copy(path) if key else folder / "no-key"
-
-        return dataclasses.replace(
-            config,
-            trust_roots=tuple(map(copy, config.trust_roots)),
-            p12_path=secret(config.p12_path),
-            p12_passphrase=config.p12_passphrase if key else None,
-            key_path=secret(config.key_path),
-            cert_path=copy(config.cert_path) if config.cert_path else None,
-            chain_paths=tuple(map(copy, config.chain_paths)),
-        )
+    def _signer(self) -> SignerConfig:
+        """From config; on the embedded default a development CA and signer are created on first use."""
+        return SignerConfig.from_env(self._data_dir)
 
     @activity.defn(name="sign")
     def sign(self, request: SignInput) -> SignOutput:
         with self._attempt("sign", request) as attempt:
+            config = self._signer()
+            key = ReleaseSigner(config)  # the key is loaded here, in the worker, and goes nowhere else
+            tenant = job_tenant(request)
+            reserved = key.bytes_reserved(tenant)
             done, paths = self._restage(
                 attempt,
                 request,
                 lambda paths: SignWork(
                     source=paths.source,
                     output=paths.output,
-                    signer=self._signer(attempt, key=True),
+                    certificate_pem=key.certificate_pem.decode(),
+                    bytes_reserved=reserved,
+                    tenant=tenant,
                     visible=request.sign.visible,
                     allow_signed_input=request.sign.allow_signed_input,
+                    stamp_box=config.stamp_box,
                 ),
                 SignDone,
             )
-            staged = self._put_staged("sign", attempt.number, paths.output)
+            with self._folder("sign-key") as own:  # not the child's folder: it cannot change what is signed
+                signed = own / "signed.pdf"
+                key.finish(
+                    paths.output,
+                    signed,
+                    done.byte_range,
+                    tenant=tenant,
+                    bytes_reserved=reserved,
+                    begins_with=(request.staged.size, request.staged.sha256),
+                )
+                staged = self._put_staged("sign", attempt.number, signed)
         return SignOutput(
             staged=staged,
-            level=done.level,
-            signer_subject=done.signer_subject,
-            certificate_sha256=done.certificate_sha256,
+            level=key.level,
+            signer_subject=key.subject,
+            certificate_sha256=key.fingerprint,
             invalidated_signatures=done.invalidated_signatures,
             attempt=attempt.number,
             cost=attempt.meter.total(),
+            tenant=tenant,
         )
 
     @activity.defn(name="verify")
@@ -89,12 +90,13 @@ class ReleaseActivities(IsolatedStages):
                 source=source,
                 output=output,
                 workdir=attempt.folder,
-                signer=self._signer(attempt, key=False) if request.signed else None,
+                trust=TrustAnchors.of(self._signer()) if request.signed else None,
                 text_layer_kept=request.text_layer_kept,
                 redact=request.redact,
                 watermark_text=request.watermark_text,
                 pages_may_turn=request.pages_may_turn,
                 sanitize=request.sanitize,
+                tenant=request.tenant if request.signed else None,
             )
             done = self._isolated(attempt, work, VerifyDone, request.cpu)
         return VerifyOutput(

@@ -14,7 +14,7 @@ class RenderActivities(IsolatedStages):
     def render(self, request: RenderInput) -> RenderOutput:
         with self._attempt("render", request) as attempt:
             source, output = attempt.folder / "input", attempt.folder / "output.pdf"
-            self._fetch_source(request.source, source)
+            self._fetch_job_input(request.job_id, request.source, source)
             work = RenderWork(
                 source=source,
                 output=output,

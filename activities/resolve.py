@@ -1,7 +1,9 @@
 """The `resolve` step of a job started with the public input (`DocumentJobInput`): everything internal the
 workflow needs, decided once by the worker's configuration and recorded in history (so a replay, a retry or a
 changed policy file never changes a running job): the policy and its version, the stage timings, the OCR
-queue, and the source copied into the content-addressed layout with its digest checked."""
+queue, and the source copied into the content-addressed layout with its digest checked. The tenant must be
+allowed the policy (`policy.forbidden`: its list in the tenants file, or every policy not trusted-only) and
+must own a source it names by its digest (`source.missing`, as for a blob nobody stored)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from docjobs.errors import DocJobError
 from docjobs.models import DocumentJobInput, JobRequest, Policy, ResolveInput
 from docjobs.policies import PolicyBook
 from docjobs.storage import BlobStore, adopt_source, key_in_store
-from docjobs.tenants import callback_of
+from docjobs.tenants import callback_of, policies_of
 from docjobs.webhooks import CallbackInvalid, parse_callback
 
 
@@ -31,7 +33,9 @@ class ResolveActivities:
             self._check_callback(job)
             key = key_in_store(self._settings.storage_url, job.source.uri)
             settings = self._settings
-            source = adopt_source(self._store, key, job.source, settings.work_dir, settings.max_input_bytes)
+            source = adopt_source(
+                self._store, key, job.source, settings.work_dir, settings.max_input_bytes, tenant=job.tenant
+            )
             return JobRequest(
                 job_id=request.job_id,
                 tenant=job.tenant,
@@ -42,6 +46,7 @@ class ResolveActivities:
                 accepted_at=request.accepted_at,
                 timing=settings.timing,
                 ocr_task_queue=settings.ocr_task_queue,
+                notify_task_queue=settings.notify_task_queue,
                 callback=job.callback,
             )
 
@@ -49,6 +54,7 @@ class ResolveActivities:
         book = PolicyBook.load(self._settings.policy_file)
         if job.policy not in book.policies:
             raise DocJobError("policy.unknown")
+        book.check_allowed(job.policy, policies_of(self._settings.tenants_file, job.tenant))
         try:
             return book.resolve(job.policy, job.overrides)
         except (pydantic.ValidationError, ConfigError):

@@ -134,7 +134,7 @@ async def submit_and_wait(
 ) -> tuple[float, float, int, int]:
     batches = BatchClient(JobClient(await connect(settings), settings))
     accepting = time.perf_counter()
-    sources = await batches.accept_files(paths)
+    sources = await batches.accept_files(paths, tenant="bench")
     accept_seconds = time.perf_counter() - accepting
     policy = PolicyBook.load(settings.policy_file).get("standard")
     started = time.perf_counter()

@@ -43,7 +43,9 @@ from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPol
 from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.sandbox import ChildLimits, ChildPool
+from docjobs.signing.config import TrustAnchors
 from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.signing.sign import ReleaseSigner
 from docjobs.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
@@ -70,13 +72,25 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
         limits=LimitsPolicy(),
     )
     ENTRIES["render"].run(render, lambda done, total: None)
-    sign = SignWork(source=rendered, output=signed, signer=signer, visible=False, allow_signed_input=False)
-    ENTRIES["sign"].run(sign, lambda done, total: None)
+    key = ReleaseSigner(signer)  # the worker's half: the child prepares, the worker signs
+    prepared, reserved = folder / f"prepared-{pages}.pdf", key.bytes_reserved("bench")
+    sign = SignWork(
+        source=rendered,
+        output=prepared,
+        certificate_pem=key.certificate_pem.decode(),
+        bytes_reserved=reserved,
+        tenant="bench",
+        visible=False,
+        allow_signed_input=False,
+    )
+    done = ENTRIES["sign"].run(sign, lambda done, total: None)
+    signed.unlink(missing_ok=True)
+    key.finish(prepared, signed, done.byte_range, tenant="bench", bytes_reserved=reserved)
     verify = VerifyWork(
         source=document,
         output=signed,
         workdir=folder,
-        signer=signer,
+        trust=TrustAnchors.of(signer),
         text_layer_kept=True,
         redact=None,
         watermark_text="CONFIDENTIAL",

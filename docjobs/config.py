@@ -19,6 +19,12 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from docjobs.models import ActivityTiming
+from docjobs.quotas import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BYTES_PER_DAY,
+    DEFAULT_MAX_RUNNING_JOBS,
+    TenantLimits,
+)
 from docjobs.sealing import CodecKey, parse_keys
 from docjobs.storage import BlobStore
 
@@ -77,6 +83,10 @@ class Environment(BaseSettings):
     policy_file: Path = SHIPPED_POLICIES
     max_input_bytes: int = 100 * 1024 * 1024
     max_upload_bytes: int = 20 * 1024 * 1024
+    body_read_timeout_seconds: float = Field(default=30.0, gt=0)
+    tenant_max_running_jobs: int = Field(default=DEFAULT_MAX_RUNNING_JOBS, ge=1)
+    tenant_max_bytes_per_day: int = Field(default=DEFAULT_MAX_BYTES_PER_DAY, ge=1)
+    tenant_max_batch_bytes: int = Field(default=DEFAULT_MAX_BATCH_BYTES, ge=1)
     lease_seconds: float = 30.0
     stage_base_seconds: float = 60.0
     stage_per_page_seconds: float = 10.0
@@ -201,6 +211,10 @@ class Settings:
     tenants_file: Path = Path("tenants.json")  # the API's tenants and their callbacks (docjobs/tenants.py)
     deployment: str | None = None  # the Worker Deployment workers join (pinned jobs), None: unversioned
     build_id: str | None = None  # this worker's version within the deployment
+    body_read_timeout_seconds: float = 30.0  # an upload whose body stalls this long is cut off (408)
+    tenant_max_running_jobs: int = DEFAULT_MAX_RUNNING_JOBS  # the default limits of a tenant without its own
+    tenant_max_bytes_per_day: int = DEFAULT_MAX_BYTES_PER_DAY
+    tenant_max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
 
     @property
     def embedded(self) -> bool:
@@ -210,6 +224,25 @@ class Settings:
     def ocr_task_queue(self) -> str:
         """OCR stages have their own queue, so OCR workers scale on their own machines."""
         return self.ocr_task_queue_override or f"{self.task_queue}-ocr"
+
+    @property
+    def notify_task_queue(self) -> str:
+        """`notify` has its own queue (and threads), so a slow callback never holds a stage's slot."""
+        return f"{self.task_queue}-notify"
+
+    @property
+    def tenant_limits(self) -> TenantLimits:
+        """The limits of a tenant that has none of its own (DOCJOBS_TENANT_MAX_*)."""
+        return TenantLimits(
+            max_running_jobs=self.tenant_max_running_jobs,
+            max_bytes_per_day=self.tenant_max_bytes_per_day,
+            max_batch_bytes=self.tenant_max_batch_bytes,
+        )
+
+    @property
+    def usage_dir(self) -> Path:
+        """Where the API counts the bytes each tenant had accepted today (docjobs/quotas.py)."""
+        return self.data_dir / "usage"
 
     @property
     def work_dir(self) -> Path:

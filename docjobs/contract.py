@@ -4,8 +4,8 @@ sends and gets back (generated from the models; published in `schemas/`, printed
 A service in any language starts a job with its own Temporal SDK: workflow type `DocumentJob` on the task
 queue `DOCJOBS_TASK_QUEUE` (default `docjobs`), workflow ID `{tenant}/{key}`, one argument: a
 `DocumentJobInput` (version 1). It reads the job with the `status` query (the workflow's result has the same
-shape) and cancels it with the `cancel` signal or the `cancel_job` update. README: "Start a job from your own
-service".
+shape) and cancels it with the `cancel` signal or the `cancel_job` update. docs/workflow-api.md: "Start a job from your
+own service".
 """
 
 from __future__ import annotations

@@ -87,6 +87,8 @@ class Evidence(Frozen):
     ocr_text_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
     redaction_summary_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
     sanitized: dict[str, int] | None = None  # active content removed, kind -> count (None: an older envelope)
+    # the verify stage's verdict on the release signature, naming its tenant and lock (None: unsigned, or older)
+    signature: dict[str, str | bool | int | None] | None = None
     stage_attempts: dict[str, int] = Field(default_factory=dict)
     tool_versions: dict[str, str] = Field(default_factory=dict)
     terminal_state: str

@@ -103,7 +103,7 @@ BUILTIN_PATTERN_NAMES = ("ssn", "phone", "email", "dob", "mrn")
 
 class RedactLayout(StrEnum):
     MASK = "mask"  # a line holding a redaction is re-set: natural advances, one fixed-width box per removed span
-    KEEP = "keep"  # every other glyph stays exactly in place: the gap keeps the removed text's width (README)
+    KEEP = "keep"  # every other glyph stays in place: the gap keeps the removed text's width (docs/redaction.md)
 
 
 class RedactPolicy(Frozen):
@@ -263,6 +263,7 @@ class JobRequest(Frozen):
     accepted_at: datetime
     timing: ActivityTiming = ActivityTiming()
     ocr_task_queue: str | None = None  # None: the workflow's own task queue
+    notify_task_queue: str | None = None  # None (jobs accepted before it had its own): the workflow's own
     callback: str | None = None  # the terminal event's URL instead of the tenant's (DocumentJobInput.callback)
 
     @property
@@ -460,6 +461,7 @@ class SignInput(StageInput):
     source: BlobRef
     staged: BlobRef
     sign: SignPolicy
+    tenant: str | None = None  # named in the signature (None: scheduled by older code; the job ID's prefix)
 
 
 class SignOutput(Frozen):
@@ -470,6 +472,7 @@ class SignOutput(Frozen):
     invalidated_signatures: int
     attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
+    tenant: str | None = None  # the tenant the signature names (None: signed by older code, which named none)
 
 
 class RedactInput(StageInput):
@@ -525,6 +528,7 @@ class VerifyInput(StageInput):
     watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
     pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
     sanitize: SanitizePolicy | None = None  # no active content may remain (None: scheduled by older code)
+    tenant: str | None = None  # set: the signature must name this tenant and lock the document (None: no such check)
 
 
 class VerifyOutput(Frozen):
@@ -562,6 +566,7 @@ class EvidenceInput(Frozen):
     ocr_text_sha256: str | None
     redaction_summary_sha256: str | None = None
     sanitized: dict[str, int] | None = None  # active content removed at render: kind -> count
+    signature: dict[str, str | bool | int | None] | None = None  # verify's verdict (None: unsigned, older code)
     stage_attempts: dict[str, int]
     terminal_state: JobState
     completed_at: datetime

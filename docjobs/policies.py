@@ -10,7 +10,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from docjobs.config import ConfigError
-from docjobs.models import BUILTIN_PATTERN_NAMES, JobOverrides, Policy, RedactRegion
+from docjobs.errors import DocJobError
+from docjobs.models import BUILTIN_PATTERN_NAMES, JobOverrides, Policy, RedactRegion, SanitizeMode
+
+TRUSTED_ONLY = "trusted_only"  # a policy file's flag: no tenant gets the policy unless its list names it
 
 
 def parse_region(spec: str) -> RedactRegion:
@@ -67,13 +70,34 @@ def job_overrides(
 
 
 class PolicyBook:
-    """The named policies of a policy file."""
+    """The named policies of a policy file.
 
-    def __init__(self, policies: dict[str, Policy], default: str) -> None:
+    A policy is **trusted-only** when the file marks it `trusted_only = true`, or when it keeps active content
+    (`sanitize.mode = "keep"`: meant for trusted inputs only). The flag is not part of the policy itself (nor
+    of its version): it says who may name it, not what it does."""
+
+    def __init__(self, policies: dict[str, Policy], default: str, trusted_only: frozenset[str] = frozenset()) -> None:
         if default not in policies:
             raise ConfigError(f"default policy {default!r} is not defined")
         self.policies = policies
         self.default = default
+        self.trusted_only = frozenset(
+            name
+            for name, policy in policies.items()
+            if name in trusted_only or policy.sanitize.mode is SanitizeMode.KEEP
+        )
+
+    def for_tenant(self, listed: Sequence[str] | None) -> frozenset[str]:
+        """The policies a tenant may name: its own list (`tenant add --policies`), or without one every
+        policy that is not trusted-only."""
+        if listed is not None:
+            return frozenset(listed) & frozenset(self.policies)
+        return frozenset(self.policies) - self.trusted_only
+
+    def check_allowed(self, name: str, listed: Sequence[str] | None) -> None:
+        """`policy.forbidden` unless the tenant whose list is `listed` may name the policy `name`."""
+        if name not in self.for_tenant(listed):
+            raise DocJobError("policy.forbidden")
 
     @classmethod
     def load(cls, path: Path) -> PolicyBook:
@@ -82,15 +106,20 @@ class PolicyBook:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read policy file {path}: {exc}") from None
         try:
-            policies = {}
+            policies, trusted_only = {}, set()
             for name, body in raw.get("policies", {}).items():
+                flag = body.pop(TRUSTED_ONLY, False)
+                if not isinstance(flag, bool):
+                    raise ValueError(f"policy {name!r}: {TRUSTED_ONLY} is true or false")
+                if flag:
+                    trusted_only.add(name)
                 unknown = _unknown_keys(Policy, body)
                 if unknown:
                     raise ValueError(f"policy {name!r} has unknown setting(s): {', '.join(unknown)}")
                 policies[name] = Policy(name=name, **body)
         except ValueError as exc:
             raise ConfigError(f"invalid policy in {path}: {exc}") from None
-        return cls(policies, raw.get("default", "standard"))
+        return cls(policies, raw.get("default", "standard"), frozenset(trusted_only))
 
     def resolve(self, name: str | None, overrides: JobOverrides | None = None) -> Policy:
         """A named policy with ad-hoc overrides (an override makes a new policy version, hence a new job).

@@ -12,6 +12,9 @@ import re
 from dataclasses import dataclass, field
 
 UNSEALED_ENCODING = b"binary/docjobs-unsealed"  # the marker: a payload this deployment does not accept
+# Set by a process that knows the workflow on a ciphertext it opened that was sealed for no workflow (before
+# bindings existed, or by the codec endpoint's former `/encode`): the workflow refuses such a start input.
+UNBOUND_FIELD = "docjobs-sealed-unbound"
 KEY_BYTES = 32
 KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 

@@ -8,7 +8,6 @@ fetches the blobs, hands this module paths, and stores what it wrote. A work ord
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,8 +46,8 @@ from docjobs.pdf.redaction.redact import redact_pdf
 from docjobs.pdf.sanitize import check_no_active_content, sanitize_file
 from docjobs.pdf.signatures import signature_count, void_certification
 from docjobs.pdf.stamp import stamp
-from docjobs.signing.config import SignerConfig
-from docjobs.signing.sign import sign_pdf
+from docjobs.signing.config import DEFAULT_STAMP_BOX, TrustAnchors
+from docjobs.signing.sign import prepare_signature, release_reason
 from docjobs.signing.verify import verify_pdf
 
 ProgressFn = Callable[[int, int], None]
@@ -224,28 +223,44 @@ def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
 
 
 class SignWork(Frozen):
+    """The document half of signing: no key and no passphrase ever come here (docjobs/signing/sign.py)."""
+
     source: Path
     output: Path
-    signer: SignerConfig  # handed over for this call only: never in the child's environment
+    certificate_pem: str  # the signer's certificate (public: the visible stamp names its subject)
+    bytes_reserved: int  # hex digits of the signature hole the worker asks for
+    tenant: str  # who asked: named in the signature's /Reason
     visible: bool
     allow_signed_input: bool
+    stamp_box: tuple[int, int, int, int] = DEFAULT_STAMP_BOX
 
 
 class SignDone(Frozen):
-    level: str
-    signer_subject: str
-    certificate_sha256: str
+    byte_range: tuple[int, int, int, int]  # the /ByteRange written: the worker checks it before it signs
+    field_name: str
+    certified: bool
+    locked: bool
     invalidated_signatures: int
 
 
 def sign(work: SignWork, progress: ProgressFn) -> SignDone:
-    config = dataclasses.replace(work.signer, visible=work.visible)
-    info = sign_pdf(work.source, work.output, config, allow_existing_signatures=work.allow_signed_input)
+    """Prepare the document for the worker's signature: the field, the dictionary and an empty hole."""
+    prepared = prepare_signature(
+        work.source,
+        work.output,
+        work.certificate_pem.encode(),
+        bytes_reserved=work.bytes_reserved,
+        reason=release_reason(work.tenant),
+        allow_existing_signatures=work.allow_signed_input,
+        visible=work.visible,
+        stamp_box=work.stamp_box,
+    )
     return SignDone(
-        level=info.level,
-        signer_subject=info.signer_subject,
-        certificate_sha256=info.certificate_sha256,
-        invalidated_signatures=info.invalidated_signatures,
+        byte_range=prepared.byte_range,
+        field_name=prepared.field_name,
+        certified=prepared.certified,
+        locked=prepared.locked,
+        invalidated_signatures=prepared.invalidated_signatures,
     )
 
 
@@ -253,12 +268,13 @@ class VerifyWork(Frozen):
     source: Path  # the accepted input
     output: Path  # the bytes to be released
     workdir: Path
-    signer: SignerConfig | None  # set: the output must carry a valid signature chaining to its trust roots
+    trust: TrustAnchors | None  # set: the output must carry a valid signature chaining to these roots (no secret)
     text_layer_kept: bool
     redact: RedactPolicy | None
     watermark_text: str | None
     pages_may_turn: bool
     sanitize: SanitizePolicy | None  # None: scheduled by a workflow that did not send it (no check)
+    tenant: str | None = None  # set: the signature must name this tenant and lock the document
 
 
 class VerifyDone(Frozen):
@@ -274,12 +290,15 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
             image_to_pdf(source, normalized := work.workdir / "input.pdf")
             source = normalized
     signature = None
-    if work.signer is not None:
-        report = verify_pdf(work.output, work.signer)
+    if work.trust is not None:
+        report = verify_pdf(work.output, work.trust)
         if report.failure_code is not None:
             raise DocJobError(report.failure_code)
+        if work.tenant is not None and (report.tenant != work.tenant or report.docmdp != 1):
+            raise DocJobError("signature.invalid", "the signature does not name the tenant, or does not lock")
         signature = report.model_dump(
             include={"intact", "valid", "trusted", "bottom_line", "coverage", "level", "signer_subject"}
+            | ({"tenant", "docmdp"} if work.tenant is not None else set())
         )
     checks = check_fidelity(
         source,

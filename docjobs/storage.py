@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -76,6 +77,12 @@ def verified_chunks(blob: BinaryIO, sha256: str, *, chunk_size: int = CHUNK) -> 
         yield held
 
 
+SOURCES_FOLDER = "sources"
+OWNERS_SUFFIX = ".owners"
+SOURCE_KEY = re.compile(r"sources/([0-9a-f]{64})")
+OWNER_MARKER_KEY = re.compile(r"sources/([0-9a-f]{64})\.owners/[0-9a-f]{32}")
+
+
 def copy_left_file(path: Path, dest: Path) -> None:
     """Copy a file a document child left to `dest` (a new file), trusting nothing about it: opened without
     following a symlink (`O_NOFOLLOW`; non-blocking, so a FIFO cannot hold the worker), it must be a regular
@@ -95,7 +102,39 @@ def copy_left_file(path: Path, dest: Path) -> None:
 
 
 def source_key(sha256: str) -> str:
-    return f"sources/{sha256}"
+    return f"{SOURCES_FOLDER}/{sha256}"
+
+
+def tenant_digest(tenant: str) -> str:
+    """A tenant's name as a path segment (never the name itself)."""
+    return hashlib.sha256(tenant.encode()).hexdigest()[:32]
+
+
+def owners_prefix(sha256: str) -> str:
+    """The folder of a source's ownership markers, beside its blob: `sources/<sha256>.owners/`."""
+    return f"{source_key(sha256)}{OWNERS_SUFFIX}"
+
+
+def owner_marker_key(sha256: str, tenant: str) -> str:
+    """The marker that says `tenant` stored the source `sha256` (an empty blob: its existence is the record)."""
+    return f"{owners_prefix(sha256)}/{tenant_digest(tenant)}"
+
+
+def record_owner(store: BlobStore, sha256: str, tenant: str) -> None:
+    """Record that `tenant` stored the source `sha256`: after the source itself, and written every time (its
+    time is renewed, so the retention sweep never takes the marker of a source being accepted right now)."""
+    with tempfile.TemporaryDirectory(prefix="docjobs-owner-") as tmp:
+        marker = Path(tmp) / "owner"
+        marker.touch()
+        store.put_file(owner_marker_key(sha256, tenant), marker)
+
+
+def owned_source(store: BlobStore, sha256: str, tenant: str) -> StoredBlob | None:
+    """The source `sha256` if `tenant` stored it, else None: a source another tenant stored and one nobody
+    stored answer alike, after the same work (the marker and the blob are both looked up on every path)."""
+    marked = store.exists(owner_marker_key(sha256, tenant))
+    stored = store.stat(source_key(sha256))
+    return stored if marked and stored is not None else None
 
 
 def blob_uri(storage_url: str, key: str) -> str:
@@ -122,12 +161,29 @@ def key_in_store(storage_url: str, uri: str) -> str:
     return key
 
 
-def adopt_source(store: BlobStore, key: str, named: SourceRef, workdir: Path, max_bytes: int) -> BlobRef:
+INTERNAL_FOLDERS = ("sources", "jobs", "templates", "batches")  # docjobs' own layout: no caller's key is there
+
+
+def adopt_source(
+    store: BlobStore, key: str, named: SourceRef, workdir: Path, max_bytes: int, *, tenant: str
+) -> BlobRef:
     """The caller's blob `key`, copied into the content-addressed layout (`sources/<sha256>`) with its digest
-    and size checked on the way; a blob already there is checked in place."""
-    stored = store.stat(key)
+    and size checked on the way, and recorded as `tenant`'s; a blob already there is checked in place.
+
+    A source in that layout may be named only by a tenant that stored it; a key in another of docjobs' own
+    folders (a run's artifact, a template, a manifest) never. Both answer `source.missing`, as a blob nobody
+    stored does, after the same look-ups (`owned_source`)."""
+    missing = DocJobError("source.missing", "the source blob is missing")
+    content_addressed = SOURCE_KEY.fullmatch(key)
+    if content_addressed or key.split("/", 1)[0] in INTERNAL_FOLDERS:
+        digest = content_addressed.group(1) if content_addressed else named.sha256
+        stored = owned_source(store, digest, tenant)
+        if stored is None or not content_addressed:
+            raise missing
+    else:
+        stored = store.stat(key)
     if stored is None:
-        raise DocJobError("source.missing", "the source blob is missing")
+        raise missing
     if stored.size > max_bytes:
         raise DocJobError("input.too_large", f"the input is larger than {max_bytes} bytes")
     if stored.size != named.size:
@@ -140,7 +196,9 @@ def adopt_source(store: BlobStore, key: str, named: SourceRef, workdir: Path, ma
     with tempfile.TemporaryDirectory(dir=workdir, prefix="adopt-") as folder:
         copy = Path(folder) / "source"
         store.fetch(ref, copy, mismatch_code="source.digest_mismatch")
-        return store.put_file(source_key(named.sha256), copy)
+        adopted = store.put_file(source_key(named.sha256), copy)
+    record_owner(store, named.sha256, tenant)
+    return adopted
 
 
 def job_prefix(job_id: str) -> str:

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from docjobs.canonical import canonical_model
 from docjobs.errors import DocJobError
 from docjobs.models import BlobRef, Frozen
-from docjobs.storage import BlobStore, sha256_file, source_key
+from docjobs.storage import BlobStore, owned_source, record_owner, sha256_file, source_key
 
 TEMPLATE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 TEMPLATE_NAME_RULE = "1-64 of a-z 0-9 _ - (starting with a letter or digit)"
@@ -81,6 +81,16 @@ def read_manifest(path: Path) -> TemplateManifest:
         return TemplateManifest.model_validate_json(path.read_bytes())
     except (ValueError, ValidationError):
         raise DocJobError("input.malformed", "the template job's manifest cannot be read") from None
+
+
+def check_manifest(store: BlobStore, manifest: TemplateManifest, *, tenant: str) -> None:
+    """A manifest names only what the job's tenant stored: a version of one of its own templates, and data it
+    stored (`source.missing` otherwise, as for data nobody stored: the same look-ups on every path)."""
+    data = manifest.data
+    owned = owned_source(store, data.sha256, tenant)
+    own_template = manifest.bundle.key.startswith(f"{TemplateStore._tenant_folder(tenant)}/")
+    if owned is None or data.key != source_key(data.sha256) or not own_template:
+        raise DocJobError("source.missing", "the template job's data or template is missing")
 
 
 class TemplateStore:
@@ -143,6 +153,7 @@ class TemplateStore:
         stored = self._store.put_file(source_key(digest), data)
         if stored.sha256 != digest:
             raise DocJobError("source.digest_mismatch", "the data changed while it was being accepted")
+        record_owner(self._store, digest, tenant)
         path = folder / "manifest.json"
         path.write_bytes(canonical_model(TemplateManifest(template=name, bundle=version.bundle, data=stored)))
         return path

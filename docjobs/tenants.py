@@ -19,12 +19,15 @@ import re
 import secrets
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from docjobs.config import ConfigError
+from docjobs.quotas import TenantLimits
 from docjobs.webhooks import Callback, parse_callback
 
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -72,8 +75,11 @@ def _update(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
             raise
 
 
-def add_tenant(path: Path, name: str) -> str:
-    """Create tenant `name` and return its API key (the only time it is ever available)."""
+def add_tenant(path: Path, name: str, *, policies: Sequence[str] | None = None) -> str:
+    """Create tenant `name` and return its API key (the only time it is ever available).
+
+    `policies`: the policies it may name (stored as `policies` in its entry); None stores no list, and then it
+    may name every policy that is not trusted-only (docjobs/policies.py: `PolicyBook.for_tenant`)."""
     if not TENANT_NAME.fullmatch(name):
         raise ConfigError("a tenant name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit")
     if name in RESERVED_TENANTS:
@@ -83,7 +89,10 @@ def add_tenant(path: Path, name: str) -> str:
     def add(book: dict[str, Any]) -> None:
         if name in book["tenants"]:
             raise TenantExists(name)
-        book["tenants"][name] = {"key_sha256": key_digest(key), "created_at": datetime.now(UTC).isoformat()}
+        entry: dict[str, Any] = {"key_sha256": key_digest(key), "created_at": datetime.now(UTC).isoformat()}
+        if policies is not None:
+            entry["policies"] = sorted(set(policies))
+        book["tenants"][name] = entry
 
     _update(path, add)
     return key
@@ -109,6 +118,55 @@ def set_callback(path: Path, name: str, url: str, *, allow_http_loopback: bool =
     return secret
 
 
+LIMIT_FIELDS = tuple(TenantLimits.model_fields)  # max_running_jobs, max_bytes_per_day, max_batch_bytes
+
+
+def set_limits(path: Path, name: str, limits: dict[str, int]) -> dict[str, int]:
+    """Set some of the tenant's own limits (the others stay as they were: its own, or the defaults); returns
+    every limit it now has of its own. Kept under the entry's `limits` key."""
+    unknown = set(limits) - set(LIMIT_FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown tenant limits: {', '.join(sorted(unknown))}")
+    if any(not isinstance(value, int) or value < 1 for value in limits.values()):
+        raise ConfigError("a tenant limit is a whole number of at least 1")
+    own: dict[str, int] = {}
+
+    def change(book: dict[str, Any]) -> None:
+        if name not in book["tenants"]:
+            raise ConfigError(f"no tenant {name!r}")
+        entry = book["tenants"][name]
+        current = entry.get("limits") if isinstance(entry.get("limits"), dict) else {}
+        own.update({**current, **limits})
+        entry["limits"] = dict(own)
+
+    _update(path, change)
+    return own
+
+
+def own_limits(entry: object, defaults: TenantLimits) -> TenantLimits:
+    """A tenant entry's limits: its own where it has them, the defaults for the rest (a bad value: the default)."""
+    given = entry.get("limits") if isinstance(entry, dict) else None
+    if not isinstance(given, dict):
+        return defaults
+    try:
+        own = {name: value for name, value in given.items() if name in LIMIT_FIELDS}
+        return TenantLimits.model_validate(defaults.model_dump() | own)
+    except ValidationError:
+        return defaults
+def _listed_policies(entry: object) -> tuple[str, ...] | None:
+    """A tenant entry's `policies` list; None when it has none (or is no tenant entry)."""
+    listed = entry.get("policies") if isinstance(entry, dict) else None
+    if not isinstance(listed, list):
+        return None
+    return tuple(str(name) for name in listed)
+
+
+def policies_of(path: Path, name: str) -> tuple[str, ...] | None:
+    """The policies tenant `name` may name, if its entry lists them; None for the default (every policy that is
+    not trusted-only), also for a tenant the file does not have (`default`, or a service's tenant)."""
+    return _listed_policies(_read(path)["tenants"].get(name))
+
+
 def callback_of(path: Path, name: str) -> Callback | None:
     """The tenant's callback, or None when it registered none."""
     entry = _read(path)["tenants"].get(name)
@@ -129,6 +187,8 @@ class TenantBook:
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
         self._by_digest: dict[str, str] = {}
+        self._entries: dict[str, Any] = {}
+        self._policies: dict[str, tuple[str, ...] | None] = {}
 
     def _refresh(self) -> None:
         try:
@@ -145,9 +205,21 @@ class TenantBook:
                 for name, entry in book["tenants"].items()
                 if isinstance(entry, dict) and "key_sha256" in entry and name not in RESERVED_TENANTS
             }
+            self._entries = dict(book["tenants"])
+            self._policies = {name: _listed_policies(entry) for name, entry in book["tenants"].items()}
             self._stamp = stamp
+
+    def policies(self, tenant: str) -> tuple[str, ...] | None:
+        """The tenant's list of policies (as `policies_of`), from the cached file."""
+        self._refresh()
+        return self._policies.get(tenant)
 
     def authenticate(self, key: str) -> str | None:
         """The tenant whose key this is, or None."""
         self._refresh()
         return self._by_digest.get(key_digest(key))
+
+    def limits(self, name: str, defaults: TenantLimits) -> TenantLimits:
+        """The tenant's limits: its own from the file where it has them, else `defaults`."""
+        self._refresh()
+        return own_limits(self._entries.get(name), defaults)

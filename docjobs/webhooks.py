@@ -14,12 +14,14 @@ Why a delivery failed is only a reason code for the worker log: the tenant sees 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import http.client
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +30,10 @@ from urllib.parse import urlsplit
 SIGNATURE_HEADER = "X-Docjobs-Signature"
 EVENT_ID_HEADER = "X-Docjobs-Event-Id"
 TOLERANCE_SECONDS = 300  # a receiver refuses a signature whose `t` is further than this from its clock
-DELIVERY_TIMEOUT_SECONDS = 10  # per connect, send and read; the activity's start-to-close bounds the whole
+DELIVERY_TIMEOUT_SECONDS = 10  # per connect, send and read
+# The whole delivery, however the receiver drips its answer: under the notify activity's start-to-close (30 s),
+# so an attempt's thread is free again before Temporal gives up on the attempt.
+DELIVERY_DEADLINE_SECONDS = 25
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[IPAddress]]
@@ -272,6 +277,7 @@ def deliver(
     event: str,
     *,
     timeout: float = DELIVERY_TIMEOUT_SECONDS,
+    deadline: float = DELIVERY_DEADLINE_SECONDS,
     resolver: Resolver = system_resolver,
     opener: Opener = open_socket,
     context: ssl.SSLContext | None = None,
@@ -299,16 +305,31 @@ def deliver(
         SIGNATURE_HEADER: sign(callback.secret, body, int(time.time())),
         EVENT_ID_HEADER: event,
     }
+    expired = threading.Event()
+
+    def cut_off() -> None:  # past the deadline: the socket is shut, so a blocked send or read returns at once
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    watchdog = threading.Timer(deadline, cut_off)
+    watchdog.daemon = True
+    watchdog.start()
     try:
         connection.request("POST", target.path, body=body, headers=signed)
         status = connection.getresponse().status
     except TimeoutError:
         raise DeliveryFailed("timeout") from None
     except ssl.SSLError:
-        raise DeliveryFailed("tls_failed") from None
+        raise DeliveryFailed("timeout" if expired.is_set() else "tls_failed") from None
     except (OSError, http.client.HTTPException):
-        raise DeliveryFailed("connection_failed") from None
+        raise DeliveryFailed("timeout" if expired.is_set() else "connection_failed") from None
     finally:
+        watchdog.cancel()
         connection.close()
+    if expired.is_set():  # an answer cut short may still parse (its headers end where the socket was shut)
+        raise DeliveryFailed("timeout")
     if not 200 <= status < 300:
         raise DeliveryFailed(f"http_{status // 100}xx")

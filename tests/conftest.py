@@ -46,6 +46,27 @@ BUCKET = "docjobs-test"
 REGION = "eu-west-1"
 
 
+# What a test starts decides its marker (docs/tests.md, "Markers"): `e2e` real worker processes, document children or
+# the OCR toolchain, `workflow` the session's dev server with in-process activity doubles, `unit` none of them
+# (`make check` runs these). A module that starts such processes itself says so here or with its own `pytestmark`.
+WORKER_FIXTURES = frozenset({"start_worker", "main_worker", "jobs", "held"})
+E2E_MODULES = frozenset({"test_sandbox", "test_ocr_core", "test_ocr_quality", "test_ci_skips"})
+KINDS = ("unit", "workflow", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(kind) for kind in KINDS):
+            continue
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.module.__name__.rpartition(".")[2] if isinstance(item, pytest.Function) else ""
+        if fixtures & WORKER_FIXTURES or module in E2E_MODULES:
+            kind = "e2e"
+        else:
+            kind = "workflow" if "env" in fixtures else "unit"
+        item.add_marker(getattr(pytest.mark, kind))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

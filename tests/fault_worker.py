@@ -5,6 +5,8 @@
 `drop-last-page` (the default): `render` drops the document's last page (the fidelity gate must catch it).
 `box-only-redaction`: `redact` only draws its boxes and removes nothing (the redaction gate must catch it).
 `keep-active-content`: `render` strips nothing (the verify gate must find the active content).
+`spy-sign`: the `sign` and `verify` children record their work orders and environments (`$HOME/sign-spy/`).
+`forge-byte-range`: the `sign` child reports a byte range that leaves bytes unsigned (the worker must refuse it).
 `flaky-render`: `render`'s first attempt does the document work, then fails to store its output (retried as
 `internal.error`); the second succeeds: a retry whose first attempt cost something.
 `compromised-child`: `render` first runs the attack its document plans, as a parser exploit would
@@ -16,8 +18,9 @@ Before it holds, it leaves its attempt's span (still open) in the folder: what a
 `DOCJOBS_SPAN_FILE`: every span this worker ends is written there at once, one JSON object a line (a killed
 worker's batch exporter would lose them).
 
-`box-only-redaction`, `keep-active-content` and `compromised-child` break the document work, so they live
-where the document children import them: the worker's children serve the entries of `tests/faults/<fault>.py`.
+`box-only-redaction`, `keep-active-content`, `spy-sign`, `forge-byte-range` and `compromised-child` break the
+document work, so they live where the document children import them: the worker's children serve the entries of
+`tests/faults/<fault>.py`.
 """
 
 from __future__ import annotations
@@ -132,7 +135,7 @@ if __name__ == "__main__":
     renders = {"drop-last-page": PageDroppingRender, "hold-render": HeldRender, "flaky-render": FlakyRender}
     if fault in renders:
         setattr(worker, "RenderActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
-    elif fault in ("box-only-redaction", "keep-active-content", "compromised-child"):
+    elif fault in ("box-only-redaction", "keep-active-content", "spy-sign", "forge-byte-range", "compromised-child"):
         entries = f"tests.faults.{fault.replace('-', '_')}"
         setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010
     else:

@@ -3,7 +3,7 @@ of their own, and prints what each history holds (events by kind, workflow tasks
 
     python -m tests.record_histories [DIR]   (default: tests/histories; the batch histories are left alone)
 
-Re-record when a workflow change ships as a new build (README, Shipping a workflow change): the committed
+Re-record when a workflow change ships as a new build (docs/operations.md, Shipping a workflow change): the committed
 histories are then the ones jobs on the new build write. Each covers one path: `succeeded` (a 1-page job with
 the public input: resolve, the release gates, publish, the wrap-up), `release-succeeded` (a pinned policy in
 the internal request, 2 pages), `failed` (an unreadable input), `canceled-deadline` (a render held until the

@@ -105,7 +105,7 @@ async def test_a_batch_of_50_never_runs_more_than_5_and_each_document_has_its_ou
     broken = tmp_path / "broken.pdf"
     truncate_pdf(paths[0], broken, fraction=0.4)
     paths.insert(17, broken)
-    sources = await batches.accept_files(paths)
+    sources = await batches.accept_files(paths, tenant="cli")
     submitted = await batches.submit(sources, unsigned(policies), tenant="cli", key="fifty", concurrency=5)
     assert submitted.created and submitted.total == 50
 
@@ -143,7 +143,7 @@ async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
         DOCJOBS_ACTIVITY_THREADS="4",
     )
     batches = await batch_client(env, "batch-held")
-    sources = await batches.accept_files(documents(tmp_path / "docs", 6, "held"))
+    sources = await batches.accept_files(documents(tmp_path / "docs", 6, "held"), tenant="cli")
     submitted = await batches.submit(sources, unsigned(policies), tenant="cli", key="held", concurrency=2)
     for _ in range(1200):  # until both running jobs are held in render (at most two minutes)
         if record.read_text().count("enter ") >= 2:
@@ -180,7 +180,7 @@ async def test_a_resubmitted_batch_key_returns_the_same_batch(
     env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
 ) -> None:
     batches = BatchClient(jobs)
-    sources = await batches.accept_files(documents(tmp_path, 3, "again"))
+    sources = await batches.accept_files(documents(tmp_path, 3, "again"), tenant="cli")
     first = await batches.submit(sources, unsigned(policies), tenant="cli", key="again")
     again = await batches.submit(sources, unsigned(policies), tenant="cli", key="again", concurrency=1)
     assert first.created and not again.created and not again.conflict
@@ -199,7 +199,7 @@ async def test_continue_as_new_keeps_the_progress_and_no_run_carries_the_sources
     env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
 ) -> None:
     batches = BatchClient(jobs)
-    sources = await batches.accept_files(documents(tmp_path, 5, "relay"))
+    sources = await batches.accept_files(documents(tmp_path, 5, "relay"), tenant="cli")
     submitted = await batches.submit(
         sources, unsigned(policies), tenant="cli", key="relay", concurrency=2, documents_per_run=2
     )

@@ -27,7 +27,7 @@ from docjobs.api.codec_server import MAX_BODY_BYTES, create_codec_app
 from docjobs.config import ConfigError
 from docjobs.models import JobOverrides
 from docjobs.policies import PolicyBook
-from docjobs.sealing import UNSEALED_ENCODING, CodecKey
+from docjobs.sealing import UNBOUND_FIELD, UNSEALED_ENCODING, CodecKey
 from docjobs.states import JobState
 from docjobs.storage import source_key
 from docjobs.temporal.client import JobClient, connect
@@ -108,7 +108,10 @@ async def test_ciphertexts_are_bound_to_their_namespace_and_workflow() -> None:
         await bound_to(codec, "acme/b").decode([relabelled])
     unbound = await codec.encode([plain("sealed before bindings")])  # as every ciphertext before this change
     assert WORKFLOW_ID_FIELD not in unbound[0].metadata
-    assert await bound_to(codec, "acme/b").decode(unbound) == [plain("sealed before bindings")]
+    assert await codec.decode(unbound) == [plain("sealed before bindings")]  # a viewer opens it as it was
+    [opened] = await bound_to(codec, "acme/b").decode(unbound)  # a worker opens it (headers), but marks it
+    assert opened.metadata[UNBOUND_FIELD] == b"1" and opened.data == plain("sealed before bindings").data
+    assert UNBOUND_FIELD not in (await activity_side.decode([sealed]))[0].metadata
 
 
 async def test_rotation_keeps_old_histories_readable() -> None:
@@ -289,10 +292,11 @@ async def test_history_holds_only_ciphertext_and_the_codec_endpoint_opens_it(
         other = await http.post("/decode", content=body, headers={**auth, "X-Namespace": "elsewhere"})
         assert other.status_code == 403
 
+        # Decode only: nobody seals a request through the endpoint (it could not bind one to its workflow).
         sealed = await http.post(
             "/encode", content=json_format.MessageToJson(Payloads(payloads=[plain("x")])), headers=auth
         )
-        assert json_format.Parse(sealed.text, Payloads()).payloads[0].metadata["encoding"] == ENCODING
+        assert sealed.status_code in (404, 405) and ENCODING.decode() not in sealed.text
 
     code, shown_status, _ = run_starter(env, "status", submitted.job_id, DOCJOBS_CODEC_KEYS=keys["DOCJOBS_CODEC_KEYS"])
     assert (code, shown_status["input_sha256"]) == (0, status.input_sha256)

@@ -1,4 +1,4 @@
-"""The embedded dev server's database settings (README, Configuration: the durability trade-off)."""
+"""The embedded dev server's database settings (docs/configuration.md: the durability trade-off)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,15 @@
 """The Temporal port is not a back door: a `DocumentJob` started by hand, not by docjobs' client, with a
 request for another job, an unreadable input, or (in a sealed deployment) a plaintext payload, ends at once
-`failed` with a stable code, before any activity runs, and reads like any other finished job."""
+`failed` with a stable code, before any activity runs, and reads like any other finished job. So does an
+internal request naming another tenant or a blob that is not a source, and (sealed) an input sealed for no
+workflow."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import os
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,8 +27,10 @@ from docjobs.policies import PolicyBook
 from docjobs.sealing import CodecKey
 from docjobs.states import JobState
 from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.codec import EncryptionCodec
 from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import Env, StartWorker, wait_terminal
+from tests.test_replay import replayer
 
 KEY = CodecKey("forge-test", bytes(range(100, 132)))
 KEYS = f"{KEY.key_id}:{base64.b64encode(KEY.secret).decode()}"
@@ -96,6 +101,44 @@ async def test_forged_starts_end_at_once_with_request_invalid(
     await assert_refused(handle, jobs, "request.invalid")
 
 
+@pytest.mark.parametrize("case", ["foreign-tenant", "artifact-source", "template-source", "own"])
+async def test_an_internal_request_names_its_own_tenant_and_a_source(
+    jobs: JobClient, env: Env, policies: PolicyBook, case: str
+) -> None:
+    """`JobRequest` is checked as the public input is: its tenant owns the workflow ID, and its source is a
+    source (`sources/<sha256>`), never another job's artifact or a template's zip named by its key."""
+    forger = await keyless_client(env.settings())
+    workflow_id = unique(case)
+    request = request_for(workflow_id, policies, tenant="evil")
+    digest = "cd" * 32
+    if case == "foreign-tenant":  # its own workflow ID, another tenant's name (the tenant its stages act for)
+        request = request.model_copy(update={"tenant": "acme"})
+    elif case == "artifact-source":
+        key = f"jobs/{'ef' * 16}/runs/{uuid.uuid4()}/artifact.pdf"
+        request = request.model_copy(update={"source": BlobRef(key=key, sha256=digest, size=1000)})
+    elif case == "template-source":
+        key = f"templates/{'ef' * 16}/invoice/versions/{digest}.zip"
+        request = request.model_copy(update={"source": BlobRef(key=key, sha256=digest, size=1000)})
+    handle = await forger.start_workflow(
+        WORKFLOW_TYPE,
+        request.model_dump(mode="json"),
+        id=workflow_id,
+        task_queue=jobs.settings.task_queue,
+        result_type=JobStatus,
+    )
+    if case != "own":
+        await assert_refused(handle, jobs, "request.invalid")
+        # The refusal is behind a patch (runs started before it replay as they ran): its history replays.
+        history = await jobs.handle(workflow_id).fetch_history()
+        replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+        assert replay.replay_failure is None, replay.replay_failure
+        return
+    # The same request, well-formed: admitted, and its stage finds no such source.
+    result = await asyncio.wait_for(handle.result(), timeout=120)
+    assert (result.state, result.failure_code) == (JobState.FAILED, "source.missing")
+    assert await activity_types(handle) != []
+
+
 async def test_a_sealed_deployment_refuses_plaintext(
     env: Env, start_worker: StartWorker, policies: PolicyBook, samples: Path
 ) -> None:
@@ -116,8 +159,17 @@ async def test_a_sealed_deployment_refuses_plaintext(
         task_queue=queue,
         result_type=JobStatus,
     )
+    # Sealed with the key but for no workflow (as the codec endpoint's former `/encode` sealed): refused too.
+    unbound_id = unique("unbound")
+    [unbound] = await EncryptionCodec([KEY]).encode(
+        [pydantic_data_converter.payload_converter.to_payloads([request_for(unbound_id, policies, tenant="evil")])[0]]
+    )
+    unbound_start = await forger.start_workflow(
+        WORKFLOW_TYPE, RawValue(unbound), id=unbound_id, task_queue=queue, result_type=JobStatus
+    )
     start_worker(queue, **sealed)
 
     await assert_refused(jobs.handle(forged.id), jobs, "codec.unsealed")
+    await assert_refused(jobs.handle(unbound_start.id), jobs, "codec.unsealed")
     status = await wait_terminal(jobs, genuine.job_id)
     assert status.state is JobState.SUCCEEDED, status.failure_code  # the dropped plaintext signal did no harm

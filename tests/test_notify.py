@@ -6,18 +6,23 @@ resolver and a socket opener that connects to a loopback receiver instead, so no
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import ipaddress
 import json
 import re
 import socket
 import ssl
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -25,10 +30,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from temporalio.client import WorkflowExecutionStatus
 
+import worker
+from docjobs import webhooks
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
-from docjobs.temporal.client import JobClient
+from docjobs.temporal.client import JobClient, connect
 from docjobs.tenants import add_tenant, callback_of, set_callback
 from docjobs.webhooks import (
     EVENT_ID_HEADER,
@@ -51,11 +59,11 @@ SECRET = "test-secret"
 BODY = b'{"job_id":"t/1","state":"succeeded"}'
 
 
-def readme_verify() -> Callable[..., bool]:
-    """The receiver's `verify` exactly as the README shows it."""
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"```python\n(# verify_docjobs_signature.*?)```", readme, re.DOTALL)
-    assert block is not None, "the README's verification snippet is missing"
+def documented_verify() -> Callable[..., bool]:
+    """The receiver's `verify` exactly as docs/http-api.md ("Notifications") shows it."""
+    page = (REPO / "docs" / "http-api.md").read_text()
+    block = re.search(r"```python\n(# verify_docjobs_signature.*?)```", page, re.DOTALL)
+    assert block is not None, "the verification snippet of docs/http-api.md is missing"
     namespace: dict[str, Any] = {}
     exec(block.group(1), namespace)
     verify: Callable[..., bool] = namespace["verify"]
@@ -275,6 +283,36 @@ def test_a_receiver_slower_than_the_timeout_is_a_failed_delivery() -> None:
     assert len(receiver.received) == 1  # it got the event: slow, not unreachable
 
 
+def test_a_receiver_that_drips_its_answer_is_cut_off_at_the_deadline() -> None:
+    """Each byte comes within the per-read timeout, so only the delivery's deadline ends it: an attempt's
+    thread is free again within the deadline however slowly a receiver answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.wait(0.2):  # a header that never ends, one byte at a time
+                with contextlib.suppress(OSError):
+                    connection.sendall(b"x")
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    try:
+        began = time.monotonic()
+        with pytest.raises(DeliveryFailed, match="timeout"):
+            deliver(
+                loopback_dev(f"http://127.0.0.1:{listener.getsockname()[1]}/hook"), BODY, "e", timeout=1, deadline=1.5
+            )
+        assert 1.5 <= time.monotonic() - began < 10
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+
+
 def test_the_host_is_resolved_once_and_the_request_keeps_its_host_header() -> None:
     lookups: list[str] = []
 
@@ -416,11 +454,11 @@ def test_https_delivery_goes_to_the_pinned_address_with_sni_and_a_verified_certi
     assert len(receiver.received) == 1
 
 
-# ---- the signature, as a receiver checks it with the README's snippet --------------------------------------------
+# ---- the signature, as a receiver checks it with the snippet of docs/http-api.md --------------------------------
 
 
-def test_the_readme_snippet_verifies_the_signature_within_the_tolerance() -> None:
-    verify = readme_verify()
+def test_the_documented_snippet_verifies_the_signature_within_the_tolerance() -> None:
+    verify = documented_verify()
     t = int(time.time())
     header = sign(SECRET, BODY, t)
     assert re.fullmatch(rf"t={t},v1=[0-9a-f]{{64}}", header)
@@ -454,7 +492,7 @@ async def test_event_is_signed_and_keeps_its_id_across_two_failed_deliveries(
     assert len(receiver.received) == 3
     event_ids = {headers[EVENT_ID_HEADER] for headers, _ in receiver.received}
     assert len(event_ids) == 1 and re.fullmatch(r"evt_[0-9a-f]{32}", event_ids.pop())
-    verify = readme_verify()
+    verify = documented_verify()
     for headers, body in receiver.received:
         assert verify(secret, headers[SIGNATURE_HEADER], body)
     event = json.loads(receiver.received[-1][1])
@@ -487,3 +525,55 @@ async def test_a_redirecting_callback_fails_without_saying_why_and_does_not_chan
     assert [e["failure_code"] for e in failures] == ["notify.failed"]
     told = json.dumps(failures)  # what the tenant could learn: the same code and message whatever went wrong
     assert not re.search(r"3xx|redirect|refused|Location|127\.0\.0\.1|/hook", told)
+
+
+# ---- notify on threads of its own ------------------------------------------------------------------------------------
+
+
+def threads_running(code: CodeType) -> list[str]:
+    """The names of the threads whose stack is inside `code` right now."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    found = []
+    for ident, frame in sys._current_frames().items():
+        current: FrameType | None = frame
+        while current is not None:
+            if current.f_code is code:
+                found.append(names.get(ident, "?"))
+                break
+            current = current.f_back
+    return found
+
+
+async def test_a_held_callback_holds_no_stage_slot(
+    env: Env, tmp_path: Path, policies: PolicyBook, samples: Path
+) -> None:
+    """With one stage slot, a job whose callback does not answer: its delivery runs on a `notify` thread, and
+    another job runs every stage to the end meanwhile."""
+    tenants = tmp_path / "tenants.json"
+    add_tenant(tenants, "hooked-slow")
+    settings = env.settings(
+        DOCJOBS_TASK_QUEUE=f"notify-own-{uuid.uuid4().hex[:6]}",
+        DOCJOBS_ACTIVITY_THREADS="1",
+        DOCJOBS_OCR_ACTIVITY_THREADS="1",
+        DOCJOBS_TENANTS_FILE=str(tenants),
+    )
+    client = await connect(settings)
+    jobs = JobClient(client, settings)
+    with serving(Receiver(stall=True)) as receiver:
+        assert receiver.release is not None
+        set_callback(tenants, "hooked-slow", receiver.url, allow_http_loopback=True)
+        async with worker.serving(client, settings):
+            first = await jobs.submit(samples / "sample.pdf", policies.get("standard"), tenant="hooked-slow")
+            await asyncio.to_thread(wait_for_requests, receiver, 1)
+            assert receiver.received, "the callback was never called"
+            delivering = threads_running(webhooks.deliver.__code__)
+            assert delivering and all(name.startswith("notify") for name in delivering), delivering
+
+            second = await jobs.submit(samples / "sample.pdf", policies.get("standard"), tenant="quiet", key="2nd")
+            status = await wait_terminal(jobs, second.job_id, timeout=120)
+            assert status.state is JobState.SUCCEEDED
+            description = await jobs.handle(first.job_id).describe()
+            assert description.status is WorkflowExecutionStatus.RUNNING  # its callback still not answered
+            receiver.release.set()
+            final = await jobs.handle(first.job_id).result()
+    assert (final.state, final.notification) == (JobState.SUCCEEDED, "delivered")

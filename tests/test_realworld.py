@@ -18,8 +18,9 @@ from docjobs.errors import DocJobError
 from docjobs.models import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
 from docjobs.pdf.inspect import Encryption, inspect_pdf
 from docjobs.pdf.watermark import STAMP_BAND, watermark_structure
-from docjobs.signing.config import SignerConfig
+from docjobs.signing.config import SignerConfig, TrustAnchors
 from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.signing.sign import ReleaseSigner
 from docjobs.stage_work import RenderDone, RenderWork, SignWork, VerifyDone, VerifyWork, render, sign, verify
 from tests.fixtures import realworld
 
@@ -53,15 +54,27 @@ def _render(source: Path, output: Path, workdir: Path, *, refuse_encrypted: bool
 
 def _release(source: Path, workdir: Path, signer: SignerConfig) -> tuple[RenderDone, VerifyDone, Path]:
     """render, sign and verify `source` as the standard policy does; returns the signed output."""
-    rendered, signed = workdir / "rendered.pdf", workdir / "signed.pdf"
+    rendered, prepared, signed = workdir / "rendered.pdf", workdir / "prepared.pdf", workdir / "signed.pdf"
     done = _render(source, rendered, workdir)
-    sign(SignWork(source=rendered, output=signed, signer=signer, visible=False, allow_signed_input=False), _no_progress)
+    key = ReleaseSigner(signer)  # the worker's half: the document child only prepares
+    reserved = key.bytes_reserved("acme")
+    work = SignWork(
+        source=rendered,
+        output=prepared,
+        certificate_pem=key.certificate_pem.decode(),
+        bytes_reserved=reserved,
+        tenant="acme",
+        visible=False,
+        allow_signed_input=False,
+    )
+    key.finish(prepared, signed, sign(work, _no_progress).byte_range, tenant="acme", bytes_reserved=reserved)
     verified = verify(
         VerifyWork(
             source=source,
             output=signed,
             workdir=workdir,
-            signer=signer,
+            trust=TrustAnchors.of(signer),
+            tenant="acme",
             text_layer_kept=True,
             redact=None,
             watermark_text=STAMP,

@@ -1,9 +1,11 @@
 """Determinism: recorded histories replay against the current workflow code without divergence.
 
 The committed histories in tests/histories/ were recorded from real jobs (succeeded, a pinned policy, failed,
-canceled at the deadline, OCR: `python -m tests.record_histories` records them again) and batches (a run that
-continued as new, the last run of one); a change to a workflow that would break jobs or batches in flight fails
-here. Histories recorded in this session are replayed too.
+canceled at the deadline, OCR: `python -m tests.record_histories` records them again), batches (a run that
+continued as new, the last run of one) and `timed-out-wrap-up` (test_workflow_branches' doubles: a render held
+past a 1 s deadline, then the evidence step held until the run's 3 s execution timeout closed it mid-task, its
+local activity still in flight; that test replays a fresh one of these every run). A change to a workflow that
+would break jobs or batches in flight fails here. Histories recorded in this session are replayed too.
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from docjobs.evidence import envelope_evidence
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
-from docjobs.storage import StoredBlob, job_prefix, source_key
+from docjobs.storage import StoredBlob, job_prefix, owner_marker_key, record_owner, source_key
 from docjobs.temporal.client import JobClient
+from docjobs.tenants import CLI_TENANT
 from tests.conftest import BUCKET, Env, StartWorker, aws_environment, run_starter, wait_terminal
 from tests.fixtures.samples import make_sample_pdf
 
@@ -143,9 +144,12 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
     code, check, _ = run_starter(store_env, "verify-evidence", second.job_id)
     assert (code, check["ok"], check["broken"]) == (0, True, []), check
 
+    orphan = "1" * 64  # an ownership marker whose source is gone (a sweep cut short): it goes too
+    record_owner(mine.store, orphan, "someone")
     before = blobs_of(mine)
     gone = [blob for key, blob in before.items() if key.startswith(f"{old_folder}/")]
     old_source = before[source_key(first.input_sha256)]
+    old_owner = before[owner_marker_key(first.input_sha256, CLI_TENANT)]  # who stored it goes with it
     code, dry, errors = run_starter(store_env, "gc", "--dry-run", "--source-grace", "0s")
     assert code == 0 and (dry["dry_run"], dry["runs_removed"], dry["sources_removed"]) == (True, 1, 1), errors
     assert blobs_of(mine) == before  # a dry run only counts
@@ -153,14 +157,18 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
     code, report, _ = run_starter(store_env, "gc", "--source-grace", "0s")
     assert code == 0, report
     assert (report["runs_removed"], report["sources_removed"], report["runs_kept"]) == (1, 1, 2), report
-    assert report["blobs_removed"] == len(gone) + 1 == dry["blobs_removed"]
+    assert report["blobs_removed"] == len(gone) + 3 == dry["blobs_removed"]
     assert report["bytes_removed"] == sum(blob.size for blob in gone) + old_source.size == dry["bytes_removed"]
     after = blobs_of(mine)
-    assert set(after) == set(before) - {blob.key for blob in gone} - {old_source.key}
+    orphan_marker = owner_marker_key(orphan, "someone")
+    assert orphan_marker in before
+    assert set(after) == set(before) - {blob.key for blob in gone} - {old_source.key, old_owner.key, orphan_marker}
     assert keys_under(after, new_folder) == ["artifact.pdf", "evidence.json", "run.json"]
     staged = keys_under(after, running_folder)
     assert staged[0] == "run.json" and len(staged) == 2 and staged[1].startswith("staging/render-a1-"), staged
     assert {source_key(second.input_sha256), source_key(running.input_sha256)} <= set(after)
+    kept = {owner_marker_key(digest, CLI_TENANT) for digest in (second.input_sha256, running.input_sha256)}
+    assert kept <= set(after)
 
     # A sweep with the default grace (1 h) keeps even an unreferenced source stored a moment ago.
     await mine.cancel(running.job_id)

@@ -11,8 +11,9 @@ import pytest
 
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
-from docjobs.storage import job_prefix
+from docjobs.storage import job_prefix, owner_marker_key
 from docjobs.temporal.client import JobClient
+from docjobs.tenants import CLI_TENANT
 from tests.conftest import BUCKET, REGION, Env, StartWorker, aws_environment, run_starter, wait_terminal
 
 
@@ -44,7 +45,8 @@ async def test_job_on_s3_publishes_once_and_leaves_no_staging(
     run_id = (await jobs.handle(submitted.job_id).describe()).run_id
     folder = f"{job_prefix(submitted.job_id)}/runs/{run_id}"  # the run's own folder, named by Temporal's run ID
     expected = [f"{folder}/{name}" for name in ("artifact.pdf", "evidence.json", "run.json")]
-    assert keys == [*expected, f"sources/{status.input_sha256}"]
+    owner = owner_marker_key(status.input_sha256, CLI_TENANT)  # the tenant that stored the source
+    assert keys == [*expected, f"sources/{status.input_sha256}", owner]
 
     out = tmp_path / "from-s3.pdf"
     await on_s3.fetch(submitted.job_id, out)

@@ -150,6 +150,8 @@ def test_next_chain_after_an_inert_action(tmp_path: Path) -> None:
         (Dictionary(S=Name.URI, URI=String("file:///etc/passwd")), "launch"),
         (Dictionary(S=Name.Named, N=Name.NextPage), None),
         (Dictionary(S=Name.ResetForm), None),
+        (Dictionary(S=Name.SetOCGState, State=[Name.OFF]), "visibility"),
+        (Dictionary(S=Name.Hide, T=String("stamp"), H=False), "visibility"),
         (Dictionary(S=Name.Thread, D=0), None),
         (Dictionary(S=Name.Thread, D=0, F=String("other.pdf")), "goto_remote"),
         (Dictionary(S=Name.GoToE, T=Dictionary(R=Name.C, N=String("x"))), "goto_remote"),
@@ -193,6 +195,36 @@ def test_release_gate(active: Path, tmp_path: Path) -> None:
     assert check_no_active_content(out, SanitizePolicy(keep_attachments=True)) == ["no_active_content"]
     with pytest.raises(DocJobError):
         check_no_active_content(out, SanitizePolicy())  # attachments were kept, this policy does not allow them
+
+
+def test_show_and_hide_actions_are_active_content(tmp_path: Path) -> None:
+    """A page that hides a layer when it opens and a link that shows an annotation: what a certified document
+    shows could change after signing. Stripped (the link stays, without its action), refused in fail mode,
+    and residue at verify."""
+    make_sample_pdf(source := tmp_path / "toggles.pdf", pages=1)
+    with pikepdf.open(source, allow_overwriting_input=True) as pdf:
+        layer = pdf.make_indirect(Dictionary(Type=Name.OCG, Name=String("cover")))
+        pdf.Root.OCProperties = Dictionary(OCGs=[layer], D=Dictionary(ON=[layer]))
+        page = pdf.pages[0].obj
+        page.AA = Dictionary(O=Dictionary(S=Name.SetOCGState, State=[Name.OFF, layer]))
+        (link,) = [annot for annot in page.Annots if annot.get("/Subtype") == Name.Link]
+        link.A = Dictionary(S=Name.Hide, T=String("stamp"), H=False, Next=Dictionary(S=Name.SetOCGState, State=[]))
+        pdf.save(source)
+    assert find_active_content(source) == {"visibility": 3}
+    with pytest.raises(DocJobError) as refused:
+        sanitize_file(source, SanitizePolicy(mode=SanitizeMode.FAIL))
+    assert refused.value.code == "input.active_content" and "visibility" in refused.value.message
+    with pytest.raises(DocJobError) as residue:
+        check_no_active_content(source, SanitizePolicy())
+    assert residue.value.code == "sanitize.residue"
+    out = tmp_path / "out.pdf"
+    assert stripped_copy(source, out) == {"visibility": 3}
+    assert find_active_content(out) == {}
+    assert not {"/SetOCGState", "/Hide"} & qpdf_names(out)
+    with pikepdf.open(out) as pdf:
+        page = pdf.pages[0].obj
+        assert "/AA" not in page
+        assert [annot for annot in page.Annots if annot.get("/Subtype") == Name.Link]  # the link stays
 
 
 def test_raster_mode_drops_document_level_content_by_itself(active: Path, tmp_path: Path) -> None:

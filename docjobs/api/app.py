@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span
 
 from docjobs.api import batches, jobs, templates
+from docjobs.api.body_timeout import BodyReadTimeout
 from docjobs.api.deps import ApiContext
 from docjobs.api.docs import OPENAPI_URL, install_docs
 from docjobs.api.errors import install_error_handlers
@@ -90,8 +91,10 @@ def create_app(
     *,
     tenants: TenantBook | None = None,
     upload_limit: int | None = None,
+    body_read_timeout: float | None = None,
 ) -> FastAPI:
-    """The API app. Without `client`, it connects to the configured cluster when it starts (on its own loop)."""
+    """The API app. Without `client`, it connects to the configured cluster when it starts (on its own loop).
+    `body_read_timeout`: seconds a request body may stall (default DOCJOBS_BODY_READ_TIMEOUT_SECONDS)."""
     app = FastAPI(
         title="docjobs",
         version="1",
@@ -113,6 +116,8 @@ def create_app(
     instrument_requests(app)
     install_docs(app)
     install_error_handlers(app)
+    seconds = body_read_timeout if body_read_timeout is not None else settings.body_read_timeout_seconds
+    app.add_middleware(BodyReadTimeout, seconds=seconds)
     app.include_router(jobs.router)
     app.include_router(batches.router)
     app.include_router(templates.router)

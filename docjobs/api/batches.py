@@ -9,9 +9,10 @@ names its position, never its name. `Idempotency-Key` is the batch's key (batch 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 from urllib.parse import quote
 
 from fastapi import APIRouter, Header, Query, Request
@@ -23,12 +24,20 @@ from starlette.requests import ClientDisconnect
 from docjobs.api.deps import ApiContext, Context, Tenant
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.jobs import acceptance_error, check_kind
-from docjobs.api.uploads import CHUNK, HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, effective_policy
+from docjobs.api.uploads import HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, tenant_policy
 from docjobs.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.errors import DocJobError
 from docjobs.idempotency import BATCH_KEY_RULE, is_valid_batch_key
 from docjobs.models import SHA256_PATTERN, BlobRef
-from docjobs.temporal.batches import BatchClient, BatchNotFound
+from docjobs.quotas import (
+    BATCH_BYTES,
+    BYTES_PER_DAY,
+    RUNNING_JOBS_RETRY_AFTER,
+    QuotaExceeded,
+    batch_bytes_check,
+    seconds_to_next_day,
+)
+from docjobs.temporal.batches import BatchClient, BatchNotFound, derive_batch_id
 
 MAX_UPLOAD_FILES = 100  # per multipart batch; larger batches name stored sources
 MAX_STORED_SOURCES = 10_000
@@ -67,18 +76,69 @@ def batch_path(batch_id: str) -> str:
     return f"/v1/batches/{quote(batch_id, safe='/')}"
 
 
-async def spool_batch(request: Request, folder: Path, limit: int) -> tuple[list[Path], PolicyPart]:
-    """Every `file` part in `folder` (each at most `limit` bytes) and the policy part, if any."""
-    cap = limit * MAX_UPLOAD_FILES + MULTIPART_SLACK
+class BatchParser(MultiPartParser):
+    """Starlette's multipart parser, writing each file part straight into the batch's folder as it streams in
+    (spooled once: not into a temporary file first and copied after), each at most `file_limit` bytes."""
+
+    def __init__(self, request: Request, stream: AsyncGenerator[bytes, None], folder: Path, file_limit: int) -> None:
+        super().__init__(request.headers, stream, max_files=MAX_UPLOAD_FILES, max_fields=4)
+        self.folder = folder
+        self.file_limit = file_limit
+        self.targets: dict[int, Path] = {}  # id(UploadFile) -> its file in the folder
+        self.handles: list[BinaryIO] = []
+        self._part_bytes = 0
+
+    def on_part_begin(self) -> None:
+        super().on_part_begin()
+        self._part_bytes = 0
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._current_part.file is not None:
+            self._part_bytes += end - start
+            if self._part_bytes > self.file_limit:
+                raise TooLarge
+        super().on_part_data(data, start, end)
+
+    def on_headers_finished(self) -> None:
+        super().on_headers_finished()
+        upload = self._current_part.file
+        if upload is None:
+            return
+        target = self.folder / f"{len(self.targets) + 1:05}"
+        handle = target.open("x+b")
+        self.handles.append(handle)
+        upload.file.close()  # the parser's spooled temporary file, before a byte went into it
+        upload.file = handle
+        self.targets[id(upload)] = target
+
+
+async def spool_batch(
+    request: Request, folder: Path, limit: int, batch_limit: int, over: QuotaExceeded
+) -> tuple[list[Path], PolicyPart]:
+    """Every `file` part in `folder` (each at most `limit` bytes, together at most `batch_limit`: past it, the body
+    is not read further and `over` is raised) and the policy part, if any."""
+    cap = batch_limit + MULTIPART_SLACK
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > cap:
-        raise TooLarge
-    parser = MultiPartParser(request.headers, _limited(request.stream(), cap), max_files=MAX_UPLOAD_FILES, max_fields=4)
+        raise over
+
+    async def capped() -> AsyncGenerator[bytes, None]:
+        try:
+            async for chunk in _limited(request.stream(), cap):
+                yield chunk
+        except TooLarge:
+            raise over from None
+
+    parser = BatchParser(request, capped(), folder, limit)
     try:
         form = await parser.parse()
-    except MultiPartException:
-        message = f"the multipart body cannot be parsed (at most {MAX_UPLOAD_FILES} files)"
-        raise ApiError(422, "request.invalid", message) from None
+    except BaseException as error:
+        for handle in parser.handles:  # the form's own close closes them once it is returned
+            handle.close()
+        if isinstance(error, MultiPartException):
+            message = f"the multipart body cannot be parsed (at most {MAX_UPLOAD_FILES} files)"
+            raise ApiError(422, "request.invalid", message) from None
+        raise
     try:
         part = PolicyPart(name=request.query_params.get("policy"))
         raw_policy = form.get("policy")
@@ -92,30 +152,24 @@ async def spool_batch(request: Request, folder: Path, limit: int) -> tuple[list[
         for number, upload in enumerate(form.getlist("file"), start=1):
             if isinstance(upload, str):
                 raise ApiError(422, "request.invalid", f"part 'file' number {number} is not a file")
-            target = folder / f"{number:05}"
-            size = 0
-            with target.open("wb") as out:
-                while chunk := await upload.read(CHUNK):
-                    size += len(chunk)
-                    if size > limit:
-                        raise TooLarge
-                    out.write(chunk)
-            paths.append(target)
+            paths.append(parser.targets[id(upload)])
     finally:
         await form.close()
     if not paths:
         raise ApiError(422, "request.invalid", "the multipart body needs at least one 'file' part")
+    if sum(path.stat().st_size for path in paths) > batch_limit:
+        raise over
     return paths, part
 
 
-async def accept_uploads(context: ApiContext, paths: list[Path]) -> list[BlobRef]:
+async def accept_uploads(context: ApiContext, paths: list[Path], tenant: str) -> list[BlobRef]:
     """Each document checked and stored as a single upload is; a refusal names the document's position."""
     sources = []
     for number, path in enumerate(paths, start=1):
         try:
             with path.open("rb") as document:
                 check_kind(document.read(HEAD_BYTES))
-            sources.append(await context.jobs.accept(path))
+            sources.append(await context.jobs.accept(path, tenant=tenant))
         except ApiError as error:
             raise ApiError(error.status, error.code, f"document {number}: {error.message}") from None
         except DocJobError as error:
@@ -181,6 +235,10 @@ async def submit_batch(
         raise ApiError(422, "idempotency.invalid", f"Idempotency-Key: {BATCH_KEY_RULE}")
     batches = BatchClient(context.jobs)
     content_type = request.headers.get("content-type", "").lower()
+    uploaded = content_type.startswith("multipart/form-data")
+    limits = await context.admit(name, takes_bytes=uploaded)  # no byte left today: before the body is read
+    concurrency = min(concurrency, limits.max_running_jobs)
+    charged = 0
     if content_type.startswith("application/json"):
         try:
             stored = StoredBatch.model_validate_json(b"".join([chunk async for chunk in limited_body(request)]))
@@ -188,27 +246,50 @@ async def submit_batch(
             raise ApiError(413, "input.too_large", f"the body is larger than {JSON_BODY_LIMIT} bytes") from None
         except ValidationError:
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
-        part = stored.policy
+        chosen, _ = tenant_policy(context, name, stored.policy)  # a batch pins the whole resolved policy
         try:
-            sources = await batches.stored_sources(stored.sources)
+            sources = await batches.stored_sources(stored.sources, tenant=name)
         except DocJobError as error:
             raise ApiError(422, error.code, error.message) from None
-    elif content_type.startswith("multipart/form-data"):
+        batch_bytes_check(sum(source.size for source in {s.sha256: s for s in sources}.values()), limits)
+        if not await repeat(context, name, idempotency_key):
+            await context.check_running(name, limits)
+    elif uploaded:
         spool_dir = context.settings.spool_dir
         spool_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=spool_dir, prefix="batch-") as folder:
+            # Read no further than the batch may hold and the tenant may still send today, whichever is less.
+            today = context.limits_left_today(name, limits)
+            batch_limit, over = limits.max_batch_bytes, QuotaExceeded(BATCH_BYTES, RUNNING_JOBS_RETRY_AFTER)
+            if today < batch_limit:
+                batch_limit, over = today, QuotaExceeded(BYTES_PER_DAY, seconds_to_next_day(datetime.now(UTC)))
             try:
-                paths, part = await spool_batch(request, Path(folder), context.upload_limit)
+                paths, part = await spool_batch(request, Path(folder), context.upload_limit, batch_limit, over)
             except TooLarge:
-                message = f"a document is larger than {context.upload_limit} bytes (or the body than the batch limit)"
+                message = f"a document is larger than {context.upload_limit} bytes"
                 raise ApiError(413, "input.too_large", message) from None
             except ClientDisconnect:
                 raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-            sources = await accept_uploads(context, paths)
+            chosen, _ = tenant_policy(context, name, part)  # checked before anything is stored
+            if not await repeat(context, name, idempotency_key):  # a repeat counts no bytes and no share
+                await context.check_running(name, limits)
+                charged = sum(path.stat().st_size for path in paths)
+                await context.charge(name, charged, limits)
+            try:
+                sources = await accept_uploads(context, paths, name)
+            except BaseException:
+                await context.refund(name, charged)
+                raise
     else:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
-    chosen, _ = effective_policy(context.policies, part)  # a batch pins the whole resolved policy
-    submitted = await batches.submit(sources, chosen, tenant=name, key=idempotency_key, concurrency=concurrency)
+    try:
+        submitted = await batches.submit(sources, chosen, tenant=name, key=idempotency_key, concurrency=concurrency)
+    except BaseException:
+        if charged:
+            await context.refund(name, charged)
+        raise
+    if charged and not submitted.created:  # a repeat: the batch accepted these bytes already
+        await context.refund(name, charged)
     if submitted.conflict:
         raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with other documents or policy")
     url = batch_path(submitted.batch_id)
@@ -216,6 +297,11 @@ async def submit_batch(
     if submitted.created:
         return JSONResponse(body, status_code=202, headers={"Location": url})
     return JSONResponse(body, status_code=200, headers={"Content-Location": url})
+
+
+async def repeat(context: ApiContext, tenant: str, key: str | None) -> bool:
+    """Whether the request names, by its key, a batch that exists already."""
+    return key is not None and await context.jobs.exists(derive_batch_id(tenant, key, "", "")[0])
 
 
 async def owned_batch(context: ApiContext, batch_id: str, tenant: str, *, outcomes: bool) -> BatchStatus:

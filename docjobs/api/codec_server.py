@@ -1,7 +1,9 @@
 """The remote codec endpoint: lets the Temporal Web UI and CLI show encrypted payloads in the clear.
 
-Temporal's remote codec protocol: `POST /encode` and `POST /decode` take `{"payloads": [...]}` (protobuf
-JSON of `Payloads`) and answer the same shape. The UI calls it from the browser, hence CORS for the UI's
+Temporal's remote codec protocol: `POST /decode` takes `{"payloads": [...]}` (protobuf JSON of `Payloads`) and
+answers the same shape. There is no `/encode`: a payload it sealed would name no workflow (the protocol does
+not say which), and workers refuse such a start input anyway; whoever holds the codec token could otherwise
+seal requests of their choosing. The UI calls it from the browser, hence CORS for the UI's
 origin with credentials (the UI can forward the user's access token). Whoever may call `/decode` reads
 every job's payloads: with DOCJOBS_CODEC_TOKEN set, a request must carry `Authorization: Bearer <token>`,
 and the endpoint refuses to listen beyond loopback without one. Bodies are capped (413 beyond the cap).
@@ -119,10 +121,6 @@ def create_codec_app(
         except PayloadDecryptionError as error:
             return _error(400, "codec.undecryptable", str(error))
         return Response(json_format.MessageToJson(result), media_type="application/json")
-
-    @app.post("/encode", dependencies=[Depends(authorized)])
-    async def encode(request: Request) -> Response:
-        return await apply(codec.encode, request)
 
     @app.post("/decode", dependencies=[Depends(authorized)])
     async def decode(request: Request) -> Response:

@@ -3,7 +3,8 @@ of the request, which only its API key gives."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -12,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from docjobs.api.errors import ApiError
 from docjobs.models import JobStatus
 from docjobs.policies import PolicyBook
+from docjobs.quotas import DailyBytes, TenantLimits, running_jobs_check
 from docjobs.temporal.client import JobClient, JobNotFound
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook
@@ -26,6 +28,41 @@ class ApiContext:
     tenants: TenantBook
     upload_limit: int
     client: JobClient | None = None
+    usage: DailyBytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.usage = DailyBytes(self.settings.usage_dir)
+
+    def limits(self, tenant: str) -> TenantLimits:
+        """The tenant's limits: its own (tenants file), else the deployment's defaults."""
+        return self.tenants.limits(tenant, self.settings.tenant_limits)
+
+    async def admit(self, tenant: str, *, takes_bytes: bool = True) -> TenantLimits:
+        """Before a body is read: refuse an upload (`takes_bytes`) from a tenant with no byte left today (429
+        `tenant.quota_exceeded`); returns the tenant's limits."""
+        limits = self.limits(tenant)
+        if takes_bytes:
+            await asyncio.to_thread(self.usage.ensure_room, tenant, limits)
+        return limits
+
+    async def check_running(self, tenant: str, limits: TenantLimits) -> None:
+        """Before a job or batch starts (and before anything is stored): refuse a tenant that has its maximum of
+        jobs running already (429). After the request is read and checked, so a bad request gets its own answer
+        and the check needs Temporal only for a request that would start something."""
+        running_jobs_check(await self.jobs.count_running(tenant), limits)
+
+    def limits_left_today(self, tenant: str, limits: TenantLimits) -> int:
+        """How many more bytes the tenant may send today."""
+        return max(0, limits.max_bytes_per_day - self.usage.used(tenant))
+
+    async def charge(self, tenant: str, size: int, limits: TenantLimits) -> None:
+        """Count `size` accepted bytes against the tenant's day, or refuse them (429) if they do not fit."""
+        await asyncio.to_thread(self.usage.charge, tenant, size, limits)
+
+    async def refund(self, tenant: str, size: int) -> None:
+        """Give back bytes charged for what was not accepted after all (a refusal, or a repeat of a job)."""
+        if size:
+            await asyncio.to_thread(self.usage.refund, tenant, size)
 
     @property
     def jobs(self) -> JobClient:

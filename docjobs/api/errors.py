@@ -1,4 +1,5 @@
-"""Every error the API answers is JSON `{"code", "message"}`: a stable code and a message without content."""
+"""Every error the API answers is JSON `{"code", "message"}`: a stable code and a message without content (a 429
+`tenant.quota_exceeded` also names the `limit`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError
 
+from docjobs.quotas import QUOTA_EXCEEDED, QuotaExceeded
 from docjobs.temporal.codec import PayloadDecryptionError
 
 log = logging.getLogger("docjobs.api")
@@ -29,10 +31,11 @@ class ApiError(Exception):
 class ErrorBody(BaseModel):
     code: str
     message: str
+    limit: str | None = None  # tenant.quota_exceeded only: running_jobs, bytes_per_day or batch_bytes
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody} for status in (401, 404, 409, 413, 415, 422, 503)
+    status: {"model": ErrorBody} for status in (401, 403, 404, 408, 409, 413, 415, 422, 429, 503)
 }
 
 
@@ -42,6 +45,18 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
 
 async def api_error(_: Request, error: ApiError) -> JSONResponse:
     return error_response(error.status, error.code, error.message, error.headers)
+
+
+QUOTA_MESSAGES = {
+    "running_jobs": "the tenant has as many jobs running as it may; retry after some have ended",
+    "bytes_per_day": "the tenant has sent as many bytes today (UTC) as it may; retry tomorrow",
+    "batch_bytes": "the batch holds more bytes than one batch may; send it as smaller batches",
+}
+
+
+async def quota_exceeded(_: Request, error: QuotaExceeded) -> JSONResponse:
+    body = {"code": QUOTA_EXCEEDED, "message": QUOTA_MESSAGES[error.limit], "limit": error.limit}
+    return JSONResponse(body, status_code=429, headers={"Retry-After": str(error.retry_after)})
 
 
 async def invalid_request(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -69,6 +84,7 @@ async def internal(_: Request, error: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, api_error)  # type: ignore[arg-type]
+    app.add_exception_handler(QuotaExceeded, quota_exceeded)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RPCError, unavailable)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
-from docjobs.api.uploads import CHUNK, TooLarge, effective_policy, spool
+from docjobs.api.uploads import CHUNK, TooLarge, spool, tenant_policy
 from docjobs.errors import DocJobError
 from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.models import InputKind, JobSummary
@@ -33,6 +33,7 @@ from docjobs.pdf.inspect import input_kind
 from docjobs.states import JobState, is_terminal
 from docjobs.storage import verified_chunks
 from docjobs.templates import TemplateNotFound, is_valid_template_name
+from docjobs.temporal.client import derive_job_id
 
 log = logging.getLogger("docjobs.api")
 
@@ -105,6 +106,7 @@ async def submit(
     if idempotency_key is not None and not is_valid_client_key(idempotency_key):
         raise ApiError(422, "idempotency.invalid", f"Idempotency-Key: {CLIENT_KEY_RULE}")
     limit = context.upload_limit
+    limits = await context.admit(name)  # no byte left today: refused before the body is read
     spool_dir = context.settings.spool_dir
     spool_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=spool_dir, prefix="upload-") as folder:
@@ -120,7 +122,16 @@ async def submit(
             if found is None:
                 raise ApiError(415, "input.unsupported", UNSUPPORTED_MESSAGE)
             kind = found
-        chosen, overrides = effective_policy(context.policies, upload.part)
+        chosen, overrides = tenant_policy(context, name, upload.part)
+        # A repeat (the job exists already) is answered as before whatever the tenant's share, and counts no
+        # bytes. A template job without a key has its ID only once its manifest is stored: never a repeat here.
+        known = upload.template is None or idempotency_key is not None
+        job_id = derive_job_id(name, idempotency_key, spooled.sha256, chosen.version) if known else None
+        charged = 0
+        if job_id is None or not await context.jobs.exists(job_id):
+            await context.check_running(name, limits)
+            await context.charge(name, spooled.size, limits)
+            charged = spooled.size
         try:
             document = spooled.path
             if upload.template is not None:  # the job's input is the manifest, hashed when it is stored
@@ -135,7 +146,13 @@ async def submit(
                 hashed=spooled.sha256 if upload.template is None else None,
             )
         except DocJobError as error:
+            await context.refund(name, charged)
             raise acceptance_error(error) from None
+        except BaseException:
+            await context.refund(name, charged)
+            raise
+    if charged and not submitted.created:  # a repeat after all (a race): the job accepted these bytes already
+        await context.refund(name, charged)
     body = {"job_id": submitted.job_id, "status_url": job_path(submitted.job_id)}
     if submitted.created:
         return JSONResponse(body, status_code=202, headers={"Location": body["status_url"]})

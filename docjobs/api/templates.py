@@ -60,12 +60,13 @@ async def put_template(name: str, request: Request, context: Context, tenant: Te
     if not is_valid_template_name(name):
         raise ApiError(422, "request.invalid", f"a template name is {TEMPLATE_NAME_RULE}")
     limit = context.upload_limit
+    limits = await context.admit(tenant)
     spool_dir = context.settings.spool_dir
     spool_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=spool_dir, prefix="template-") as folder:
         bundle = Path(folder) / "template.zip"
         try:
-            await spool_body(request, bundle, limit)
+            spooled = await spool_body(request, bundle, limit)
         except TooLarge:
             raise ApiError(413, "input.too_large", f"the bundle is larger than {limit} bytes") from None
         except ClientDisconnect:
@@ -73,7 +74,12 @@ async def put_template(name: str, request: Request, context: Context, tenant: Te
         with bundle.open("rb") as head:
             if sniff_kind(head.read(4)) != "zip":
                 raise ApiError(415, "input.unsupported", "the body is not a zip bundle")
-        version = await asyncio.to_thread(context.jobs.templates.add, tenant, name, bundle)
+        await context.charge(tenant, spooled.size, limits)
+        try:
+            version = await asyncio.to_thread(context.jobs.templates.add, tenant, name, bundle)
+        except BaseException:
+            await context.refund(tenant, spooled.size)
+            raise
     return TemplateInfo.of(version)
 
 

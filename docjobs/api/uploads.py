@@ -15,8 +15,10 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
+from docjobs.api.deps import ApiContext
 from docjobs.api.errors import ApiError
 from docjobs.config import ConfigError
+from docjobs.errors import DocJobError
 from docjobs.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
 from docjobs.models import JobOverrides, Policy
 from docjobs.policies import PolicyBook, job_overrides
@@ -111,6 +113,20 @@ def effective_policy(book: PolicyBook, part: PolicyPart) -> tuple[Policy, JobOve
         raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
     except ConfigError:
         raise ApiError(422, "policy.invalid", "the policy overrides are not valid") from None
+
+
+FORBIDDEN_MESSAGE = "this tenant may not use that policy"
+
+
+def tenant_policy(context: ApiContext, tenant: str, part: PolicyPart) -> tuple[Policy, JobOverrides]:
+    """`effective_policy`, for a policy the tenant may name (`403 policy.forbidden` otherwise: a trusted-only
+    policy it was not given, or one its list leaves out)."""
+    chosen, overrides = effective_policy(context.policies, part)
+    try:
+        context.policies.check_allowed(chosen.name, context.tenants.policies(tenant))
+    except DocJobError:
+        raise ApiError(403, "policy.forbidden", FORBIDDEN_MESSAGE) from None
+    return chosen, overrides
 
 
 async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:

@@ -1,4 +1,4 @@
-"""Batch commands: submit-batch, and batch status|wait|cancel (README, "Batches")."""
+"""Batch commands: submit-batch, and batch status|wait|cancel (docs/batches.md)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ async def cmd_submit_batch(args: argparse.Namespace, settings: TemporalSettings,
     policy, _ = choose_policy(args, settings)  # an invalid override is refused before any document is stored
     paths = batch_files(args.paths)
     batches = await batch_client(settings)
-    sources = await batches.accept_files(paths)
+    sources = await batches.accept_files(paths, tenant=args.tenant)
     submitted = await batches.submit(
         sources,
         policy,

@@ -1,4 +1,5 @@
-"""`schema`: the published JSON Schemas of the workflow's input, status and answers (docjobs/contract.py)."""
+"""`schema` and `codes`: what the project publishes of its contract: the JSON Schemas of the workflow's input,
+status and answers (docjobs/contract.py), and the failure codes with what each means (docjobs/errors.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from docjobs.cli.output import EXIT_OK, Output
 from docjobs.contract import published_schemas
+from docjobs.errors import FAILURE_CODES, FAILURE_GUIDE, GUIDE_MARKERS, failure_code_table
 from docjobs.temporal.settings import TemporalSettings
 
 
@@ -29,9 +31,35 @@ async def cmd_schema(args: argparse.Namespace, settings: TemporalSettings, out: 
     return EXIT_OK
 
 
+def with_code_table(page: str) -> str:
+    """`page` with the failure-code table between its markers replaced by the current one."""
+    start, end = page.index(GUIDE_MARKERS[0]), page.index(GUIDE_MARKERS[1]) + len(GUIDE_MARKERS[1])
+    return page[:start] + failure_code_table() + page[end:]
+
+
+async def cmd_codes(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
+    for page in map(Path, args.write or ()):
+        page.write_text(with_code_table(page.read_text()))
+        out.progress(f"wrote the failure-code table in {page}")
+    codes = [
+        {"code": code, "outcome": outcome.value, "message": message, **FAILURE_GUIDE[code]._asdict()}
+        for code, (outcome, message) in FAILURE_CODES.items()
+    ]
+    out.result({"codes": codes}, "\n".join(f"{code['code']}\t{code['state']}\t{code['message']}" for code in codes))
+    return EXIT_OK
+
+
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     schema = commands.add_parser(
         "schema", help="print the JSON Schemas of the workflow's input, status query and answers (schemas/)"
     )
     schema.add_argument("--write", metavar="DIR", help="also write them, one file each (as committed in schemas/)")
     schema.set_defaults(handler=cmd_schema)
+    codes = commands.add_parser("codes", help="list the failure codes: outcome, safe message, meaning, what to do")
+    codes.add_argument(
+        "--write",
+        metavar="PAGE",
+        nargs="+",
+        help="rewrite the marked table in each page (docs/failure-codes.md, RUNBOOK.md)",
+    )
+    codes.set_defaults(handler=cmd_codes)

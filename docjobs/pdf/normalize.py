@@ -52,6 +52,12 @@ def save_normalized(pdf: pikepdf.Pdf, dst: Path, *, budgets: Budgets = DEFAULT_B
     pdf.save(dst, encryption=False, deterministic_id=True)
 
 
+def ensure_appearances(pdf: pikepdf.Pdf, *, budgets: Budgets = DEFAULT_BUDGETS) -> None:
+    """Draw the form's field values into their appearances when the form asks viewers to (NeedAppearances)."""
+    if _needs_appearances(pdf):
+        _generate_appearances(pdf, budgets)
+
+
 def _needs_appearances(pdf: pikepdf.Pdf) -> bool:
     form = pdf.Root.get(Name.AcroForm)
     need: object = form.get(Name.NeedAppearances) if isinstance(form, pikepdf.Dictionary) else None

@@ -12,13 +12,16 @@ Kinds (the keys of the counts in the status and the evidence; never names, URLs 
   rich_media     /RichMedia and /3D annotations, /RichMediaExecute and /GoTo3DView actions
   media          /Screen, /Movie and /Sound annotations, /Rendition, /Movie and /Sound actions: they play
                  through plug-ins, and a rendition action may carry JavaScript
+  visibility     /SetOCGState and /Hide actions: they show or hide layers (optional content) and annotations
+                 on a click or when a page opens, so what a certified document shows could change after signing
+                 (a layer or an annotation over the watermark, text that appears only on screen)
   other_action   an action type that the PDF standard does not define (what a viewer does with it is unknown)
   embedded_file  /Names /EmbeddedFiles entries, /FileAttachment annotations and /AF associated files of the
                  catalog, pages and annotations (unless the policy keeps attachments)
   xfa            an /AcroForm /XFA form (it carries its own scripts)
 
-Inert and kept: GoTo, URI (other schemes), Named, Thread within the file, SetOCGState, Hide, ResetForm and
-Trans actions, so links to the web and within the document survive.
+Inert and kept: GoTo, URI (other schemes), Named, Thread within the file, ResetForm and Trans actions, so links
+to the web and within the document survive.
 
 Actions live in the catalog's /OpenAction and /AA, page /AA, annotation /A, /PA and /AA, form field /A and
 /AA, bookmark /A, and follow each other through /Next. A chain is cut at its first active action: the
@@ -55,10 +58,10 @@ _ACTIVE_ACTIONS = {
     "/Rendition": "media",
     "/Movie": "media",
     "/Sound": "media",
+    "/SetOCGState": "visibility",
+    "/Hide": "visibility",
 }
-_INERT_ACTIONS = frozenset(
-    ("/GoTo", "/URI", "/Named", "/Thread", "/SetOCGState", "/Hide", "/ResetForm", "/Trans")
-)  # fmt: skip
+_INERT_ACTIONS = frozenset(("/GoTo", "/URI", "/Named", "/Thread", "/ResetForm", "/Trans"))
 _ACTIVE_ANNOTATIONS = {
     "/RichMedia": "rich_media",
     "/3D": "rich_media",

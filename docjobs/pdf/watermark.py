@@ -5,11 +5,21 @@ content is wrapped in graphics states of its own: a stream of `q`s before it, on
 `Q`s the content issues beyond its own `q`s (so no stray `Q` can reach the page's initial state and
 leave a `cm` after it in force), and after it what closes a string, array or dictionary, or ends an
 inline image's data (`EI`), that the content left open (else our operators would be read as part of it), an
-`ET` if it left a text object open, and the `Q`s that restore the initial state; then one Form XObject
-draws the text. The form's own space is the page as a viewer shows it (upright, origin at the
+`ET` if it left a text object open, an `EMC` for each marked-content sequence it left open (an optional-content
+one would put the stamp in a layer a viewer can hide), and the `Q`s that restore the initial state; then one
+Form XObject draws the text. The form's own space is the page as a viewer shows it (upright, origin at the
 bottom-left of the visible box) and its /Matrix maps that onto user space, which is how /Rotate and
 offset boxes are honoured. The file is written by `save_normalized` (flat page tree, form appearances,
 qpdf's xref), so poppler reads what qpdf read.
+
+Nothing may lie above the stamp (`flatten_annotations`, before stamping): every annotation with an appearance
+(form widgets, shapes, stamps, free text, ink...) is drawn into the page content by qpdf, so it lands *under* the
+stamp, which the page draws last, and leaves the annotation list; a link keeps its place and its action but loses
+its appearance (a link has nothing to show); whatever else is left (an annotation a viewer would draw from its
+colours alone, a hidden one, a popup, a widget qpdf could not draw) is removed. A form's fields are then only
+page content: the released copy is certified "no changes" anyway. Optional content cannot hide the stamp either:
+the stamp belongs to no layer, and a layer's content is drawn before it; actions that switch layers or hide
+annotations (SetOCGState, Hide) are active content, stripped before this (docjobs/pdf/sanitize.py).
 
 The text is horizontal, not diagonal: poppler's text extraction only follows text at multiples of
 90 degrees, and a watermark that extraction cannot find is not auditable.
@@ -23,9 +33,9 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Name
 
-from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_operators
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, array_items, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
-from docjobs.pdf.normalize import save_normalized
+from docjobs.pdf.normalize import ensure_appearances, save_normalized
 from docjobs.stamp_text import encode_text
 
 # Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
@@ -64,6 +74,7 @@ def watermark_structure(
     `check_streams=False` when `src` was already fully validated (see `open_checked`)."""
     encoded = encode_text(text)
     with open_checked(src, check_streams=check_streams, budgets=budgets) as (pdf, info):
+        flatten_annotations(pdf, budgets=budgets)
         stamper = _Stamper(pdf, encoded, budgets)
         for number, page in enumerate(pdf.pages, start=1):
             stamper.stamp(page)
@@ -71,6 +82,34 @@ def watermark_structure(
                 on_page(number, info.page_count)
         save_normalized(pdf, dst, budgets=budgets)
     return info
+
+
+def flatten_annotations(pdf: pikepdf.Pdf, *, budgets: Budgets = DEFAULT_BUDGETS) -> int:
+    """Leave nothing that a viewer draws above the page content but links without an appearance (see the module
+    docstring); returns how many annotations were drawn into the content or removed."""
+    ensure_appearances(pdf, budgets=budgets)
+    before = 0
+    for page in pdf.pages:
+        for annotation in array_items(page.obj.get(Name.Annots)):
+            before += 1
+            if isinstance(annotation, pikepdf.Dictionary) and annotation.get(Name.Subtype) == Name.Link:
+                for key in (Name.AP, Name.AS):
+                    if key in annotation:
+                        del annotation[key]
+    if not before:
+        return 0
+    pdf.flatten_annotations("all")
+    kept = 0
+    for page in pdf.pages:
+        annotations = array_items(page.obj.get(Name.Annots))
+        links = [a for a in annotations if isinstance(a, pikepdf.Dictionary) and a.get(Name.Subtype) == Name.Link]
+        kept += len(links)
+        if len(links) != len(annotations):
+            if links:
+                page.obj.Annots = pikepdf.Array(links)
+            else:
+                del page.obj[Name.Annots]
+    return before - kept
 
 
 class _Stamper:
@@ -155,6 +194,7 @@ class ContentBalance:
     depth: int  # states the content leaves pushed, after its stray `Q`s (from -underflow up)
     in_text: bool  # the content ends inside a BT … ET text object
     unclosed: bytes = b""  # what closes a string, array or dictionary left open at its end (else it swallows ours)
+    marked: int = 0  # marked-content sequences (BMC/BDC) left open: an optional-content one would hide what follows
 
 
 def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEFAULT_BUDGETS) -> ContentBalance:
@@ -163,13 +203,17 @@ def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEF
     tokenized again, for what it leaves open."""
     check_operators(page, budgets)
     pdf.get_warnings()
-    depth = lowest = 0
+    depth = lowest = marked = 0
     in_text = False
-    for instruction in pikepdf.parse_content_stream(page, "q Q BT ET"):
+    for instruction in pikepdf.parse_content_stream(page, "q Q BT ET BMC BDC EMC"):
         operator = str(instruction.operator)
         if operator in ("q", "Q"):
             depth += 1 if operator == "q" else -1
             lowest = min(lowest, depth)
+        elif operator in ("BMC", "BDC"):
+            marked += 1
+        elif operator == "EMC":
+            marked = max(0, marked - 1)  # a stray EMC closes nothing of ours: our sequences are balanced
         else:
             in_text = operator == "BT"
     unclosed = b""
@@ -177,7 +221,7 @@ def content_balance(pdf: pikepdf.Pdf, page: pikepdf.Page, budgets: Budgets = DEF
         tokens = _OpenTokens()
         page.get_filtered_contents(tokens)
         unclosed = tokens.closers()
-    return ContentBalance(underflow=-lowest, depth=depth, in_text=in_text, unclosed=unclosed)
+    return ContentBalance(underflow=-lowest, depth=depth, in_text=in_text, unclosed=unclosed, marked=marked)
 
 
 class _OpenTokens(pikepdf.TokenFilter):
@@ -229,7 +273,9 @@ def wrap_content(
     """Put the page's content in graphics states of its own (prepends their `q`s) and return what, added after
     it, closes what it left open and restores the page's initial state: what is drawn next is in default user
     space. Sloppy producers leave states pushed, pop more than they push (a stray `Q` would pop a single `q`
-    of ours and leave the `cm` after it in force) or end inside BT. `pushes` shares the streams of `q`s by count."""
+    of ours and leave the `cm` after it in force), end inside BT, or leave a marked-content sequence open (an
+    optional-content one, `/OC /layer BDC`, would put what follows in a layer a viewer may hide). `pushes` shares
+    the streams of `q`s by count."""
     balance = content_balance(pdf, page, budgets)
     wrappers = 1 + balance.underflow
     push = pushes.get(wrappers) if pushes is not None else None
@@ -238,7 +284,8 @@ def wrap_content(
         if pushes is not None:
             pushes[wrappers] = push
     page.contents_add(push, prepend=True)
-    return balance.unclosed + b"\n" + (b"ET\n" if balance.in_text else b"") + b"Q\n" * (wrappers + balance.depth)
+    text = b"ET\n" if balance.in_text else b""
+    return balance.unclosed + b"\n" + text + b"EMC\n" * balance.marked + b"Q\n" * (wrappers + balance.depth)
 
 
 def direct_copy(value: pikepdf.Object | None) -> pikepdf.Dictionary:

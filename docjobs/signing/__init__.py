@@ -12,10 +12,18 @@ Signing
   the artifact is final, so any later update (other than PAdES DSS/timestamp updates) voids it in
   pyHanko and Acrobat alike. On an input that already carries signatures (only with
   `allow_existing_signatures=True`) it is an approval signature, because a certification signature
-  must be the first one in a document.
+  must be the first one in a document; it then locks every field and the document through its field's
+  FieldMDP /Lock with DocMDP /P 1. Either way nothing may change after the release signature.
+  The signature names the tenant who asked: `/Reason` "docjobs release for tenant NAME", and a signed
+  CAdES signer-attributes-v2 claimed attribute (`group`: "docjobs tenant NAME").
+  The work is split so that the key never reaches a process that parses the document: `prepare_signature`
+  (a document child: the field, the dictionary and an empty hole; the certificate only) and
+  `ReleaseSigner` (the worker: checks the byte range with byte and integer comparisons, hashes, makes the
+  CMS, fills the hole). `sign_pdf` runs both halves in one process.
 
 Verification
-  `verify_pdf` validates the *last* regular signature of the file against the configured trust roots,
+  `verify_pdf` validates the *last* regular signature of the file against the configured trust roots (a
+  `SignerConfig`, or `TrustAnchors`: the certificates alone, what a document child gets),
   offline (`allow_fetching=False`, revocation "soft-fail": certificates without revocation data are
   accepted, and no CRL/OCSP is ever requested), and reports pyHanko's separate verdicts. `failure_code`
   turns a report into a stable failure code; the overall verdict is pyHanko's `bottom_line` *and* a

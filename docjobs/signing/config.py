@@ -91,6 +91,36 @@ class SignerConfig:
         )
 
 
+@dataclass(frozen=True)
+class TrustAnchors:
+    """What verifying a signature needs, and nothing secret: the trusted roots and the intermediates, as PEM text
+    (handed to a document child, which cannot read the worker's files)."""
+
+    roots_pem: str
+    chain_pem: str = ""
+
+    @classmethod
+    def of(cls, config: SignerConfig) -> TrustAnchors:
+        """The anchors of a signer's configuration (raises ConfigError naming an unreadable file)."""
+        return cls(
+            roots_pem="".join(cert_pem(cert).decode() for cert in load_trust_roots(config)),
+            chain_pem="".join(cert_pem(cert).decode() for cert in load_signer_chain(config)),
+        )
+
+    def roots(self) -> list[x509.Certificate]:
+        return _pem_certs(self.roots_pem)
+
+    def chain(self) -> list[x509.Certificate]:
+        return _pem_certs(self.chain_pem)
+
+
+def _pem_certs(pem: str) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(pem.encode()) if pem.strip() else []
+    except ValueError:
+        raise ConfigError("the trust anchors are not PEM certificates") from None
+
+
 ENV_NAMES = tuple(name for name in VARIABLES if name.startswith(("DOCJOBS_SIGNING_", "DOCJOBS_TRUST_", "DOCJOBS_TSA_")))
 
 
@@ -173,11 +203,15 @@ def asn1_certs(certs: Sequence[x509.Certificate]) -> list[Any]:
     return list(load_certs_from_pemder_data(der)) if der else []
 
 
-def validation_context(config: SignerConfig) -> ValidationContext:
+def validation_context(config: SignerConfig | TrustAnchors) -> ValidationContext:
     """Trust exactly the configured roots; offline, revocation soft-fail (nothing is fetched)."""
+    if isinstance(config, SignerConfig):
+        roots, chain = load_trust_roots(config), load_signer_chain(config)
+    else:
+        roots, chain = config.roots(), config.chain()
     return ValidationContext(
-        trust_roots=asn1_certs(load_trust_roots(config)),
-        other_certs=asn1_certs(load_signer_chain(config)),
+        trust_roots=asn1_certs(roots),
+        other_certs=asn1_certs(chain),
         allow_fetching=False,
         revocation_mode="soft-fail",
     )

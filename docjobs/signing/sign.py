@@ -1,13 +1,35 @@
-"""Signing: one incremental update with a PAdES signature (see the package's docstring)."""
+"""Signing: one incremental update with a PAdES signature (see the package's docstring).
+
+Signing is split in two, so that the signing key never reaches a process that parses a document:
+
+* `prepare_signature` (a document child): opens the PDF, appends the signature field and dictionary with an
+  empty hole for the signature (`/Contents <00…>`) and reports the `/ByteRange`: everything but the hole.
+  It gets the signer's certificate (public: for the visible stamp) and never the key or its passphrase.
+* `ReleaseSigner` (the worker): loads the key, checks the prepared file with integer and byte comparisons
+  only (`check_byte_range`: the ranges cover the whole file but the hole, the hole holds hex zeros of the
+  size it asked for, the file begins with the document it handed over), hashes those bytes itself, makes the
+  CMS (with the TSA's timestamp when configured) and writes it into the hole. Hashing is not parsing: a
+  child that lied about the ranges gets `signature.byte_range`, never a signature.
+
+The tenant who asked is named twice: in the signature dictionary's `/Reason` ("docjobs release for tenant
+NAME", what viewers show; written by the child) and in a CAdES `signer-attributes-v2` claimed attribute of
+type `group` with the value "docjobs tenant NAME" (signed by the worker, so a child cannot change it).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import binascii
+import hashlib
+import importlib
 import os
+import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import IO, Any, Literal, cast
 
 from cryptography import x509
 from pyhanko.keys import load_private_key_from_pemder_data
@@ -15,16 +37,29 @@ from pyhanko.pdf_utils.crypt.api import AuthResult, AuthStatus
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.pdf_utils.reader import PdfFileReader
 from pyhanko.sign import fields, signers
-from pyhanko.sign.fields import MDPPerm
+from pyhanko.sign.ades.api import CAdESSignedAttrSpec, SignerAttrSpec
+from pyhanko.sign.fields import FieldMDPAction, FieldMDPSpec, MDPPerm
+from pyhanko.sign.signers.pdf_cms import PdfCMSSignedAttributes
 from pyhanko.sign.timestamps import HTTPTimeStamper, TimestampRequestError
 from pyhanko.sign.validation.pdf_embedded import read_certification_data
 from pyhanko_certvalidator.registry import SimpleCertificateStore
 
 from docjobs.errors import DocJobError
-from docjobs.signing.config import SignerConfig, asn1_certs, key_pem, load_signer
-from docjobs.signing.verify import PDF_ERRORS
+from docjobs.signing.config import DEFAULT_STAMP_BOX, SignerConfig, asn1_certs, cert_pem, key_pem, load_signer
+from docjobs.signing.verify import PDF_ERRORS, TENANT_CLAIM
 
 TSA_TIMEOUT_SECONDS = 10
+RELEASE_REASON = "docjobs release"
+MD_ALGORITHM = "sha256"
+_CHUNK = 1 << 20
+cms: Any = importlib.import_module("asn1crypto.cms")  # untyped
+
+ByteRange = tuple[int, int, int, int]
+
+
+def release_reason(tenant: str | None) -> str:
+    """The signature's /Reason: who asked for the release."""
+    return RELEASE_REASON if tenant is None else f"{RELEASE_REASON} for tenant {tenant}"
 
 
 @dataclass(frozen=True)
@@ -35,36 +70,53 @@ class SignInfo:
     field_name: str
     certified: bool  # a certification signature (DocMDP: no changes) rather than an approval signature
     invalidated_signatures: int = 0  # signatures of the input that no longer cover the whole file
+    locked: bool = True  # DocMDP P1 (certified), or a FieldMDP /Lock with /P 1 (an approval signature)
 
 
-def sign_pdf(
+@dataclass(frozen=True)
+class Prepared:
+    """What the child reports about the document it prepared (the worker trusts none of it blindly)."""
+
+    byte_range: ByteRange  # [0, hole start, hole end, bytes after the hole]: the /ByteRange it wrote
+    field_name: str
+    certified: bool
+    locked: bool
+    invalidated_signatures: int
+
+
+def prepare_signature(
     src: Path,
     dst: Path,
-    config: SignerConfig,
+    certificate_pem: bytes,
     *,
-    reason: str = "docjobs release",
+    bytes_reserved: int,
+    reason: str = RELEASE_REASON,
     field_name: str = "docjobs",
     allow_existing_signatures: bool = False,
     certify: bool = True,
-) -> SignInfo:
-    """Sign `src` into `dst` (an incremental update of `src`; `dst` is written atomically).
+    lock: bool = True,
+    visible: bool = False,
+    stamp_box: tuple[int, int, int, int] = DEFAULT_STAMP_BOX,
+) -> Prepared:
+    """Append to `src`, into `dst`, a signature field and dictionary whose `/Contents` is a hole of
+    `bytes_reserved` hex zeros; no key is needed (`certificate_pem` is the signer's certificate, public).
 
     `certify` (default): on an unsigned input, a certification signature with DocMDP "no changes"
     rather than an approval signature. With `allow_existing_signatures`, the input's signatures are
     kept (they then cover a revision, not the file: reported as `invalidated_signatures`), unless the
-    input is certified with "no changes", which no further signature may follow (input.signed).
+    input is certified with "no changes", which no further signature may follow (input.signed); the new
+    signature is then an approval signature, locked (`lock`) by a FieldMDP /Lock of every field with
+    DocMDP /P 1: nothing may change after it either.
 
-    Raises DocJobError: input.signed (the input already has signatures and they are not allowed),
-    input.malformed, input.encrypted, signature.tsa_unavailable (the TSA could not be reached; transient).
-    Raises ConfigError when the key material cannot be loaded.
+    Raises DocJobError: input.signed, input.malformed, input.encrypted.
     """
-    material = load_signer(config)
-    signer = signers.SimpleSigner(
-        signing_cert=asn1_certs([material.certificate])[0],
-        signing_key=load_private_key_from_pemder_data(key_pem(material.key), passphrase=None),
-        cert_registry=_cert_store(material.chain),
+    if bytes_reserved <= 0 or bytes_reserved % 2:
+        raise ValueError("bytes_reserved must be a positive even number")
+    placeholder = signers.ExternalSigner(
+        signing_cert=asn1_certs(x509.load_pem_x509_certificates(certificate_pem))[0],
+        cert_registry=None,
+        signature_value=b"",
     )
-    timestamper = HTTPTimeStamper(config.tsa_url, timeout=TSA_TIMEOUT_SECONDS) if config.tsa_url else None
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".signing", dir=dst.parent)
     os.close(fd)
@@ -79,37 +131,253 @@ def sign_pdf(
                 raise DocJobError("input.signed", "the input is certified and its certification forbids all changes")
             name = _free_name(field_name, existing, _field_names(writer.prev))
             certify = certify and not existing  # a certification signature must be the first one
+            locked = certify or lock
             meta = signers.PdfSignatureMetadata(
                 field_name=name,
-                md_algorithm="sha256",
+                md_algorithm=MD_ALGORITHM,
                 subfilter=fields.SigSeedSubFilter.PADES,
                 reason=reason,
                 certify=certify,
                 docmdp_permissions=MDPPerm.NO_CHANGES,
             )
-            box = config.stamp_box if config.visible else None
-            pdf_signer = signers.PdfSigner(
-                meta,
-                signer,
-                timestamper=timestamper,
-                new_field_spec=fields.SigFieldSpec(sig_field_name=name, on_page=0, box=box),
+            field_lock = not certify and lock
+            spec = fields.SigFieldSpec(
+                sig_field_name=name,
+                on_page=0,
+                box=stamp_box if visible else None,
+                field_mdp_spec=FieldMDPSpec(FieldMDPAction.ALL) if field_lock else None,
+                doc_mdp_update_value=MDPPerm.NO_CHANGES if field_lock else None,
             )
-            with tmp.open("wb") as outfile:
-                pdf_signer.sign_pdf(writer, output=outfile)
+            pdf_signer = signers.PdfSigner(meta, placeholder, new_field_spec=spec)
+            with tmp.open("w+b") as outfile:
+                prepared, _, _ = asyncio.run(
+                    pdf_signer.async_digest_doc_for_signing(writer, bytes_reserved=bytes_reserved, output=outfile)
+                )
+                size = outfile.seek(0, os.SEEK_END)
         tmp.replace(dst)
-    except TimestampRequestError:
-        raise DocJobError("signature.tsa_unavailable") from None
     except PDF_ERRORS:
-        raise DocJobError("input.malformed", "the PDF could not be signed") from None
+        raise DocJobError("input.malformed", "the PDF could not be prepared for signing") from None
     finally:
         tmp.unlink(missing_ok=True)
-    return SignInfo(
-        level="B-T" if timestamper else "B-B",
-        signer_subject=material.subject,
-        certificate_sha256=material.fingerprint,
+    start, end = prepared.reserved_region_start, prepared.reserved_region_end
+    return Prepared(
+        byte_range=(0, start, end, size - end),
         field_name=name,
         certified=certify,
+        locked=locked,
         invalidated_signatures=len(existing),
+    )
+
+
+def check_byte_range(file: IO[bytes], byte_range: Sequence[int], *, bytes_reserved: int) -> bytes:
+    """The SHA-256 of the bytes `byte_range` signs, once they are checked to be the whole file but one hole of
+    `bytes_reserved` hex zeros between `<` and `>`. Integer and byte comparisons only: nothing is parsed.
+
+    Raises DocJobError signature.byte_range."""
+    size = os.fstat(file.fileno()).st_size
+    if len(byte_range) != 4 or not all(type(n) is int and n >= 0 for n in byte_range):
+        raise DocJobError("signature.byte_range", "the byte range is not four non-negative integers")
+    first, hole_start, hole_end, last = byte_range
+    if first != 0 or hole_start <= 0 or hole_end + last != size:
+        raise DocJobError("signature.byte_range", "the byte range leaves part of the file unsigned")
+    if hole_end - hole_start != bytes_reserved + 2:
+        raise DocJobError("signature.byte_range", "the signature hole is not the size the worker reserved")
+    file.seek(hole_start)
+    hole = file.read(bytes_reserved + 2)
+    if hole[:1] != b"<" or hole[-1:] != b">" or hole[1:-1].strip(b"0"):
+        raise DocJobError("signature.byte_range", "the signature hole is not an empty placeholder")
+    digest = hashlib.sha256()
+    for offset, length in ((0, hole_start), (hole_end, last)):
+        file.seek(offset)
+        left = length
+        while left:
+            chunk = file.read(min(left, _CHUNK))
+            if not chunk:
+                raise DocJobError("signature.byte_range", "the file ended inside the byte range")
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest.digest()
+
+
+def _begins_with(file: IO[bytes], size: int, sha256: str) -> bool:
+    """Whether the file's first `size` bytes have the SHA-256 `sha256` (hex)."""
+    file.seek(0)
+    digest, left = hashlib.sha256(), size
+    while left:
+        chunk = file.read(min(left, _CHUNK))
+        if not chunk:
+            return False
+        digest.update(chunk)
+        left -= len(chunk)
+    return digest.hexdigest() == sha256
+
+
+def tenant_attribute(tenant: str) -> Any:
+    """The signed claim naming the tenant: a `group` attribute (RFC 5755's IetfAttrSyntax) in CAdES'
+    signer-attributes-v2."""
+    value = cms.IetfAttrValue(name="string", value=TENANT_CLAIM + tenant)
+    return cms.AttCertAttribute({"type": "group", "values": [{"values": [value]}]})
+
+
+class ReleaseSigner:
+    """The key's side of signing: only ever in the worker. Loads the key (raises ConfigError) and the TSA."""
+
+    def __init__(self, config: SignerConfig) -> None:
+        material = load_signer(config)
+        self.subject = material.subject
+        self.fingerprint = material.fingerprint
+        self.certificate_pem = cert_pem(material.certificate)
+        self._signer = signers.SimpleSigner(
+            signing_cert=asn1_certs([material.certificate])[0],
+            signing_key=load_private_key_from_pemder_data(key_pem(material.key), passphrase=None),
+            cert_registry=_cert_store(material.chain),
+        )
+        self._timestamper = HTTPTimeStamper(config.tsa_url, timeout=TSA_TIMEOUT_SECONDS) if config.tsa_url else None
+
+    @property
+    def level(self) -> Literal["B-B", "B-T"]:
+        return "B-T" if self._timestamper else "B-B"
+
+    def bytes_reserved(self, tenant: str | None) -> int:
+        """The hole to ask the child for, in hex digits: a dry run of the CMS (with a TSA token, which may hit
+        the TSA), doubled for hex, plus half again (a TSA's answers vary in size). Raises DocJobError
+        signature.tsa_unavailable."""
+        length = len(self._cms(hashlib.sha256().digest(), tenant, dry_run=True)) * 2
+        return length + 2 * (length // 4)
+
+    def finish(
+        self,
+        prepared: Path,
+        dst: Path,
+        byte_range: Sequence[int],
+        *,
+        tenant: str | None,
+        bytes_reserved: int,
+        begins_with: tuple[int, str] | None = None,
+    ) -> None:
+        """Copy the child's `prepared` file (not following a link, a regular file only) to a new `dst`, check it
+        (`check_byte_range`; and that it begins with the `begins_with` (size, sha256) document it was given),
+        sign the digest of its byte range and write the CMS into its hole.
+
+        Raises DocJobError signature.byte_range, signature.tsa_unavailable."""
+        try:
+            source = os.open(prepared, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            raise DocJobError("signature.byte_range", "the prepared document is not a regular file") from None
+        with os.fdopen(source, "rb") as infile:
+            if not stat.S_ISREG(os.fstat(infile.fileno()).st_mode):
+                raise DocJobError("signature.byte_range", "the prepared document is not a regular file")
+            target = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                self._sign_copy(infile, os.fdopen(target, "r+b"), byte_range, tenant, bytes_reserved, begins_with)
+            except BaseException:
+                dst.unlink(missing_ok=True)  # nothing half-signed is left behind
+                raise
+
+    def _sign_copy(
+        self,
+        infile: IO[bytes],
+        out: IO[bytes],
+        byte_range: Sequence[int],
+        tenant: str | None,
+        bytes_reserved: int,
+        begins_with: tuple[int, str] | None,
+    ) -> None:
+        with out as outfile:
+            while chunk := infile.read(_CHUNK):
+                outfile.write(chunk)
+            outfile.flush()
+            digest = check_byte_range(outfile, byte_range, bytes_reserved=bytes_reserved)
+            if begins_with is not None and not _begins_with(outfile, *begins_with):
+                raise DocJobError(
+                    "signature.byte_range", "the prepared document does not begin with the document it was given"
+                )
+            der = self._cms(digest, tenant, dry_run=False)
+            contents = binascii.hexlify(der).upper()
+            if len(contents) > bytes_reserved:
+                raise RuntimeError("the signature is larger than the space reserved for it")
+            outfile.seek(byte_range[1] + 1)
+            outfile.write(contents)
+
+    def _cms(self, digest: bytes, tenant: str | None, *, dry_run: bool) -> bytes:
+        claims = [tenant_attribute(tenant)] if tenant is not None else []
+        attributes = PdfCMSSignedAttributes(
+            signing_time=datetime.now(UTC),  # not embedded in PAdES (the /M of the signature dictionary is)
+            cades_signed_attrs=CAdESSignedAttrSpec(
+                signer_attributes=SignerAttrSpec(claimed_attrs=claims, certified_attrs=[]) if claims else None
+            ),
+        )
+        try:
+            signed = asyncio.run(
+                self._signer.async_sign(
+                    digest,
+                    MD_ALGORITHM,
+                    dry_run=dry_run,
+                    use_pades=True,
+                    timestamper=self._timestamper,
+                    signed_attr_settings=attributes,
+                )
+            )
+        except TimestampRequestError:
+            raise DocJobError("signature.tsa_unavailable") from None
+        return cast(bytes, signed.dump())
+
+
+def sign_pdf(
+    src: Path,
+    dst: Path,
+    config: SignerConfig,
+    *,
+    tenant: str | None = None,
+    field_name: str = "docjobs",
+    allow_existing_signatures: bool = False,
+    certify: bool = True,
+    lock: bool = True,
+) -> SignInfo:
+    """Sign `src` into `dst` (an incremental update of `src`; `dst` is written atomically) in one process: the
+    two halves (`prepare_signature`, `ReleaseSigner.finish`) one after the other. A worker runs the first
+    half in a document child instead.
+
+    Raises DocJobError: input.signed (the input already has signatures and they are not allowed),
+    input.malformed, input.encrypted, signature.tsa_unavailable (the TSA could not be reached; transient).
+    Raises ConfigError when the key material cannot be loaded.
+    """
+    key = ReleaseSigner(config)
+    reserved = key.bytes_reserved(tenant)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{dst.name}.", suffix=".signing", dir=dst.parent) as folder:
+        prepared_path, signed = Path(folder) / "prepared.pdf", Path(folder) / "signed.pdf"
+        prepared = prepare_signature(
+            src,
+            prepared_path,
+            key.certificate_pem,
+            bytes_reserved=reserved,
+            reason=release_reason(tenant),
+            field_name=field_name,
+            allow_existing_signatures=allow_existing_signatures,
+            certify=certify,
+            lock=lock,
+            visible=config.visible,
+            stamp_box=config.stamp_box,
+        )
+        digest = hashlib.sha256(src.read_bytes()).hexdigest()
+        key.finish(
+            prepared_path,
+            signed,
+            prepared.byte_range,
+            tenant=tenant,
+            bytes_reserved=reserved,
+            begins_with=(src.stat().st_size, digest),
+        )
+        signed.replace(dst)
+    return SignInfo(
+        level=key.level,
+        signer_subject=key.subject,
+        certificate_sha256=key.fingerprint,
+        field_name=prepared.field_name,
+        certified=prepared.certified,
+        invalidated_signatures=prepared.invalidated_signatures,
+        locked=prepared.locked,
     )
 
 

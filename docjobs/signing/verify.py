@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -18,11 +18,13 @@ from pyhanko.sign.validation.settings import KeyUsageConstraints
 from pyhanko.sign.validation.status import PdfSignatureStatus, SignatureCoverageLevel
 
 from docjobs.models import Frozen
-from docjobs.signing.config import SignerConfig, validation_context
+from docjobs.signing.config import SignerConfig, TrustAnchors, validation_context
 
 # A signer certificate must allow signatures: nonRepudiation (what pyHanko asks by default) or
 # digitalSignature (common on organisational document-signing certificates).
 KEY_USAGE = KeyUsageConstraints(key_usage={"non_repudiation", "digital_signature"}, match_all_key_usages=False)
+
+TENANT_CLAIM = "docjobs tenant "  # + the tenant's name: the value of the signed `group` claimed attribute
 
 # What reading or validating an untrusted PDF can raise (pyHanko's errors derive from these).
 PDF_ERRORS = (PdfError, SignatureValidationError, ValueError, KeyError, TypeError, IndexError)
@@ -64,6 +66,9 @@ class SignatureReport(Frozen):
     timestamp_trusted: bool | None = None  # the signature timestamp token (B-T), if present
     trust_problem: str | None = None  # AdES sub-indication when not trusted, e.g. NO_CERTIFICATE_CHAIN_FOUND
     problem: str | None = None  # why the signature could not be evaluated at all (safe, generic text)
+    reason: str | None = None  # the signature dictionary's /Reason (docjobs: "docjobs release for tenant NAME")
+    tenant: str | None = None  # the tenant named by the signed claim (docjobs' signer-attributes-v2 `group`)
+    docmdp: int | None = None  # the DocMDP permission it sets (certification, or its field's /Lock): 1 = locked
 
     @property
     def failure_code(self) -> str | None:
@@ -89,7 +94,7 @@ def failure_code(report: SignatureReport) -> str | None:
     return None
 
 
-def verify_pdf(path: Path, config: SignerConfig) -> SignatureReport:
+def verify_pdf(path: Path, config: SignerConfig | TrustAnchors) -> SignatureReport:
     """Validate the last regular signature of `path` against `config`'s trust roots (offline)."""
     context = validation_context(config)
     with path.open("rb") as file:
@@ -122,6 +127,8 @@ def _report(status: PdfSignatureStatus, signature: EmbeddedPdfSignature, count: 
     pades_level = ("B-T" if timestamp is not None else "B-B") if subfilter == "/ETSI.CAdES.detached" else "CMS"
     timestamp_ok = None if timestamp is None else bool(timestamp.intact and timestamp.valid and timestamp.trusted)
     problem = status.trust_problem_indic
+    reason = signature.sig_object.get("/Reason")
+    docmdp = signature.docmdp_level
     return SignatureReport(
         signature_count=count,
         intact=status.intact,
@@ -137,4 +144,19 @@ def _report(status: PdfSignatureStatus, signature: EmbeddedPdfSignature, count: 
         level=pades_level,
         timestamp_trusted=timestamp_ok,
         trust_problem=None if problem is None else str(problem.standard_name),
+        reason=None if reason is None else str(reason),
+        tenant=_claimed_tenant(status),
+        docmdp=None if docmdp is None else int(docmdp.value),
     )
+
+
+def _claimed_tenant(status: PdfSignatureStatus) -> str | None:
+    """The tenant docjobs names in the signed attributes (a `group` claimed attribute, "docjobs tenant NAME")."""
+    assertions = status.cades_signer_attrs
+    if assertions is None or "group" not in assertions.claimed_attrs:
+        return None
+    for syntax in assertions.claimed_attrs["group"].attr_values:
+        for value in cast(Any, syntax).native.get("values") or ():
+            if isinstance(value, str) and value.startswith(TENANT_CLAIM):
+                return value.removeprefix(TENANT_CLAIM)
+    return None

@@ -36,7 +36,7 @@ from docjobs.batching import (
 )
 from docjobs.errors import DocJobError
 from docjobs.models import BlobRef, Policy
-from docjobs.storage import source_key
+from docjobs.storage import owned_source
 from docjobs.temporal.client import QUERY_TIMEOUT, JobClient
 from docjobs.temporal.settings import TemporalSettings
 from workflows import search_attributes as sa
@@ -73,15 +73,16 @@ class BatchClient:
     def __init__(self, jobs: JobClient) -> None:
         self.jobs = jobs
 
-    async def accept_files(self, paths: list[Path]) -> list[BlobRef]:
-        """Accept every file as a single submit does (size check, hash, store), in order."""
-        return [await self.jobs.accept(path) for path in paths]
+    async def accept_files(self, paths: list[Path], *, tenant: str) -> list[BlobRef]:
+        """Accept every file as a single submit does (size check, hash, store, owner), in order."""
+        return [await self.jobs.accept(path, tenant=tenant) for path in paths]
 
-    async def stored_sources(self, digests: list[str]) -> list[BlobRef]:
-        """References to sources already in the store, by sha256 (`source.missing` if one is not there)."""
+    async def stored_sources(self, digests: list[str], *, tenant: str) -> list[BlobRef]:
+        """References to sources `tenant` stored, by sha256; `source.missing` if one is not there or another
+        tenant's only (the same answer after the same work: a digest is no proof of owning the document)."""
         sources = []
         for digest in digests:
-            stored = await asyncio.to_thread(self.jobs.store.stat, source_key(digest))
+            stored = await asyncio.to_thread(owned_source, self.jobs.store, digest, tenant)
             if stored is None:
                 raise DocJobError("source.missing", "a listed source is not in the store")
             sources.append(BlobRef(key=stored.key, sha256=digest, size=stored.size))
@@ -118,6 +119,7 @@ class BatchClient:
             timing=settings.timing,
             job_task_queue=settings.task_queue,
             ocr_task_queue=settings.ocr_task_queue,
+            notify_task_queue=settings.notify_task_queue,
             accepted_at=datetime.now(UTC),
         )
         # What the batch is, in its memo: a resubmission is compared with it, and gc keeps the manifest's sources.

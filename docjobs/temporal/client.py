@@ -47,19 +47,20 @@ from docjobs.models import (
     JobOverrides,
     JobRequest,
     JobStatus,
+    NotifyInput,
     Policy,
     SourceRef,
     TransitionRecord,
 )
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState, Stage
-from docjobs.storage import blob_uri, sha256_file, source_key
+from docjobs.storage import blob_uri, record_owner, sha256_file, source_key
 from docjobs.templates import TemplateStore
 from docjobs.temporal import visibility
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
-from docjobs.temporal.history import add_released, describe_event
+from docjobs.temporal.history import add_from_history, describe_event
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import TRACE_ID_MEMO, client_interceptors, configure_tracing, current_trace_id
 from docjobs.temporal.visibility import closed_outside, status_from_visibility
@@ -165,7 +166,7 @@ class JobClient:
         policy no named one with overrides makes; the workflow still takes that shape), and so does an input
         to generate from (HTML, a bundle, a template's manifest: `input_kind`), which public input v1 does not
         describe."""
-        stored = await self.accept(path, hashed=hashed)
+        stored = await self.accept(path, tenant=tenant, hashed=hashed)
         digest = stored.sha256
         if not isinstance(policy, Policy) and input_kind is not InputKind.DOCUMENT:
             policy = await asyncio.to_thread(self.policies().resolve, policy, overrides)
@@ -197,11 +198,13 @@ class JobClient:
             accepted_at=datetime.now(UTC),
             timing=self.settings.timing,
             ocr_task_queue=self.settings.ocr_task_queue,
+            notify_task_queue=self.settings.notify_task_queue,
         )
         return Submitted(job_id, created=await self.start(request), input_sha256=stored.sha256)
 
-    async def accept(self, path: Path, *, hashed: str | None = None) -> BlobRef:
-        """Check the input's size, hash it and store it as a source (every document a job or batch accepts).
+    async def accept(self, path: Path, *, tenant: str, hashed: str | None = None) -> BlobRef:
+        """Check the input's size, hash it and store it as a source (every document a job or batch accepts),
+        recorded as `tenant`'s: only the tenants that stored a source may name it by its digest later.
 
         `hashed`: the caller wrote `path` itself and hashed it while writing (an API upload): the file is
         handed to the store (moved, on the file store) and never read again here. Otherwise it is hashed,
@@ -211,11 +214,13 @@ class JobClient:
         if size > self.settings.max_input_bytes:
             raise DocJobError("input.too_large", f"the input is larger than {self.settings.max_input_bytes} bytes")
         if hashed is not None:
-            return await asyncio.to_thread(self.store.put_hashed, source_key(hashed), path, hashed)
-        digest = await asyncio.to_thread(sha256_file, path)
-        stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
-        if stored.sha256 != digest:
-            raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+            stored = await asyncio.to_thread(self.store.put_hashed, source_key(hashed), path, hashed)
+        else:
+            digest = await asyncio.to_thread(sha256_file, path)
+            stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
+            if stored.sha256 != digest:
+                raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+        await asyncio.to_thread(record_owner, self.store, stored.sha256, tenant)
         # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
         # also counts its pages and fails it with the precise code.
         return stored
@@ -290,6 +295,16 @@ class JobClient:
             return False
         return True
 
+    async def exists(self, job_id: str) -> bool:
+        """Whether a workflow of this ID exists (running or closed within retention)."""
+        try:
+            await self.handle(job_id).describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
+
     async def accepted_as(self, job_id: str) -> tuple[str, str] | None:
         """(input sha256, policy version) the job was accepted with, from its start memo; None when it has none
         docjobs can read (a job a foreign client started, or refused)."""
@@ -324,30 +339,41 @@ class JobClient:
     async def _status(
         self, handle: WorkflowHandle[DocumentJobWorkflow, JobStatus], description: WorkflowExecutionDescription
     ) -> JobStatus:
+        """A running job answers the status query (or, with no worker to answer, is read from its history); a
+        closed one is read from history only: its result, or, for a run Temporal closed outside the workflow's
+        own logic (an operator's terminate, the backstop timeout), its events. A query on a closed run would make
+        a worker replay it, and a worker that still holds the run's last workflow task (a local activity in
+        flight when the run timed out) can fail that replay."""
         execution = description.status
-        job_id = handle.id
         if execution is WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
-        memo = await description.memo_value("request", default=None)  # None: a public input not resolved yet
-        # Running, or ended outside the workflow's own logic (an operator's terminate, the grace timeout).
-        try:
-            status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
-        except RPCError:  # no worker to answer: fall back to what visibility knows
-            status = status_from_visibility(job_id, memo, description)
-            if status.state is JobState.SUCCEEDED:  # decided, still wrapping up: what it released is in history
-                await add_released(status, handle.fetch_history_events(), self.client.data_converter)
         if execution is WorkflowExecutionStatus.RUNNING:
+            try:
+                status: JobStatus = await handle.query(DocumentJobWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+            except RPCError:  # no worker to answer: what visibility and history know
+                status, _ = await self._from_history(handle, description)
             await self._add_live_attempts(status, description.raw_description)
             return status
+        status, decided = await self._from_history(handle, description)
         ended_at = description.close_time or datetime.now(UTC)
-        ending = closed_outside(execution, deadline_passed=ended_at >= status.deadline_at)
-        status.failure_code = ending.failure_code
-        status.failure_message = FAILURE_CODES[ending.failure_code][1] if ending.failure_code else None
-        status.cancel_reason = ending.cancel_reason
-        if status.transitions:
+        if decided is not None:  # it had decided and was telling the tenant when Temporal closed it
+            status.state, code, status.cancel_reason = decided.state, decided.failure_code, decided.cancel_reason
+        else:
+            ending = closed_outside(execution, deadline_passed=ended_at >= status.deadline_at)
+            status.state, code, status.cancel_reason = ending.state, ending.failure_code, ending.cancel_reason
             status.transitions.append(TransitionRecord(state=ending.state, stage=status.stage, at=ended_at))
-        status.state = ending.state
+        status.failure_code = code
+        status.failure_message = FAILURE_CODES[code][1] if code in FAILURE_CODES else None
         return status
+
+    async def _from_history(
+        self, handle: WorkflowHandle[DocumentJobWorkflow, JobStatus], description: WorkflowExecutionDescription
+    ) -> tuple[JobStatus, NotifyInput | None]:
+        """The status rebuilt without a worker: the request memo and search attributes, then the run's events."""
+        memo = await description.memo_value("request", default=None)  # None: a public input not resolved yet
+        status = status_from_visibility(handle.id, memo, description)
+        decided = await add_from_history(status, handle.fetch_history_events(), self.client.data_converter)
+        return status, decided
 
     async def ended(self, job_id: str) -> JobStatus:
         """The job's final status, once it has ended (waits for it: a long poll on its history)."""
@@ -377,6 +403,7 @@ class JobClient:
                     }
 
     list_jobs = _on_own_client(visibility.list_jobs)  # jobs through Temporal visibility, filtered
+    count_running = _on_own_client(visibility.count_running)  # a tenant's running jobs, counted by visibility
 
     async def note_wait_ended(self, job_id: str, end: str) -> None:
         """Record in the job's history that a caller stopped waiting (`end`: budget or timeout), so the timeline

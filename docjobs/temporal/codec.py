@@ -13,7 +13,9 @@ A sealed deployment accepts only sealed payloads: whoever reaches the Temporal f
 not be able to start a job with a forged request. Decoding never raises for that (a workflow task that fails
 to decode is retried forever); it hands the workflow an *unsealed* marker instead, which the workflow refuses
 with `codec.unsealed`. Each ciphertext is bound (AES-GCM associated data) to the namespace and workflow the
-SDK's serialization context names, so a sealed payload copied into another workflow is refused the same way.
+SDK's serialization context names, so a sealed payload copied into another workflow is refused the same way;
+one sealed for no workflow at all is opened but marked (`UNBOUND_FIELD`), and the workflow refuses it as its
+start input (the SDK's client seals the headers it sends without a workflow, so those must still open).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from docjobs.sealing import UNSEALED_ENCODING, CodecKey
+from docjobs.sealing import UNBOUND_FIELD, UNSEALED_ENCODING, CodecKey
 
 ENCODING = b"binary/encrypted"
 KEY_ID_FIELD = "encryption-key-id"
@@ -140,4 +142,9 @@ class EncryptionCodec(PayloadCodec, WithSerializationContext):
             plain = cipher.decrypt(payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:], associated_data)
         except (InvalidTag, ValueError):  # a forged or truncated payload, or another secret under this ID
             raise PayloadDecryptionError(f"payload failed authentication with key ID {key_id!r}") from None
-        return Payload.FromString(plain)
+        opened = Payload.FromString(plain)
+        if binding is None and self._binding is not None:
+            # Sealed for no workflow: opened (a client seals the headers it sends without one), but marked, and
+            # the workflow refuses a start input so marked (`codec.unsealed`).
+            opened.metadata[UNBOUND_FIELD] = b"1"
+        return opened

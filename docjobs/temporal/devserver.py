@@ -24,7 +24,7 @@ from workflows import search_attributes
 STARTUP_TIMEOUT = 60.0
 # Write-ahead log, synced at checkpoints rather than at every commit: the database stays consistent through
 # any crash, and the server's own crash loses nothing; a power loss or kernel crash can lose the last commits
-# (README, Configuration). Every job event is a commit, so this is most of the embedded server's CPU and latency.
+# (docs/configuration.md). Every job event is a commit, so this is most of the embedded server's CPU and latency.
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 # A stage scheduled by a workflow task goes straight back to the worker that completed it, with no poll in
 # between (the worker asks for this; the server only grants it when the setting is on).
@@ -39,7 +39,7 @@ QUEUE_READ_LIMITS = tuple(
     for queue in ("transfer", "timer", "visibility")
     for scope in ("", "Host")
 )
-# A deleted closed run (`temporal workflow delete`; README, Retention) is removed only once the transfer and
+# A deleted closed run (`temporal workflow delete`; docs/policies.md, Retention) is removed only once the transfer and
 # visibility queues have acknowledged its close, and they record their progress every 30 s by default, so the
 # deletion (and the key's reuse) waited up to half a minute. Recording it every second costs nothing measurable
 # (an idle server used about 0.3 % of a core with or without it).

@@ -1,27 +1,31 @@
-"""A job's history as content-free events (what ran, when, which attempt, which failure code), and what a job
-released, read back from its history when no worker can answer for it.
+"""A job's history as content-free events (what ran, when, which attempt, which failure code), and a job's
+status read back from its history when no worker can answer for it, or when Temporal closed its run.
 
-A stage is an activity: scheduled, started, then completed, failed, timed out or canceled. The wrap-up steps
-(`evidence`, `cleanup`, `notify`) are local activities: one `marker_recorded` event each, once the step has
-ended, whose `data` detail (the SDK's own bookkeeping, never sealed: type, attempt, times) names the step, whose
-`result` detail holds its result (sealed like any payload), and whose `failure` is set when its last attempt
-failed.
+A stage is an activity: scheduled, started, then completed, failed, timed out or canceled. The wrap-up's
+`evidence` and `cleanup` are local activities: one `marker_recorded` event each, once the step has ended, whose
+`data` detail (the SDK's own bookkeeping, never sealed: type, attempt, times) names the step, whose `result`
+detail holds its result (sealed like any payload), and whose `failure` is set when its last attempt failed. The
+callback, `notify`, is an activity: its input is the job's terminal event.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC
 from typing import Any
 
-from temporalio.api.common.v1 import Payloads
+from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent, MarkerRecordedEventAttributes
 from temporalio.converter import DataConverter
 
-from docjobs.models import EvidenceOutput, JobStatus, PublishOutput
-from docjobs.states import Stage
+from docjobs.models import EvidenceOutput, JobStatus, NotifyInput, PublishOutput, RenderOutput, TransitionRecord
+from docjobs.states import JobState, Stage, parse_state
+from workflows import search_attributes as sa
+
+STAGE_NAMES = frozenset(stage.value for stage in Stage)
+STATE_ATTRIBUTE, STAGE_ATTRIBUTE = sa.STATE.name, sa.STAGE.name
 
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # the marker name the SDK records a local activity's outcome under
 
@@ -79,11 +83,26 @@ def describe_event(event: Any, stages: dict[int, str]) -> dict[str, Any]:
     return entry
 
 
-async def add_released(status: JobStatus, events: AsyncIterator[HistoryEvent], converter: DataConverter) -> None:
-    """The artifact (and its searchable text) and the evidence of a succeeded job whose status was rebuilt
-    without a worker, from the results of its `publish` activity and its `evidence` local activity in history."""
+async def add_from_history(
+    status: JobStatus, events: AsyncIterator[HistoryEvent], converter: DataConverter
+) -> NotifyInput | None:
+    """What a job's history says of it, added to a status rebuilt without a worker (from the request memo and
+    visibility): the transitions the workflow recorded (each a search-attribute upsert, at its event's time),
+    each stage's last attempt that ended (history writes an attempt's start when it closes), the page count
+    `render` found, the artifact (and its searchable text) `publish` released and the evidence envelope.
+    Returns the terminal event the workflow sent to `notify`, if it got that far: once that is scheduled, the
+    job's ending (state, code, reason) is decided and in history.
+
+    Nothing here replays the workflow: a closed run's status must not depend on a worker re-running its code
+    (a replay can fail where reading events cannot)."""
+    transitions = status.transitions or [TransitionRecord(state=JobState.QUEUED, at=status.accepted_at)]
     scheduled: dict[int, str] = {}
+    decided: NotifyInput | None = None
     async for event in events:
+        if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+            _add_transition(status, fields, event, transitions)
+            continue
         if event.HasField("marker_recorded_event_attributes"):
             marker = event.marker_recorded_event_attributes
             ran = local_activity(marker)
@@ -91,18 +110,50 @@ async def add_released(status: JobStatus, events: AsyncIterator[HistoryEvent], c
                 await _add_evidence(status, marker.details["result"], converter)
             continue
         if event.HasField("activity_task_scheduled_event_attributes"):
-            scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+            attributes = event.activity_task_scheduled_event_attributes
+            name = scheduled[event.event_id] = attributes.activity_type.name
+            if name == "notify" and attributes.input.payloads:
+                (decided,) = await converter.decode(attributes.input.payloads, [NotifyInput])
+            continue
+        if event.HasField("activity_task_started_event_attributes"):
+            started = event.activity_task_started_event_attributes
+            name = scheduled.get(started.scheduled_event_id, "")
+            if name in STAGE_NAMES:
+                status.attempts[name] = started.attempt
             continue
         if not event.HasField("activity_task_completed_event_attributes"):
             continue
         completed = event.activity_task_completed_event_attributes
         activity = scheduled.get(completed.scheduled_event_id)
-        if activity == Stage.PUBLISH.value:
+        if activity == Stage.RENDER.value:
+            (rendered,) = await converter.decode(completed.result.payloads, [RenderOutput])
+            status.page_count = rendered.page_count
+        elif activity == Stage.PUBLISH.value:
             (published,) = await converter.decode(completed.result.payloads, [PublishOutput])
             status.artifact_key, status.output_sha256 = published.artifact.key, published.artifact.sha256
             status.ocr_text_sha256 = published.text.sha256 if published.text else None
         elif activity == "evidence":  # a job that ran on a build whose evidence step was an activity
             await _add_evidence(status, completed.result, converter)
+    status.transitions = transitions
+    return decided
+
+
+def _add_transition(
+    status: JobStatus, fields: Mapping[str, Payload], event: HistoryEvent, transitions: list[TransitionRecord]
+) -> None:
+    """The transition an upsert of the state or stage attribute records (the workflow upserts only what changed;
+    a plain client's job upserts `queued` once it is resolved, which is no transition)."""
+    state, stage = status.state, status.stage
+    if transitions:
+        state, stage = transitions[-1].state, transitions[-1].stage
+    if STATE_ATTRIBUTE in fields:
+        state = parse_state(json.loads(fields[STATE_ATTRIBUTE].data))
+    if STAGE_ATTRIBUTE in fields:
+        named = json.loads(fields[STAGE_ATTRIBUTE].data)
+        stage = Stage(named) if named else None
+    if transitions and (state, stage) == (transitions[-1].state, transitions[-1].stage):
+        return
+    transitions.append(TransitionRecord(state=state, stage=stage, at=event.event_time.ToDatetime(tzinfo=UTC)))
 
 
 async def _add_evidence(status: JobStatus, result: Payloads, converter: DataConverter) -> None:

@@ -33,7 +33,18 @@ from docjobs.batch_store import read_manifest
 from docjobs.contract import WORKFLOW_TYPE
 from docjobs.errors import DocJobError
 from docjobs.models import BlobRef, DocumentJobInput, InputKind
-from docjobs.storage import RUN_MARKER, RUNS_FOLDER, BlobStore, RunScope, StoredBlob, job_prefix, source_key
+from docjobs.storage import (
+    OWNER_MARKER_KEY,
+    RUN_MARKER,
+    RUNS_FOLDER,
+    SOURCE_KEY,
+    SOURCES_FOLDER,
+    BlobStore,
+    RunScope,
+    StoredBlob,
+    job_prefix,
+    source_key,
+)
 from docjobs.templates import MAX_MANIFEST_BYTES, TemplateManifest
 from docjobs.temporal.batches import BATCH_MEMO
 from docjobs.temporal.codec import PayloadDecryptionError
@@ -177,14 +188,46 @@ async def collect_garbage(
     if referenced.unreadable:
         return report  # some run's source is unknown: keep every source
     cutoff = began - source_grace
-    for blob in await asyncio.to_thread(lambda: list(store.list_blobs("sources"))):
+    sources, markers = await asyncio.to_thread(_sources_and_markers, store)
+    removed: set[str] = set()
+    for blob in sources.values():
         if blob.key in referenced.sources or blob.modified > cutoff:
             continue
         if not dry_run and not await asyncio.to_thread(_remove_source, store, blob.key, cutoff):
             continue
+        removed.add(blob.key)
         report.sources_removed += 1
         report.count([blob])
+    # Ownership markers go with their source, once it is gone (removed now, or before), and only those last
+    # written before the cutoff: an upload right now writes its source, then its marker.
+    for key, owned in markers.items():
+        if key in sources and key not in removed:
+            continue
+        old = [marker for marker in owned if marker.modified <= cutoff]
+        if not dry_run:
+            await asyncio.to_thread(_remove_markers, store, old, cutoff)
+        report.count(old)
     return report
+
+
+def _sources_and_markers(store: BlobStore) -> tuple[dict[str, StoredBlob], dict[str, list[StoredBlob]]]:
+    """The sources (`sources/<sha256>`) by key, and their ownership markers by their source's key."""
+    sources: dict[str, StoredBlob] = {}
+    markers: dict[str, list[StoredBlob]] = defaultdict(list)
+    for blob in store.list_blobs(SOURCES_FOLDER):
+        if SOURCE_KEY.fullmatch(blob.key):
+            sources[blob.key] = blob
+        elif owned := OWNER_MARKER_KEY.fullmatch(blob.key):
+            markers[source_key(owned.group(1))].append(blob)
+    return sources, dict(markers)
+
+
+def _remove_markers(store: BlobStore, markers: list[StoredBlob], cutoff: datetime) -> None:
+    """Delete the markers unless one was written again since it was listed (its tenant storing the source anew)."""
+    for marker in markers:
+        current = store.stat(marker.key)
+        if current is not None and current.modified <= cutoff:
+            store.delete(marker.key)
 
 
 def _has_blobs(store: BlobStore, prefix: str) -> bool:

@@ -12,7 +12,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from docjobs.contract import WORKFLOW_TYPE
 from docjobs.models import JobRequest, JobStatus, JobSummary, WatermarkMode
-from docjobs.states import JobState, Stage, parse_state
+from docjobs.states import JobState, Stage, is_terminal, parse_state
 from workflows import search_attributes as sa
 
 SAFE_QUERY_VALUE = re.compile(r"[A-Za-z0-9_.@-]+")  # what may be put in a visibility query unquoted-safe
@@ -52,14 +52,19 @@ CLOSED_OUTSIDE: dict[str, frozenset[JobState]] = {
 def state_clause(state: JobState) -> str:
     """The visibility query for jobs in `state`: by the workflow's state attribute while it runs or once it
     ended itself; a run Temporal closed otherwise still has the attribute of where it was, so it is matched by
-    how it closed instead."""
-    own = f'({sa.STATE.name} = "{state.value}" AND ExecutionStatus IN ("Running", "Completed"))'
+    how it closed instead, or, once its workflow had decided a terminal state, by that state."""
+    statuses = '' if is_terminal(state) else ' AND ExecutionStatus IN ("Running", "Completed")'
+    own = f'({sa.STATE.name} = "{state.value}"{statuses})'
     closed = [f'"{name}"' for name, states in CLOSED_OUTSIDE.items() if state in states]
     return f"({own} OR ExecutionStatus IN ({', '.join(closed)}))" if closed else own
 
 
 async def listed_closed_outside(execution: WorkflowExecution) -> OutsideEnding:
-    """How a listed run that Temporal closed reads (a timed-out one by its job's deadline, from the start memo)."""
+    """How a listed run that Temporal closed reads: in the terminal state its workflow had decided (and was
+    telling the tenant about), else by how it closed (a timed-out one by its job's deadline, from the memo)."""
+    recorded = execution.typed_search_attributes.get(sa.STATE)
+    if recorded and is_terminal(decided := parse_state(recorded)):
+        return OutsideEnding(decided)
     deadline_passed = True
     memo = (
         await execution.memo_value("request", default=None)
@@ -70,6 +75,15 @@ async def listed_closed_outside(execution: WorkflowExecution) -> OutsideEnding:
         request = JobRequest.model_validate(memo)
         deadline_passed = (execution.close_time or datetime.now(UTC)) >= request.deadline_at
     return closed_outside(execution.status, deadline_passed=deadline_passed)
+
+
+async def count_running(client: Client, tenant: str) -> int:
+    """How many of the tenant's jobs are running, in one visibility count (eventually consistent: a job started
+    a moment ago may not be counted yet)."""
+    if not SAFE_QUERY_VALUE.fullmatch(tenant):
+        raise ValueError("a tenant name may only hold letters, digits and . _ @ -")
+    query = f'WorkflowType = "{WORKFLOW_TYPE}" AND ExecutionStatus = "Running" AND {sa.TENANT.name} = "{tenant}"'
+    return (await client.count_workflows(query)).count
 
 
 async def list_jobs(

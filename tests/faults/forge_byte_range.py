@@ -1,0 +1,19 @@
+"""DOCJOBS_FAULT=forge-byte-range: the `sign` child prepares the document, then reports a /ByteRange that leaves
+its last bytes unsigned: what a compromised child would do to get the worker's signature over less than the
+file it stores. The worker must refuse (`signature.byte_range`)."""
+
+from __future__ import annotations
+
+from docjobs import stage_work
+from docjobs.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork
+
+
+def forging_sign(work: SignWork, progress: ProgressFn) -> SignDone:
+    done = stage_work.sign(work, progress)
+    first, hole_start, hole_end, last = done.byte_range
+    return done.model_copy(update={"byte_range": (first, hole_start, hole_end, last - 16)})
+
+
+ENTRIES = {**ENTRIES, "sign": Entry(SignWork, forging_sign)}
+
+__all__ = ["ENTRIES"]

@@ -1,0 +1,38 @@
+"""DOCJOBS_FAULT=spy-sign: the `sign` and `verify` children record what they were given (the work order, as JSON,
+and the whole environment) in `$HOME/sign-spy/`, then do the real work. What a compromised child could steal is
+exactly what is in those records."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from docjobs import stage_work
+from docjobs.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork, VerifyDone, VerifyWork
+
+SPY_FOLDER = "sign-spy"
+
+
+def _record(stage: str, work: BaseModel, folder: Path) -> None:
+    spied = Path(os.environ["HOME"]) / SPY_FOLDER
+    spied.mkdir(exist_ok=True)
+    record = {"work": work.model_dump(mode="json"), "environ": dict(os.environ), "pid": os.getpid()}
+    (spied / f"{stage}-{os.getpid()}-{folder.name}.json").write_text(json.dumps(record))
+
+
+def spying_sign(work: SignWork, progress: ProgressFn) -> SignDone:
+    _record("sign", work, work.output.parent)
+    return stage_work.sign(work, progress)
+
+
+def spying_verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
+    _record("verify", work, work.workdir)
+    return stage_work.verify(work, progress)
+
+
+ENTRIES = {**ENTRIES, "sign": Entry(SignWork, spying_sign), "verify": Entry(VerifyWork, spying_verify)}
+
+__all__ = ["ENTRIES"]

@@ -1,0 +1,51 @@
+"""The failure codes are declared once (docjobs/errors.py): the operator's tables are generated from there, and
+fail here when a code, its outcome or its words drift from what a page shows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from docjobs.errors import FAILURE_CODES, FAILURE_GUIDE, GUIDE_MARKERS, Outcome, failure_code_table
+
+REPO = Path(__file__).resolve().parent.parent
+# How a job with each outcome ends, as the tables say it (notify.failed leaves the job as it was).
+STATE_WORDS = {Outcome.FAIL: "failed", Outcome.QUARANTINE: "quarantined", Outcome.RETRY: "retried, then failed"}
+STATE_EXCEPTIONS = {"notify.failed"}
+
+
+def test_every_code_has_its_guide_and_its_outcome_in_words() -> None:
+    assert set(FAILURE_GUIDE) == set(FAILURE_CODES)
+    for code, (outcome, _) in FAILURE_CODES.items():
+        guide = FAILURE_GUIDE[code]
+        assert guide.meaning and guide.action, code
+        if code not in STATE_EXCEPTIONS:
+            assert guide.state.startswith(STATE_WORDS[outcome]), (code, guide.state)
+
+
+@pytest.mark.parametrize("page", ["docs/failure-codes.md", "RUNBOOK.md"])
+def test_each_page_shows_the_generated_table(page: str) -> None:
+    text = (REPO / page).read_text()
+    start, end = text.index(GUIDE_MARKERS[0]), text.index(GUIDE_MARKERS[1]) + len(GUIDE_MARKERS[1])
+    assert text[start:end] == failure_code_table(), f"{page} drifted: run `python starter.py codes --write {page}`"
+
+
+def test_the_cli_writes_the_table_and_lists_the_codes(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"# before\n\n{GUIDE_MARKERS[0]}\n| stale |\n{GUIDE_MARKERS[1]}\n\nafter\n")
+    done = subprocess.run(
+        [sys.executable, "starter.py", "--json", "codes", "--write", str(page)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert page.read_text() == f"# before\n\n{failure_code_table()}\n\nafter\n"
+    listed = json.loads(done.stdout.splitlines()[-1])["codes"]
+    assert [entry["code"] for entry in listed] == list(FAILURE_CODES)
+    assert {entry["outcome"] for entry in listed} == {outcome.value for outcome in Outcome}
