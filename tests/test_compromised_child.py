@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,11 @@ import pytest
 
 from docjobs.confine import Confinement
 from docjobs.errors import DocJobError
-from docjobs.models import CpuBudget, JobStatus
+from docjobs.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
+from docjobs.poller import validate_history
 from docjobs.sandbox import ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
 from docjobs.signing.dev_ca import ensure_dev_signer
-from docjobs.states import JobState
+from docjobs.states import JobState, Stage
 from docjobs.storage import copy_left_file
 from docjobs.temporal.client import JobClient, connect
 from docjobs.tenants import add_tenant
@@ -425,3 +427,28 @@ def test_a_confined_task_reports_what_it_cost(confined_root: Path) -> None:
         pool.close()
     assert usages[0].bytes_written >= 4 << 20 and usages[0].bytes_read >= 4 << 20
     assert usages[0].peak_memory_mb >= 50
+
+
+def test_a_status_rebuilt_from_history_is_not_a_rewrite() -> None:
+    """A worker restart (as when a worker is killed mid-stage) makes a poll read the status from history, whose
+    step times are its events'; the next poll, answered by the new worker, has the workflow's: the same steps."""
+    now = datetime.now(UTC)
+    steps = [(JobState.QUEUED, None), (JobState.PROCESSING, Stage.RENDER)]
+
+    def status(*times: datetime) -> JobStatus:
+        records = [TransitionRecord(state=s, stage=g, at=t) for (s, g), t in zip(steps, times, strict=False)]
+        return JobStatus(
+            job_id="t/k",
+            tenant="t",
+            document_class="standard",
+            policy_version="standard@x",
+            watermark_mode=WatermarkMode.STRUCTURE,
+            state=records[-1].state,
+            stage=records[-1].stage,
+            input_sha256="0" * 64,
+            accepted_at=now,
+            deadline_at=now + timedelta(minutes=15),
+            transitions=records,
+        )
+
+    validate_history(status(now, now + timedelta(milliseconds=15)), status(now, now + timedelta(milliseconds=30)))
