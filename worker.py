@@ -19,7 +19,7 @@ import logging
 import signal
 import subprocess
 import tomllib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
@@ -43,8 +43,9 @@ from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from activities.resolve import ResolveActivities
 from docjobs.config import ConfigError
+from docjobs.confine import Confinement, SandboxUnavailable, check_sandbox
 from docjobs.policies import PolicyBook
-from docjobs.sandbox import ChildLimits, ChildPool
+from docjobs.sandbox import ChildLimits, ChildPool, TenantPools
 from docjobs.sweep import sweep_stale
 from docjobs.temporal.batches import batch_task_queue
 from docjobs.temporal.client import DEADLINE_GRACE, JobClient, connect
@@ -82,7 +83,10 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
 
 
-def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) -> dict[str, list[Callable[..., Any]]]:
+Pools = ChildPool | TenantPools
+
+
+def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> dict[str, list[Callable[..., Any]]]:
     """The activity implementations each served queue (the keys of `pools`) registers: `general` the light
     stages, `notify`, and `evidence` and `cleanup` (which the job workflow runs as local activities, so they
     must be on the worker that runs the workflow), `ocr` the OCR stage. Each under the name of its declaration
@@ -118,7 +122,7 @@ def stage_activities(settings: TemporalSettings, pools: dict[str, ChildPool]) ->
 def create_workers(
     client: Client,
     settings: TemporalSettings,
-    pools: dict[str, ChildPool],
+    pools: dict[str, Pools],
     threads: dict[str, ThreadPoolExecutor],
     queues: Sequence[str] = QUEUES,
 ) -> list[Worker]:
@@ -199,15 +203,20 @@ async def serving(
     queue, the local activities'), so an accepted stage never waits for a thread (its lease running out
     meanwhile) and OCR cannot take the other stages' threads. `notify` has a queue and threads of its own
     (NOTIFY_SLOTS) beside the general queue's, so a slow callback never holds a stage's slot.
-    The document work runs in a pool of limited child processes per queue, as many kept warm as it has threads.
+    The document work runs in limited child processes: per queue, a pool of them for each tenant (made on its
+    first task), confined to its sandbox (docjobs/confine.py) unless DOCJOBS_SANDBOX=unconfined.
     """
     limits = ChildLimits(memory_mb=settings.stage_memory_mb, stall_seconds=settings.stall_seconds)
     slots = {"general": settings.activity_threads, "ocr": settings.ocr_activity_threads}
     wrap_up = {"general": WRAP_UP_SLOTS, "ocr": 0}
     stage_queues = [queue for queue in queues if queue in STAGE_QUEUES]
-    pools = {
-        queue: ChildPool(limits, home=settings.work_dir, warm=slots[queue], recycle_after=settings.child_recycle_after)
-        for queue in stage_queues
+    confined = sandbox_ready(settings) if stage_queues else False
+
+    def tenant_pool(home: Path, confinement: Confinement | None) -> ChildPool:
+        return ChildPool(limits, home=home, warm=1, recycle_after=settings.child_recycle_after, confinement=confinement)
+
+    pools: dict[str, Pools] = {
+        queue: TenantPools(tenant_pool, settings.work_dir / queue, confined=confined) for queue in stage_queues
     }
     threads = {
         queue: ThreadPoolExecutor(slots[queue] + wrap_up[queue], thread_name_prefix=f"{queue}-stage")
@@ -215,8 +224,6 @@ async def serving(
     }
     if "general" in stage_queues:
         threads["notify"] = ThreadPoolExecutor(NOTIFY_SLOTS, thread_name_prefix="notify")
-    for pool in pools.values():
-        pool.start()
     try:
         workers = create_workers(client, settings, pools, threads, queues)
         async with AsyncExitStack() as stack:
@@ -230,11 +237,34 @@ async def serving(
             executor.shutdown(wait=False, cancel_futures=True)
 
 
+def sandbox_ready(settings: TemporalSettings) -> bool:
+    """True when the document children will run confined. A worker that cannot set up the boundary refuses to
+    start (ConfigError), unless DOCJOBS_SANDBOX=unconfined says so explicitly, which it says at every start."""
+    if settings.sandbox == "unconfined":
+        log.warning(
+            "DOCJOBS_SANDBOX=unconfined: document children run WITHOUT their sandbox (the worker's network, file "
+            "system and user); a document that takes over a parser reaches everything this worker can"
+        )
+        return False
+    try:
+        check_sandbox(settings.work_dir / "sandbox-check")
+    except SandboxUnavailable as error:
+        raise ConfigError(
+            f"the document sandbox cannot be set up: {error}; install bubblewrap (make deps), or set "
+            "DOCJOBS_SANDBOX=unconfined to run without it"
+        ) from None
+    return True
+
+
 def sweep_leftovers(settings: TemporalSettings) -> None:
-    """Remove what crashed attempts and uploads left behind (plaintext documents), older than any live job."""
+    """Remove what crashed attempts and uploads left behind (plaintext documents), older than any live job: in the
+    work folder, and in each tenant's work root there (where the document stages keep their attempts)."""
     longest = max(policy.deadline_seconds for policy in PolicyBook.load(settings.policy_file).policies.values())
-    for folder in (settings.work_dir, settings.spool_dir):
-        sweep_stale(folder, timedelta(seconds=longest) + DEADLINE_GRACE)
+    older_than = timedelta(seconds=longest) + DEADLINE_GRACE
+    tenant_roots = [root for queue in STAGE_QUEUES for root in (settings.work_dir / queue).glob("tenant-*")]
+    sweep_stale(settings.work_dir, older_than, keep=STAGE_QUEUES)
+    for folder in (settings.spool_dir, *tenant_roots):
+        sweep_stale(folder, older_than)
 
 
 async def serve(settings: TemporalSettings, queues: Sequence[str]) -> None:

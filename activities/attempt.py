@@ -16,7 +16,7 @@ from pathlib import Path
 from activities.runs import marked_run
 from docjobs.errors import DocJobError
 from docjobs.models import BlobRef
-from docjobs.storage import BlobStore, job_prefix, owned_source, source_key, staging_key
+from docjobs.storage import BlobStore, copy_left_file, job_prefix, owned_source, source_key, staging_key
 
 
 class StoreStages:
@@ -27,10 +27,12 @@ class StoreStages:
         self._workdir = workdir
 
     @contextmanager
-    def _folder(self, stage: str) -> Iterator[Path]:
-        """A private folder for one attempt, gone when it ends (a crash leaves it to the worker's sweep)."""
-        self._workdir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self._workdir, prefix=f"{stage}-") as folder:
+    def _folder(self, stage: str, root: Path | None = None) -> Iterator[Path]:
+        """A private folder for one attempt, in `root` (default: the work folder), gone when it ends (a crash
+        leaves it to the worker's sweep)."""
+        root = root or self._workdir
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root, prefix=f"{stage}-") as folder:
             yield Path(folder)
 
     def _fetch_source(self, ref: BlobRef, dest: Path) -> None:
@@ -59,5 +61,12 @@ class StoreStages:
         self._store.fetch(ref, dest, mismatch_code="artifact.digest_mismatch")
 
     def _put_staged(self, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
-        """Store an attempt's output under its own staging key in the run's folder (promoted only by `publish`)."""
-        return self._store.put_file(staging_key(marked_run(self._store), stage, attempt, suffix), path)
+        """Store an attempt's output under its own staging key in the run's folder (promoted only by `publish`).
+
+        What a document child left is not trusted: it is copied out first (`copy_left_file`: no symlink, a
+        regular file only) to a folder no child can reach, and that copy is stored."""
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self._workdir, prefix="staged-") as private:
+            copy = Path(private) / "output"
+            copy_left_file(path, copy)
+            return self._store.put_file(staging_key(marked_run(self._store), stage, attempt, suffix), copy)

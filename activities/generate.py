@@ -32,6 +32,8 @@ class GenerateActivities(IsolatedStages):
                 generate=request.generate,
                 max_pages=request.max_pages,
             )
-            done = self._isolated(attempt, work, GenerateDone, request.cpu)
+            done = self._isolated(attempt, work, GenerateDone, request.cpu, max_pages=request.max_pages)
             staged = self._put_staged("generate", attempt.number, output)
-        return GenerateOutput(staged=staged, summary=done.summary, attempt=attempt.number, cost=attempt.meter.total())
+        pages = min(done.summary.page_count, request.max_pages)  # the child's count is a claim: capped
+        summary = done.summary.model_copy(update={"page_count": pages})
+        return GenerateOutput(staged=staged, summary=summary, attempt=attempt.number, cost=attempt.meter.total())

@@ -16,8 +16,8 @@ from temporalio.exceptions import CancelledError
 from activities.attempt import StoreStages
 from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
-from docjobs.models import BlobRef, CpuBudget, StageInput
-from docjobs.sandbox import ChildPool, ChildStopped
+from docjobs.models import BlobRef, CpuBudget, JobShape, StageInput
+from docjobs.sandbox import ChildPool, ChildStopped, TenantPools, hand_over
 from docjobs.storage import BlobStore
 
 DoneT = TypeVar("DoneT", bound=BaseModel)
@@ -29,6 +29,7 @@ class Attempt:
     lease: Lease
     folder: Path
     meter: AttemptMeter
+    pool: ChildPool  # the job's tenant's: no child serves two tenants
 
 
 class RestageInput(Protocol):
@@ -43,6 +44,9 @@ class RestageInput(Protocol):
     @property
     def cpu(self) -> CpuBudget: ...
 
+    @property
+    def shape(self) -> JobShape: ...
+
 
 @dataclass(frozen=True)
 class RestagePaths:
@@ -54,28 +58,33 @@ class RestagePaths:
 
 
 class IsolatedStages(StoreStages):
-    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool) -> None:
+    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools) -> None:
         super().__init__(store, workdir)
         self._pool = pool
 
     @contextmanager
     def _attempt(self, stage: str, request: StageInput) -> Iterator[Attempt]:
-        """One attempt of `stage`: typed failures, the lease, a private folder and what the attempt costs (its
-        output reports `attempt.meter.total()`)."""
+        """One attempt of `stage`: typed failures, the lease, the job's tenant's pool of document children, a
+        private folder (in the tenant's work root: the only folder its sandbox may write) and what the attempt
+        costs (its output reports `attempt.meter.total()`)."""
         meter = AttemptMeter()
         lease = Lease(stage, meter)
         with (
             typed_failures(stage, request.shape, pages=lease.pages_total, meter=meter) as number,
             lease,
-            self._folder(stage) as folder,
+            self._pool.lease(request.job_id) as (pool, root),
+            self._folder(stage, root) as folder,
         ):
-            yield Attempt(number, lease, folder, meter)
+            yield Attempt(number, lease, folder, meter, pool)
 
-    def _isolated(self, attempt: Attempt, work: BaseModel, done: type[DoneT], cpu: CpuBudget) -> DoneT:
-        """Run the attempt's stage on `work` in a document child; its page progress renews the lease, and a
-        cancel or a lost lease kills it."""
+    def _isolated(
+        self, attempt: Attempt, work: BaseModel, done: type[DoneT], cpu: CpuBudget, max_pages: int | None = None
+    ) -> DoneT:
+        """Run the attempt's stage on `work` in a document child; its page progress renews the lease (a page
+        count above `max_pages` is not believed), and a cancel or a lost lease kills it."""
+        hand_over(attempt.folder, attempt.pool.confinement)
         try:
-            return self._pool.run(
+            return attempt.pool.run(
                 attempt.lease.stage,
                 work,
                 done,
@@ -83,6 +92,7 @@ class IsolatedStages(StoreStages):
                 on_progress=attempt.lease.progress,
                 should_stop=activity.is_cancelled,
                 on_usage=attempt.meter.add_child,
+                max_pages=max_pages,
             )
         except ChildStopped:
             raise CancelledError("the stage was canceled or lost its lease: its document child was killed") from None
@@ -96,4 +106,5 @@ class IsolatedStages(StoreStages):
         paths = RestagePaths(folder / "input.pdf", folder / "output.pdf", text_output=folder / "text.json")
         self._verify_source(request.source)
         self._fetch_staged(request.staged, paths.source)
-        return self._isolated(attempt, work(paths), done, request.cpu), paths
+        pages = request.shape.page_count or None  # counted by render: a child may not claim more
+        return self._isolated(attempt, work(paths), done, request.cpu, max_pages=pages), paths

@@ -14,7 +14,7 @@ from temporalio import activity
 
 from activities.isolated import IsolatedStages
 from docjobs.models import SignInput, SignOutput, VerifyInput, VerifyOutput
-from docjobs.sandbox import ChildPool
+from docjobs.sandbox import ChildPool, TenantPools
 from docjobs.signing.config import SignerConfig, TrustAnchors
 from docjobs.signing.sign import ReleaseSigner
 from docjobs.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
@@ -27,7 +27,7 @@ def job_tenant(request: SignInput) -> str:
 
 
 class ReleaseActivities(IsolatedStages):
-    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool, data_dir: Path) -> None:
+    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools, data_dir: Path) -> None:
         super().__init__(store, workdir, pool)
         self._data_dir = data_dir
 

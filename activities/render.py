@@ -26,11 +26,11 @@ class RenderActivities(IsolatedStages):
                 limits=request.limits,
                 refuse_encrypted=request.refuse_encrypted,
             )
-            done = self._isolated(attempt, work, RenderDone, request.cpu)
+            done = self._isolated(attempt, work, RenderDone, request.cpu, max_pages=request.max_pages)
             staged = self._put_staged("render", attempt.number, output)
         return RenderOutput(
             staged=staged,
-            page_count=done.page_count,
+            page_count=min(done.page_count, request.max_pages),  # the child's count is a claim: capped
             input_encryption=done.input_encryption,
             attempt=attempt.number,
             cost=attempt.meter.total(),

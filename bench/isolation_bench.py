@@ -12,6 +12,10 @@ its zygote) or forked from the zygote, and the CPU of a 1-page job's three stage
 CPU plus the zygote's, its children's included).
 Part 2 runs real jobs (embedded dev server, an in-process worker with 2 stage threads and 2 warm children):
 two 50-page jobs submitted together, then the same two one after the other. Prints medians.
+Part 3 (`--only sandbox` runs it alone): what the tenant boundary costs (issue 23). The 1-page stages through an
+unconfined pool whose child is reused (as before), a bubblewrap-confined pool of one tenant whose child is reused
+(pools per tenant), and a confined pool that forks a fresh child per task (a fresh child per task, the choice);
+then a 1-page job end to end through a real worker, DOCJOBS_SANDBOX=unconfined versus bwrap.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env, median_ms
 from pydantic import BaseModel
 
+from docjobs.confine import Confinement
 from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
 from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
@@ -240,17 +245,115 @@ async def concurrency_table(runs: int, folder: Path) -> None:
     print(f"| speed-up (one at a time / at once) | {one_by_one / both:.2f} |")
 
 
+def sandbox_stage_row(
+    entry: str,
+    done_type: type[BaseModel],
+    direct: BaseModel,
+    before: tuple[ChildPool, BaseModel],
+    confined: list[tuple[ChildPool, BaseModel]],
+    runs: int,
+) -> list[float]:
+    def through(pool: ChildPool, work: BaseModel) -> float:
+        return median_ms(runs, lambda: pool.run(entry, work, done_type, cpu=CPU))
+
+    in_process = median_ms(runs, lambda: ENTRIES[entry].run(direct, lambda done, total: None))
+    return [in_process, through(*before), *(through(pool, work) for pool, work in confined)]
+
+
+def sandbox_stage_table(runs: int, folder: Path) -> None:
+    """Part 3a: the 1-page stages through an unconfined reused child, a confined reused one, a confined fresh one
+    (each on its own copy of the files: a root worker's sandbox writes as its own uid)."""
+    direct_orders = stage_orders(folder / "direct", 1)
+    done_types = {
+        entry: type(ENTRIES[entry].run(work, lambda done, total: None)) for entry, work in direct_orders.items()
+    }
+    root = folder / "tenant"
+    root.mkdir()
+    orders = stage_orders(root, 1)
+    uid = Confinement(root).uid
+    if uid != os.geteuid():
+        for path in [root, *root.rglob("*")]:
+            os.chown(path, uid, uid)
+    before = ChildPool(ChildLimits(), home=folder / "before", warm=1)
+    before_orders = stage_orders(folder / "before", 1)
+    reused = ChildPool(ChildLimits(), home=root, warm=1, confinement=Confinement(root))
+    reused.recycle_after = 50  # measured only: a confined child's hard CPU limit makes the worker use fresh ones
+    fresh = ChildPool(ChildLimits(), home=root, warm=1, confinement=Confinement(root))
+    for pool in (before, reused, fresh):
+        pool.start()
+    print(
+        "| 1-page stage | in process (ms) | unconfined, child reused (before) | bwrap, per-tenant pool, child reused |"
+        " bwrap, fresh child per task (chosen) |"
+    )
+    print("|---|---|---|---|---|")
+    try:
+        totals = [0.0] * 4
+        for entry, work in orders.items():
+            row = sandbox_stage_row(
+                entry,
+                done_types[entry],
+                direct_orders[entry],
+                (before, before_orders[entry]),
+                [(reused, work), (fresh, work)],
+                runs,
+            )
+            totals = [total + value for total, value in zip(totals, row, strict=True)]
+            print(f"| {entry} | " + " | ".join(f"{value:.1f}" for value in row) + " |")
+        print("| render + sign + verify | " + " | ".join(f"{value:.1f}" for value in totals) + " |")
+    finally:
+        for pool in (before, reused, fresh):
+            pool.close()
+
+
+async def sandbox_job_table(runs: int, folder: Path) -> None:
+    """Part 3b: a 1-page job end to end (standard policy: render, sign, verify, publish, evidence) through a real
+    in-process worker, unconfined versus in bubblewrap; after a warm-up job that starts the tenant's pool."""
+    os.environ.update(dev_server_env(folder))
+    document = folder / "one-page.pdf"
+    make_sample_pdf(document, pages=1)
+    medians = {}
+    settings = TemporalSettings.from_env()
+    try:
+        for mode in ("unconfined", "bwrap"):
+            os.environ["DOCJOBS_SANDBOX"] = mode
+            settings = TemporalSettings.from_env()
+            client = await connect(settings)
+            jobs = JobClient(client, settings)
+            async with serving(client, settings):
+                await job_seconds(jobs, [document], "standard", together=False)  # warm-up: the tenant's pool
+                times = [await job_seconds(jobs, [document], "standard", together=False) for _ in range(runs)]
+            medians[mode] = statistics.median(times) * 1000
+    finally:
+        stop_dev_server(settings)
+    print("| a 1-page job end to end (standard policy) | median ms |")
+    print("|---|---|")
+    print(f"| DOCJOBS_SANDBOX=unconfined (children reused, as before) | {medians['unconfined']:.0f} |")
+    print(f"| DOCJOBS_SANDBOX=bwrap (per-tenant sandbox, fresh child per task) | {medians['bwrap']:.0f} |")
+    print(f"| difference | {medians['bwrap'] - medians['unconfined']:+.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", choices=["sandbox"], help="run only part 3 (the tenant boundary)")
     options = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if options.only == "sandbox":
+        with tempfile.TemporaryDirectory(prefix="docjobs-isolation-bench-") as tmp:
+            sandbox_stage_table(options.runs, Path(tmp))
+            print()
+            asyncio.run(sandbox_job_table(options.runs, Path(tmp)))
+        return
     with tempfile.TemporaryDirectory(prefix="docjobs-isolation-bench-") as tmp:
         stage_table(options.runs, Path(tmp))
         print()
         start_table(options.runs, Path(tmp))
         print()
         asyncio.run(concurrency_table(max(1, options.runs // 2), Path(tmp)))
+        print()
+        sandbox_stage_table(options.runs, Path(tmp))
+        print()
+        asyncio.run(sandbox_job_table(options.runs, Path(tmp)))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -97,6 +97,7 @@ class Environment(BaseSettings):
     stage_memory_mb: int = 1536
     stall_seconds: float = 300.0
     child_recycle_after: int = 50
+    sandbox: Literal["bwrap", "unconfined"] = "bwrap"  # unconfined: document children run without their boundary
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no metrics endpoint
     metrics_refresh_seconds: float = 15.0
@@ -201,6 +202,7 @@ class Settings:
     stage_memory_mb: int = 1536  # address space of each document child
     stall_seconds: float = 300.0  # a document child silent for this long is killed (input.too_complex)
     child_recycle_after: int = 50  # tasks a document child serves before a fresh fork replaces it (1: one per task)
+    sandbox: str = "bwrap"  # bwrap: each tenant's document children confined (docjobs/confine.py); or unconfined
     metrics_host: str = "127.0.0.1"  # where `worker.py --metrics-port` listens (0.0.0.0 in a container)
     metrics_port: int | None = None  # None: no metrics endpoint
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges

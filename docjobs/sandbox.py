@@ -27,6 +27,12 @@ taken over by a hostile document can make its own task fail, but cannot make the
 A child is reused for the next task only after a clean success, up to `recycle_after` tasks (1: a fresh child
 for every task, nothing of one task's memory or files seen by the next).
 
+A pool may be confined (`Confinement`, docjobs/confine.py): its zygote then starts inside a bubblewrap sandbox
+(its own network, PID and mount namespaces, only its tenant's work root writable, an unprivileged uid, seccomp),
+every limit is hard, and each child serves one task. `TenantPools` keeps one pool per tenant, so that no child
+ever serves two tenants; the worker uses it for every queue. Inside the sandbox the zygote reports the pids it
+sees, and the pool finds the same processes in its own namespace (`_outer_pid`) before it signals any.
+
 What a task cost (`TaskUsage`) is measured by the child itself (a reused child's kernel account covers all its
 tasks) and reported with its answer; for a child that ended without one, the parent derives it from what the
 kernel counted when the zygote reaped the child (CPU since its last reported task, its lifetime peak memory).
@@ -35,6 +41,8 @@ kernel counted when the zygote reaped the child (CPU since its last reported tas
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -46,7 +54,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,9 +62,10 @@ from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from docjobs.confine import Confinement, python_inside, seccomp_filter
 from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.models import CpuBudget
-from docjobs.sandbox_child import CONTROL_ENV, ENTRIES_ENV, FORK_REQUEST, MEMORY_ENV, PARENT_ENV
+from docjobs.sandbox_child import CONTROL_ENV, DEFAULT_PAGE_CAP, ENTRIES_ENV, FORK_REQUEST, MEMORY_ENV, PARENT_ENV
 
 log = logging.getLogger("docjobs.sandbox")
 
@@ -259,7 +268,9 @@ class _ZygoteGone(Exception):
     """The zygote ended before it forked the child asked of it."""
 
 
-def child_environment(memory_mb: int, control: int, entries: str, home: Path) -> dict[str, str]:
+def child_environment(
+    memory_mb: int, control: int, entries: str, home: Path, confinement: Confinement | None = None
+) -> dict[str, str]:
     """The zygote's whole environment (and so its children's): the allow-list, plus what the zygote needs."""
     env = {name: os.environ[name] for name in ENV_ALLOWED if name in os.environ}
     env.setdefault("PATH", os.defpath)
@@ -271,9 +282,11 @@ def child_environment(memory_mb: int, control: int, entries: str, home: Path) ->
         "PYTHONPATH": str(CODE_ROOT),
         "PYTHONDONTWRITEBYTECODE": "1",
         MEMORY_ENV: str(memory_mb),
-        PARENT_ENV: str(os.getpid()),
+        # Inside the sandbox the zygote's parent is its PID namespace's init (bwrap), which dies with the worker.
+        PARENT_ENV: "1" if confinement is not None else str(os.getpid()),
         CONTROL_ENV: str(control),
         ENTRIES_ENV: entries,
+        **(confinement.environment() if confinement is not None else {}),
     }
 
 
@@ -300,12 +313,18 @@ class ChildPool:
         warm: int = 1,
         recycle_after: int = 50,
         entries: str = STAGE_ENTRIES,
+        confinement: Confinement | None = None,
     ) -> None:
         self.limits = limits
         self.home = home
         self.warm = warm
-        self.recycle_after = recycle_after
+        # A confined child's CPU limit is hard (it can only be lowered): one task per child.
+        self.recycle_after = 1 if confinement is not None else recycle_after
         self.entries = entries
+        if confinement is not None and not confinement.code:  # the packages the zygote imports, nothing more
+            packages = {CODE_ROOT / "docjobs", CODE_ROOT / entries.split(".")[0]}
+            confinement = dataclasses.replace(confinement, code=tuple(sorted(packages)))
+        self.confinement = confinement
         self._idle: list[_Child] = []
         self._starting = 0  # children asked of the spawner for the idle list, not there yet
         self._lock = threading.Lock()
@@ -332,6 +351,11 @@ class ChildPool:
         if self._spawner.thread is not None:
             self._spawner.thread.join(timeout=SPAWN_TIMEOUT_SECONDS)
 
+    @contextlib.contextmanager
+    def lease(self, job_id: str) -> Iterator[tuple[ChildPool, Path | None]]:
+        """This pool for any job (see `TenantPools` for one per tenant); attempts keep their folders where they do."""
+        yield self, None
+
     def idle_pids(self) -> list[int]:
         with self._lock:
             return [child.pid for child in self._idle]
@@ -350,19 +374,22 @@ class ChildPool:
         on_progress: ProgressFn | None = None,
         should_stop: Callable[[], bool] | None = None,
         on_usage: UsageFn | None = None,
+        max_pages: int | None = None,
     ) -> ResultT:
         """Run the entry `entry` on `work` in a child; its result validated as `result_type`.
 
         Raises DocJobError (the child's own failure, or `input.too_complex` for a limit), ChildStopped when
         `should_stop()` said so, ChildCrashed for anything else. `on_usage` gets what the task cost, however
-        it ended.
+        it ended. `max_pages` caps the page count the child may report (and the CPU budget that grows with it).
         """
+        cap = max_pages if max_pages is not None else DEFAULT_PAGE_CAP
         child = self._acquire()
         child.reported = None
         reusable = False
         try:
-            child.send({"entry": entry, "work": work.model_dump(mode="json"), "cpu": cpu.model_dump(mode="json")})
-            result = self._supervise(child, result_type, cpu, on_progress, should_stop)
+            order = {"entry": entry, "work": work.model_dump(mode="json"), "cpu": cpu.model_dump(mode="json")}
+            child.send({**order, "max_pages": cap})
+            result = self._supervise(child, result_type, cpu, on_progress, should_stop, cap)
             reusable = True
             return result
         finally:
@@ -379,6 +406,7 @@ class ChildPool:
         cpu: CpuBudget,
         on_progress: ProgressFn | None,
         should_stop: Callable[[], bool] | None,
+        max_pages: int,
     ) -> ResultT:
         last_heard = time.monotonic()
         pages_total = 0
@@ -391,6 +419,8 @@ class ChildPool:
                 kind = message.get("kind")
                 if kind == "progress":
                     done, total = _page_pair(message)
+                    total = min(total, max_pages)  # a child's count is a claim: never more than the job may have
+                    done = min(done, total)
                     pages_total = max(pages_total, total)
                     if on_progress is not None:
                         on_progress(done, total)
@@ -426,6 +456,9 @@ class ChildPool:
         allowed = cpu.seconds(pages_total)
         if signum == signal.SIGXCPU or (signum == signal.SIGKILL and used >= allowed):
             return DocJobError("input.too_complex", f"the document needs more than {allowed:g} CPU seconds")
+        if signum == signal.SIGXFSZ and self.confinement is not None:
+            limit = self.confinement.max_file_mb
+            return DocJobError("input.too_complex", f"the document made a file larger than {limit} MiB")
         if signum is not None:
             log.warning("document child %d ended by signal %d", child.pid, signum)
             return ChildCrashed(f"signal {signum}")
@@ -514,15 +547,27 @@ class ChildPool:
 
     def _start_zygote(self) -> _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-P", "-m", "docjobs.sandbox_child"]
+        env = child_environment(self.limits.memory_mb, theirs.fileno(), self.entries, self.home, self.confinement)
+        seccomp = None
+        pass_fds = [theirs.fileno()]
+        if self.confinement is not None:
+            program = seccomp_filter()
+            if program is not None:
+                seccomp = os.memfd_create("docjobs-seccomp")
+                os.write(seccomp, program)
+                os.lseek(seccomp, 0, os.SEEK_SET)
+                pass_fds.append(seccomp)
+            command = self.confinement.command([python_inside(), *command[1:]], seccomp)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-P", "-m", "docjobs.sandbox_child"],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,  # tools' messages can quote the document
                 cwd=self.home,
-                env=child_environment(self.limits.memory_mb, theirs.fileno(), self.entries, self.home),
-                pass_fds=(theirs.fileno(),),
+                env=env,
+                pass_fds=pass_fds,
                 start_new_session=True,
                 close_fds=True,
             )
@@ -531,6 +576,8 @@ class ChildPool:
             raise
         finally:
             theirs.close()
+            if seccomp is not None:
+                os.close(seccomp)
         return _Zygote(process, ours)
 
     def _fork(self, zygote: _Zygote) -> _Child:
@@ -557,12 +604,38 @@ class ChildPool:
             for message in messages:
                 pid = message.get("pid")
                 if message.get("kind") == "forked" and isinstance(pid, int) and pid > 0:
-                    child.pid = pid
+                    outer = pid if self.confinement is None else _outer_pid(zygote.process.pid, pid)
+                    if outer is None:  # never seen from here: a pid the worker must not signal
+                        child.ended = True
+                        child.reap()
+                        raise ChildCrashed("the document child could not be found from the worker")
+                    child.pid = outer
                     return child
         child.ended = True  # no pid to signal: the zygote, stuck, is replaced with its children
         child.reap()
         zygote.process.kill()
         raise ChildCrashed("the document child did not start")
+
+
+def _outer_pid(root: int, inner: int) -> int | None:
+    """The worker's PID of the process that is `inner` in the PID namespace of the sandbox started as `root`
+    (bwrap, its namespace's init, the zygote and its forks below it): the zygote reports the pids it sees."""
+    frontier = [root]
+    for _ in range(4):
+        below: list[int] = []
+        for pid in frontier:
+            with contextlib.suppress(OSError):
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    below += [int(child) for child in (task / "children").read_text().split()]
+        for pid in below:
+            with contextlib.suppress(OSError, ValueError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("NSpid:"):
+                        ids = [int(value) for value in line.split()[1:]]
+                        if len(ids) > 1 and ids[-1] == inner and pid != root:
+                            return ids[0]
+        frontier = below
+    return None
 
 
 def _page_pair(message: dict[str, Any]) -> tuple[int, int]:
@@ -577,3 +650,138 @@ def _failure(message: dict[str, Any]) -> Exception:
     if not isinstance(code, str) or code not in FAILURE_CODES or not isinstance(text, str):
         return ChildCrashed("malformed failure")
     return DocJobError(code, text[:500])
+
+
+def tenant_of(job_id: str) -> str:
+    """The tenant a job belongs to: its ID's prefix (`tenant/key`); jobs started without a tenant share ''."""
+    tenant, separator, _ = job_id.partition("/")
+    return tenant if separator else ""
+
+
+def tenant_root(work_dir: Path, tenant: str) -> Path:
+    """Where a tenant's attempts keep their folders, in a queue's work folder (named by a digest: any tenant name
+    is a safe folder name)."""
+    return work_dir / f"tenant-{hashlib.sha256(tenant.encode()).hexdigest()[:16]}"
+
+
+def hand_over(folder: Path, confinement: Confinement | None) -> None:
+    """Give an attempt's folder (and what the worker put in it) to the sandbox's uid, when it is not the worker's."""
+    if confinement is None or confinement.uid == os.geteuid():
+        return
+    uid = confinement.uid
+    os.chown(folder, uid, uid, follow_symlinks=False)
+    for parent, folders, files in os.walk(folder):
+        for name in folders + files:
+            os.chown(os.path.join(parent, name), uid, uid, follow_symlinks=False)
+
+
+PoolFactory = Callable[[Path, Confinement | None], ChildPool]
+# The uid slots of the open pools, across every queue's TenantPools of this process: a slot (so a uid) per tenant,
+# derived from its name (the same on every worker of a machine), never shared with another tenant's open pool.
+SLOT_RANGE = 60_000
+_SLOTS: dict[int, tuple[str, int]] = {}  # slot -> (tenant, open pools)
+_SLOTS_LOCK = threading.Lock()
+
+
+def _take_slot(tenant: str) -> int:
+    with _SLOTS_LOCK:
+        slot = int(hashlib.sha256(tenant.encode()).hexdigest()[:8], 16) % SLOT_RANGE
+        while slot in _SLOTS and _SLOTS[slot][0] != tenant:
+            slot = (slot + 1) % SLOT_RANGE
+        _, count = _SLOTS.get(slot, (tenant, 0))
+        _SLOTS[slot] = (tenant, count + 1)
+        return slot
+
+
+def _free_slot(slot: int) -> None:
+    with _SLOTS_LOCK:
+        tenant, count = _SLOTS.get(slot, ("", 1))
+        if count <= 1:
+            _SLOTS.pop(slot, None)
+        else:
+            _SLOTS[slot] = (tenant, count - 1)
+
+
+@dataclass
+class _TenantPool:
+    pool: ChildPool
+    root: Path
+    slot: int
+    in_use: int = 0
+    last_used: float = 0.0
+
+
+class TenantPools:
+    """A pool of document children per tenant, so that no child ever serves two tenants: made on first use (its
+    zygote confined to the tenant's own work root when `confined`), and closed, the least recently used first,
+    once more than `max_pools` are open and idle. Each attempt's folder is made inside its tenant's root."""
+
+    def __init__(self, make_pool: PoolFactory, work_dir: Path, *, confined: bool, max_pools: int = 16) -> None:
+        self.make_pool = make_pool
+        self.work_dir = work_dir
+        self.confined = confined
+        self.max_pools = max_pools
+        self._pools: dict[str, _TenantPool] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def root(self, tenant: str) -> Path:
+        return tenant_root(self.work_dir, tenant)
+
+    @contextlib.contextmanager
+    def lease(self, job_id: str) -> Iterator[tuple[ChildPool, Path | None]]:
+        """The job's tenant's pool and work root, kept open while the block runs."""
+        with self._lock:
+            if self._closed:
+                raise ChildCrashed("the worker is stopping")
+            entry = self._pools.get(tenant := tenant_of(job_id))
+            if entry is None:
+                entry = self._open(tenant)
+            entry.in_use += 1
+        try:
+            yield entry.pool, entry.root
+        finally:
+            with self._lock:
+                entry.in_use -= 1
+                entry.last_used = time.monotonic()
+                idle = self._evictable()
+            for evicted in idle:
+                evicted.pool.close()
+                _free_slot(evicted.slot)
+
+    def pools(self) -> dict[str, ChildPool]:
+        with self._lock:
+            return {tenant: entry.pool for tenant, entry in self._pools.items()}
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            entries, self._pools = list(self._pools.values()), {}
+        for entry in entries:
+            entry.pool.close()
+            _free_slot(entry.slot)
+
+    def _open(self, tenant: str) -> _TenantPool:
+        """A new tenant's pool (under the lock: a tenant's first task waits for its zygote's imports)."""
+        root = self.root(tenant)
+        root.mkdir(parents=True, exist_ok=True)
+        slot = _take_slot(tenant)
+        confinement = Confinement(root, slot=slot) if self.confined else None
+        if confinement is not None and confinement.uid != os.geteuid():
+            os.chown(root, confinement.uid, confinement.uid)
+        root.chmod(0o700)
+        pool = self.make_pool(root, confinement)
+        try:
+            pool.start()
+        except BaseException:
+            pool.close()
+            _free_slot(slot)
+            raise
+        entry = self._pools[tenant] = _TenantPool(pool, root, slot, last_used=time.monotonic())
+        return entry
+
+    def _evictable(self) -> list[_TenantPool]:
+        """Idle pools beyond `max_pools`, least recently used first, taken out (closed by the caller)."""
+        idle = sorted((e.last_used, tenant) for tenant, e in self._pools.items() if e.in_use == 0)
+        excess = len(self._pools) - self.max_pools
+        return [self._pools.pop(tenant) for _, tenant in idle[: max(excess, 0)]]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import importlib
 import json
@@ -38,8 +39,15 @@ MEMORY_ENV = "DOCJOBS_CHILD_MEMORY_MB"
 PARENT_ENV = "DOCJOBS_CHILD_PARENT_PID"
 CONTROL_ENV = "DOCJOBS_CHILD_CONTROL_FD"
 ENTRIES_ENV = "DOCJOBS_CHILD_ENTRIES"
+# Set by docjobs.confine for a zygote inside its sandbox (kept in step with it: this module imports only stdlib).
+UID_ENV = "DOCJOBS_CHILD_UID"
+NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
+FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"
+CONFINED_ENV = "DOCJOBS_CHILD_CONFINED"
+DEFAULT_PAGE_CAP = 2000  # a task sent without its page cap (the shipped policies' largest max_pages)
 FORK_REQUEST = b"fork"
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 NICENESS = 10
 # Written when memory has run out: prepared beforehand, since building it then may fail too.
 _OUT_OF_MEMORY = b""
@@ -64,11 +72,30 @@ def _die_with_parent(parent: int, on_death: Callable[[int, FrameType | None], No
         on_death(signal.SIGTERM, None)
 
 
+def _drop_root() -> None:
+    """Inside a root worker's sandbox: become the pool's own unprivileged uid, first thing (every capability goes
+    with root: the sandbox gave only CAP_SETUID and CAP_SETGID, for this)."""
+    uid = os.environ.get(UID_ENV)
+    if uid:
+        os.setgroups([])
+        os.setgid(int(uid))
+        os.setuid(int(uid))
+        if os.getuid() == 0 or os.geteuid() == 0:
+            raise SystemExit("the document zygote is still root")
+        # Changing uid made it non-dumpable: its /proc/self files (io, clear_refs: what a task cost) would be
+        # root's. No core is ever written (RLIMIT_CORE 0), and seccomp refuses ptrace.
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
 def _limit_self(memory_mb: int) -> None:
-    """The zygote's limits, which every fork inherits."""
+    """The zygote's limits, which every fork inherits: each one hard (a child cannot raise it again)."""
     os.nice(NICENESS)  # tenants' documents yield the CPU to the API, Temporal and the workers' own threads
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a core file would hold the document
+    if processes := os.environ.get(NPROC_ENV):  # a fork bomb stops there (the sandbox's uid, all its processes)
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(processes), int(processes)))
+    if file_mb := os.environ.get(FSIZE_ENV):  # no file written inside may grow beyond this (SIGXFSZ)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(file_mb) << 20, int(file_mb) << 20))
 
 
 def _end_group(signum: int, frame: FrameType | None) -> None:
@@ -134,12 +161,18 @@ class _TaskUsage:
         }
 
 
-def _limit_cpu(seconds: float) -> None:
-    """Soft limit only: SIGXCPU ends the child there. The hard limit stays where it is, so that the next task
-    of this child can be given its own budget (an unprivileged process cannot raise a hard limit)."""
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+def _limit_cpu(seconds: float, hard_seconds: float | None = None) -> None:
+    """SIGXCPU ends the child at `seconds`. Unconfined (`hard_seconds` None), the soft limit only: the hard one
+    stays where it is, so that the next task of this child can be given its own budget. Confined, the hard limit
+    goes to `hard_seconds` too: a limit the child can never raise again (a confined child serves one task)."""
+    _, current = resource.getrlimit(resource.RLIMIT_CPU)
+    hard = current if hard_seconds is None else int(hard_seconds) + 1
+    if current != resource.RLIM_INFINITY:
+        hard = min(hard, current)
     soft = int(seconds) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> bool:
@@ -150,14 +183,21 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
     start = _cpu_used()
     budget = task.get("cpu") or {}
     base, per_page = float(budget.get("base_seconds", 60.0)), float(budget.get("per_page_seconds", 0.0))
-    _limit_cpu(start + base)
-    grown = False
+    cap = task.get("max_pages")
+    cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_PAGE_CAP
+    confined = bool(os.environ.get(CONFINED_ENV))
+    # The base budget, grown once the page count is known. Confined, the hard limit is the budget of the most
+    # pages the task may have (what claiming them would give it anyway) and becomes the soft one once the page
+    # count is known: a child can never raise it beyond.
+    _limit_cpu(start + base, start + base + per_page * cap if confined else None)
+    counted = False
 
     def progress(done: int, total: int) -> None:
-        nonlocal grown
-        if not grown:  # the page count is known now: the budget grows with it, once
-            _limit_cpu(start + base + per_page * total)
-            grown = True
+        nonlocal counted
+        if not counted:  # the page count is known now: the budget follows it, once
+            budget = start + base + per_page * min(total, cap)
+            _limit_cpu(budget, budget if confined else None)
+            counted = True
         _send(channel, {"kind": "progress", "done": done, "total": total})
 
     try:
@@ -173,17 +213,25 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
     except RecursionError:
         message = "the document's structure is nested too deeply"
         _send(channel, {"kind": "failure", "code": "input.too_complex", "message": message, "usage": usage.report()})
+    except OSError as error:
+        if error.errno != errno.EFBIG:  # beyond RLIMIT_FSIZE (Python ignores SIGXFSZ: the write fails instead)
+            _send(channel, {"kind": "crash", "error": type(error).__name__, "usage": usage.report()})
+            return False
+        message = f"the document made a file larger than the {os.environ.get(FSIZE_ENV)} MiB a stage may write"
+        _send(channel, {"kind": "failure", "code": "input.too_complex", "message": message, "usage": usage.report()})
     except Exception as error:  # noqa: BLE001 - reported by type only: messages may quote the document
         _send(channel, {"kind": "crash", "error": type(error).__name__, "usage": usage.report()})
     return False
 
 
-def private_folder(home: Path, pid: int) -> Path:
-    """A fork's own working folder (its cwd, HOME and TMPDIR), removed by the zygote once the fork is reaped."""
-    return home / f"child-{pid}"
+def private_folder(home: Path, zygote: str, pid: int) -> Path:
+    """A fork's own working folder (its cwd, HOME and TMPDIR), removed by the zygote once the fork is reaped. Named
+    by its zygote's random tag too: zygotes of several workers may share a home, each counting pids from 1 in a
+    PID namespace of its own."""
+    return home / f"child-{zygote}-{pid}"
 
 
-def _serve_forked(zygote: int, tasks: int, channel: int, entries: dict[str, Any]) -> None:
+def _serve_forked(zygote: int, tag: str, tasks: int, channel: int, entries: dict[str, Any]) -> None:
     """A fork's whole life: its own process group, death with the zygote, none of the zygote's or other forks'
     descriptors, a folder of its own; then tasks until one fails or the worker closes the task pipe."""
     os.setpgid(0, 0)  # the zygote does it too, before it tells the worker the pid: no kill can miss the group
@@ -192,7 +240,7 @@ def _serve_forked(zygote: int, tasks: int, channel: int, entries: dict[str, Any]
     os.closerange(3, low)
     os.closerange(low + 1, high)
     os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
-    folder = private_folder(Path.cwd(), os.getpid())
+    folder = private_folder(Path.cwd(), tag, os.getpid())
     folder.mkdir(mode=0o700)
     os.chdir(folder)
     os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
@@ -215,6 +263,7 @@ class _Zygote:
         self.control = control
         self.entries: dict[str, Any] = {}  # set once imported
         self.pid = os.getpid()
+        self.tag = os.urandom(6).hex()
         self.home = Path.cwd()
         self.forks: dict[int, _Fork] = {}  # by pidfd
         self.poller = select.poll()
@@ -255,7 +304,7 @@ class _Zygote:
         if pid == 0:
             status = 1
             try:
-                _serve_forked(self.pid, tasks, channel, self.entries)
+                _serve_forked(self.pid, self.tag, tasks, channel, self.entries)
                 status = 0
             finally:
                 os._exit(status)  # nothing of the zygote's runs here: no atexit, no buffers flushed twice
@@ -284,11 +333,27 @@ class _Zygote:
         with contextlib.suppress(OSError):
             _send(fork.channel, {"kind": "exited", **account})
         os.close(fork.channel)
-        shutil.rmtree(private_folder(self.home, fork.pid), ignore_errors=True)
+        shutil.rmtree(private_folder(self.home, self.tag, fork.pid), ignore_errors=True)
+        if os.environ.get(CONFINED_ENV):
+            self._kill_strays()
+
+    def _kill_strays(self) -> None:
+        """Inside the sandbox (its own PID namespace: /proc shows only its processes) nothing may outlive the task
+        that started it: whatever is not the namespace's init, this zygote or in a live fork's group (a daemon
+        that left its group with `setsid`) is killed."""
+        keep = {1, self.pid}
+        groups = {fork.pid for fork in self.forks.values()}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in keep:
+                continue
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry)) not in groups:
+                    os.kill(int(entry), signal.SIGKILL)
 
 
 def main() -> None:
     global _OUT_OF_MEMORY
+    _drop_root()
     memory_mb = int(os.environ[MEMORY_ENV])
     _limit_self(memory_mb)
     zygote = _Zygote(socket.socket(fileno=int(os.environ[CONTROL_ENV])))

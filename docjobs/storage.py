@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
@@ -80,6 +81,24 @@ SOURCES_FOLDER = "sources"
 OWNERS_SUFFIX = ".owners"
 SOURCE_KEY = re.compile(r"sources/([0-9a-f]{64})")
 OWNER_MARKER_KEY = re.compile(r"sources/([0-9a-f]{64})\.owners/[0-9a-f]{32}")
+
+
+def copy_left_file(path: Path, dest: Path) -> None:
+    """Copy a file a document child left to `dest` (a new file), trusting nothing about it: opened without
+    following a symlink (`O_NOFOLLOW`; non-blocking, so a FIFO cannot hold the worker), it must be a regular
+    file; what is copied is what that open file holds, whatever the path names later. Anything else is
+    `internal.error` (a child that was taken over: never a verdict on the document)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise DocJobError("internal.error", "a stage output is a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as opened:
+        if not stat.S_ISREG(os.fstat(opened.fileno()).st_mode):
+            raise DocJobError("internal.error", "a stage output is not a regular file")
+        with dest.open("xb") as out:
+            shutil.copyfileobj(opened, out, CHUNK)
 
 
 def source_key(sha256: str) -> str:

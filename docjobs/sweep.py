@@ -10,14 +10,16 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Collection
 from datetime import timedelta
 from pathlib import Path
 
 log = logging.getLogger("docjobs.sweep")
 
 
-def sweep_stale(folder: Path, older_than: timedelta) -> int:
-    """Remove the entries of `folder` not modified for `older_than`; returns how many were removed."""
+def sweep_stale(folder: Path, older_than: timedelta, keep: Collection[str] = ()) -> int:
+    """Remove the entries of `folder` not modified for `older_than`, except those named in `keep` (folders swept
+    on their own); returns how many were removed."""
     cutoff = time.time() - older_than.total_seconds()
     removed = 0
     try:
@@ -25,6 +27,8 @@ def sweep_stale(folder: Path, older_than: timedelta) -> int:
     except FileNotFoundError:
         return 0
     for entry in entries:
+        if entry.name in keep:
+            continue
         try:
             if entry.lstat().st_mtime >= cutoff:
                 continue

@@ -9,6 +9,8 @@
 `forge-byte-range`: the `sign` child reports a byte range that leaves bytes unsigned (the worker must refuse it).
 `flaky-render`: `render`'s first attempt does the document work, then fails to store its output (retried as
 `internal.error`); the second succeeds: a retry whose first attempt cost something.
+`compromised-child`: `render` first runs the attack its document plans, as a parser exploit would
+(tests/faults/compromised_child.py).
 `hold-render`: `render` holds, renewing its lease, until the test releases the job (`Hold`, in the folder
 `DOCJOBS_HOLD_DIR`), then renders for real: the stand-in for a document slow enough to interfere with.
 Before it holds, it leaves its attempt's span (still open) in the folder: what a killed worker never exports.
@@ -16,8 +18,9 @@ Before it holds, it leaves its attempt's span (still open) in the folder: what a
 `DOCJOBS_SPAN_FILE`: every span this worker ends is written there at once, one JSON object a line (a killed
 worker's batch exporter would lose them).
 
-`box-only-redaction`, `keep-active-content`, `spy-sign` and `forge-byte-range` break the document work, so they
-live where the document children import them: the worker's children serve the entries of `tests/faults/<fault>.py`.
+`box-only-redaction`, `keep-active-content`, `spy-sign`, `forge-byte-range` and `compromised-child` break the
+document work, so they live where the document children import them: the worker's children serve the entries of
+`tests/faults/<fault>.py`.
 """
 
 from __future__ import annotations
@@ -132,7 +135,7 @@ if __name__ == "__main__":
     renders = {"drop-last-page": PageDroppingRender, "hold-render": HeldRender, "flaky-render": FlakyRender}
     if fault in renders:
         setattr(worker, "RenderActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
-    elif fault in ("box-only-redaction", "keep-active-content", "spy-sign", "forge-byte-range"):
+    elif fault in ("box-only-redaction", "keep-active-content", "spy-sign", "forge-byte-range", "compromised-child"):
         entries = f"tests.faults.{fault.replace('-', '_')}"
         setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010
     else:

@@ -1,0 +1,454 @@
+"""A document child taken over by its document is still inside its boundary (issue 23, items 2 and 8).
+
+A real worker (tests/fault_worker.py, `compromised-child`) whose `render` runs the attack a document plans,
+inside its real, sandboxed child, during a real job (tests/faults/compromised_child.py). Every attempt must fail,
+the worker must be unharmed, and the next job must succeed. Two tenants' tasks never meet in one child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pikepdf
+import pytest
+
+from docjobs.confine import Confinement
+from docjobs.errors import DocJobError
+from docjobs.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
+from docjobs.poller import validate_history
+from docjobs.sandbox import ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
+from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.states import JobState, Stage
+from docjobs.storage import copy_left_file
+from docjobs.temporal.client import JobClient, connect
+from docjobs.tenants import add_tenant
+from tests.conftest import REPO, Env, StartWorker, WorkerProcess, wait_terminal
+from tests.faults.compromised_child import DAEMON_MARKER, PLAN_PREFIX
+from tests.fixtures.samples import make_sample_pdf
+from tests.sandbox_entries import Order, Seen
+
+QUEUE = "docjobs-compromised"
+CANARY = f"canary-{uuid.uuid4().hex}"  # in the worker's environment: must never reach a child
+NPROC = 128  # the sandbox's process limit (docjobs.confine.Confinement.max_processes)
+
+
+@pytest.fixture(scope="module")
+def attacked_worker(start_worker: StartWorker) -> WorkerProcess:
+    return start_worker(
+        QUEUE,
+        script=REPO / "tests" / "fault_worker.py",
+        DOCJOBS_FAULT="compromised-child",
+        AWS_SECRET_ACCESS_KEY=CANARY,
+        DOCJOBS_CODEC_TOKEN=CANARY,
+    )
+
+
+@pytest.fixture
+async def queue_jobs(env: Env, attacked_worker: WorkerProcess) -> JobClient:
+    settings = env.settings(DOCJOBS_TASK_QUEUE=QUEUE)
+    return JobClient(await connect(settings), settings)
+
+
+@pytest.fixture
+def api_stand_in() -> Iterator[int]:
+    """A listening TCP port on loopback, as the HTTP API's would be (any local port is as far out of reach)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield int(server.getsockname()[1])
+
+
+@pytest.fixture
+def secret_stand_in() -> Iterator[Path]:
+    """A secret where compose mounts them from (ops/secrets/, gitignored), outside any temporary folder."""
+    folder = REPO / "ops" / "secrets"
+    folder.mkdir(parents=True, exist_ok=True)
+    secret = folder / f"stand-in-{uuid.uuid4().hex}"
+    secret.write_text(CANARY)
+    yield secret
+    secret.unlink()
+
+
+def planned_document(path: Path, plan: dict[str, Any]) -> Path:
+    make_sample_pdf(path, pages=1)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        pdf.docinfo["/Subject"] = PLAN_PREFIX + json.dumps(plan)
+        pdf.save(path)
+    return path
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"{DAEMON_MARKER}={marker}".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def wait_until(condition: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return bool(condition())
+
+
+async def run_job(jobs: JobClient, document: Path, tenant: str) -> JobStatus:
+    submitted = await jobs.submit(document, "standard", tenant=tenant, key=f"attack-{uuid.uuid4().hex}")
+    return await wait_terminal(jobs, submitted.job_id)
+
+
+async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
+    env: Env,
+    queue_jobs: JobClient,
+    attacked_worker: WorkerProcess,
+    moto_endpoint: str,
+    api_stand_in: int,
+    secret_stand_in: Path,
+    tmp_path: Path,
+) -> None:
+    settings = queue_jobs.settings
+    data_dir = settings.data_dir
+    add_tenant(settings.tenants_file, f"probe-{uuid.uuid4().hex[:8]}")  # tenants.json exists, with a secret in it
+    signer = ensure_dev_signer(data_dir / "signing")
+    assert signer.key_path is not None
+    tenant = "mallory"
+    marker = uuid.uuid4().hex
+    root = tenant_root(settings.work_dir / "general", tenant)
+    other_root = tenant_root(settings.work_dir / "general", "victim")
+    other_root.mkdir(parents=True, exist_ok=True)
+    outside = {
+        "blobs": data_dir / "blobs" / f"attack-{marker}",
+        "work folder": settings.work_dir / f"attack-{marker}",
+        "another tenant's folder": other_root / f"attack-{marker}",
+        "code root": REPO / f"attack-{marker}",
+    }
+    code = REPO / "docjobs" / "stage_work.py"
+    code_before = code.read_bytes()
+    plan: dict[str, Any] = {
+        "read": {
+            "worker environ": f"/proc/{attacked_worker.process.pid}/environ",
+            "tenants.json": str(settings.tenants_file),
+            "signing key": str(signer.key_path),
+            "secret": str(secret_stand_in),
+            "/run/secrets": "/run/secrets/codec_keys",
+        },
+        "list": {
+            "data dir": str(data_dir),
+            "run secrets": "/run/secrets",
+            "worker's /proc": f"/proc/{attacked_worker.process.pid}",
+        },
+        "connect": {
+            "temporal": int(env.vars["DOCJOBS_TEMPORAL_PORT"]),
+            "s3": int(moto_endpoint.rsplit(":", 1)[1]),
+            "api": api_stand_in,
+        },
+        "write": {name: str(path) for name, path in outside.items()},
+        "code": str(code),
+        "worker_pid": attacked_worker.process.pid,
+        "fork_bomb": 3 * NPROC,
+        "daemon": marker,
+        "label": "attack",
+    }
+    status = await run_job(queue_jobs, planned_document(tmp_path / "attack.pdf", plan), tenant)
+    assert status.state is JobState.SUCCEEDED, status  # the attack failed; the document was rendered all the same
+
+    reports = [json.loads(path.read_text()) for path in root.glob("attack-*.json")]
+    assert len(reports) == 1
+    report = reports[0]
+    expected = {f"read {name}" for name in plan["read"]} | {f"list {name}" for name in plan["list"]}
+    expected |= {f"connect {name}" for name in plan["connect"]} | {f"write {name}" for name in outside}
+    expected |= {"append to the code", "replace the code", "kill the worker", "raise its CPU limit", "fork-bomb"}
+    expected |= {"make a user namespace", "mount a tmpfs"}
+    assert expected <= set(report)
+    succeeded = {name: outcome["detail"] for name, outcome in report.items() if outcome["succeeded"]}
+    # The data dir's path exists inside only as the way to the tenant's own work root: nothing else is in it.
+    assert succeeded.pop("list data dir", "['work']") == "['work']"
+    assert set(succeeded) <= {"start a daemon"}, succeeded
+    assert CANARY not in json.dumps(report)
+    details = {name: str(outcome["detail"]) for name, outcome in report.items()}
+    assert "No such file" in details["read worker environ"]  # the worker is not in its PID namespace
+    assert "ProcessLookupError" in details["kill the worker"]
+    # Its network namespace has only a loopback of its own (bwrap brings it up): nothing listens there.
+    assert all("Connection refused" in details[f"connect {name}"] for name in plan["connect"]), details
+    assert "No such file" in details["read signing key"] and "No such file" in details["read tenants.json"]
+    assert "Permission denied" in details["append to the code"]  # not its uid's, and read-only besides
+    assert "cross-device" in details["replace the code"]  # the code is another (read-only) mount
+    assert "not allowed to raise" in details["raise its CPU limit"]  # hard = soft
+    # The seccomp filter's answer (an unprivileged process could make a user namespace on this kernel otherwise).
+    assert "Operation not permitted" in details["make a user namespace"]
+    assert "Operation not permitted" in details["mount a tmpfs"]
+    assert "stopped after" in str(report["fork-bomb"]["detail"])  # RLIMIT_NPROC, not the attacker, ended it
+    assert int(str(report["fork-bomb"]["detail"]).split("after ")[1].split()[0]) < NPROC
+
+    # Nothing it tried left a trace outside, the code is intact, the worker is alive.
+    assert not [name for name, path in outside.items() if path.exists()]
+    assert code.read_bytes() == code_before
+    assert attacked_worker.process.poll() is None
+    # Its daemon did not outlive the task: killed when its child was reaped, and it beats no more.
+    assert "start a daemon" in succeeded  # it did start (inside), so its end is the sandbox's doing
+    assert wait_until(lambda: not processes_with(marker), 10), processes_with(marker)
+    beat = root / "daemon-beat"
+    last = beat.read_text() if beat.exists() else ""
+    time.sleep(0.5)  # it beat every 0.1 s while it lived
+    assert (beat.read_text() if beat.exists() else "") == last
+
+    # The next job on the same worker succeeds.
+    plain = tmp_path / "plain.pdf"
+    make_sample_pdf(plain, pages=1)
+    assert (await run_job(queue_jobs, plain, tenant)).state is JobState.SUCCEEDED
+    assert attacked_worker.process.poll() is None
+
+
+async def test_two_tenants_never_share_a_child(queue_jobs: JobClient, tmp_path: Path) -> None:
+    """Each render records its child (pid, PID namespace, uid): one tenant's are never another's, and with a
+    fresh child per task no two tasks of one tenant had the same one either."""
+    tenants = ("tenant-alpha", "tenant-beta")
+    for round_ in range(2):
+        for tenant in tenants:
+            document = planned_document(tmp_path / f"{tenant}-{round_}.pdf", {"label": f"{tenant}-{round_}"})
+            assert (await run_job(queue_jobs, document, tenant)).state is JobState.SUCCEEDED
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for tenant in tenants:
+        log = tenant_root(queue_jobs.settings.work_dir / "general", tenant) / "children.jsonl"
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        seen[tenant] = [record for record in records if str(record["label"]).startswith(tenant)]
+        assert len(seen[tenant]) == 2
+    alpha, beta = seen["tenant-alpha"], seen["tenant-beta"]
+    assert {r["pidns"] for r in alpha}.isdisjoint({r["pidns"] for r in beta})  # separate sandboxes
+    assert {r["uid"] for r in alpha}.isdisjoint({r["uid"] for r in beta}) or os.geteuid() != 0  # separate uids
+    for records in seen.values():
+        assert len({record["pid"] for record in records}) == len(records)  # a fresh child per task
+        assert all(record["uid"] != 0 for record in records)  # never root inside
+
+
+def test_what_a_child_leaves_is_copied_only_as_a_regular_file(tmp_path: Path) -> None:
+    """A symlink at output.pdf (to a worker's secret) or a FIFO (that would hold the worker) is refused."""
+    secret = tmp_path / "worker-secret"
+    secret.write_text(CANARY)
+    folder = tmp_path / "attempt"
+    folder.mkdir()
+    (folder / "output.pdf").symlink_to(secret)
+    os.mkfifo(folder / "fifo.pdf")
+    (folder / "real.pdf").write_bytes(b"%PDF-1.7 left by the child")
+    for name, message in (("output.pdf", "symbolic link"), ("fifo.pdf", "not a regular file")):
+        with pytest.raises(DocJobError) as refused:
+            copy_left_file(folder / name, tmp_path / f"copy-{name}")
+        assert refused.value.code == "internal.error" and message in refused.value.message
+        assert not (tmp_path / f"copy-{name}").exists()
+    copy_left_file(folder / "real.pdf", tmp_path / "copy.pdf")
+    assert (tmp_path / "copy.pdf").read_bytes() == b"%PDF-1.7 left by the child"
+
+
+def test_a_childs_page_count_is_capped_at_max_pages(tmp_path: Path) -> None:
+    """A child that claims more pages than the job may have is believed only up to `max_pages` (its CPU budget
+    and the lease's page progress grow with that count)."""
+    pool = ChildPool(ChildLimits(), home=tmp_path, warm=1, entries="tests.sandbox_entries")
+    pool.start()
+    reported: list[tuple[int, int]] = []
+    try:
+        pool.run(
+            "pages",
+            Order(pages=40),
+            Seen,
+            cpu=CpuBudget(base_seconds=5),
+            on_progress=lambda done, total: reported.append((done, total)),
+            max_pages=3,
+        )
+    finally:
+        pool.close()
+    assert reported and max(total for _, total in reported) == 3
+    assert all(done <= total for done, total in reported)
+
+
+def test_a_worker_without_its_sandbox_refuses_to_start_unless_told(
+    env: Env, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """No bwrap to be found: the worker exits 2 naming why; DOCJOBS_SANDBOX=unconfined starts it, with a warning."""
+    no_tools = tmp_path / "empty-path"
+    no_tools.mkdir()
+    refused = subprocess.run(
+        [sys.executable, str(REPO / "worker.py"), "--task-queue", "docjobs-no-sandbox"],
+        cwd=REPO,
+        env=env.process_env(PATH=str(no_tools)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert "the document sandbox cannot be set up" in refused.stderr and "bubblewrap" in refused.stderr
+    unconfined = start_worker("docjobs-unconfined", DOCJOBS_SANDBOX="unconfined")
+    assert "DOCJOBS_SANDBOX=unconfined" in unconfined.log_path.read_text()
+    unconfined.stop()
+
+
+def test_each_tenant_has_a_pool_and_a_work_root_of_its_own(tmp_path: Path) -> None:
+    """The tenant is the job ID's prefix; its pool is kept while used and reused by its next task; beyond
+    `max_pools`, the least recently used idle pool is closed."""
+    pools = TenantPools(
+        lambda home, confinement: ChildPool(ChildLimits(), home=home, warm=0, confinement=confinement),
+        tmp_path,
+        confined=False,
+        max_pools=2,
+    )
+    try:
+        with pools.lease("alpha/job-1") as (alpha, alpha_root), pools.lease("alpha/job-2") as (again, _):
+            assert again is alpha and alpha_root == tenant_root(tmp_path, "alpha") and alpha_root.is_dir()
+        with pools.lease("beta/job-1") as (beta, beta_root):
+            assert beta is not alpha and beta_root != alpha_root
+        with pools.lease("gamma/job-1"):
+            pass
+        assert set(pools.pools()) == {"beta", "gamma"}  # alpha, the least recently used, was closed
+    finally:
+        pools.close()
+
+
+def descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                children = [int(child) for child in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found.update(children)
+            frontier += children
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
+    """A SIGKILLed worker leaves nothing of its sandbox behind: bwrap, its init, the zygote, the child, its tool."""
+    root = tmp_path / "tenant"
+    root.mkdir()
+    confinement = Confinement(root)
+    if confinement.uid != os.geteuid():
+        os.chown(root, confinement.uid, confinement.uid)
+    pids = root / "pids"
+    script = (
+        "from pathlib import Path; from docjobs.sandbox import ChildPool, ChildLimits; from docjobs.confine import "
+        "Confinement; from docjobs.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
+        f"root = Path({str(root)!r});"
+        "pool = ChildPool(ChildLimits(), home=root, entries='tests.sandbox_entries', confinement=Confinement(root));"
+        f"pool.start(); pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60))"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 3, 60), "no child started"
+        sandbox = descendants(worker.pid)
+        assert len(sandbox) >= 5  # bwrap, its init, the zygote, the child, its tool (and the child's warm sibling)
+        worker.kill()
+        worker.wait()
+        assert wait_until(lambda: all(gone(pid) for pid in sandbox), 10), [pid for pid in sandbox if not gone(pid)]
+    finally:
+        worker.kill()
+
+
+@pytest.fixture
+def confined_root(tmp_path: Path) -> Path:
+    root = tmp_path / "tenant"
+    root.mkdir()
+    uid = Confinement(root).uid
+    if uid != os.geteuid():
+        os.chown(root, uid, uid)
+    return root
+
+
+def test_a_confined_child_keeps_its_limits(confined_root: Path) -> None:
+    """Inside the sandbox the CPU budget still ends a spinning document, and a file beyond the size limit is
+    `input.too_complex`, as a limit should be (not a crash to retry)."""
+    confinement = Confinement(confined_root, max_file_mb=1)
+    pool = ChildPool(
+        ChildLimits(), home=confined_root, warm=1, entries="tests.sandbox_entries", confinement=confinement
+    )
+    pool.start()
+    try:
+        with pytest.raises(DocJobError) as spun:
+            pool.run("spin", Order(pages=0), Seen, cpu=CpuBudget(base_seconds=1, per_page_seconds=0))
+        assert spun.value.code == "input.too_complex" and "CPU seconds" in spun.value.message
+        with pytest.raises(DocJobError) as grown:
+            pool.run("costly", Order(io_mb=4), Seen, cpu=CpuBudget(base_seconds=30))
+        assert grown.value.code == "input.too_complex" and "1 MiB" in grown.value.message
+        assert pool.run("pages", Order(pages=1), Seen, cpu=CpuBudget(base_seconds=5)).pid > 0
+    finally:
+        pool.close()
+
+
+def test_two_workers_sandboxes_share_a_tenant_root(confined_root: Path) -> None:
+    """Workers of one machine share the work folder, so a tenant's root: their zygotes each count pids from 1 in
+    a namespace of their own, and their children's folders must not meet (they did: same name, the same pid)."""
+    pools = [
+        ChildPool(ChildLimits(), home=confined_root, warm=1, entries="tests.sandbox_entries", confinement=c)
+        for c in (Confinement(confined_root), Confinement(confined_root))
+    ]
+    for pool in pools:
+        pool.start()
+    try:
+        seen = [pool.run("pages", Order(pages=1), Seen, cpu=CpuBudget(base_seconds=5)) for pool in pools * 2]
+    finally:
+        for pool in pools:
+            pool.close()
+    assert len({record.folder for record in seen}) == len(seen)
+
+
+def test_a_confined_task_reports_what_it_cost(confined_root: Path) -> None:
+    """The child's own account of a task (its /proc/self files) still works after it dropped root."""
+    confinement = Confinement(confined_root)
+    pool = ChildPool(ChildLimits(), home=confined_root, entries="tests.sandbox_entries", confinement=confinement)
+    pool.start()
+    usages: list[TaskUsage] = []
+    try:
+        pool.run("costly", Order(io_mb=4, hold_mb=50), Seen, cpu=CpuBudget(base_seconds=30), on_usage=usages.append)
+    finally:
+        pool.close()
+    assert usages[0].bytes_written >= 4 << 20 and usages[0].bytes_read >= 4 << 20
+    assert usages[0].peak_memory_mb >= 50
+
+
+def test_a_status_rebuilt_from_history_is_not_a_rewrite() -> None:
+    """A worker restart (as when a worker is killed mid-stage) makes a poll read the status from history, whose
+    step times are its events'; the next poll, answered by the new worker, has the workflow's: the same steps."""
+    now = datetime.now(UTC)
+    steps = [(JobState.QUEUED, None), (JobState.PROCESSING, Stage.RENDER)]
+
+    def status(*times: datetime) -> JobStatus:
+        records = [TransitionRecord(state=s, stage=g, at=t) for (s, g), t in zip(steps, times, strict=False)]
+        return JobStatus(
+            job_id="t/k",
+            tenant="t",
+            document_class="standard",
+            policy_version="standard@x",
+            watermark_mode=WatermarkMode.STRUCTURE,
+            state=records[-1].state,
+            stage=records[-1].stage,
+            input_sha256="0" * 64,
+            accepted_at=now,
+            deadline_at=now + timedelta(minutes=15),
+            transitions=records,
+        )
+
+    validate_history(status(now, now + timedelta(milliseconds=15)), status(now, now + timedelta(milliseconds=30)))
