@@ -96,7 +96,7 @@ async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
 async def test_evidence_is_signed_and_names_the_broken_binding(
     jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, tmp_path: Path
 ) -> None:
-    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="evidence")
+    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="signed-evidence")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED and status.evidence_key, status
     assert run_starter(env, "verify-evidence", submitted.job_id)[:2] == (

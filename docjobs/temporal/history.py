@@ -147,6 +147,8 @@ async def add_from_history(
         elif activity == "evidence":  # a job that ran on a build whose evidence step was an activity
             await _add_evidence(status, completed.result, converter)
     status.transitions = transitions
+    # Where the job is, as history says: visibility's copy of the attributes may lag behind its own events.
+    status.state, status.stage = transitions[-1].state, transitions[-1].stage
     return decided
 
 
