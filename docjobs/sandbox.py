@@ -375,12 +375,14 @@ class ChildPool:
         should_stop: Callable[[], bool] | None = None,
         on_usage: UsageFn | None = None,
         max_pages: int | None = None,
+        folder: Path | None = None,
     ) -> ResultT:
         """Run the entry `entry` on `work` in a child; its result validated as `result_type`.
 
         Raises DocJobError (the child's own failure, or `input.too_complex` for a limit), ChildStopped when
         `should_stop()` said so, ChildCrashed for anything else. `on_usage` gets what the task cost, however
         it ended. `max_pages` caps the page count the child may report (and the CPU budget that grows with it).
+        `folder` is the attempt's folder: a confined child may write there and in its private folder, nowhere else.
         """
         cap = max_pages if max_pages is not None else DEFAULT_PAGE_CAP
         child = self._acquire()
@@ -388,7 +390,7 @@ class ChildPool:
         reusable = False
         try:
             order = {"entry": entry, "work": work.model_dump(mode="json"), "cpu": cpu.model_dump(mode="json")}
-            child.send({**order, "max_pages": cap})
+            child.send({**order, "max_pages": cap, "folder": str(folder) if folder is not None else None})
             result = self._supervise(child, result_type, cpu, on_progress, should_stop, cap)
             reusable = True
             return result
