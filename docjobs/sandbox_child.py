@@ -55,6 +55,9 @@ _OUT_OF_MEMORY = b""
 # Folders of the zygote's home its confined forks may write besides their own (an entries module's
 # WRITABLE_IN_ROOT: test doubles' logs; the shipped stage work has none).
 _SHARED_WRITABLE: list[str] = []
+# The attempt folder this (confined) process restricted itself to: a process is restricted once (the kernel stacks at
+# most 16 domains). A confined child serves one task; one reused anyway (a benchmark) serves only that folder's.
+_RESTRICTED_TO: list[str | None] = []
 
 
 def _send(channel: int, message: dict[str, Any]) -> None:
@@ -186,12 +189,16 @@ def _confine_files(task: dict[str, Any]) -> None:
     folder in the tenant's work root, and the root itself, are out of its reach."""
     from docjobs.landlock import restrict  # standard library only, imported with the entries already
 
-    readable = [path for path in os.environ.get(READABLE_ENV, "").split(os.pathsep) if path] + ["/proc"]
-    writable = [os.getcwd(), *_SHARED_WRITABLE]
     folder = task.get("folder")
-    if isinstance(folder, str) and os.path.isabs(folder):
-        writable.append(folder)
+    folder = folder if isinstance(folder, str) and os.path.isabs(folder) else None
+    if _RESTRICTED_TO:
+        if _RESTRICTED_TO[0] != folder:
+            raise OSError(errno.EPERM, "this child is restricted to another attempt's folder")
+        return
+    readable = [path for path in os.environ.get(READABLE_ENV, "").split(os.pathsep) if path] + ["/proc"]
+    writable = [os.getcwd(), *_SHARED_WRITABLE, *([folder] if folder is not None else [])]
     restrict(readable, writable)
+    _RESTRICTED_TO.append(folder)
 
 
 def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> bool:
