@@ -19,7 +19,9 @@ inside a bwrap sandbox that has
   modules, kexec, userfaultfd, io_uring and the like.
 
 The limits inside (hard CPU = soft, processes, file size) are set by the zygote and its children
-(docjobs/sandbox_child.py), from the environment this module adds.
+(docjobs/sandbox_child.py), from the environment this module adds. So are each child's Landlock rules
+(docjobs/landlock.py): the paths bound read-only here (`READABLE_ENV`) are all it may read besides /proc and
+its own folders; it may write only its private folder and its attempt's folder, no other job's of the tenant.
 """
 
 from __future__ import annotations

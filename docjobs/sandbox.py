@@ -29,9 +29,11 @@ for every task, nothing of one task's memory or files seen by the next).
 
 A pool may be confined (`Confinement`, docjobs/confine.py): its zygote then starts inside a bubblewrap sandbox
 (its own network, PID and mount namespaces, only its tenant's work root writable, an unprivileged uid, seccomp),
-every limit is hard, and each child serves one task. `TenantPools` keeps one pool per tenant, so that no child
-ever serves two tenants; the worker uses it for every queue. Inside the sandbox the zygote reports the pids it
-sees, and the pool finds the same processes in its own namespace (`_outer_pid`) before it signals any.
+every limit is hard, and each child serves one task, restricted by Landlock to its attempt's folder (`run`'s
+`folder`) and its private one: no other job's folder of the tenant (docjobs/landlock.py). `TenantPools` keeps
+one pool per tenant, so that no child ever serves two tenants; the worker uses it for every queue. Inside the
+sandbox the zygote reports the pids it sees, and the pool finds the same processes in its own namespace
+(`_outer_pid`) before it signals any.
 
 What a task cost (`TaskUsage`) is measured by the child itself (a reused child's kernel account covers all its
 tasks) and reported with its answer; for a child that ended without one, the parent derives it from what the
