@@ -26,7 +26,7 @@ from docjobs.confine import Confinement
 from docjobs.errors import DocJobError
 from docjobs.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
 from docjobs.poller import validate_history
-from docjobs.sandbox import ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
+from docjobs.sandbox import ChildCrashed, ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.states import JobState, Stage
 from docjobs.storage import copy_left_file
@@ -481,3 +481,42 @@ def test_a_status_rebuilt_from_history_is_not_a_rewrite() -> None:
         )
 
     validate_history(status(now, now + timedelta(milliseconds=15)), status(now, now + timedelta(milliseconds=30)))
+
+
+def test_a_confined_child_writes_only_its_attempts_folder(confined_root: Path) -> None:
+    """Landlock, per child: the attempt folder the task names is writable, its sibling in the same work root is
+    not, nor the root itself; a child (reused here, as only the benchmark does) never serves another folder."""
+    uid = Confinement(confined_root).uid
+    folders = [confined_root / name for name in ("render-mine", "render-theirs")]
+    for folder in folders:
+        folder.mkdir()
+        if uid != os.geteuid():
+            os.chown(folder, uid, uid)
+    mine, theirs = folders
+    pool = ChildPool(
+        ChildLimits(),
+        home=confined_root,
+        warm=1,
+        entries="tests.sandbox_entries",
+        confinement=Confinement(confined_root),
+    )
+    pool.recycle_after = 50
+    pool.start()
+    cpu = CpuBudget(base_seconds=30)
+
+    def write_pids(path: Path) -> Seen:  # `block` writes its pids there, then returns at once (released)
+        return pool.run("block", Order(pid_file=str(path), release_file=str(mine)), Seen, cpu=cpu, folder=mine)
+
+    try:
+        first = write_pids(mine / "pids")
+        with pytest.raises(ChildCrashed):  # the file is in another job's folder of the same work root
+            write_pids(theirs / "pids")
+        with pytest.raises(ChildCrashed):  # beside its folder
+            write_pids(confined_root / "pids")
+        reused = pool.run("pages", Order(pages=1), Seen, cpu=cpu, folder=mine)
+        with pytest.raises(ChildCrashed):  # a child already restricted to another attempt's folder
+            pool.run("pages", Order(pages=1), Seen, cpu=cpu, folder=theirs)
+    finally:
+        pool.close()
+    assert first.pid > 0 and reused.pid > 0
+    assert (mine / "pids").exists() and not (theirs / "pids").exists() and not (confined_root / "pids").exists()
