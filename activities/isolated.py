@@ -93,6 +93,7 @@ class IsolatedStages(StoreStages):
                 should_stop=activity.is_cancelled,
                 on_usage=attempt.meter.add_child,
                 max_pages=max_pages,
+                folder=attempt.folder,
             )
         except ChildStopped:
             raise CancelledError("the stage was canceled or lost its lease: its document child was killed") from None

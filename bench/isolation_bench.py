@@ -252,9 +252,10 @@ def sandbox_stage_row(
     before: tuple[ChildPool, BaseModel],
     confined: list[tuple[ChildPool, BaseModel]],
     runs: int,
+    folder: Path,
 ) -> list[float]:
-    def through(pool: ChildPool, work: BaseModel) -> float:
-        return median_ms(runs, lambda: pool.run(entry, work, done_type, cpu=CPU))
+    def through(pool: ChildPool, work: BaseModel) -> float:  # `folder`: what a confined child may write (Landlock)
+        return median_ms(runs, lambda: pool.run(entry, work, done_type, cpu=CPU, folder=folder))
 
     in_process = median_ms(runs, lambda: ENTRIES[entry].run(direct, lambda done, total: None))
     return [in_process, through(*before), *(through(pool, work) for pool, work in confined)]
@@ -296,6 +297,7 @@ def sandbox_stage_table(runs: int, folder: Path) -> None:
                 (before, before_orders[entry]),
                 [(reused, work), (fresh, work)],
                 runs,
+                root,
             )
             totals = [total + value for total, value in zip(totals, row, strict=True)]
             print(f"| {entry} | " + " | ".join(f"{value:.1f}" for value in row) + " |")

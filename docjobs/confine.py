@@ -19,7 +19,9 @@ inside a bwrap sandbox that has
   modules, kexec, userfaultfd, io_uring and the like.
 
 The limits inside (hard CPU = soft, processes, file size) are set by the zygote and its children
-(docjobs/sandbox_child.py), from the environment this module adds.
+(docjobs/sandbox_child.py), from the environment this module adds. So are each child's Landlock rules
+(docjobs/landlock.py): the paths bound read-only here (`READABLE_ENV`) are all it may read besides /proc and
+its own folders; it may write only its private folder and its attempt's folder, no other job's of the tenant.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ UID_ENV = "DOCJOBS_CHILD_UID"
 NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
 FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"
 CONFINED_ENV = "DOCJOBS_CHILD_CONFINED"
+READABLE_ENV = "DOCJOBS_CHILD_READABLE"  # what a child's Landlock rules let it read (os.pathsep between paths)
 TMPFS_BYTES = 64 << 20  # /tmp and /dev/shm inside: the work happens in the attempt folder
 
 # What tools read from /etc; nothing else of it is visible (no shadow, no machine secrets).
@@ -192,9 +195,19 @@ class Confinement:
     def environment(self) -> dict[str, str]:
         """What the zygote needs to know of its boundary (added to its allow-listed environment)."""
         env = {NPROC_ENV: str(self.max_processes), FSIZE_ENV: str(self.max_file_mb), CONFINED_ENV: "1"}
+        readable = [destination for _, destination in self._read_only()] + list(MERGED_DIRS)
+        env[READABLE_ENV] = os.pathsep.join(readable)
         if os.geteuid() == 0:
             env[UID_ENV] = str(self.uid)
         return env
+
+    def _read_only(self) -> list[tuple[str, str]]:
+        """The runtime bound read-only inside (source, destination): also all a child's Landlock rules let it read
+        (besides /proc and its own folders)."""
+        binds: list[tuple[str, str]] = [(directory, directory) for directory in SYSTEM_DIRS if Path(directory).is_dir()]
+        binds += [(f"/etc/{entry}", f"/etc/{entry}") for entry in ETC_ENTRIES if Path(f"/etc/{entry}").exists()]
+        binds += [(str(path), str(path)) for path in runtime_paths(self.code)]
+        return binds
 
     def command(self, argv: Sequence[str], seccomp_fd: int | None) -> list[str]:
         """`argv` run inside the sandbox (run from an absolute path: bwrap's own PATH lookup is the host's)."""
@@ -207,9 +220,7 @@ class Confinement:
         args += ["--hostname", "docjobs-child"]
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm"]
-        binds: list[tuple[str, str]] = [(directory, directory) for directory in SYSTEM_DIRS if Path(directory).is_dir()]
-        binds += [(f"/etc/{entry}", f"/etc/{entry}") for entry in ETC_ENTRIES if Path(f"/etc/{entry}").exists()]
-        binds += [(str(path), str(path)) for path in runtime_paths(self.code)]
+        binds = self._read_only()
         # The folders leading to what is bound are made by bwrap, readable by the sandbox's uid too.
         destinations = [Path(destination) for _, destination in binds] + [self.writable]
         for folder in sorted({parent for path in destinations for parent in path.parents if parent != Path("/")}):
@@ -266,11 +277,19 @@ def check_sandbox(writable: Path) -> None:
         os.write(read_end, program)
         os.lseek(read_end, 0, os.SEEK_SET)
         pass_fds = (read_end,)
-    probe = "import os,sys; u=os.environ.get('U'); u and (os.setgroups([]), os.setgid(int(u)), os.setuid(int(u)))"
+    # Becomes the sandbox's uid as a zygote does, then asks for the Landlock ABI its children restrict themselves
+    # with (docjobs/landlock.py): exit status 3 where there is none.
+    probe = (
+        "import os,sys; u=os.environ.get('U'); u and (os.setgroups([]), os.setgid(int(u)), os.setuid(int(u)));"
+        "from docjobs.landlock import abi_version; sys.exit(0 if abi_version() >= 1 else 3)"
+    )
     try:
         done = subprocess.run(
             confinement.command([python_inside(), "-S", "-c", probe], read_end),
-            env={"U": confinement.environment().get(UID_ENV, "")},
+            env={
+                "U": confinement.environment().get(UID_ENV, ""),
+                "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+            },
             pass_fds=pass_fds,
             capture_output=True,
             timeout=30,
@@ -281,6 +300,8 @@ def check_sandbox(writable: Path) -> None:
     finally:
         if read_end is not None:
             os.close(read_end)
+    if done.returncode == 3:
+        raise SandboxUnavailable("Landlock (Linux 5.13 or later, enabled in the kernel's LSM list) is not available")
     if done.returncode != 0:
         reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
         raise SandboxUnavailable(f"bwrap could not set up the sandbox: {reason[-1] if reason else done.returncode}")

@@ -29,9 +29,11 @@ for every task, nothing of one task's memory or files seen by the next).
 
 A pool may be confined (`Confinement`, docjobs/confine.py): its zygote then starts inside a bubblewrap sandbox
 (its own network, PID and mount namespaces, only its tenant's work root writable, an unprivileged uid, seccomp),
-every limit is hard, and each child serves one task. `TenantPools` keeps one pool per tenant, so that no child
-ever serves two tenants; the worker uses it for every queue. Inside the sandbox the zygote reports the pids it
-sees, and the pool finds the same processes in its own namespace (`_outer_pid`) before it signals any.
+every limit is hard, and each child serves one task, restricted by Landlock to its attempt's folder (`run`'s
+`folder`) and its private one: no other job's folder of the tenant (docjobs/landlock.py). `TenantPools` keeps
+one pool per tenant, so that no child ever serves two tenants; the worker uses it for every queue. Inside the
+sandbox the zygote reports the pids it sees, and the pool finds the same processes in its own namespace
+(`_outer_pid`) before it signals any.
 
 What a task cost (`TaskUsage`) is measured by the child itself (a reused child's kernel account covers all its
 tasks) and reported with its answer; for a child that ended without one, the parent derives it from what the
@@ -375,12 +377,14 @@ class ChildPool:
         should_stop: Callable[[], bool] | None = None,
         on_usage: UsageFn | None = None,
         max_pages: int | None = None,
+        folder: Path | None = None,
     ) -> ResultT:
         """Run the entry `entry` on `work` in a child; its result validated as `result_type`.
 
         Raises DocJobError (the child's own failure, or `input.too_complex` for a limit), ChildStopped when
         `should_stop()` said so, ChildCrashed for anything else. `on_usage` gets what the task cost, however
         it ended. `max_pages` caps the page count the child may report (and the CPU budget that grows with it).
+        `folder` is the attempt's folder: a confined child may write there and in its private folder, nowhere else.
         """
         cap = max_pages if max_pages is not None else DEFAULT_PAGE_CAP
         child = self._acquire()
@@ -388,7 +392,7 @@ class ChildPool:
         reusable = False
         try:
             order = {"entry": entry, "work": work.model_dump(mode="json"), "cpu": cpu.model_dump(mode="json")}
-            child.send({**order, "max_pages": cap})
+            child.send({**order, "max_pages": cap, "folder": str(folder) if folder is not None else None})
             result = self._supervise(child, result_type, cpu, on_progress, should_stop, cap)
             reusable = True
             return result

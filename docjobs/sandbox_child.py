@@ -44,6 +44,7 @@ UID_ENV = "DOCJOBS_CHILD_UID"
 NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
 FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"
 CONFINED_ENV = "DOCJOBS_CHILD_CONFINED"
+READABLE_ENV = "DOCJOBS_CHILD_READABLE"
 DEFAULT_PAGE_CAP = 2000  # a task sent without its page cap (the shipped policies' largest max_pages)
 FORK_REQUEST = b"fork"
 PR_SET_PDEATHSIG = 1
@@ -51,6 +52,12 @@ PR_SET_DUMPABLE = 4
 NICENESS = 10
 # Written when memory has run out: prepared beforehand, since building it then may fail too.
 _OUT_OF_MEMORY = b""
+# Folders of the zygote's home its confined forks may write besides their own (an entries module's
+# WRITABLE_IN_ROOT: test doubles' logs; the shipped stage work has none).
+_SHARED_WRITABLE: list[str] = []
+# The attempt folder this (confined) process restricted itself to: a process is restricted once (the kernel stacks at
+# most 16 domains). A confined child serves one task; one reused anyway (a benchmark) serves only that folder's.
+_RESTRICTED_TO: list[str | None] = []
 
 
 def _send(channel: int, message: dict[str, Any]) -> None:
@@ -175,10 +182,37 @@ def _limit_cpu(seconds: float, hard_seconds: float | None = None) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+def _confine_files(task: dict[str, Any]) -> None:
+    """A confined child, before its (only) task: Landlock lets it read and execute the runtime the sandbox mounts
+    read-only (and /proc: its PID namespace's, where a sibling's files stay out of reach: another domain), and
+    write only beneath its private folder and its task's attempt folder (docjobs/landlock.py). Every other job's
+    folder in the tenant's work root, and the root itself, are out of its reach."""
+    from docjobs.landlock import restrict  # standard library only, imported with the entries already
+
+    folder = task.get("folder")
+    folder = folder if isinstance(folder, str) and os.path.isabs(folder) else None
+    if _RESTRICTED_TO:
+        if _RESTRICTED_TO[0] != folder:
+            raise OSError(errno.EPERM, "this child is restricted to another attempt's folder")
+        return
+    readable = [path for path in os.environ.get(READABLE_ENV, "").split(os.pathsep) if path] + ["/proc"]
+    writable = [os.getcwd(), *_SHARED_WRITABLE, *([folder] if folder is not None else [])]
+    restrict(readable, writable)
+    _RESTRICTED_TO.append(folder)
+
+
 def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> bool:
     """Run one task and answer it; False when this child must not take another one."""
     from docjobs.errors import DocJobError  # light, and already imported with the entries
 
+    if os.environ.get(CONFINED_ENV):
+        from docjobs.landlock import LandlockUnavailable
+
+        try:
+            _confine_files(task)
+        except (LandlockUnavailable, OSError) as error:  # fails closed: the task never runs unrestricted
+            _send(channel, {"kind": "crash", "error": f"Landlock: {type(error).__name__}"})
+            return False
     usage = _TaskUsage()
     start = _cpu_used()
     budget = task.get("cpu") or {}
@@ -367,6 +401,10 @@ def main() -> None:
     for name in getattr(module, "PRELOAD", ()):
         importlib.import_module(name)
     zygote.entries = module.ENTRIES
+    for name in getattr(module, "WRITABLE_IN_ROOT", ()):
+        shared = zygote.home / name
+        shared.mkdir(exist_ok=True)
+        _SHARED_WRITABLE.append(str(shared))
     gc.freeze()  # what every fork shares stays shared: the collector never writes to it
     zygote.serve()
 

@@ -26,14 +26,14 @@ from docjobs.confine import Confinement
 from docjobs.errors import DocJobError
 from docjobs.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
 from docjobs.poller import validate_history
-from docjobs.sandbox import ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
+from docjobs.sandbox import ChildCrashed, ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.states import JobState, Stage
 from docjobs.storage import copy_left_file
 from docjobs.temporal.client import JobClient, connect
 from docjobs.tenants import add_tenant
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, wait_terminal
-from tests.faults.compromised_child import DAEMON_MARKER, PLAN_PREFIX
+from tests.faults.compromised_child import DAEMON_MARKER, LOG_FOLDER, PLAN_PREFIX
 from tests.fixtures.samples import make_sample_pdf
 from tests.sandbox_entries import Order, Seen
 
@@ -132,11 +132,22 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     root = tenant_root(settings.work_dir / "general", tenant)
     other_root = tenant_root(settings.work_dir / "general", "victim")
     other_root.mkdir(parents=True, exist_ok=True)
+    # Another job of the SAME tenant, running while the attacker's does: its attempt folder is in the same work
+    # root, mounted writable in the same sandbox, owned by the same uid. Planted here, open to every uid, so that
+    # only the child's own Landlock rules (docjobs/landlock.py) keep it out.
+    root.mkdir(parents=True, exist_ok=True)
+    neighbour = root / f"render-neighbour-{marker}"
+    neighbour.mkdir(mode=0o777)
+    neighbour.chmod(0o777)
+    (neighbour / "input.pdf").write_text(CANARY)
+    (neighbour / "input.pdf").chmod(0o666)
     outside = {
         "blobs": data_dir / "blobs" / f"attack-{marker}",
         "work folder": settings.work_dir / f"attack-{marker}",
         "another tenant's folder": other_root / f"attack-{marker}",
         "code root": REPO / f"attack-{marker}",
+        "beside its own folder": root / f"attack-{marker}",
+        "another job's folder": neighbour / f"attack-{marker}",
     }
     code = REPO / "docjobs" / "stage_work.py"
     code_before = code.read_bytes()
@@ -147,11 +158,14 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
             "signing key": str(signer.key_path),
             "secret": str(secret_stand_in),
             "/run/secrets": "/run/secrets/codec_keys",
+            "another job's file": str(neighbour / "input.pdf"),
         },
         "list": {
             "data dir": str(data_dir),
             "run secrets": "/run/secrets",
             "worker's /proc": f"/proc/{attacked_worker.process.pid}",
+            "another job's folder": str(neighbour),
+            "its tenant's work root": str(root),
         },
         "connect": {
             "temporal": int(env.vars["DOCJOBS_TEMPORAL_PORT"]),
@@ -168,7 +182,8 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     status = await run_job(queue_jobs, planned_document(tmp_path / "attack.pdf", plan), tenant)
     assert status.state is JobState.SUCCEEDED, status  # the attack failed; the document was rendered all the same
 
-    reports = [json.loads(path.read_text()) for path in root.glob("attack-*.json")]
+    log = root / LOG_FOLDER
+    reports = [json.loads(path.read_text()) for path in log.glob("attack-*.json")]
     assert len(reports) == 1
     report = reports[0]
     expected = {f"read {name}" for name in plan["read"]} | {f"list {name}" for name in plan["list"]}
@@ -184,8 +199,10 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     details = {name: str(outcome["detail"]) for name, outcome in report.items()}
     assert "No such file" in details["read worker environ"]  # the worker is not in its PID namespace
     assert "ProcessLookupError" in details["kill the worker"]
-    # Its network namespace has only a loopback of its own (bwrap brings it up): nothing listens there.
-    assert all("Connection refused" in details[f"connect {name}"] for name in plan["connect"]), details
+    # Its network namespace has only a loopback of its own (bwrap brings it up): nothing listens there; and its
+    # Landlock rules (ABI 4 and later) refuse any TCP connect before that.
+    refusals = ("Permission denied", "Connection refused")
+    assert all(any(r in details[f"connect {name}"] for r in refusals) for name in plan["connect"]), details
     assert "No such file" in details["read signing key"] and "No such file" in details["read tenants.json"]
     assert "Permission denied" in details["append to the code"]  # not its uid's, and read-only besides
     assert "cross-device" in details["replace the code"]  # the code is another (read-only) mount
@@ -193,6 +210,13 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     # The seccomp filter's answer (an unprivileged process could make a user namespace on this kernel otherwise).
     assert "Operation not permitted" in details["make a user namespace"]
     assert "Operation not permitted" in details["mount a tmpfs"]
+    # Landlock: nothing of its own tenant's work root but its own folders (a job of its tenant, the same uid).
+    for name in ("read another job's file", "list another job's folder", "list its tenant's work root"):
+        assert "Permission denied" in details[name], (name, details[name])
+    for name in ("write beside its own folder", "write another job's folder"):
+        assert "Permission denied" in details[name], (name, details[name])
+    assert [path.name for path in neighbour.iterdir()] == ["input.pdf"]
+    assert (neighbour / "input.pdf").read_text() == CANARY
     assert "stopped after" in str(report["fork-bomb"]["detail"])  # RLIMIT_NPROC, not the attacker, ended it
     assert int(str(report["fork-bomb"]["detail"]).split("after ")[1].split()[0]) < NPROC
 
@@ -203,7 +227,7 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     # Its daemon did not outlive the task: killed when its child was reaped, and it beats no more.
     assert "start a daemon" in succeeded  # it did start (inside), so its end is the sandbox's doing
     assert wait_until(lambda: not processes_with(marker), 10), processes_with(marker)
-    beat = root / "daemon-beat"
+    beat = log / "daemon-beat"
     last = beat.read_text() if beat.exists() else ""
     time.sleep(0.5)  # it beat every 0.1 s while it lived
     assert (beat.read_text() if beat.exists() else "") == last
@@ -225,7 +249,7 @@ async def test_two_tenants_never_share_a_child(queue_jobs: JobClient, tmp_path: 
             assert (await run_job(queue_jobs, document, tenant)).state is JobState.SUCCEEDED
     seen: dict[str, list[dict[str, Any]]] = {}
     for tenant in tenants:
-        log = tenant_root(queue_jobs.settings.work_dir / "general", tenant) / "children.jsonl"
+        log = tenant_root(queue_jobs.settings.work_dir / "general", tenant) / LOG_FOLDER / "children.jsonl"
         records = [json.loads(line) for line in log.read_text().splitlines()]
         seen[tenant] = [record for record in records if str(record["label"]).startswith(tenant)]
         assert len(seen[tenant]) == 2
@@ -348,13 +372,18 @@ def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
     confinement = Confinement(root)
     if confinement.uid != os.geteuid():
         os.chown(root, confinement.uid, confinement.uid)
-    pids = root / "pids"
+    attempt = root / "attempt"  # the only folder of the root the child may write (besides its private one)
+    attempt.mkdir()
+    if confinement.uid != os.geteuid():
+        os.chown(attempt, confinement.uid, confinement.uid)
+    pids = attempt / "pids"
     script = (
         "from pathlib import Path; from docjobs.sandbox import ChildPool, ChildLimits; from docjobs.confine import "
         "Confinement; from docjobs.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
         f"root = Path({str(root)!r});"
         "pool = ChildPool(ChildLimits(), home=root, entries='tests.sandbox_entries', confinement=Confinement(root));"
-        f"pool.start(); pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60))"
+        f"pool.start(); pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60),"
+        f" folder=Path({str(attempt)!r}))"
     )
     worker = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
@@ -452,3 +481,42 @@ def test_a_status_rebuilt_from_history_is_not_a_rewrite() -> None:
         )
 
     validate_history(status(now, now + timedelta(milliseconds=15)), status(now, now + timedelta(milliseconds=30)))
+
+
+def test_a_confined_child_writes_only_its_attempts_folder(confined_root: Path) -> None:
+    """Landlock, per child: the attempt folder the task names is writable, its sibling in the same work root is
+    not, nor the root itself; a child (reused here, as only the benchmark does) never serves another folder."""
+    uid = Confinement(confined_root).uid
+    folders = [confined_root / name for name in ("render-mine", "render-theirs")]
+    for folder in folders:
+        folder.mkdir()
+        if uid != os.geteuid():
+            os.chown(folder, uid, uid)
+    mine, theirs = folders
+    pool = ChildPool(
+        ChildLimits(),
+        home=confined_root,
+        warm=1,
+        entries="tests.sandbox_entries",
+        confinement=Confinement(confined_root),
+    )
+    pool.recycle_after = 50
+    pool.start()
+    cpu = CpuBudget(base_seconds=30)
+
+    def write_pids(path: Path) -> Seen:  # `block` writes its pids there, then returns at once (released)
+        return pool.run("block", Order(pid_file=str(path), release_file=str(mine)), Seen, cpu=cpu, folder=mine)
+
+    try:
+        first = write_pids(mine / "pids")
+        with pytest.raises(ChildCrashed):  # the file is in another job's folder of the same work root
+            write_pids(theirs / "pids")
+        with pytest.raises(ChildCrashed):  # beside its folder
+            write_pids(confined_root / "pids")
+        reused = pool.run("pages", Order(pages=1), Seen, cpu=cpu, folder=mine)
+        with pytest.raises(ChildCrashed):  # a child already restricted to another attempt's folder
+            pool.run("pages", Order(pages=1), Seen, cpu=cpu, folder=theirs)
+    finally:
+        pool.close()
+    assert first.pid > 0 and reused.pid > 0
+    assert (mine / "pids").exists() and not (theirs / "pids").exists() and not (confined_root / "pids").exists()

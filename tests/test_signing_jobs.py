@@ -74,8 +74,8 @@ async def test_the_key_never_reaches_the_sign_child(
     p12_signer: tuple[SignerConfig, bytes],
 ) -> None:
     config, key_der = p12_signer
-    work_dir = env.settings().work_dir  # each child's HOME is a folder of the worker's work folder
-    for earlier in work_dir.glob(f"*/{SPY_FOLDER}"):
+    work_dir = env.settings().work_dir  # the spy's folder is in its tenant's work root, in the queue's folder
+    for earlier in work_dir.glob(f"*/*/{SPY_FOLDER}"):
         shutil.rmtree(earlier)
     queue = "docjobs-spy-sign"
     start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="spy-sign", **worker_env(config))
@@ -85,8 +85,8 @@ async def test_the_key_never_reaches_the_sign_child(
     assert status.state is JobState.SUCCEEDED, status
 
     # What the sign child was given: a certificate, a hole size and the tenant; the verify child: certificates.
-    (sign_record,) = work_dir.glob(f"*/{SPY_FOLDER}/sign-*.json")
-    (verify_record,) = work_dir.glob(f"*/{SPY_FOLDER}/verify-*.json")
+    (sign_record,) = work_dir.glob(f"*/*/{SPY_FOLDER}/sign-*.json")
+    (verify_record,) = work_dir.glob(f"*/*/{SPY_FOLDER}/verify-*.json")
     work = json.loads(sign_record.read_text())["work"]
     assert set(work) == {
         "source", "output", "certificate_pem", "bytes_reserved", "tenant", "visible", "allow_signed_input", "stamp_box"

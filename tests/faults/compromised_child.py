@@ -4,9 +4,10 @@
 attacker code inside its real child before it renders for real: read the worker's environment, the data dir's
 tenants file, the signing key and secrets; connect to local ports; write outside its folder and over the code;
 leave a daemon behind (`setsid`), kill the worker, raise its own CPU limit, fork-bomb. What each attempt got is
-written to `attack-<pid>.json` in the tenant's work root (the only folder the sandbox may write that outlives
-the attempt), for the test to read. Every render, planned or not, also appends who ran it (pid, PID namespace,
-uid) to `children.jsonl` there.
+written to `attack-<pid>.json` in the `attack-log` folder of the tenant's work root, for the test to read: the one
+folder, besides its own, that Landlock lets these test children write (`WRITABLE_IN_ROOT`; the shipped stage work
+has none), since their attempt folders are gone with their attempts. Every render, planned or not, also appends who
+ran it (pid, PID namespace, uid) to `children.jsonl` there.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from docjobs.stage_work import ENTRIES, Entry, ProgressFn, RenderDone, RenderWor
 
 PLAN_PREFIX = "docjobs-attack:"
 DAEMON_MARKER = "DOCJOBS_ATTACK_DAEMON"
-# The daemon: beats in the tenant's work root for two minutes, unless something kills it first.
+LOG_FOLDER = "attack-log"
+WRITABLE_IN_ROOT = (LOG_FOLDER,)  # read by the zygote (docjobs/sandbox_child.py)
+# The daemon: beats in the log folder for two minutes, unless something kills it first.
 DAEMON = (
     "import sys,time\nfor _ in range(1200):\n    open(sys.argv[1],'w').write(str(time.time()))\n    time.sleep(0.1)\n"
 )
@@ -140,7 +143,7 @@ def attack(plan: dict[str, Any], root: Path) -> dict[str, dict[str, object]]:
 
 
 def attacked_render(work: RenderWork, progress: ProgressFn) -> RenderDone:
-    root = work.workdir.parent  # the tenant's work root: where every attempt's folder is
+    root = work.workdir.parent / LOG_FOLDER  # in the tenant's work root, where every attempt's folder is
     plan = read_plan(work.source)
     who = {"pid": os.getpid(), "pidns": os.readlink("/proc/self/ns/pid"), "uid": os.getuid()}
     who["label"] = plan.get("label")

@@ -1,6 +1,7 @@
 """DOCJOBS_FAULT=spy-sign: the `sign` and `verify` children record what they were given (the work order, as JSON,
-and the whole environment) in `$HOME/sign-spy/`, then do the real work. What a compromised child could steal is
-exactly what is in those records."""
+and the whole environment) in `sign-spy/` in the tenant's work root (the folder these test children may write
+besides their own: `WRITABLE_IN_ROOT`; their HOME goes with them), then do the real work. What a compromised child
+could steal is exactly what is in those records."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from docjobs import stage_work
 from docjobs.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork, VerifyDone, VerifyWork
 
 SPY_FOLDER = "sign-spy"
+WRITABLE_IN_ROOT = (SPY_FOLDER,)  # read by the zygote (docjobs/sandbox_child.py)
 
 
 def _record(stage: str, work: BaseModel, folder: Path) -> None:
-    spied = Path(os.environ["HOME"]) / SPY_FOLDER
-    spied.mkdir(exist_ok=True)
+    spied = Path(os.environ["HOME"]).parent / SPY_FOLDER  # HOME is the child's private folder in the work root
     record = {"work": work.model_dump(mode="json"), "environ": dict(os.environ), "pid": os.getpid()}
     (spied / f"{stage}-{os.getpid()}-{folder.name}.json").write_text(json.dumps(record))
 
