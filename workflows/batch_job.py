@@ -45,6 +45,8 @@ WAIT_HEARTBEAT_TIMEOUT = timedelta(seconds=30)  # a batch worker that died hands
 STEP_TIMEOUT = timedelta(minutes=2)
 # Starting and waiting are idempotent (start-or-get; waiting changes nothing): retried until they succeed.
 PATIENT = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# Asked only when a cancel request meets a start of documents: runs recorded before it replay as they ran.
+START_FINISHES_AT_CANCEL = "batch-start-finishes-at-cancel"
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -131,13 +133,25 @@ class DocumentBatchWorkflow:
             await self._await_endings()
 
     async def _start(self, request: BatchRequest, first: int, count: int) -> list[RunningJob]:
-        started: list[RunningJob] = await workflow.execute_activity(
+        """Start the next `count` documents. A cancel request that comes meanwhile (or with the result, in the
+        same workflow task) lets the start finish: the documents it started are then running jobs of the batch,
+        which its cancellation cancels. Cancelling the start instead left them running, unknown to the batch."""
+        start = workflow.start_activity(
             "start_batch_documents",
             StartDocuments(batch=request, first=first, count=count),
             result_type=list[RunningJob],
             start_to_close_timeout=STEP_TIMEOUT,
             retry_policy=PATIENT,
         )
+        try:
+            started: list[RunningJob] = await asyncio.shield(start)
+        except asyncio.CancelledError:
+            if not workflow.patched(START_FINISHES_AT_CANCEL):  # a run from before: as it was recorded
+                start.cancel()
+                raise
+            self._progress.running.extend(await start)
+            self._progress.next_index += count
+            raise
         return started
 
     async def _await_endings(self) -> None:
