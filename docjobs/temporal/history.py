@@ -89,10 +89,10 @@ async def add_from_history(
 ) -> NotifyInput | None:
     """What a job's history says of it, added to a status rebuilt without a worker (from the request memo and
     visibility): the transitions the workflow recorded (each a search-attribute upsert, at the time its workflow
-    task started: the workflow's own `now`, except after a local activity in the same task, where the
-    workflow's clock has moved on by the activity's run),
-    each stage's last attempt that ended (history writes an attempt's start when it closes), the page count
-    `render` found, the artifact (and its searchable text) `publish` released and the evidence envelope.
+    task started: the workflow's own `now`, except after a local activity in the same task, where the workflow's
+    clock has moved on by the activity's run), each stage's last attempt that ended (history writes an attempt's
+    start when it closes), the page count `render` found, the artifact (and its searchable text) `publish`
+    released and the evidence envelope.
     Returns the terminal event the workflow sent to `notify`, if it got that far: once that is scheduled, the
     job's ending (state, code, reason) is decided and in history.
 
@@ -113,7 +113,7 @@ async def add_from_history(
         if event.HasField("upsert_workflow_search_attributes_event_attributes"):
             fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
             at = task_time or event.event_time.ToDatetime(tzinfo=UTC)
-            _add_transition(status, fields, at, transitions)
+            _add_transition(fields, at, transitions)
             continue
         if event.HasField("marker_recorded_event_attributes"):
             marker = event.marker_recorded_event_attributes
@@ -157,20 +157,16 @@ def workflow_clock(stamp: Timestamp) -> datetime:
     return datetime.fromtimestamp(stamp.ToNanoseconds() / 1e9, UTC)
 
 
-def _add_transition(
-    status: JobStatus, fields: Mapping[str, Payload], at: datetime, transitions: list[TransitionRecord]
-) -> None:
-    """The transition an upsert of the state or stage attribute records (the workflow upserts only what changed;
-    a plain client's job upserts `queued` once it is resolved, which is no transition)."""
-    state, stage = status.state, status.stage
-    if transitions:
-        state, stage = transitions[-1].state, transitions[-1].stage
+def _add_transition(fields: Mapping[str, Payload], at: datetime, transitions: list[TransitionRecord]) -> None:
+    """The transition an upsert of the state or stage attribute records after the `transitions` so far (the
+    workflow upserts only what changed; a plain client's job upserts `queued` once resolved: no transition)."""
+    state, stage = transitions[-1].state, transitions[-1].stage
     if STATE_ATTRIBUTE in fields:
         state = parse_state(json.loads(fields[STATE_ATTRIBUTE].data))
     if STAGE_ATTRIBUTE in fields:
         named = json.loads(fields[STAGE_ATTRIBUTE].data)
         stage = Stage(named) if named else None
-    if transitions and (state, stage) == (transitions[-1].state, transitions[-1].stage):
+    if (state, stage) == (transitions[-1].state, transitions[-1].stage):
         return
     transitions.append(TransitionRecord(state=state, stage=stage, at=at))
 
