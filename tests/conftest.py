@@ -13,14 +13,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 import pytest
+import uvicorn
 from google.protobuf.message import Message
 from moto.server import ThreadedMotoServer
 from temporalio.api.common.v1 import Payload
@@ -87,6 +90,24 @@ def moto_endpoint() -> Iterator[str]:
     admin.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     yield endpoint
     server.stop()
+
+
+@contextmanager
+def serving_app(app: Any, name: str) -> Iterator[int]:
+    """An ASGI app served by uvicorn on a free loopback port, in a thread with its own event loop; the port."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
 
 
 def aws_environment(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:

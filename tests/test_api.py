@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -25,7 +24,6 @@ import httpx
 import hypothesis
 import pytest
 import schemathesis
-import uvicorn
 from schemathesis import Case
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
@@ -39,7 +37,7 @@ from docjobs.templates import zip_folder
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import TenantBook, add_tenant, key_digest
-from tests.conftest import REPO, Env, HeldQueue, WorkerProcess, free_port, run_starter
+from tests.conftest import REPO, Env, HeldQueue, WorkerProcess, free_port, run_starter, serving_app
 from tests.fixtures.generate_samples import bundle_folder, invoice_data, invoice_template
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain
 from tests.fixtures.samples import make_sample_pdf
@@ -63,7 +61,8 @@ class Api:
 @pytest.fixture(scope="module")
 def api(env: Env, main_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     tenants_path = tmp_path_factory.mktemp("api") / "tenants.json"
-    keys = {name: add_tenant(tenants_path, name) for name in ("acme", "globex")}
+    # `fuzz` is schemathesis's own: what its random requests store (a template, say) no other test sees.
+    keys = {name: add_tenant(tenants_path, name) for name in ("acme", "globex", "fuzz")}
     yield from serve_api(env.settings(), tenants_path, keys)
 
 
@@ -76,17 +75,8 @@ def held_api(api: Api, held: HeldQueue) -> Iterator[Api]:
 def serve_api(settings: TemporalSettings, tenants_path: Path, keys: dict[str, str]) -> Iterator[Api]:
     """The app served by uvicorn in a background thread (its own event loop and Temporal connection)."""
     app = create_app(settings, tenants=TenantBook(tenants_path), upload_limit=LIMIT)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
-        time.sleep(0.05)
-    yield Api(f"http://127.0.0.1:{port}", "127.0.0.1", port, keys, tenants_path)
-    server.should_exit = True
-    thread.join(timeout=20)
+    with serving_app(app, "api-server") as port:
+        yield Api(f"http://127.0.0.1:{port}", "127.0.0.1", port, keys, tenants_path)
 
 
 @pytest.fixture
@@ -536,7 +526,7 @@ def test_schemathesis_finds_no_server_error(api: Api) -> None:
             max_examples=20, deadline=None, database=None, suppress_health_check=list(hypothesis.HealthCheck)
         )
         def check(case: Case[Any]) -> None:
-            response = case.call_and_validate(headers=api.auth(), checks=[not_a_server_error], timeout=60)
+            response = case.call_and_validate(headers=api.auth("fuzz"), checks=[not_a_server_error], timeout=60)
             calls.append(response.status_code)
 
         check()

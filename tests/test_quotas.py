@@ -13,7 +13,6 @@ import hashlib
 import http.client
 import json
 import socket
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -23,14 +22,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from docjobs.api.app import create_app
 from docjobs.quotas import DailyBytes, TenantLimits, seconds_to_next_day
 from docjobs.storage import source_key
 from docjobs.temporal.client import JobClient, connect
 from docjobs.tenants import TenantBook, add_tenant, set_limits
-from tests.conftest import Env, HeldQueue, free_port, run_starter, wait_terminal
+from tests.conftest import Env, HeldQueue, run_starter, serving_app, wait_terminal
 from tests.test_api import exists, pdf_bytes
 
 LIMIT = 512 * 1024  # the server's upload limit per document here
@@ -63,21 +61,12 @@ async def quota(held: HeldQueue, tmp_path_factory: pytest.TempPathFactory) -> As
     set_limits(tenants, names["batcher"], {"max_batch_bytes": BATCH_CAP})
     settings = held.settings()
     app = create_app(settings, tenants=TenantBook(tenants), upload_limit=LIMIT, body_read_timeout=BODY_TIMEOUT)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="quota-api", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
-        await asyncio.sleep(0.05)
-    jobs = JobClient(await connect(settings), settings)
-    api = QuotaApi(f"http://127.0.0.1:{port}", port, keys, names, tenants, jobs)
-    yield api
-    for job_id in api.started:  # nothing held outlives the module
-        await api.jobs.cancel_running(job_id)
-    server.should_exit = True
-    thread.join(timeout=20)
+    with serving_app(app, "quota-api") as port:
+        jobs = JobClient(await connect(settings), settings)
+        api = QuotaApi(f"http://127.0.0.1:{port}", port, keys, names, tenants, jobs)
+        yield api
+        for job_id in api.started:  # nothing held outlives the module
+            await api.jobs.cancel_running(job_id)
 
 
 def tenant(api: QuotaApi, name: str) -> str:
