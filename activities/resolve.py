@@ -1,9 +1,10 @@
-"""The `resolve` step of a job started with the public input (`DocumentJobInput`): everything internal the
-workflow needs, decided once by the worker's configuration and recorded in history (so a replay, a retry or a
-changed policy file never changes a running job): the policy and its version, the stage timings, the OCR
-queue, and the source copied into the content-addressed layout with its digest checked. The tenant must be
-allowed the policy (`policy.forbidden`: its list in the tenants file, or every policy not trusted-only) and
-must own a source it names by its digest (`source.missing`, as for a blob nobody stored)."""
+"""The `resolve` step of a job started with the public input (`DocumentJobInput`): the one place a job's policy
+is resolved. It decides, once, by the worker's configuration, everything internal the workflow needs, and
+records it in history (so a replay, a retry or a changed policy file never changes a running job): the policy
+and its version, the stage timings, the OCR queue, and the source (a document, or what `generate` makes one
+of) copied into the content-addressed layout with its digest checked. The tenant must be allowed the policy
+(`policy.forbidden`: its list in the tenants file, or every policy not trusted-only) and must own a source it
+names by its digest (`source.missing`, as for a blob nobody stored)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class ResolveActivities:
                 job_id=request.job_id,
                 tenant=job.tenant,
                 source=source,
+                input_kind=job.source.kind,
                 policy=policy,
                 policy_version=policy.version,
                 deadline_seconds=job.deadline_seconds or policy.deadline_seconds,

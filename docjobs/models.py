@@ -287,10 +287,16 @@ class SourceRef(Strict):
     uri: str = Field(min_length=1, max_length=2048, description="s3://bucket/key or file:///path, inside the store")
     sha256: str = Field(pattern=SHA256_PATTERN)
     size: int = Field(ge=0)
+    kind: InputKind = Field(
+        default=InputKind.DOCUMENT,
+        description="document (a PDF or image), html (one HTML file), bundle (a zip: index.html with its assets) "
+        "or template (a manifest naming a stored template version and its JSON data): the last three are made "
+        "into a PDF by the job's `generate` step",
+    )
 
 
 class JobOverrides(Strict):
-    """Ad-hoc changes to the named policy (each makes a new policy version, hence a new job)."""
+    """Ad-hoc changes to the named policy, applied by the job's `resolve` step (other overrides: another job)."""
 
     watermark_text: str | None = Field(default=None, min_length=1, max_length=200)
     watermark_mode: WatermarkMode | None = None

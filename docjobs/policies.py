@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from docjobs.config import ConfigError
 from docjobs.errors import DocJobError
-from docjobs.models import BUILTIN_PATTERN_NAMES, JobOverrides, Policy, RedactRegion, SanitizeMode
+from docjobs.models import BUILTIN_PATTERN_NAMES, JobOverrides, Policy, RedactPolicy, RedactRegion, SanitizeMode
 
 TRUSTED_ONLY = "trusted_only"  # a policy file's flag: no tenant gets the policy unless its list names it
 
@@ -56,7 +56,7 @@ def job_overrides(
     """The overrides as the command line's flags and the API's policy part spell them: `redact` built-in pattern
     names or regexes, `redact_regions` `PAGE:X0,Y0,X1,Y1` (ConfigError when malformed).
     Raises pydantic's ValidationError for an invalid value."""
-    return JobOverrides.model_validate(
+    overrides = JobOverrides.model_validate(
         {
             "watermark_text": watermark,
             "watermark_mode": mode,
@@ -67,6 +67,17 @@ def job_overrides(
             "redact_regions": tuple(map(parse_region, redact_regions)),
         }
     )
+    return check_overrides(overrides)
+
+
+def check_overrides(overrides: JobOverrides) -> JobOverrides:
+    """The overrides, if the job's `resolve` step can apply them as far as they alone tell: every pattern that is
+    no built-in name compiles on the linear-time engine (else pydantic's ValidationError, as resolving raises).
+    Clients check this before they store anything; only `resolve` applies overrides to a policy."""
+    RedactPolicy(
+        regexes=tuple(pattern for pattern in overrides.redact_patterns if pattern not in BUILTIN_PATTERN_NAMES)
+    )
+    return overrides
 
 
 class PolicyBook:

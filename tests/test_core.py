@@ -9,15 +9,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from docjobs.config import SHIPPED_POLICIES, ConfigError
 from docjobs.errors import DocJobError
-from docjobs.models import JobStatus, TransitionRecord, WatermarkMode
-from docjobs.policies import PolicyBook, job_overrides
+from docjobs.models import JobOverrides, JobStatus, TransitionRecord, WatermarkMode
+from docjobs.policies import PolicyBook, check_overrides, job_overrides
 from docjobs.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
 from docjobs.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
 from docjobs.storage import FileBlobStore, RunScope, artifact_key, staging_key
-from docjobs.temporal.client import derive_job_id
+from docjobs.temporal.client import asked_of, derive_job_id
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -129,6 +130,26 @@ def test_job_ids() -> None:
     assert derived == derive_job_id("acme", None, "a" * 64, "standard@1")
     assert derived != derive_job_id("acme", None, "a" * 64, "standard@2")
     assert derived != derive_job_id("other", None, "a" * 64, "standard@1")
+
+
+def test_a_keyless_job_id_derives_from_what_is_asked_never_from_a_resolved_policy() -> None:
+    asked = asked_of("standard", None)
+    assert asked == asked_of("standard", JobOverrides())
+    assert asked != asked_of("preview", None)
+    assert asked != asked_of("standard", job_overrides(watermark="DRAFT"))
+    assert asked_of("standard", job_overrides(redact=["ssn", "email"])) != asked_of(
+        "standard", job_overrides(redact=["email", "ssn"])
+    )  # the order of patterns is kept as asked: a different request, a different job
+    derived = derive_job_id("acme", None, "a" * 64, asked)
+    assert derived.startswith("acme/auto-") and derived == derive_job_id("acme", None, "a" * 64, asked)
+
+
+def test_overrides_that_cannot_apply_are_refused_without_resolving_a_policy() -> None:
+    with pytest.raises(ValidationError):
+        job_overrides(redact=[r"(?<=MRN)\d+"])  # a look-behind: not on the linear-time engine
+    with pytest.raises(ValidationError):
+        check_overrides(JobOverrides(redact_patterns=("(unclosed",)))
+    assert check_overrides(JobOverrides(redact_patterns=("ssn", r"\bA\d{3}\b"))).redact_patterns[0] == "ssn"
 
 
 def test_shipped_policies_and_versions(tmp_path: Path) -> None:

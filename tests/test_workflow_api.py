@@ -58,16 +58,21 @@ def store_root(env: Env) -> Path:
     return Path(env.vars["DOCJOBS_DATA_DIR"]).resolve() / "blobs"
 
 
+def put_in_store(store_root: Path, source: Path) -> dict[str, Any]:
+    """Put a file in the store the way a caller's service would (its own key), and describe it."""
+    target = store_root / "incoming" / f"{uuid.uuid4().hex}{source.suffix}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    data = target.read_bytes()
+    return {"uri": target.as_uri(), "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
 @pytest.fixture(scope="module")
 def put(store_root: Path, samples: Path) -> Iterator[Any]:
-    """Put a document in the store the way a caller's service would (its own key), and describe it."""
+    """Put a document in the store (`put_in_store`): the sample PDF unless another is given."""
 
     def put_document(source: Path = samples / "sample.pdf") -> dict[str, Any]:
-        target = store_root / "incoming" / f"{uuid.uuid4().hex}.pdf"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        data = target.read_bytes()
-        return {"uri": target.as_uri(), "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        return put_in_store(store_root, source)
 
     yield put_document
 
@@ -196,6 +201,28 @@ async def test_a_plain_client_with_dicts_starts_reads_and_cancels_jobs(
         assert (status["state"], status["cancel_reason"]) == ("canceled", "requested")
     with pytest.raises(Exception):  # noqa: B017 - refused by the server or the validator: the job has ended
         await by_update.execute_update("cancel_job")
+
+
+async def test_a_plain_client_starts_an_html_job_with_the_same_input(
+    plain: Client, env: Env, main_worker: WorkerProcess, store_root: Path, tmp_path: Path
+) -> None:
+    """HTML (and bundles and templates) come in through the one public input too: `source.kind` says what the
+    blob is, and the job makes its PDF in `generate` before `render`."""
+    page = tmp_path / "page.html"
+    page.write_text(f"<h1>Referral</h1><p>plain client {uuid.uuid4().hex[:8]}</p>")
+    source = {**put_in_store(store_root, page), "kind": "html"}
+    handle = await plain.start_workflow(
+        "DocumentJob",
+        job_input(source, overrides={"sign": False}),
+        id=new_id("html"),
+        task_queue=env.vars["DOCJOBS_TASK_QUEUE"],
+    )
+    result = await result_of(handle)
+    assert (result["state"], result["input_sha256"]) == ("succeeded", source["sha256"])
+    assert result["generated"] is not None and result["generated"]["page_count"] >= 1
+    assert (await activities_scheduled(handle))[:3] == ["resolve", "generate", "render"]
+    memo = await (await handle.describe()).memo_value("request")
+    assert memo["input_kind"] == "html"
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 from docjobs.api.deps import ApiContext, Context, Tenant
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.jobs import acceptance_error, check_kind
-from docjobs.api.uploads import HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, tenant_policy
+from docjobs.api.uploads import HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, pinned_policy
 from docjobs.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.errors import DocJobError
 from docjobs.idempotency import BATCH_KEY_RULE, is_valid_batch_key
@@ -246,7 +246,7 @@ async def submit_batch(
             raise ApiError(413, "input.too_large", f"the body is larger than {JSON_BODY_LIMIT} bytes") from None
         except ValidationError:
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
-        chosen, _ = tenant_policy(context, name, stored.policy)  # a batch pins the whole resolved policy
+        chosen = pinned_policy(context, name, stored.policy)
         try:
             sources = await batches.stored_sources(stored.sources, tenant=name)
         except DocJobError as error:
@@ -270,7 +270,7 @@ async def submit_batch(
                 raise ApiError(413, "input.too_large", message) from None
             except ClientDisconnect:
                 raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-            chosen, _ = tenant_policy(context, name, part)  # checked before anything is stored
+            chosen = pinned_policy(context, name, part)  # checked before anything is stored
             if not await repeat(context, name, idempotency_key):  # a repeat counts no bytes and no share
                 await context.check_running(name, limits)
                 charged = sum(path.stat().st_size for path in paths)

@@ -33,7 +33,7 @@ from docjobs.pdf.inspect import input_kind
 from docjobs.states import JobState, is_terminal
 from docjobs.storage import verified_chunks
 from docjobs.templates import TemplateNotFound, is_valid_template_name
-from docjobs.temporal.client import derive_job_id
+from docjobs.temporal.client import asked_of, derive_job_id
 
 log = logging.getLogger("docjobs.api")
 
@@ -126,7 +126,8 @@ async def submit(
         # A repeat (the job exists already) is answered as before whatever the tenant's share, and counts no
         # bytes. A template job without a key has its ID only once its manifest is stored: never a repeat here.
         known = upload.template is None or idempotency_key is not None
-        job_id = derive_job_id(name, idempotency_key, spooled.sha256, chosen.version) if known else None
+        asked = asked_of(chosen, overrides)
+        job_id = derive_job_id(name, idempotency_key, spooled.sha256, asked) if known else None
         charged = 0
         if job_id is None or not await context.jobs.exists(job_id):
             await context.check_running(name, limits)
@@ -138,7 +139,7 @@ async def submit(
                 document = await _template_manifest(context, name, upload.template, spooled.path, limit)
             submitted = await context.jobs.submit(
                 document,
-                chosen.name,
+                chosen,
                 overrides=overrides,
                 input_kind=kind,
                 tenant=name,
@@ -156,7 +157,7 @@ async def submit(
     body = {"job_id": submitted.job_id, "status_url": job_path(submitted.job_id)}
     if submitted.created:
         return JSONResponse(body, status_code=202, headers={"Location": body["status_url"]})
-    accepted_as = (submitted.input_sha256, chosen.version)
+    accepted_as = (submitted.input_sha256, asked)
     if idempotency_key is not None and await context.jobs.accepted_as(submitted.job_id) != accepted_as:
         raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with a different document or policy")
     return JSONResponse(body, status_code=200, headers={"Content-Location": body["status_url"]})

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -93,12 +94,12 @@ class PolicyPart(BaseModel):
     redact_regions: list[str] = []  # `PAGE:X0,Y0,X1,Y1`, as `--redact-region`
 
 
-def effective_policy(book: PolicyBook, part: PolicyPart) -> tuple[Policy, JobOverrides]:
-    """The job's effective policy (a bad override is refused before anything is stored) and the overrides its
-    public input carries."""
+def requested_policy(book: PolicyBook, part: PolicyPart) -> tuple[str, JobOverrides]:
+    """The policy the request names (the default if none; `422 policy.unknown`) and its overrides, checked before
+    anything is stored (`422 policy.invalid`): the job's `resolve` step applies them."""
     if part.name is not None and part.name not in book.policies:
         raise ApiError(422, "policy.unknown", "no policy of that name is configured")
-    try:
+    with invalid_overrides():
         overrides = job_overrides(
             watermark=part.watermark,
             mode=part.mode,
@@ -106,7 +107,14 @@ def effective_policy(book: PolicyBook, part: PolicyPart) -> tuple[Policy, JobOve
             redact=part.redact,
             redact_regions=part.redact_regions,
         )
-        return book.resolve(part.name, overrides), overrides
+    return book.get(part.name).name, overrides
+
+
+@contextmanager
+def invalid_overrides() -> Iterator[None]:
+    """Overrides that cannot apply as `422 policy.invalid` (naming the regex features the engine lacks, if so)."""
+    try:
+        yield
     except ValidationError as error:
         if any(isinstance(detail.get("ctx", {}).get("error"), UnsupportedRegex) for detail in error.errors()):
             raise ApiError(422, "policy.invalid", UNSUPPORTED_REGEX_MESSAGE) from None
@@ -118,15 +126,22 @@ def effective_policy(book: PolicyBook, part: PolicyPart) -> tuple[Policy, JobOve
 FORBIDDEN_MESSAGE = "this tenant may not use that policy"
 
 
-def tenant_policy(context: ApiContext, tenant: str, part: PolicyPart) -> tuple[Policy, JobOverrides]:
-    """`effective_policy`, for a policy the tenant may name (`403 policy.forbidden` otherwise: a trusted-only
-    policy it was not given, or one its list leaves out)."""
-    chosen, overrides = effective_policy(context.policies, part)
+def tenant_policy(context: ApiContext, tenant: str, part: PolicyPart) -> tuple[str, JobOverrides]:
+    """`requested_policy`, if the tenant may name it (`403 policy.forbidden` otherwise: a trusted-only policy it
+    was not given, or one its list leaves out)."""
+    name, overrides = requested_policy(context.policies, part)
     try:
-        context.policies.check_allowed(chosen.name, context.tenants.policies(tenant))
+        context.policies.check_allowed(name, context.tenants.policies(tenant))
     except DocJobError:
         raise ApiError(403, "policy.forbidden", FORBIDDEN_MESSAGE) from None
-    return chosen, overrides
+    return name, overrides
+
+
+def pinned_policy(context: ApiContext, tenant: str, part: PolicyPart) -> Policy:
+    """`tenant_policy` resolved: what a batch pins for all its documents."""
+    name, overrides = tenant_policy(context, tenant, part)
+    with invalid_overrides():
+        return context.policies.resolve(name, overrides)
 
 
 async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:

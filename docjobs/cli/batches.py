@@ -12,6 +12,7 @@ from docjobs.cli.jobs import add_policy_flags, choose_policy, job_client
 from docjobs.cli.output import EXIT_BUDGET, EXIT_JOB_NOT_SUCCEEDED, EXIT_OK, EXIT_USAGE, Output, fail
 from docjobs.config import ConfigError
 from docjobs.idempotency import BATCH_KEY_RULE, is_valid_batch_key
+from docjobs.policies import PolicyBook
 from docjobs.states import JobState
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.settings import TemporalSettings
@@ -78,7 +79,8 @@ async def batch_client(settings: TemporalSettings) -> BatchClient:
 async def cmd_submit_batch(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     if args.key is not None and not is_valid_batch_key(args.key):
         return fail(out, EXIT_USAGE, "idempotency.invalid", f"--key: {BATCH_KEY_RULE}")
-    policy, _ = choose_policy(args, settings)  # an invalid override is refused before any document is stored
+    name, overrides = choose_policy(args, settings)  # an invalid override is refused before any document is stored
+    policy = PolicyBook.load(settings.policy_file).resolve(name, overrides)  # a batch pins the resolved policy
     paths = batch_files(args.paths)
     batches = await batch_client(settings)
     sources = await batches.accept_files(paths, tenant=args.tenant)

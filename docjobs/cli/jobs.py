@@ -27,14 +27,14 @@ from docjobs.cli.output import (
 )
 from docjobs.config import ConfigError
 from docjobs.idempotency import CLIENT_KEY_RULE
-from docjobs.models import BUILTIN_PATTERN_NAMES, InputKind, JobOverrides, OcrMode, Policy
+from docjobs.models import BUILTIN_PATTERN_NAMES, InputKind, JobOverrides, OcrMode
 from docjobs.pdf.inspect import input_kind
 from docjobs.policies import PolicyBook, job_overrides
 from docjobs.poller import WaitEnd, WaitResult, wait_for_job
 from docjobs.states import JobState, parse_state
 from docjobs.storage import sha256_file
 from docjobs.templates import TemplateStore
-from docjobs.temporal.client import JobClient, Submitted, connect, derive_job_id
+from docjobs.temporal.client import JobClient, Submitted, asked_of, connect, derive_job_id
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.tenants import CLI_TENANT
 
@@ -46,9 +46,9 @@ async def job_client(settings: TemporalSettings) -> JobClient:
     return JobClient(await connect(settings), settings)
 
 
-def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> tuple[Policy, JobOverrides]:
-    """The job's effective policy (to refuse a bad override before any server is contacted) and the overrides
-    its public input carries: the workflow resolves them again itself."""
+def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> tuple[str, JobOverrides]:
+    """The named policy (the default if none is named) and the overrides, checked before any server is
+    contacted (ConfigError, pydantic's ValidationError): the job's `resolve` step applies them."""
     overrides = job_overrides(
         watermark=args.watermark,
         mode=args.mode,
@@ -58,7 +58,7 @@ def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> tuple
         redact=args.redact,
         redact_regions=args.redact_region,
     )
-    return PolicyBook.load(settings.policy_file).resolve(args.policy, overrides), overrides
+    return PolicyBook.load(settings.policy_file).get(args.policy).name, overrides
 
 
 @contextmanager
@@ -84,12 +84,12 @@ def accepted_input(args: argparse.Namespace, settings: TemporalSettings) -> Iter
 
 
 async def submit_input(
-    jobs: JobClient, args: argparse.Namespace, source: Path, kind: InputKind, policy: Policy, overrides: JobOverrides
+    jobs: JobClient, args: argparse.Namespace, source: Path, kind: InputKind, policy: str, overrides: JobOverrides
 ) -> Submitted:
     """Start (or get) the job for the accepted input, as `run` and `submit` were asked: tenant, key, deadline."""
     return await jobs.submit(
         source,
-        policy.name,
+        policy,
         overrides=overrides,
         input_kind=kind,
         tenant=args.tenant,
@@ -145,7 +145,7 @@ async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Out
     with accepted_input(args, settings) as (source, kind):
         named = Path(args.file or args.data)
         target = Path(args.out) if args.out else named.with_name(f"{named.stem}.docjobs.pdf")
-        settings = await run_settings(settings, source, policy, args)
+        settings = await run_settings(settings, source, asked_of(policy, overrides), args)
         client = await connect(settings)
         jobs = JobClient(client, settings)
         async with serving(client, settings):
@@ -162,13 +162,13 @@ async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Out
 
 
 async def run_settings(
-    settings: TemporalSettings, source: Path, policy: Policy, args: argparse.Namespace
+    settings: TemporalSettings, source: Path, asked: str, args: argparse.Namespace
 ) -> TemporalSettings:
     """The settings of a one-shot `run`: its in-process worker serves only the run's own job, on a task queue
     (and OCR queue) named after the job, never the shared queue where other clients' jobs wait. Running the same
     command again (same job ID) serves the same queue, so it resumes a job an interrupted run left."""
     digest = await asyncio.to_thread(sha256_file, source)
-    job_id = derive_job_id(args.tenant, args.key, digest, policy.version)
+    job_id = derive_job_id(args.tenant, args.key, digest, asked)
     own_queue = f"{settings.task_queue}-run-{hashlib.sha256(job_id.encode()).hexdigest()[:16]}"
     return replace(settings, task_queue=own_queue, ocr_task_queue_override=None)
 

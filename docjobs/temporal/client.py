@@ -37,6 +37,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
+from docjobs.canonical import canonical_json
 from docjobs.contract import CALLER_WAIT_ENDED_SIGNAL, job_summary
 from docjobs.errors import FAILURE_CODES, DocJobError
 from docjobs.idempotency import keyed_job_id
@@ -52,7 +53,7 @@ from docjobs.models import (
     SourceRef,
     TransitionRecord,
 )
-from docjobs.policies import PolicyBook
+from docjobs.policies import PolicyBook, check_overrides
 from docjobs.states import JobState, Stage
 from docjobs.storage import blob_uri, record_owner, sha256_file, source_key
 from docjobs.templates import TemplateStore
@@ -95,12 +96,20 @@ class Submitted:
     input_sha256: str
 
 
-def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, policy_version: str) -> str:
-    """`{tenant}/{client key}`, or a digest of tenant, input sha256 and policy version."""
+def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, asked: str) -> str:
+    """`{tenant}/{client key}`, or a digest of the tenant, the input's sha256 and what is asked of it (`asked`:
+    `asked_of` a public input, or a pinned policy's version)."""
     if client_key:
         return keyed_job_id(tenant, client_key)
-    digest = hashlib.sha256(f"{tenant}\0{input_sha256}\0{policy_version}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(f"{tenant}\0{input_sha256}\0{asked}".encode()).hexdigest()[:32]
     return f"{tenant}/auto-{digest}"
+
+
+def asked_of(policy: str, overrides: JobOverrides | None) -> str:
+    """What a public input asks of its document, in one canonical form: the policy's name and the overrides.
+    The same bytes asked the same make the same keyless job; the client never resolves the policy for it."""
+    asked = {"policy": policy, "overrides": (overrides or JobOverrides()).model_dump(mode="json")}
+    return canonical_json(asked).decode()
 
 
 async def connect(settings: TemporalSettings, runtime: Runtime | None = None) -> Client:
@@ -159,33 +168,45 @@ class JobClient:
         hashed: str | None = None,
         callback: str | None = None,
     ) -> Submitted:
-        """Store the document (see `accept`) and start its job with the public input: a named `policy` (None:
-        the default) with `overrides`, which the workflow resolves itself.
+        """Store the input (see `accept`) and start its job with the public input: its source (a document, or
+        `input_kind` HTML, a bundle or a template's manifest, which the job's `generate` step makes a PDF of) and a
+        named `policy` (None: the default) with `overrides`. Only the job's `resolve` step resolves the policy:
+        here the name must exist and the overrides must apply (ConfigError, pydantic's ValidationError).
 
         A `Policy` object instead pins the whole policy in the internal request (tests and tools that need a
-        policy no named one with overrides makes; the workflow still takes that shape), and so does an input
-        to generate from (HTML, a bundle, a template's manifest: `input_kind`), which public input v1 does not
-        describe."""
+        policy no named one with overrides makes; the workflow still takes that shape)."""
+        if isinstance(policy, Policy):
+            return await self._submit_pinned(path, policy, input_kind, tenant, key, deadline_seconds, hashed)
+        named = self.policies().get(policy)  # its name and deadline: the workflow resolves the rest
+        overrides = check_overrides(overrides or JobOverrides())
         stored = await self.accept(path, tenant=tenant, hashed=hashed)
-        digest = stored.sha256
-        if not isinstance(policy, Policy) and input_kind is not InputKind.DOCUMENT:
-            policy = await asyncio.to_thread(self.policies().resolve, policy, overrides)
-        if not isinstance(policy, Policy):
-            # Resolved here too, for the job ID (bytes and policy version) and to refuse a bad override at once.
-            resolved = await asyncio.to_thread(self.policies().resolve, policy, overrides)
-            job_id = derive_job_id(tenant, key, digest, resolved.version)
-            job = DocumentJobInput(
-                version=1,
-                tenant=tenant,
-                source=SourceRef(uri=blob_uri(self.settings.storage_url, stored.key), sha256=digest, size=stored.size),
-                policy=resolved.name,
-                overrides=overrides or JobOverrides(),
-                deadline_seconds=deadline_seconds or resolved.deadline_seconds,
-                callback=callback,
-            )
-            summary = job_summary(resolved.name, resolved.watermark.mode)
-            return Submitted(job_id, created=await self.start_input(job_id, job, summary=summary), input_sha256=digest)
-        job_id = derive_job_id(tenant, key, digest, policy.version)
+        uri = blob_uri(self.settings.storage_url, stored.key)
+        job = DocumentJobInput(
+            version=1,
+            tenant=tenant,
+            source=SourceRef(uri=uri, sha256=stored.sha256, size=stored.size, kind=input_kind),
+            policy=named.name,
+            overrides=overrides,
+            deadline_seconds=deadline_seconds or named.deadline_seconds,
+            callback=callback,
+        )
+        job_id = derive_job_id(tenant, key, stored.sha256, asked_of(named.name, overrides))
+        summary = job_summary(named.name, overrides.watermark_mode or named.watermark.mode)
+        created = await self.start_input(job_id, job, summary=summary)
+        return Submitted(job_id, created=created, input_sha256=stored.sha256)
+
+    async def _submit_pinned(
+        self,
+        path: Path,
+        policy: Policy,
+        input_kind: InputKind,
+        tenant: str,
+        key: str | None,
+        deadline_seconds: int | None,
+        hashed: str | None,
+    ) -> Submitted:
+        stored = await self.accept(path, tenant=tenant, hashed=hashed)
+        job_id = derive_job_id(tenant, key, stored.sha256, policy.version)
         request = JobRequest(
             job_id=job_id,
             tenant=tenant,
@@ -306,14 +327,14 @@ class JobClient:
         return True
 
     async def accepted_as(self, job_id: str) -> tuple[str, str] | None:
-        """(input sha256, policy version) the job was accepted with, from its start memo; None when it has none
-        docjobs can read (a job a foreign client started, or refused)."""
+        """(input sha256, what was asked of it: `asked_of` a public input, a pinned policy's version) the job was
+        accepted with, from its start memo; None when it has none docjobs can read (a job a foreign client
+        started, or refused)."""
         description = await self.handle(job_id).describe()
         public = await description.memo_value("input", default=None)
         if public is not None:
             job = DocumentJobInput.model_validate(public)
-            policy = await asyncio.to_thread(self.policies().resolve, job.policy, job.overrides)
-            return job.source.sha256, policy.version
+            return job.source.sha256, asked_of(job.policy, job.overrides)
         memo = await description.memo_value("request", default=None)
         if memo is None:
             return None

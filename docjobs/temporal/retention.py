@@ -131,14 +131,18 @@ async def referenced_sources(client: Client, store: BlobStore) -> References:
             continue
         try:
             if request is None:
-                if public is not None:  # resolve copies it to its content address
-                    references.sources.add(source_key(DocumentJobInput.model_validate(public).source.sha256))
-                continue
-            source = BlobRef.model_validate(request["source"])
-        except (TypeError, KeyError, ValidationError):
+                if public is None:
+                    continue
+                job_source = DocumentJobInput.model_validate(public).source  # resolve copies it to its address
+                source = BlobRef(key=source_key(job_source.sha256), sha256=job_source.sha256, size=job_source.size)
+                kind = job_source.kind
+            else:
+                source = BlobRef.model_validate(request["source"])
+                kind = InputKind(request.get("input_kind", InputKind.DOCUMENT))
+        except (TypeError, KeyError, ValueError):  # pydantic's ValidationError is a ValueError
             continue
         references.sources.add(source.key)
-        if request.get("input_kind") == InputKind.TEMPLATE:
+        if kind is InputKind.TEMPLATE:
             references.sources |= await asyncio.to_thread(_named_by_manifest, store, source)
     await _add_batch_sources(client, store, references)
     return references
