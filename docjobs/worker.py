@@ -1,5 +1,6 @@
-"""Runs a docjobs worker: the job workflow (async) with its evidence and clean-up (local activities), the stage
-activities (threads, bounded per task queue), and their document work (limited child processes).
+"""A docjobs worker: the job workflow (async) with its evidence and clean-up (local activities), the stage
+activities (threads, bounded per task queue), and their document work (limited child processes). The root
+`worker.py` runs `main`; `starter.py run` and `serve` run `serving` in their own process.
 
     python worker.py [--task-queue NAME] [--queue general|ocr|batch]... [--metrics-port N] [--log-format text|json]
                      [--deployment NAME [--build-id ID]]
@@ -42,11 +43,11 @@ from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from activities.resolve import ResolveActivities
-from docjobs.config import ConfigError
-from docjobs.confine import Confinement, SandboxUnavailable, check_sandbox
-from docjobs.policies import PolicyBook
-from docjobs.sandbox import ChildLimits, ChildPool, TenantPools
-from docjobs.sweep import sweep_stale
+from docjobs.isolation.confine import Confinement, SandboxUnavailable, check_sandbox
+from docjobs.isolation.sandbox import ChildLimits, ChildPool, TenantPools
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook
+from docjobs.store.sweep import sweep_stale
 from docjobs.temporal.batches import batch_task_queue
 from docjobs.temporal.client import DEADLINE_GRACE, JobClient, connect
 from docjobs.temporal.deployments import deployment_config
@@ -59,7 +60,7 @@ from workflows.document_job import DocumentJobWorkflow
 from workflows.stages import activity_name
 
 log = logging.getLogger("docjobs.worker")
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parent.parent  # the checkout: pyproject.toml and git
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 
@@ -204,7 +205,7 @@ async def serving(
     meanwhile) and OCR cannot take the other stages' threads. `notify` has a queue and threads of its own
     (NOTIFY_SLOTS) beside the general queue's, so a slow callback never holds a stage's slot.
     The document work runs in limited child processes: per queue, a pool of them for each tenant (made on its
-    first task), confined to its sandbox (docjobs/confine.py) unless DOCJOBS_SANDBOX=unconfined.
+    first task), confined to its sandbox (docjobs/isolation/confine.py) unless DOCJOBS_SANDBOX=unconfined.
     """
     limits = ChildLimits(memory_mb=settings.stage_memory_mb, stall_seconds=settings.stall_seconds)
     slots = {"general": settings.activity_threads, "ocr": settings.ocr_activity_threads}
@@ -290,10 +291,10 @@ async def serve(settings: TemporalSettings, queues: Sequence[str]) -> None:
 
 def default_build_id() -> str:
     """The package version, plus the git commit of this checkout when there is one (`0.1.0+1a2b3c4d5e6f`)."""
-    version = str(tomllib.loads((HERE / "pyproject.toml").read_text())["project"]["version"])
+    version = str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return version
