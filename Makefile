@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA_DIR ?= .docjobs
 # WeasyPrint (the generate stage) needs Pango (with its HarfBuzz) and fontconfig: libraries, no tool to look for.
-# bubblewrap (bwrap) is the document children's sandbox: a worker without it refuses to start (docjobs/confine.py).
+# bubblewrap (bwrap) is the document children's sandbox: a worker without it refuses to start (docjobs/isolation/confine.py).
 SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils chromium libpango-1.0-0 libpangoft2-1.0-0 \
 	libharfbuzz-subset0 fontconfig fonts-dejavu-core bubblewrap
 SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts chromium fc-list bwrap

@@ -47,14 +47,14 @@ from docjobs.cli.output import (
     Output,
     fail,
 )
-from docjobs.config import ConfigError
-from docjobs.errors import DocJobError
-from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
-from docjobs.poller import ProtocolError
-from docjobs.templates import TemplateNotFound
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.idempotency import CLIENT_KEY_RULE, is_valid_client_key
+from docjobs.settings.config import ConfigError
+from docjobs.store.templates import TemplateNotFound
 from docjobs.temporal.batches import BatchNotFound
 from docjobs.temporal.client import JobNotFound, NotReleased
 from docjobs.temporal.codec import PayloadDecryptionError
+from docjobs.temporal.poller import ProtocolError
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import command_span
 

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from activities.runs import marked_run
-from docjobs.errors import DocJobError
-from docjobs.models import BlobRef
-from docjobs.storage import BlobStore, copy_left_file, job_prefix, owned_source, source_key, staging_key
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BlobRef
+from docjobs.store.storage import BlobStore, copy_left_file, job_prefix, owned_source, source_key, staging_key
 
 
 class StoreStages:

@@ -1,6 +1,6 @@
 """The batch's steps: start its documents' jobs, wait for their endings, cancel them, store outcomes.
 
-Thin adapters around the job client that worker.py hands in (the same start-or-get as a single submit). They
+Thin adapters around the job client that docjobs/worker.py hands in (the same start-or-get as a single submit). They
 run on the batch's own task queue, as async activities: waiting for a job takes no stage thread or slot.
 """
 
@@ -12,11 +12,11 @@ from typing import Protocol
 
 from temporalio import activity
 
-from docjobs.batch_store import read_manifest, store_outcomes
-from docjobs.batching import AwaitJobs, EndedJob, RecordOutcomes, RunningJob, StartDocuments, document_request
-from docjobs.idempotency import batch_document_key, keyed_job_id
-from docjobs.models import BlobRef, JobRequest, JobStatus
-from docjobs.storage import BlobStore
+from docjobs.domain.batching import AwaitJobs, EndedJob, RecordOutcomes, RunningJob, StartDocuments, document_request
+from docjobs.domain.idempotency import batch_document_key, keyed_job_id
+from docjobs.domain.models import BlobRef, JobRequest, JobStatus
+from docjobs.store.batch_store import read_manifest, store_outcomes
+from docjobs.store.storage import BlobStore
 
 HEARTBEAT_SECONDS = 5.0
 MANIFESTS_KEPT = 8  # parsed manifests a worker keeps, by digest (several batches may run at once)

@@ -16,8 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import activity
 
-from docjobs.models import Cost
-from docjobs.sandbox import TaskUsage
+from docjobs.domain.models import Cost
+from docjobs.isolation.sandbox import TaskUsage
 
 COST_DETAIL = "cost"  # the key of the running total in a stage's heartbeat details
 

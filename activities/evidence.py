@@ -9,11 +9,11 @@ from temporalio import activity
 from activities.attempt import StoreStages
 from activities.lease import typed_failures
 from activities.runs import marked_run
-from docjobs.errors import DocJobError
-from docjobs.evidence import Evidence, envelope_evidence, sign_evidence, tool_versions
-from docjobs.models import BlobRef, EvidenceInput, EvidenceOutput
-from docjobs.signing.config import SignerConfig
-from docjobs.storage import BlobStore, RunScope, evidence_key, sha256_file
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BlobRef, EvidenceInput, EvidenceOutput
+from docjobs.signing.environment import signer_from_env
+from docjobs.signing.evidence import Evidence, envelope_evidence, sign_evidence, tool_versions
+from docjobs.store.storage import BlobStore, RunScope, evidence_key, sha256_file
 
 
 class EvidenceActivities(StoreStages):
@@ -44,7 +44,7 @@ class EvidenceActivities(StoreStages):
                 completed_at=request.completed_at,
             )
             path = folder / "evidence.json"
-            path.write_bytes(sign_evidence(evidence, SignerConfig.from_env(self._data_dir)))
+            path.write_bytes(sign_evidence(evidence, signer_from_env(self._data_dir)))
             staged = self._put_staged("evidence", attempt, path, ".json")
             final = evidence_key(run)
             try:

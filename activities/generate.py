@@ -6,9 +6,9 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from docjobs.models import GenerateInput, GenerateOutput, InputKind
-from docjobs.stage_work import GenerateDone, GenerateWork
-from docjobs.templates import check_manifest, read_manifest
+from docjobs.domain.models import GenerateInput, GenerateOutput, InputKind
+from docjobs.isolation.stage_work import GenerateDone, GenerateWork
+from docjobs.store.templates import check_manifest, read_manifest
 
 
 class GenerateActivities(IsolatedStages):

@@ -16,9 +16,9 @@ from temporalio.exceptions import CancelledError
 from activities.attempt import StoreStages
 from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
-from docjobs.models import BlobRef, CpuBudget, JobShape, StageInput
-from docjobs.sandbox import ChildPool, ChildStopped, TenantPools, hand_over
-from docjobs.storage import BlobStore
+from docjobs.domain.models import BlobRef, CpuBudget, JobShape, StageInput
+from docjobs.isolation.sandbox import ChildPool, ChildStopped, TenantPools, hand_over
+from docjobs.store.storage import BlobStore
 
 DoneT = TypeVar("DoneT", bound=BaseModel)
 

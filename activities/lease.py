@@ -21,8 +21,8 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.cost import AttemptMeter, cost_detail
 from activities.metrics import outcome_after_failure, record_attempt
-from docjobs.errors import DocJobError, Outcome
-from docjobs.models import JobShape
+from docjobs.domain.errors import DocJobError, Outcome
+from docjobs.domain.models import JobShape
 
 log = logging.getLogger("docjobs.activities")
 

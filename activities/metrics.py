@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from docjobs.metric_names import (
+from docjobs.domain.metric_names import (
     ACTIVITY_ATTEMPTS,
     FIDELITY_FAILURES,
     LEASE_EXPIRATIONS,
@@ -24,7 +24,7 @@ from docjobs.metric_names import (
     STAGE_DURATION,
     shape_labels,
 )
-from docjobs.models import JobShape
+from docjobs.domain.models import JobShape
 
 log = logging.getLogger("docjobs.activities")
 DESCRIBE_TIMEOUT = timedelta(seconds=5)

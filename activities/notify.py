@@ -1,10 +1,10 @@
 """The `notify` step: POST a small signed JSON event to the tenant's callback on every terminal state.
 
-The body is canonical JSON (RFC 8785, docjobs/canonical.py; codes and digests, no content); `docjobs.webhooks`
-signs it, pins the resolved address and refuses internal ones. The event ID derives from the workflow run, so
-every retry of one event carries the same ID. Delivery is retried with backoff by the workflow's retry policy;
-its failure never changes the job's outcome, and every attempt is in the job's history with the one code
-`notify.failed` (why it failed is only in the worker log, as a reason code without the URL).
+The body is canonical JSON (RFC 8785, docjobs/domain/canonical.py; codes and digests, no content);
+`docjobs.settings.webhooks` signs it, pins the resolved address and refuses internal ones. The event ID derives from
+the workflow run, so every retry of one event carries the same ID. Delivery is retried with backoff by the
+workflow's retry policy; its failure never changes the job's outcome, and every attempt is in the job's history with
+the one code `notify.failed` (why it failed is only in the worker log, as a reason code without the URL).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.lease import typed_failures
-from docjobs.canonical import canonical_json
-from docjobs.errors import DocJobError
-from docjobs.models import NotifyInput
-from docjobs.tenants import callback_of
-from docjobs.webhooks import DeliveryFailed, deliver, event_id
+from docjobs.domain.canonical import canonical_json
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import NotifyInput
+from docjobs.settings.tenants import callback_of
+from docjobs.settings.webhooks import DeliveryFailed, deliver, event_id
 
 log = logging.getLogger("docjobs.activities")
 

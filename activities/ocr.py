@@ -9,8 +9,8 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from docjobs.models import OcrInput, OcrOutput
-from docjobs.stage_work import OcrDone, OcrWork
+from docjobs.domain.models import OcrInput, OcrOutput
+from docjobs.isolation.stage_work import OcrDone, OcrWork
 
 
 class OcrActivities(IsolatedStages):

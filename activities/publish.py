@@ -10,8 +10,8 @@ from activities.attempt import StoreStages
 from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
 from activities.runs import current_run, marked_run
-from docjobs.models import CleanupInput, PublishInput, PublishOutput
-from docjobs.storage import artifact_key, job_prefix, staging_prefix, text_key
+from docjobs.domain.models import CleanupInput, PublishInput, PublishOutput
+from docjobs.store.storage import artifact_key, job_prefix, staging_prefix, text_key
 
 log = logging.getLogger("docjobs.activities")
 

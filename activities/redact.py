@@ -10,8 +10,8 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from docjobs.models import RedactInput, RedactOutput
-from docjobs.stage_work import RedactDone, RedactWork
+from docjobs.domain.models import RedactInput, RedactOutput
+from docjobs.isolation.stage_work import RedactDone, RedactWork
 
 
 class RedactActivities(IsolatedStages):

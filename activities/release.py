@@ -13,12 +13,13 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from docjobs.models import SignInput, SignOutput, VerifyInput, VerifyOutput
-from docjobs.sandbox import ChildPool, TenantPools
+from docjobs.domain.models import SignInput, SignOutput, VerifyInput, VerifyOutput
+from docjobs.isolation.sandbox import ChildPool, TenantPools
+from docjobs.isolation.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
 from docjobs.signing.config import SignerConfig, TrustAnchors
+from docjobs.signing.environment import signer_from_env
 from docjobs.signing.sign import ReleaseSigner
-from docjobs.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
-from docjobs.storage import BlobStore
+from docjobs.store.storage import BlobStore
 
 
 def job_tenant(request: SignInput) -> str:
@@ -33,7 +34,7 @@ class ReleaseActivities(IsolatedStages):
 
     def _signer(self) -> SignerConfig:
         """From config; on the embedded default a development CA and signer are created on first use."""
-        return SignerConfig.from_env(self._data_dir)
+        return signer_from_env(self._data_dir)
 
     @activity.defn(name="sign")
     def sign(self, request: SignInput) -> SignOutput:

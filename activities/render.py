@@ -5,8 +5,8 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.isolated import IsolatedStages
-from docjobs.models import RenderInput, RenderOutput
-from docjobs.stage_work import RenderDone, RenderWork
+from docjobs.domain.models import RenderInput, RenderOutput
+from docjobs.isolation.stage_work import RenderDone, RenderWork
 
 
 class RenderActivities(IsolatedStages):

@@ -12,13 +12,13 @@ import pydantic
 from temporalio import activity
 
 from activities.lease import typed_failures
-from docjobs.config import ConfigError, Settings
-from docjobs.errors import DocJobError
-from docjobs.models import DocumentJobInput, JobRequest, Policy, ResolveInput
-from docjobs.policies import PolicyBook
-from docjobs.storage import BlobStore, adopt_source, key_in_store
-from docjobs.tenants import callback_of, policies_of
-from docjobs.webhooks import CallbackInvalid, parse_callback
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import DocumentJobInput, JobRequest, Policy, ResolveInput
+from docjobs.settings.config import ConfigError, Settings
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import callback_of, policies_of
+from docjobs.settings.webhooks import CallbackInvalid, parse_callback
+from docjobs.store.storage import BlobStore, adopt_source, key_in_store
 
 
 class ResolveActivities:

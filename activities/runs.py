@@ -1,14 +1,14 @@
 """The run an activity works for, as Temporal names it: every key of a job's blobs derives from it.
 
 Neither the caller's data nor the stage input chooses where a job's files go, and a job ID reused after its run
-is gone gets a folder of its own (docjobs/storage.py).
+is gone gets a folder of its own (docjobs/store/storage.py).
 """
 
 from __future__ import annotations
 
 from temporalio import activity
 
-from docjobs.storage import BlobStore, RunScope, mark_run
+from docjobs.store.storage import BlobStore, RunScope, mark_run
 
 
 def current_run() -> RunScope:

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 from harness import api_answers, dev_server_env, environ, free_port, hundred_kb_pdf, wait_for
 
+from docjobs.settings.tenants import add_tenant
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import add_tenant
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import dev_server_env, environ
 
-from docjobs.batching import DOCUMENTS_PER_RUN, BatchState
-from docjobs.policies import PolicyBook
+from docjobs.domain.batching import DOCUMENTS_PER_RUN, BatchState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server

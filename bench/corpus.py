@@ -38,14 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env
 from pypdf import PdfReader
 
-from docjobs.models import JobStatus, Policy
-from docjobs.policies import PolicyBook, job_overrides
-from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.states import JobState
+from docjobs.domain.models import JobStatus, Policy
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
+from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
-from worker import serving
+from docjobs.worker import serving
 
 # Source packages whose sdist holds test PDFs (pdfminer.six's sdists hold none; the original pdfminer's do).
 PACKAGES = ("pikepdf==10.0.2", "pypdf==5.1.0", "pdfminer==20191125", "ocrmypdf==16.5.0")

@@ -25,17 +25,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import dev_server_env
 
-from docjobs.models import JobStatus
-from docjobs.policies import PolicyBook
-from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.states import JobState
+from docjobs.domain.models import JobStatus
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
+from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
+from docjobs.worker import serving
 from tests.fixtures.redact_samples import make_redaction_bench_pdf
 from tests.fixtures.samples import make_sample_pdf
 from tests.fixtures.scans import make_scan_pdf, scan_words
-from worker import serving
 
 # mode -> (policy, how its document is made)
 MODES: dict[str, tuple[str, Callable[[Path, int], None]]] = {

@@ -33,19 +33,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import dev_server_env
 
+from docjobs.domain.models import CpuBudget, GeneratePolicy, InputKind, JobStatus, Policy
+from docjobs.domain.states import JobState
 from docjobs.generate.templating import render_template
-from docjobs.models import CpuBudget, GeneratePolicy, InputKind, JobStatus, Policy
-from docjobs.policies import PolicyBook
-from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.sandbox import ChildLimits, ChildPool
-from docjobs.stage_work import GenerateDone, GenerateWork
-from docjobs.states import JobState
-from docjobs.templates import zip_folder
+from docjobs.isolation.sandbox import ChildLimits, ChildPool
+from docjobs.isolation.stage_work import GenerateDone, GenerateWork
+from docjobs.settings.policies import PolicyBook
+from docjobs.store.templates import zip_folder
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
+from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
+from docjobs.worker import serving
 from tests.fixtures.generate_samples import invoice_data, invoice_template
-from worker import serving
 
 CPU = CpuBudget(base_seconds=600, per_page_seconds=10)
 WEASYPRINT = Path(sys.executable).with_name("weasyprint")

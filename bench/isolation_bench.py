@@ -3,7 +3,7 @@ it buys: two 50-page jobs at once on a 2-core worker versus one at a time.
 
     .venv/bin/python bench/isolation_bench.py [--runs 5]
 
-Part 1 calls the stage functions of `docjobs.stage_work` (render in structure mode, sign, verify) on a
+Part 1 calls the stage functions of `docjobs.isolation.stage_work` (render in structure mode, sign, verify) on a
 generated 1-page and 100-page PDF, directly ("in process", as the stages ran before), through a `ChildPool`
 with one warm child that is reused (the worker's path: a JSON work order, page progress, a JSON result), and
 through a pool that forks a fresh child for every task (`recycle_after=1`, one child forked ahead).
@@ -38,20 +38,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env, median_ms
 from pydantic import BaseModel
 
-from docjobs.confine import Confinement
-from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
-from docjobs.policies import PolicyBook
-from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.sandbox import ChildLimits, ChildPool
+from docjobs.domain.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.isolation.confine import Confinement
+from docjobs.isolation.sandbox import ChildLimits, ChildPool
+from docjobs.isolation.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
+from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import TrustAnchors
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.signing.sign import ReleaseSigner
-from docjobs.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
+from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
+from docjobs.worker import serving
 from tests.fixtures.samples import make_sample_pdf
-from worker import serving
 
 CPU = CpuBudget(base_seconds=600, per_page_seconds=10)
 
@@ -161,7 +161,7 @@ def job_cpu_ms(pool: ChildPool, runs: int, orders: dict[str, BaseModel]) -> tupl
 def spawn_cpu_ms(runs: int) -> tuple[float, float]:
     """CPU and wall milliseconds of starting a document child as the pool did before its zygote: a new Python,
     limited, importing the stage work."""
-    command = [sys.executable, "-P", "-c", "import docjobs.stage_work"]
+    command = [sys.executable, "-P", "-c", "import docjobs.isolation.stage_work"]
     env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     for _ in range(runs):

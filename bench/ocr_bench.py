@@ -27,16 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import dev_server_env
 
-from docjobs.models import Policy
+from docjobs.domain.models import Policy
+from docjobs.domain.states import JobState
 from docjobs.pdf.ocr import ocrmypdf_args
-from docjobs.policies import PolicyBook
-from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
+from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
+from docjobs.worker import serving
 from tests.fixtures.scans import make_scan_pdf, scan_words
-from worker import serving
 
 
 def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> float:

@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from docjobs.config import Settings
-from docjobs.errors import DocJobError
-from docjobs.models import OcrPolicy
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import OcrPolicy
 from docjobs.pdf.ocr import ocrmypdf_args, run_ocr
-from docjobs.policies import PolicyBook
+from docjobs.settings.config import Settings
+from docjobs.settings.policies import PolicyBook
 from tests.fixtures.scans import make_scan_pdf, scan_words, word_recall
 
 # set name -> one (transform, dpi) per page

@@ -27,11 +27,11 @@ import boto3  # type: ignore[import-untyped]
 from harness import median_ms
 from moto.server import ThreadedMotoServer
 
-from docjobs.s3store import open_blob_store
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.signing.sign import sign_pdf
 from docjobs.signing.verify import verify_pdf
-from docjobs.storage import (
+from docjobs.store.s3store import open_blob_store
+from docjobs.store.storage import (
     BlobStore,
     RunScope,
     artifact_key,

@@ -53,11 +53,11 @@ from pyhanko_certvalidator import ValidationContext
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from docjobs.settings.tenants import add_tenant
 from docjobs.signing.dev_ca import DEV_CA_FILE, DEV_CERT_FILE, DEV_KEY_FILE, ensure_dev_signer
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import add_tenant
 from tests.fixtures.samples import make_sample_pdf
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,9 +20,9 @@ from temporalio.exceptions import CancelledError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import worker
 from activities.render import RenderActivities
-from docjobs.models import RenderInput, RenderOutput
+from docjobs import worker
+from docjobs.domain.models import RenderInput, RenderOutput
 
 GATE_SECONDS = 10.0
 HOLD_POLL_SECONDS = 0.2

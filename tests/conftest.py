@@ -30,12 +30,12 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from docjobs.models import JobStatus, Policy
-from docjobs.policies import PolicyBook
-from docjobs.poller import WaitEnd, wait_for_job
+from docjobs.domain.models import JobStatus, Policy
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.codec import ENCODING
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
+from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 from tests.fault_worker import Hold
 from tests.fixtures.samples import make_sample_pdf

@@ -42,11 +42,11 @@ from temporalio.exceptions import CancelledError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import worker
 from activities.lease import Lease
 from activities.render import RenderActivities
-from docjobs.models import BlobRef, RenderInput, RenderOutput
-from docjobs.sandbox import ChildPool
+from docjobs import worker
+from docjobs.domain.models import BlobRef, RenderInput, RenderOutput
+from docjobs.isolation.sandbox import ChildPool
 from docjobs.temporal.tracing import configure_tracing
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
-from docjobs.policies import PolicyBook
-from docjobs.poller import WaitEnd, wait_for_job
-from docjobs.states import JobState
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, Submitted, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
+from docjobs.temporal.poller import WaitEnd, wait_for_job
 from tests.conftest import REPO, Env, WorkerProcess, free_port
 from tests.fixtures.samples import make_garbage, make_sample_pdf
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_pdf

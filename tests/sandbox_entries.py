@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from docjobs.models import Frozen
-from docjobs.stage_work import Entry
+from docjobs.domain.models import Frozen
+from docjobs.isolation.stage_work import Entry
 
 ProgressFn = Callable[[int, int], None]
 

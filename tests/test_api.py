@@ -30,13 +30,13 @@ from schemathesis.core.result import Ok
 from temporalio.service import RPCError
 
 from docjobs.api.app import create_app
-from docjobs.config import ConfigError
-from docjobs.idempotency import is_valid_client_key
-from docjobs.storage import FileBlobStore, source_key
-from docjobs.templates import zip_folder
+from docjobs.domain.idempotency import is_valid_client_key
+from docjobs.settings.config import ConfigError
+from docjobs.settings.tenants import TenantBook, add_tenant, key_digest
+from docjobs.store.storage import FileBlobStore, source_key
+from docjobs.store.templates import zip_folder
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import TenantBook, add_tenant, key_digest
 from tests.conftest import REPO, Env, HeldQueue, WorkerProcess, free_port, run_starter, serving_app
 from tests.fixtures.generate_samples import bundle_folder, invoice_data, invoice_template
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain

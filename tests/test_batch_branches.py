@@ -16,7 +16,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from docjobs.batching import (
+from docjobs.domain.batching import (
     AwaitJobs,
     BatchInput,
     BatchRequest,
@@ -27,8 +27,8 @@ from docjobs.batching import (
     RunningJob,
     StartDocuments,
 )
-from docjobs.models import BlobRef, Policy, WatermarkPolicy
-from docjobs.states import JobState
+from docjobs.domain.models import BlobRef, Policy, WatermarkPolicy
+from docjobs.domain.states import JobState
 from docjobs.temporal.client import connect
 from tests.conftest import Env
 from workflows.batch_job import DocumentBatchWorkflow

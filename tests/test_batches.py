@@ -19,15 +19,15 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from docjobs.api.app import create_app
-from docjobs.batching import BatchState, BatchStatus
-from docjobs.models import Policy
-from docjobs.policies import PolicyBook, job_overrides
-from docjobs.states import JobState
+from docjobs.domain.batching import BatchState, BatchStatus
+from docjobs.domain.models import Policy
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook, job_overrides
+from docjobs.settings.tenants import CLI_TENANT, TenantBook, add_tenant
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.client import JobClient, JobNotFound, connect
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.retention import collect_garbage
-from docjobs.tenants import CLI_TENANT, TenantBook, add_tenant
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, payloads_in, run_starter
 from tests.fixtures.samples import make_sample_pdf, truncate_pdf
 from workflows.batch_job import DocumentBatchWorkflow

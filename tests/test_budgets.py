@@ -16,8 +16,8 @@ import pytest
 from pikepdf import Name
 from pydantic import ValidationError
 
-from docjobs.errors import DocJobError
-from docjobs.models import LimitsPolicy, Policy, RedactPolicy, RedactRegion, WatermarkPolicy
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import LimitsPolicy, Policy, RedactPolicy, RedactRegion, WatermarkPolicy
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, budgets_for, decoded_size
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
@@ -38,7 +38,7 @@ BOMB_MIB = 300  # decoded size of the Flate bombs: above the 256 MiB stream budg
 _ISOLATED = """
 import json, sys
 from pathlib import Path
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.watermark import watermark_structure
 path = Path(sys.argv[1])

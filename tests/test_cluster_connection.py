@@ -26,9 +26,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
-from docjobs.config import ConfigError
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.domain.states import JobState
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import Env, StartWorker, free_port, run_starter, wait_terminal

@@ -24,16 +24,16 @@ from temporalio.converter import ActivitySerializationContext, WorkflowSerializa
 
 from docjobs.api.app import create_app
 from docjobs.api.codec_server import MAX_BODY_BYTES, create_codec_app
-from docjobs.config import ConfigError
-from docjobs.models import JobOverrides
-from docjobs.policies import PolicyBook
-from docjobs.sealing import UNBOUND_FIELD, UNSEALED_ENCODING, CodecKey
-from docjobs.states import JobState
-from docjobs.storage import source_key
+from docjobs.domain.models import JobOverrides
+from docjobs.domain.sealing import UNBOUND_FIELD, UNSEALED_ENCODING, CodecKey
+from docjobs.domain.states import JobState
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import TenantBook, add_tenant
+from docjobs.store.storage import source_key
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.codec import ENCODING, NAMESPACE_FIELD, WORKFLOW_ID_FIELD, EncryptionCodec, PayloadDecryptionError
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import (
     REPO,
     Env,

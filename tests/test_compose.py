@@ -16,12 +16,12 @@ import yaml
 from temporalio.common import WorkerDeploymentVersion
 
 import starter
-import worker
-from docjobs import config
+from docjobs import worker
 from docjobs.api.codec_server import create_codec_app
-from docjobs.s3store import S3BlobStore
-from docjobs.signing.config import ENV_NAMES as SIGNING_ENV_NAMES
+from docjobs.settings import config
 from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.signing.environment import ENV_NAMES as SIGNING_ENV_NAMES
+from docjobs.store.s3store import S3BlobStore
 from docjobs.temporal.deployments import deployment_config
 from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import REPO

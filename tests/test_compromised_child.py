@@ -22,16 +22,16 @@ from typing import Any
 import pikepdf
 import pytest
 
-from docjobs.confine import Confinement
-from docjobs.errors import DocJobError
-from docjobs.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
-from docjobs.poller import validate_history
-from docjobs.sandbox import ChildCrashed, ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
+from docjobs.domain.states import JobState, Stage
+from docjobs.isolation.confine import Confinement
+from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
+from docjobs.settings.tenants import add_tenant
 from docjobs.signing.dev_ca import ensure_dev_signer
-from docjobs.states import JobState, Stage
-from docjobs.storage import copy_left_file
+from docjobs.store.storage import copy_left_file
 from docjobs.temporal.client import JobClient, connect
-from docjobs.tenants import add_tenant
+from docjobs.temporal.poller import validate_history
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, wait_terminal
 from tests.faults.compromised_child import DAEMON_MARKER, LOG_FOLDER, PLAN_PREFIX
 from tests.fixtures.samples import make_sample_pdf
@@ -39,7 +39,7 @@ from tests.sandbox_entries import Order, Seen
 
 QUEUE = "docjobs-compromised"
 CANARY = f"canary-{uuid.uuid4().hex}"  # in the worker's environment: must never reach a child
-NPROC = 128  # the sandbox's process limit (docjobs.confine.Confinement.max_processes)
+NPROC = 128  # the sandbox's process limit (docjobs.isolation.confine.Confinement.max_processes)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     other_root.mkdir(parents=True, exist_ok=True)
     # Another job of the SAME tenant, running while the attacker's does: its attempt folder is in the same work
     # root, mounted writable in the same sandbox, owned by the same uid. Planted here, open to every uid, so that
-    # only the child's own Landlock rules (docjobs/landlock.py) keep it out.
+    # only the child's own Landlock rules (docjobs/isolation/landlock.py) keep it out.
     root.mkdir(parents=True, exist_ok=True)
     neighbour = root / f"render-neighbour-{marker}"
     neighbour.mkdir(mode=0o777)
@@ -149,7 +149,7 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
         "beside its own folder": root / f"attack-{marker}",
         "another job's folder": neighbour / f"attack-{marker}",
     }
-    code = REPO / "docjobs" / "stage_work.py"
+    code = REPO / "docjobs" / "isolation" / "stage_work.py"
     code_before = code.read_bytes()
     plan: dict[str, Any] = {
         "read": {
@@ -378,8 +378,9 @@ def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
         os.chown(attempt, confinement.uid, confinement.uid)
     pids = attempt / "pids"
     script = (
-        "from pathlib import Path; from docjobs.sandbox import ChildPool, ChildLimits; from docjobs.confine import "
-        "Confinement; from docjobs.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
+        "from pathlib import Path; from docjobs.isolation.sandbox import ChildPool, ChildLimits; "
+        "from docjobs.isolation.confine import Confinement; from docjobs.domain.models import CpuBudget; "
+        "from tests.sandbox_entries import Order, Seen;"
         f"root = Path({str(root)!r});"
         "pool = ChildPool(ChildLimits(), home=root, entries='tests.sandbox_entries', confinement=Confinement(root));"
         f"pool.start(); pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60),"

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from docjobs.config import SHIPPED_POLICIES, ConfigError
-from docjobs.errors import DocJobError
-from docjobs.models import JobOverrides, JobStatus, TransitionRecord, WatermarkMode
-from docjobs.policies import PolicyBook, check_overrides, job_overrides
-from docjobs.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
-from docjobs.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
-from docjobs.storage import FileBlobStore, RunScope, artifact_key, staging_key
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import JobOverrides, JobStatus, TransitionRecord, WatermarkMode
+from docjobs.domain.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
+from docjobs.settings.config import SHIPPED_POLICIES, ConfigError
+from docjobs.settings.policies import PolicyBook, check_overrides, job_overrides
+from docjobs.store.storage import FileBlobStore, RunScope, artifact_key, staging_key
 from docjobs.temporal.client import asked_of, derive_job_id
+from docjobs.temporal.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

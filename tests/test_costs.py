@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from docjobs.costs import cost_report, processing_mode
-from docjobs.models import Cost, JobCost, JobStatus, WatermarkMode
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.domain.costs import cost_report, processing_mode
+from docjobs.domain.models import Cost, JobCost, JobStatus, WatermarkMode
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import Env, run_starter, wait_terminal
 from tests.fixtures.samples import truncate_pdf

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from tests.conftest import Env, StartWorker, WorkerProcess, run_starter, wait_terminal
 from tests.fault_worker import Hold

@@ -1,4 +1,4 @@
-"""The failure codes are declared once (docjobs/errors.py): the operator's tables are generated from there, and
+"""The failure codes are declared once (docjobs/domain/errors.py): the operator's tables are generated from there, and
 fail here when a code, its outcome or its words drift from what a page shows."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from docjobs.errors import FAILURE_CODES, FAILURE_GUIDE, GUIDE_MARKERS, Outcome, failure_code_table
+from docjobs.domain.errors import FAILURE_CODES, FAILURE_GUIDE, GUIDE_MARKERS, Outcome, failure_code_table
 
 REPO = Path(__file__).resolve().parent.parent
 # How a job with each outcome ends, as the tables say it (notify.failed leaves the job as it was).

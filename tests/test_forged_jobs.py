@@ -21,11 +21,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from docjobs.contract import WORKFLOW_TYPE
-from docjobs.models import BlobRef, JobRequest, JobStatus
-from docjobs.policies import PolicyBook
-from docjobs.sealing import CodecKey
-from docjobs.states import JobState
+from docjobs.domain.contract import WORKFLOW_TYPE
+from docjobs.domain.models import BlobRef, JobRequest, JobStatus
+from docjobs.domain.sealing import CodecKey
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.codec import EncryptionCodec
 from docjobs.temporal.settings import TemporalSettings

@@ -10,13 +10,13 @@ import pikepdf
 import pytest
 from reportlab.pdfgen.canvas import Canvas
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import GeneratePolicy, MissingResource
 from docjobs.generate.bundle import unpack_bundle
 from docjobs.generate.templating import render_template
 from docjobs.generate.weasy import html_to_pdf
-from docjobs.models import GeneratePolicy, MissingResource
 from docjobs.pdf.fidelity import check_fonts_embedded, fonts_not_embedded
-from docjobs.templates import zip_folder
+from docjobs.store.templates import zip_folder
 from tests.ci_skips import needs_tools
 from tests.fixtures.generate_samples import (
     HOSTILE_BUNDLES,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pikepdf
 import pytest
 
-from docjobs.models import InputKind, JobStatus, Policy
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
-from docjobs.templates import zip_folder
+from docjobs.domain.models import InputKind, JobStatus, Policy
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
+from docjobs.store.templates import zip_folder
 from docjobs.temporal.client import JobClient, Submitted
 from tests.ci_skips import needs_tools
 from tests.conftest import Env, history_payload_text, run_starter, wait_terminal

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from docjobs.tenants import add_tenant
+from docjobs.settings.tenants import add_tenant
 from tests import hostile
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, free_port
 from tests.fixtures.samples import make_sample_pdf

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pikepdf
 
-from docjobs.models import JobOverrides
-from docjobs.states import JobState
-from docjobs.storage import RUNS_FOLDER, job_prefix, source_key
+from docjobs.domain.models import JobOverrides
+from docjobs.domain.states import JobState
+from docjobs.store.storage import RUNS_FOLDER, job_prefix, source_key
 from docjobs.temporal.client import JobClient
 from tests.conftest import (
     REPO,

@@ -7,8 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.logs import JsonFormatter, TextFormatter
 from tests.conftest import Env, StartWorker, wait_terminal

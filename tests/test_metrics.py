@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, free_port, wait_terminal
 from tests.fault_worker import Hold

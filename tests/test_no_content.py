@@ -24,12 +24,12 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from docjobs.api.app import create_app
-from docjobs.models import JobStatus
-from docjobs.policies import PolicyBook, job_overrides
-from docjobs.sealing import CodecKey
-from docjobs.states import JobState
+from docjobs.domain.models import JobStatus
+from docjobs.domain.sealing import CodecKey
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook, job_overrides
+from docjobs.settings.tenants import TenantBook, add_tenant
 from docjobs.temporal.client import JobClient, connect
-from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import (
     Env,
     StartWorker,

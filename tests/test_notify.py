@@ -32,13 +32,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from temporalio.client import WorkflowExecutionStatus
 
-import worker
-from docjobs import webhooks
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
-from docjobs.temporal.client import JobClient, connect
-from docjobs.tenants import add_tenant, callback_of, set_callback
-from docjobs.webhooks import (
+from docjobs import worker
+from docjobs.domain.states import JobState
+from docjobs.settings import webhooks
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import add_tenant, callback_of, set_callback
+from docjobs.settings.webhooks import (
     EVENT_ID_HEADER,
     SIGNATURE_HEADER,
     TOLERANCE_SECONDS,
@@ -52,6 +51,7 @@ from docjobs.webhooks import (
     refusal,
     sign,
 )
+from docjobs.temporal.client import JobClient, connect
 from tests.conftest import REPO, Env, run_starter, wait_terminal
 
 PUBLIC_V4 = ipaddress.ip_address("93.184.215.14")  # only ever a resolver's answer: never connected to

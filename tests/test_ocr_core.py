@@ -32,8 +32,8 @@ from PIL import Image
 from reportlab.lib.pagesizes import LETTER
 from reportlab.pdfgen.canvas import Canvas
 
-from docjobs.errors import DocJobError
-from docjobs.models import OcrMode, OcrPolicy
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import OcrMode, OcrPolicy
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.ocr import ExitCode, OcrCanceled, OcrResult, exit_failure, ocrmypdf_args, run_ocr
@@ -427,7 +427,7 @@ def test_dead_parent_leaves_no_ocr_behind(three_page_scan: Path, tmp_path: Path)
     tag = f"test-orphan-{os.getpid()}-{time.monotonic_ns()}"
     script = (
         "import sys; from pathlib import Path;"
-        "from docjobs.models import OcrPolicy, OcrMode; from docjobs.pdf.ocr import run_ocr;"
+        "from docjobs.domain.models import OcrPolicy, OcrMode; from docjobs.pdf.ocr import run_ocr;"
         "run_ocr(Path(sys.argv[1]), Path(sys.argv[2]), OcrPolicy(mode=OcrMode.SKIP), workdir=Path(sys.argv[3]),"
         " tag=sys.argv[4])"
     )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState, Stage
+from docjobs.domain.states import JobState, Stage
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import Env, StartWorker, run_starter, wait_terminal

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from docjobs.errors import DocJobError
-from docjobs.models import OcrMode, OcrPolicy, OcrUnreadable
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import OcrMode, OcrPolicy, OcrUnreadable
+from docjobs.domain.states import JobState
 from docjobs.pdf.deskew import estimate_skew
 from docjobs.pdf.ocr import run_ocr
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
 from tests.fixtures.scans import make_scan_pages, make_scan_pdf, make_scan_tiff, scan_words, word_recall

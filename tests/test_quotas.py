@@ -24,10 +24,10 @@ import httpx
 import pytest
 
 from docjobs.api.app import create_app
-from docjobs.quotas import DailyBytes, TenantLimits, seconds_to_next_day
-from docjobs.storage import source_key
+from docjobs.settings.quotas import DailyBytes, TenantLimits, seconds_to_next_day
+from docjobs.settings.tenants import TenantBook, add_tenant, set_limits
+from docjobs.store.storage import source_key
 from docjobs.temporal.client import JobClient, connect
-from docjobs.tenants import TenantBook, add_tenant, set_limits
 from tests.conftest import Env, HeldQueue, run_starter, serving_app, wait_terminal
 from tests.test_api import exists, pdf_bytes
 

@@ -14,14 +14,14 @@ import pikepdf
 import pypdfium2 as pdfium  # type: ignore[import-untyped]
 import pytest
 
-from docjobs.errors import DocJobError
-from docjobs.models import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
+from docjobs.isolation.stage_work import RenderDone, RenderWork, SignWork, VerifyDone, VerifyWork, render, sign, verify
 from docjobs.pdf.inspect import Encryption, inspect_pdf
 from docjobs.pdf.watermark import STAMP_BAND, watermark_structure
 from docjobs.signing.config import SignerConfig, TrustAnchors
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.signing.sign import ReleaseSigner
-from docjobs.stage_work import RenderDone, RenderWork, SignWork, VerifyDone, VerifyWork, render, sign, verify
 from tests.fixtures import realworld
 
 STAMP = "RELEASED COPY"

@@ -10,9 +10,9 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from docjobs.models import Policy
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.domain.models import Policy
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
 from tests.fixtures import realworld

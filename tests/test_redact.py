@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 from pypdf import PdfReader
 
-from docjobs.errors import DocJobError
-from docjobs.models import RedactLayout, RedactPolicy, RedactRegion
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval
 from docjobs.pdf.redaction.locate import locate

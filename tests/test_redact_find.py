@@ -20,8 +20,8 @@ from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamO
 from reportlab.pdfbase.pdfmetrics import registerFont, stringWidth
 from reportlab.pdfbase.ttfonts import TTFont
 
-from docjobs.errors import FAILURE_CODES, Outcome
-from docjobs.models import RedactPolicy
+from docjobs.domain.errors import FAILURE_CODES, Outcome
+from docjobs.domain.models import RedactPolicy
 from docjobs.pdf.redaction.gate import GateReport, check_redaction
 from docjobs.pdf.redaction.locate import PAD, Located, locate
 from docjobs.pdf.redaction.patterns import (

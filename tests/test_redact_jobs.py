@@ -9,11 +9,11 @@ from pathlib import Path
 import pikepdf
 from pypdf import PdfReader
 
-from docjobs.evidence import envelope_evidence
-from docjobs.models import JobStatus
-from docjobs.policies import PolicyBook, job_overrides
-from docjobs.states import JobState
-from docjobs.storage import TEXT_BLOB, beside
+from docjobs.domain.models import JobStatus
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook, job_overrides
+from docjobs.signing.evidence import envelope_evidence
+from docjobs.store.storage import TEXT_BLOB, beside
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal

@@ -23,7 +23,7 @@ from pikepdf import Name
 from PIL import Image
 from pypdf import PdfReader
 
-from docjobs.models import RedactionSummary, RedactLayout, RedactPolicy
+from docjobs.domain.models import RedactionSummary, RedactLayout, RedactPolicy
 from docjobs.pdf.redaction.redact import redact_pdf
 from tests.fixtures.redact_layout import (
     LAYOUT_FIXTURES,

@@ -23,11 +23,11 @@ import re2
 from pydantic import ValidationError
 
 from docjobs.api.app import create_app
-from docjobs.linear_regex import LinearRegex, UnsupportedRegex
-from docjobs.models import RedactPolicy
+from docjobs.domain.linear_regex import LinearRegex, UnsupportedRegex
+from docjobs.domain.models import RedactPolicy
 from docjobs.pdf.redaction.patterns import BUILTIN_PATTERNS, compile_patterns, find_matches, find_matches_loose
+from docjobs.settings.tenants import TenantBook, add_tenant
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import TenantBook, add_tenant
 from tests.conftest import REPO
 
 BUILTINS = compile_patterns(RedactPolicy(patterns=("ssn", "phone", "email", "dob", "mrn")))

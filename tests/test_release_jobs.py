@@ -9,12 +9,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from docjobs.evidence import envelope_evidence
-from docjobs.models import Policy
-from docjobs.policies import PolicyBook
+from docjobs.domain.models import Policy
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import cert_pem, key_pem
 from docjobs.signing.dev_ca import ensure_dev_signer, issue_signer, make_ca
-from docjobs.states import JobState
+from docjobs.signing.evidence import envelope_evidence
 from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
 from tests.test_jobs import job_files

@@ -20,11 +20,11 @@ import pytest
 from pikepdf import Name
 from PIL import Image, ImageChops
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.inspect import Encryption, PdfInfo, inspect_pdf, sniff_kind
 from docjobs.pdf.raster import watermark_box, watermark_raster
 from docjobs.pdf.watermark import text_width_em, watermark_structure
-from docjobs.stamp_text import encode_text
 from tests.fixtures.samples import (
     LINK_URL,
     make_encrypted_pdf,

@@ -19,7 +19,7 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from docjobs.policies import PolicyBook
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
 from tests.fixtures.samples import make_garbage

@@ -21,12 +21,12 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.evidence import envelope_evidence
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState, Stage
-from docjobs.storage import StoredBlob, job_prefix, owner_marker_key, record_owner, source_key
+from docjobs.domain.states import JobState, Stage
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import CLI_TENANT
+from docjobs.signing.evidence import envelope_evidence
+from docjobs.store.storage import StoredBlob, job_prefix, owner_marker_key, record_owner, source_key
 from docjobs.temporal.client import JobClient
-from docjobs.tenants import CLI_TENANT
 from tests.conftest import BUCKET, Env, StartWorker, aws_environment, run_starter, wait_terminal
 from tests.fixtures.samples import make_sample_pdf
 

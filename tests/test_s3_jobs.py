@@ -9,11 +9,11 @@ from pathlib import Path
 import boto3  # type: ignore[import-untyped]
 import pytest
 
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
-from docjobs.storage import job_prefix, owner_marker_key
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import CLI_TENANT
+from docjobs.store.storage import job_prefix, owner_marker_key
 from docjobs.temporal.client import JobClient
-from docjobs.tenants import CLI_TENANT
 from tests.conftest import BUCKET, REGION, Env, StartWorker, aws_environment, run_starter, wait_terminal
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from docjobs.errors import DocJobError
-from docjobs.models import CpuBudget
-from docjobs.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped, TaskUsage
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import CpuBudget
+from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped, TaskUsage
 from tests.sandbox_entries import Order, Seen
 
 REPO = Path(__file__).resolve().parent.parent
@@ -186,8 +186,8 @@ def test_children_die_with_their_worker(tmp_path: Path) -> None:
     zygote's death, ends its own)."""
     pids = tmp_path / "pids"
     script = (
-        "import sys; from pathlib import Path; from docjobs.sandbox import ChildPool, ChildLimits;"
-        "from docjobs.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
+        "import sys; from pathlib import Path; from docjobs.isolation.sandbox import ChildPool, ChildLimits;"
+        "from docjobs.domain.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
         f"pool = ChildPool(ChildLimits(), home=Path({str(tmp_path)!r}), entries='tests.sandbox_entries'); pool.start();"
         f"pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60))"
     )
@@ -216,7 +216,7 @@ def test_children_are_forks_of_the_zygote_each_a_group_of_its_own(pool: ChildPoo
     seen = pool.run("pages", Order(), Seen, cpu=QUICK)
     zygote = pool.zygote_pid()
     assert zygote is not None and seen.parent == zygote != os.getpid()
-    assert "docjobs.sandbox_child" in Path(f"/proc/{zygote}/cmdline").read_text()
+    assert "docjobs.isolation.sandbox_child" in Path(f"/proc/{zygote}/cmdline").read_text()
     assert seen.group == seen.pid != os.getpgid(zygote)
     assert os.getsid(zygote) == zygote != os.getsid(0)  # the zygote's own session, away from the worker's
     assert Path(seen.folder).parent == pool.home  # the child works in a folder of its own

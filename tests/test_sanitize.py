@@ -12,9 +12,8 @@ import pytest
 from pikepdf import Dictionary, Name, String
 from pypdf import PdfReader
 
-from docjobs.config import ConfigError
-from docjobs.errors import DocJobError
-from docjobs.models import SanitizeMode, SanitizePolicy
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import SanitizeMode, SanitizePolicy
 from docjobs.pdf.raster import watermark_raster
 from docjobs.pdf.sanitize import (
     action_kind,
@@ -23,7 +22,8 @@ from docjobs.pdf.sanitize import (
     sanitize_file,
     strip_active_content,
 )
-from docjobs.policies import PolicyBook
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook
 from tests.active_content import ACTIVE_COUNTS, EXECUTABLE, LOOPING_COUNTS, make_active_pdf, make_looping_pdf
 from tests.fixtures.samples import LINK_URL, make_sample_pdf
 
@@ -234,7 +234,7 @@ def test_raster_mode_drops_document_level_content_by_itself(active: Path, tmp_pa
 
 
 def test_shipped_policies_strip_and_typos_are_refused(tmp_path: Path) -> None:
-    book = PolicyBook.load(REPO / "docjobs" / "policies.toml")
+    book = PolicyBook.load(REPO / "docjobs" / "settings" / "policies.toml")
     assert {name: policy.sanitize for name, policy in book.policies.items()} == dict.fromkeys(
         book.policies, SanitizePolicy(mode=SanitizeMode.STRIP, keep_attachments=False)
     )

@@ -8,11 +8,11 @@ import pytest
 from pypdf import PdfReader
 
 from docjobs.cli.output import describe
-from docjobs.evidence import envelope_evidence
-from docjobs.models import Policy
+from docjobs.domain.models import Policy
+from docjobs.domain.states import JobState
 from docjobs.pdf.sanitize import find_active_content
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.settings.policies import PolicyBook
+from docjobs.signing.evidence import envelope_evidence
 from docjobs.temporal.client import JobClient
 from tests.active_content import ACTIVE_COUNTS, make_active_pdf
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal

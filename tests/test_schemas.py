@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 
-from docjobs.contract import SCHEMAS, published_schemas
+from docjobs.domain.contract import SCHEMAS, published_schemas
 
 REPO = Path(__file__).resolve().parent.parent
 PUBLISHED = REPO / "schemas"

@@ -34,21 +34,13 @@ from pyhanko.pdf_utils import generic
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.sign.timestamps import DummyTimeStamper
 
-from docjobs.canonical import canonical_json
-from docjobs.config import ConfigError
-from docjobs.errors import DocJobError
-from docjobs.evidence import (
-    PAYLOAD_TYPE,
-    Evidence,
-    EvidenceCheck,
-    envelope_evidence,
-    sign_evidence,
-    tool_versions,
-    verify_evidence,
-)
+from docjobs.domain.canonical import canonical_json
+from docjobs.domain.errors import DocJobError
+from docjobs.isolation.stage_work import VerifyDone, VerifyWork
+from docjobs.isolation.stage_work import verify as verify_stage
+from docjobs.settings.config import ConfigError
 from docjobs.signing import dev_ca
 from docjobs.signing.config import (
-    ENV_NAMES,
     PrivateKey,
     SignerConfig,
     TrustAnchors,
@@ -57,10 +49,18 @@ from docjobs.signing.config import (
     load_signer,
 )
 from docjobs.signing.dev_ca import DEV_CA_CN, DEV_SIGNER_CN, ensure_dev_signer, issue_signer, make_ca
+from docjobs.signing.environment import ENV_NAMES, signer_from_env
+from docjobs.signing.evidence import (
+    PAYLOAD_TYPE,
+    Evidence,
+    EvidenceCheck,
+    envelope_evidence,
+    sign_evidence,
+    tool_versions,
+    verify_evidence,
+)
 from docjobs.signing.sign import Prepared, ReleaseSigner, SignInfo, prepare_signature, release_reason, sign_pdf
 from docjobs.signing.verify import SignatureReport, failure_code, verify_pdf
-from docjobs.stage_work import VerifyDone, VerifyWork
-from docjobs.stage_work import verify as verify_stage
 from tests.fixtures.loopback import QuietHandler, serving_on_loopback
 from tests.fixtures.samples import make_encrypted_pdf, make_sample_pdf
 
@@ -247,7 +247,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_from_env_defaults_to_the_dev_signer(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
-    config = SignerConfig.from_env(tmp_path)
+    config = signer_from_env(tmp_path)
     assert config == ensure_dev_signer(tmp_path / "signing")
     assert config.tsa_url is None and not config.visible
 
@@ -265,7 +265,7 @@ def test_from_env_pkcs12(tmp_path: Path, clean_env: pytest.MonkeyPatch, sample: 
     clean_env.setenv("DOCJOBS_SIGNING_P12", str(p12))
     clean_env.setenv("DOCJOBS_SIGNING_P12_PASSPHRASE", "s3cret")
     clean_env.setenv("DOCJOBS_TRUST_ROOTS", str(tmp_path / "ca.pem"))
-    config = SignerConfig.from_env(tmp_path)
+    config = signer_from_env(tmp_path)
     assert "s3cret" not in repr(config)
     assert not (tmp_path / "signing").exists()  # no dev signer when a key is configured
 
@@ -275,7 +275,7 @@ def test_from_env_pkcs12(tmp_path: Path, clean_env: pytest.MonkeyPatch, sample: 
 
     clean_env.setenv("DOCJOBS_SIGNING_P12_PASSPHRASE", "wrong")
     with pytest.raises(ConfigError, match="DOCJOBS_SIGNING_P12"):
-        sign_pdf(sample, tmp_path / "out2.pdf", SignerConfig.from_env(tmp_path))
+        sign_pdf(sample, tmp_path / "out2.pdf", signer_from_env(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -296,7 +296,7 @@ def test_from_env_rejects_incomplete_settings(
     for name, value in settings.items():
         clean_env.setenv(name, value if "://" in value else str(tmp_path / value))
     with pytest.raises(ConfigError, match=message):
-        SignerConfig.from_env(tmp_path)
+        signer_from_env(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

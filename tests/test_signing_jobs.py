@@ -16,12 +16,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from docjobs.evidence import envelope_evidence, verify_evidence
-from docjobs.policies import PolicyBook
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import SignerConfig, TrustAnchors, cert_pem
 from docjobs.signing.dev_ca import issue_signer, make_ca
+from docjobs.signing.evidence import envelope_evidence, verify_evidence
 from docjobs.signing.verify import failure_code, verify_pdf
-from docjobs.states import JobState
 from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, wait_terminal
 from tests.faults.spy_sign import SPY_FOLDER

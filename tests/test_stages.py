@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from docjobs.sandbox import ChildLimits, ChildPool
-from docjobs.states import Stage
+from docjobs.domain.states import Stage
+from docjobs.isolation.sandbox import ChildLimits, ChildPool
 from docjobs.temporal.settings import TemporalSettings
-from worker import QUEUES, stage_activities
+from docjobs.worker import QUEUES, stage_activities
 from workflows import document_job, stages
 from workflows.stages import DECLARATIONS, activity_name
 

@@ -10,9 +10,9 @@ import pikepdf
 from pikepdf import Array, Dictionary, Name, String
 from PIL import Image
 
-from docjobs.models import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
+from docjobs.domain.models import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
+from docjobs.isolation.stage_work import RenderWork, render
 from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND
-from docjobs.stage_work import RenderWork, render
 from tests.fixtures import realworld
 from tests.fixtures.samples import LINK_URL, make_sample_pdf
 

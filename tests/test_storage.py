@@ -21,11 +21,11 @@ import boto3  # type: ignore[import-untyped]
 import pytest
 from botocore.exceptions import ClientError, IncompleteReadError  # type: ignore[import-untyped]
 
-from docjobs import s3store
-from docjobs.errors import DocJobError, Outcome
-from docjobs.models import BlobRef
-from docjobs.s3store import S3BlobStore, open_blob_store
-from docjobs.storage import (
+from docjobs.domain.errors import DocJobError, Outcome
+from docjobs.domain.models import BlobRef
+from docjobs.store import s3store
+from docjobs.store.s3store import S3BlobStore, open_blob_store
+from docjobs.store.storage import (
     TEXT_BLOB,
     BlobStore,
     FileBlobStore,

@@ -20,16 +20,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from docjobs.canonical import canonical_model
-from docjobs.config import ConfigError
-from docjobs.errors import DocJobError
-from docjobs.models import BlobRef, InputKind, JobRequest
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
-from docjobs.storage import owned_source, owner_marker_key, source_key
-from docjobs.templates import TemplateManifest, zip_folder
+from docjobs.domain.canonical import canonical_model
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BlobRef, InputKind, JobRequest
+from docjobs.domain.states import JobState
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import add_tenant, policies_of
+from docjobs.store.storage import owned_source, owner_marker_key, source_key
+from docjobs.store.templates import TemplateManifest, zip_folder
 from docjobs.temporal.client import JobClient
-from docjobs.tenants import add_tenant, policies_of
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, run_starter, wait_terminal
 from tests.fixtures.generate_samples import invoice_data, invoice_template, write_json
 from tests.fixtures.samples import make_sample_pdf
@@ -167,13 +167,13 @@ mode = "structure"
 
 def write_policies(folder: Path) -> Path:
     path = folder / "policies.toml"
-    path.write_text((REPO / "docjobs" / "policies.toml").read_text() + EXTRA_POLICIES)
+    path.write_text((REPO / "docjobs" / "settings" / "policies.toml").read_text() + EXTRA_POLICIES)
     return path
 
 
 def test_a_policy_that_keeps_active_content_or_is_flagged_is_trusted_only(tmp_path: Path) -> None:
     book = PolicyBook.load(write_policies(tmp_path))
-    shipped = PolicyBook.load(REPO / "docjobs" / "policies.toml")
+    shipped = PolicyBook.load(REPO / "docjobs" / "settings" / "policies.toml")
     assert shipped.trusted_only == frozenset() and shipped.for_tenant(None) == frozenset(shipped.policies)
     assert book.trusted_only == {"trusted", "flagged"}
     assert book.for_tenant(None) == frozenset(shipped.policies)

@@ -24,16 +24,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio import activity
 
-import worker
 from activities.render import RenderActivities
-from docjobs.models import RenderInput, RenderOutput
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs import worker
+from docjobs.domain.models import RenderInput, RenderOutput
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import add_tenant
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.logs import JsonFormatter
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import configure_tracing
-from docjobs.tenants import add_tenant
 from tests.conftest import LEASE_SECONDS, REPO, Env, StartWorker, run_starter
 from tests.fault_worker import HeldRender, Hold
 from tests.fixtures.samples import make_sample_pdf

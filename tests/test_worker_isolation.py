@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
-from docjobs.sweep import sweep_stale
+from docjobs.store.sweep import sweep_stale
 from docjobs.temporal.client import connect
+from docjobs.worker import NOTIFY_SLOTS, WRAP_UP_SLOTS, serving, sweep_leftovers
 from tests.conftest import Env
-from worker import NOTIFY_SLOTS, WRAP_UP_SLOTS, serving, sweep_leftovers
 from workflows.stages import activity_name
 
 DAY = 24 * 3600

@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from docjobs.models import (
+from docjobs.domain.models import (
     ActivityTiming,
     BlobRef,
     CleanupInput,
@@ -44,8 +44,8 @@ from docjobs.models import (
     VerifyOutput,
     WatermarkPolicy,
 )
-from docjobs.states import JobState, Stage
-from docjobs.storage import BlobStore, sha256_file
+from docjobs.domain.states import JobState, Stage
+from docjobs.store.storage import BlobStore, sha256_file
 from docjobs.temporal.client import JobClient, connect
 from tests.conftest import Env, run_starter
 from tests.test_replay import replayer

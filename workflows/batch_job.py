@@ -23,7 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from docjobs.batching import (
+    from docjobs.domain.batching import (
         AwaitJobs,
         BatchInput,
         BatchProgress,
@@ -36,8 +36,8 @@ with workflow.unsafe.imports_passed_through():
         RunningJob,
         StartDocuments,
     )
-    from docjobs.models import BlobRef
-    from docjobs.states import JobState
+    from docjobs.domain.models import BlobRef
+    from docjobs.domain.states import JobState
 
 WORKFLOW_TYPE = "DocumentBatch"
 WAIT_SECONDS = 60.0  # a wait activity returns after this even if no job ended (the loop then waits again)

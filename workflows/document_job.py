@@ -15,7 +15,7 @@ input (public or internal) whose tenant is not its ID's prefix, and an internal 
 a source (`sources/<sha256>`) (`request.invalid`): every storage key a stage derives from `job_id` is
 therefore the workflow ID's, and the tenant a stage acts for is the ID's.
 
-It takes two shapes: the public `DocumentJobInput` (docjobs/contract.py; what every client sends), which its
+It takes two shapes: the public `DocumentJobInput` (docjobs/domain/contract.py; what every client sends), which its
 first activity, `resolve`, turns into a full `JobRequest` recorded in history; and the internal `JobRequest`
 itself, which clients that pin a whole policy (tests, jobs that generate their document) start with.
 """
@@ -37,11 +37,17 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from docjobs.contract import CALLER_WAIT_ENDED_SIGNAL, CANCEL_SIGNAL, CANCEL_UPDATE, STATUS_QUERY, WORKFLOW_TYPE
-    from docjobs.errors import FAILURE_CODES, Outcome, outcome_of
-    from docjobs.idempotency import is_valid_client_key
-    from docjobs.metric_names import DOCUMENT_CPU, JOBS_TERMINAL, RELEASED_PAGES, failure_family
-    from docjobs.models import (
+    from docjobs.domain.contract import (
+        CALLER_WAIT_ENDED_SIGNAL,
+        CANCEL_SIGNAL,
+        CANCEL_UPDATE,
+        STATUS_QUERY,
+        WORKFLOW_TYPE,
+    )
+    from docjobs.domain.errors import FAILURE_CODES, Outcome, outcome_of
+    from docjobs.domain.idempotency import is_valid_client_key
+    from docjobs.domain.metric_names import DOCUMENT_CPU, JOBS_TERMINAL, RELEASED_PAGES, failure_family
+    from docjobs.domain.models import (
         BlobRef,
         CancelAnswer,
         CleanupInput,
@@ -67,8 +73,8 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         WatermarkMode,
     )
-    from docjobs.sealing import UNBOUND_FIELD, UNSEALED_ENCODING
-    from docjobs.states import JobState, Stage, check_transition, is_terminal
+    from docjobs.domain.sealing import UNBOUND_FIELD, UNSEALED_ENCODING
+    from docjobs.domain.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa
     from workflows import stages
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 
-from docjobs.models import (
+from docjobs.domain.models import (
     CleanupInput,
     EvidenceInput,
     EvidenceOutput,
@@ -35,7 +35,7 @@ from docjobs.models import (
     VerifyInput,
     VerifyOutput,
 )
-from docjobs.states import Stage
+from docjobs.domain.states import Stage
 
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")

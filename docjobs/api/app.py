@@ -18,12 +18,12 @@ from docjobs.api.body_timeout import BodyReadTimeout
 from docjobs.api.deps import ApiContext
 from docjobs.api.docs import OPENAPI_URL, install_docs
 from docjobs.api.errors import install_error_handlers
-from docjobs.policies import PolicyBook
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import TenantBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.logs import configure_logging, default_log_format
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import configure_tracing
-from docjobs.tenants import TenantBook
 
 
 @asynccontextmanager

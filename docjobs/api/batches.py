@@ -25,11 +25,11 @@ from docjobs.api.deps import ApiContext, Context, Tenant
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.jobs import acceptance_error, check_kind
 from docjobs.api.uploads import HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, pinned_policy
-from docjobs.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
-from docjobs.errors import DocJobError
-from docjobs.idempotency import BATCH_KEY_RULE, is_valid_batch_key
-from docjobs.models import SHA256_PATTERN, BlobRef
-from docjobs.quotas import (
+from docjobs.domain.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.idempotency import BATCH_KEY_RULE, is_valid_batch_key
+from docjobs.domain.models import SHA256_PATTERN, BlobRef
+from docjobs.settings.quotas import (
     BATCH_BYTES,
     BYTES_PER_DAY,
     RUNNING_JOBS_RETRY_AFTER,

@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from docjobs.config import ConfigError
+from docjobs.settings.config import ConfigError
 from docjobs.temporal.codec import PayloadDecryptionError
 from docjobs.temporal.settings import TemporalSettings
 

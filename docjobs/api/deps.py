@@ -11,12 +11,12 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from docjobs.api.errors import ApiError
-from docjobs.models import JobStatus
-from docjobs.policies import PolicyBook
-from docjobs.quotas import DailyBytes, TenantLimits, running_jobs_check
+from docjobs.domain.models import JobStatus
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.quotas import DailyBytes, TenantLimits, running_jobs_check
+from docjobs.settings.tenants import TenantBook
 from docjobs.temporal.client import JobClient, JobNotFound
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import TenantBook
 
 
 @dataclass

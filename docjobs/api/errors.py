@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.service import RPCError
 
-from docjobs.quotas import QUOTA_EXCEEDED, QuotaExceeded
+from docjobs.settings.quotas import QUOTA_EXCEEDED, QuotaExceeded
 from docjobs.temporal.codec import PayloadDecryptionError
 
 log = logging.getLogger("docjobs.api")

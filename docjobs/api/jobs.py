@@ -26,13 +26,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.uploads import CHUNK, TooLarge, spool, tenant_policy
-from docjobs.errors import DocJobError
-from docjobs.idempotency import CLIENT_KEY_RULE, is_valid_client_key
-from docjobs.models import InputKind, JobSummary
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.idempotency import CLIENT_KEY_RULE, is_valid_client_key
+from docjobs.domain.models import InputKind, JobSummary
+from docjobs.domain.states import JobState, is_terminal
 from docjobs.pdf.inspect import input_kind
-from docjobs.states import JobState, is_terminal
-from docjobs.storage import verified_chunks
-from docjobs.templates import TemplateNotFound, is_valid_template_name
+from docjobs.store.storage import verified_chunks
+from docjobs.store.templates import TemplateNotFound, is_valid_template_name
 from docjobs.temporal.client import asked_of, derive_job_id
 
 log = logging.getLogger("docjobs.api")

@@ -18,7 +18,7 @@ from docjobs.api.deps import Context, Tenant
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.uploads import TooLarge, spool_body
 from docjobs.pdf.inspect import sniff_kind
-from docjobs.templates import TEMPLATE_NAME_RULE, TemplateVersion, is_valid_template_name
+from docjobs.store.templates import TEMPLATE_NAME_RULE, TemplateVersion, is_valid_template_name
 
 router = APIRouter()
 

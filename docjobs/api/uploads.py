@@ -18,11 +18,11 @@ from starlette.requests import Request
 
 from docjobs.api.deps import ApiContext
 from docjobs.api.errors import ApiError
-from docjobs.config import ConfigError
-from docjobs.errors import DocJobError
-from docjobs.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
-from docjobs.models import JobOverrides, Policy
-from docjobs.policies import PolicyBook, job_overrides
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
+from docjobs.domain.models import JobOverrides, Policy
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook, job_overrides
 
 MULTIPART_SLACK = 64 * 1024  # boundaries, part headers and the policy part on top of the file itself
 CHUNK = 64 * 1024

@@ -7,13 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from docjobs.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.cli.jobs import add_policy_flags, choose_policy, job_client
 from docjobs.cli.output import EXIT_BUDGET, EXIT_JOB_NOT_SUCCEEDED, EXIT_OK, EXIT_USAGE, Output, fail
-from docjobs.config import ConfigError
-from docjobs.idempotency import BATCH_KEY_RULE, is_valid_batch_key
-from docjobs.policies import PolicyBook
-from docjobs.states import JobState
+from docjobs.domain.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
+from docjobs.domain.idempotency import BATCH_KEY_RULE, is_valid_batch_key
+from docjobs.domain.states import JobState
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.settings import TemporalSettings
 

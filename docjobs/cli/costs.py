@@ -1,4 +1,5 @@
-"""`cost`: what released documents cost, from the status of every job that ended (docjobs/costs.py adds it up)."""
+"""`cost`: what released documents cost, from the status of every job that ended (docjobs/domain/costs.py adds it
+up)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import asyncio
 
 from docjobs.cli.jobs import job_client, parse_duration
 from docjobs.cli.output import EXIT_OK, Output
-from docjobs.costs import CostReport, cost_report
-from docjobs.models import JobStatus
-from docjobs.states import TERMINAL_STATES
+from docjobs.domain.costs import CostReport, cost_report
+from docjobs.domain.models import JobStatus
+from docjobs.domain.states import TERMINAL_STATES
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.settings import TemporalSettings
 

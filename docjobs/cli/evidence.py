@@ -12,7 +12,7 @@ from docjobs.cli.output import (
     EXIT_OK,
     Output,
 )
-from docjobs.config import ConfigError
+from docjobs.settings.config import ConfigError
 from docjobs.temporal.settings import TemporalSettings
 
 
@@ -25,14 +25,14 @@ async def cmd_evidence(args: argparse.Namespace, settings: TemporalSettings, out
 
 async def cmd_verify_evidence(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     """A job's stored evidence, or copies kept elsewhere (`--evidence FILE --artifact PDF`)."""
-    from docjobs.evidence import verify_evidence  # pyHanko is heavy: loaded by the commands that need it
-    from docjobs.signing.config import SignerConfig
+    from docjobs.signing.environment import signer_from_env
+    from docjobs.signing.evidence import verify_evidence  # pyHanko is heavy: loaded by the commands that need it
 
     if args.evidence:
         check = await asyncio.to_thread(  # pyHanko's validation runs its own event loop
             verify_evidence,
             Path(args.evidence).read_bytes(),
-            SignerConfig.from_env(settings.data_dir),
+            signer_from_env(settings.data_dir),
             artifact=Path(args.artifact) if args.artifact else None,
             source=Path(args.source) if args.source else None,
             ocr_text=Path(args.text) if args.text else None,

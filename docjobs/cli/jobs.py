@@ -25,18 +25,18 @@ from docjobs.cli.output import (
     progress_printer,
     status_payload,
 )
-from docjobs.config import ConfigError
-from docjobs.idempotency import CLIENT_KEY_RULE
-from docjobs.models import BUILTIN_PATTERN_NAMES, InputKind, JobOverrides, OcrMode
+from docjobs.domain.idempotency import CLIENT_KEY_RULE
+from docjobs.domain.models import BUILTIN_PATTERN_NAMES, InputKind, JobOverrides, OcrMode
+from docjobs.domain.states import JobState, parse_state
 from docjobs.pdf.inspect import input_kind
-from docjobs.policies import PolicyBook, job_overrides
-from docjobs.poller import WaitEnd, WaitResult, wait_for_job
-from docjobs.states import JobState, parse_state
-from docjobs.storage import sha256_file
-from docjobs.templates import TemplateStore
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook, job_overrides
+from docjobs.settings.tenants import CLI_TENANT
+from docjobs.store.storage import sha256_file
+from docjobs.store.templates import TemplateStore
 from docjobs.temporal.client import JobClient, Submitted, asked_of, connect, derive_job_id
+from docjobs.temporal.poller import WaitEnd, WaitResult, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import CLI_TENANT
 
 HTML_SUFFIXES = (".html", ".htm")
 
@@ -135,7 +135,7 @@ async def cmd_submit(args: argparse.Namespace, settings: TemporalSettings, out: 
 
 
 async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    from worker import serving  # the in-process worker of the one-shot run
+    from docjobs.worker import serving  # the in-process worker of the one-shot run
 
     # Stage failures are the job's business (reported below), not tracebacks for the person at the terminal.
     logging.getLogger("temporalio").setLevel(logging.ERROR)

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from docjobs.models import JobStatus, RedactionSummary
-from docjobs.states import JobState
+from docjobs.domain.models import JobStatus, RedactionSummary
+from docjobs.domain.states import JobState
 from docjobs.temporal.settings import TemporalSettings
 
 EXIT_OK, EXIT_JOB_NOT_SUCCEEDED, EXIT_USAGE, EXIT_BUDGET, EXIT_PROTOCOL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130

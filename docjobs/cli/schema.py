@@ -1,5 +1,6 @@
 """`schema` and `codes`: what the project publishes of its contract: the JSON Schemas of the workflow's input,
-status and answers (docjobs/contract.py), and the failure codes with what each means (docjobs/errors.py)."""
+status and answers (docjobs/domain/contract.py), and the failure codes with what each means
+(docjobs/domain/errors.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from docjobs.cli.output import EXIT_OK, Output
-from docjobs.contract import published_schemas
-from docjobs.errors import FAILURE_CODES, FAILURE_GUIDE, GUIDE_MARKERS, failure_code_table
+from docjobs.domain.contract import published_schemas
+from docjobs.domain.errors import FAILURE_CODES, FAILURE_GUIDE, GUIDE_MARKERS, failure_code_table
 from docjobs.temporal.settings import TemporalSettings
 
 

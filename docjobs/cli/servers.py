@@ -46,7 +46,7 @@ async def cmd_serve(args: argparse.Namespace, settings: TemporalSettings, out: O
     server = http_server(create_app(settings, jobs), args)
     out.progress(f"docjobs API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
     if args.with_worker:
-        from worker import serving
+        from docjobs.worker import serving
 
         async with serving(client, settings):
             await server.serve()

@@ -8,11 +8,17 @@ import tempfile
 from pathlib import Path
 
 from docjobs.cli.output import EXIT_OK, EXIT_USAGE, Output, fail
-from docjobs.config import ConfigError
 from docjobs.pdf.inspect import sniff_kind
-from docjobs.templates import TEMPLATE_NAME_RULE, TemplateStore, TemplateVersion, is_valid_template_name, zip_folder
+from docjobs.settings.config import ConfigError
+from docjobs.settings.tenants import CLI_TENANT
+from docjobs.store.templates import (
+    TEMPLATE_NAME_RULE,
+    TemplateStore,
+    TemplateVersion,
+    is_valid_template_name,
+    zip_folder,
+)
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import CLI_TENANT
 
 
 def _described(version: TemplateVersion) -> dict[str, object]:

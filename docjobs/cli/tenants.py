@@ -12,11 +12,11 @@ from docjobs.cli.output import (
     Output,
     fail,
 )
-from docjobs.config import ConfigError
-from docjobs.policies import PolicyBook
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import TenantBook, TenantExists, add_tenant, set_callback, set_limits
+from docjobs.settings.webhooks import CallbackInvalid, parse_callback
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.tenants import TenantBook, TenantExists, add_tenant, set_callback, set_limits
-from docjobs.webhooks import CallbackInvalid, parse_callback
 
 LIMIT_FLAGS = {  # flag's dest -> the tenant's limit
     "max_running_jobs": "max_running_jobs",

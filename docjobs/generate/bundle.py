@@ -12,7 +12,7 @@ import stat
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
 
 CHUNK = 1024 * 1024
 INDEX = "index.html"  # the page a bundle (or a template) starts from, at its top

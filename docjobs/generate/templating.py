@@ -22,7 +22,7 @@ from jinja2 import FileSystemLoader, StrictUndefined, TemplateError, TemplateSyn
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
 
 MAX_DATA_BYTES = 16 * 1024 * 1024
 

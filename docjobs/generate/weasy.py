@@ -15,9 +15,9 @@ from pathlib import Path
 from weasyprint import CSS, HTML
 from weasyprint.urls import path2url
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import GeneratedSummary, GeneratePolicy, MissingResource, PdfVariant
 from docjobs.generate.fetcher import BundleFetcher
-from docjobs.models import GeneratedSummary, GeneratePolicy, MissingResource, PdfVariant
 from docjobs.pdf.fidelity import check_fonts_embedded
 
 # WeasyPrint logs the URLs it could not load and quotes the document in its warnings: not in our logs.

@@ -26,8 +26,8 @@ from itertools import islice
 import pikepdf
 from pikepdf import Name
 
-from docjobs.errors import DocJobError
-from docjobs.models import LimitsPolicy
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import LimitsPolicy
 
 MIB = 1024 * 1024
 QPDF_MAX_NESTING = 499  # qpdf's parser_max_nesting: deeper containers are read as null, with a warning

@@ -19,7 +19,7 @@ import pikepdf
 import pypdfium2 as pdfium  # type: ignore[import-untyped]
 import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
 from docjobs.pdf.inspect import open_checked
 from docjobs.pdf.normalize import repair_input
 

@@ -26,7 +26,7 @@ from struct import error as struct_error
 import img2pdf  # type: ignore[import-untyped]
 from PIL import Image, ImageOps, ImageSequence
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, too_complex
 from docjobs.pdf.inspect import PdfInfo, inspect_pdf, sniff_kind
 

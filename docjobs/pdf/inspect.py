@@ -42,8 +42,8 @@ from typing import BinaryIO, Literal
 import pikepdf
 from pikepdf import Name
 
-from docjobs.errors import DocJobError
-from docjobs.models import InputKind
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import InputKind
 from docjobs.pdf.budgets import (
     DEFAULT_BUDGETS,
     Budgets,

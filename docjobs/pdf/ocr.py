@@ -50,8 +50,8 @@ from pathlib import Path
 import pikepdf
 from PIL import Image, UnidentifiedImageError
 
-from docjobs.errors import DocJobError
-from docjobs.models import DeskewedPage, OcrMode, OcrPolicy, OcrUnreadable
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import DeskewedPage, OcrMode, OcrPolicy, OcrUnreadable
 from docjobs.pdf.inspect import ProgressFn, open_checked
 
 log = logging.getLogger(__name__)

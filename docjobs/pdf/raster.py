@@ -24,11 +24,11 @@ import pikepdf
 from pikepdf import Name
 from PIL import Image, ImageChops, ImageDraw, ImageFont
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, too_complex
 from docjobs.pdf.inspect import PdfInfo, ProgressFn, open_checked, rotation, visible_box
 from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND
-from docjobs.stamp_text import encode_text
 
 PAGE_TIMEOUT_S = 120
 _INSET_PX = 0.01

@@ -41,8 +41,8 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Array, Dictionary, Name
 
-from docjobs.errors import DocJobError
-from docjobs.models import SanitizeMode, SanitizePolicy
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import SanitizeMode, SanitizePolicy
 
 MAX_NODES = 500_000  # objects one pass may visit: far above real documents, bounded for hostile ones
 

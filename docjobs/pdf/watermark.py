@@ -33,10 +33,10 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Name
 
+from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, array_items, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
 from docjobs.pdf.normalize import ensure_appearances, save_normalized
-from docjobs.stamp_text import encode_text
 
 # Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
 # measured from the top-left corner; shared with raster mode so both modes stamp the same area.

@@ -1,6 +1,8 @@
 """PAdES signatures on released PDFs, and their verification (pyHanko). Plain functions on files.
 
-Modules: `config` (where the key and the trust roots are), `dev_ca` (the development signer), `sign`, `verify`.
+Modules: `config` (where the key and the trust roots are), `dev_ca` (the development signer), `environment`
+(the signer the environment configures, else the development one), `sign`, `verify`, `evidence` (the signed
+statement of what a job did).
 
 Signing
   `sign_pdf` appends one incremental update to the input: a PAdES signature (`/SubFilter

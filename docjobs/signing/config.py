@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from pyhanko.keys import load_certs_from_pemder_data
 from pyhanko_certvalidator import ValidationContext
 
-from docjobs.config import VARIABLES, ConfigError, read_environment
+from docjobs.settings.config import ConfigError
 
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 DEFAULT_STAMP_BOX = (36, 36, 266, 96)  # (x0, y0, x1, y1) on page 1, PDF points
@@ -51,45 +50,6 @@ class SignerConfig:
         if x1 <= x0 or y1 <= y0:
             raise ConfigError("the signature stamp box must have a positive width and height")
 
-    @classmethod
-    def from_env(cls, data_dir: Path) -> SignerConfig:
-        """From DOCJOBS_SIGNING_* / DOCJOBS_TRUST_ROOTS / DOCJOBS_TSA_URL; without a key, the development signer.
-
-        With the development signer (`ensure_dev_signer(data_dir / "signing")`), DOCJOBS_TRUST_ROOTS adds
-        roots to its CA and DOCJOBS_TSA_URL still applies.
-        """
-        env = read_environment()
-        roots = _paths(env.trust_roots)
-        tsa_url = env.tsa_url
-        if tsa_url is not None and not tsa_url.startswith(("http://", "https://")):
-            raise ConfigError("DOCJOBS_TSA_URL must be an http(s) URL")
-        p12, key, cert = env.signing_p12, env.signing_key, env.signing_cert
-        if p12 is None and key is None and cert is None:
-            from docjobs.signing.dev_ca import ensure_dev_signer  # imports this module: resolved when needed
-
-            dev = ensure_dev_signer(data_dir / "signing")
-            _check_files("DOCJOBS_TRUST_ROOTS", roots)
-            return cls(
-                trust_roots=dev.trust_roots + roots,
-                key_path=dev.key_path,
-                cert_path=dev.cert_path,
-                tsa_url=tsa_url,
-            )
-        chain = _paths(env.signing_chain)
-        for name, value in (("DOCJOBS_SIGNING_P12", p12), ("DOCJOBS_SIGNING_KEY", key), ("DOCJOBS_SIGNING_CERT", cert)):
-            _check_files(name, () if value is None else (value,))
-        _check_files("DOCJOBS_SIGNING_CHAIN", chain)
-        _check_files("DOCJOBS_TRUST_ROOTS", roots)
-        return cls(
-            trust_roots=roots,
-            p12_path=p12,
-            p12_passphrase=env.signing_p12_passphrase,
-            key_path=key,
-            cert_path=cert,
-            chain_paths=chain,
-            tsa_url=tsa_url,
-        )
-
 
 @dataclass(frozen=True)
 class TrustAnchors:
@@ -119,19 +79,6 @@ def _pem_certs(pem: str) -> list[x509.Certificate]:
         return x509.load_pem_x509_certificates(pem.encode()) if pem.strip() else []
     except ValueError:
         raise ConfigError("the trust anchors are not PEM certificates") from None
-
-
-ENV_NAMES = tuple(name for name in VARIABLES if name.startswith(("DOCJOBS_SIGNING_", "DOCJOBS_TRUST_", "DOCJOBS_TSA_")))
-
-
-def _paths(raw: str | None) -> tuple[Path, ...]:
-    return tuple(Path(part) for part in (raw or "").split(os.pathsep) if part)
-
-
-def _check_files(setting: str, paths: Sequence[Path]) -> None:
-    for path in paths:
-        if not path.is_file():
-            raise ConfigError(f"{setting}: {path} is not a readable file")
 
 
 @dataclass(frozen=True)

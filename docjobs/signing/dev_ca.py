@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from docjobs.config import ConfigError
+from docjobs.settings.config import ConfigError
 from docjobs.signing.config import PrivateKey, SignerConfig, cert_pem, key_pem
 
 DEV_CA_CN = "docjobs DEVELOPMENT ONLY CA - not for production"

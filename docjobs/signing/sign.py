@@ -44,7 +44,7 @@ from pyhanko.sign.timestamps import HTTPTimeStamper, TimestampRequestError
 from pyhanko.sign.validation.pdf_embedded import read_certification_data
 from pyhanko_certvalidator.registry import SimpleCertificateStore
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
 from docjobs.signing.config import DEFAULT_STAMP_BOX, SignerConfig, asn1_certs, cert_pem, key_pem, load_signer
 from docjobs.signing.verify import PDF_ERRORS, TENANT_CLAIM
 

@@ -17,7 +17,7 @@ from pyhanko.sign.validation.pdf_embedded import EmbeddedPdfSignature
 from pyhanko.sign.validation.settings import KeyUsageConstraints
 from pyhanko.sign.validation.status import PdfSignatureStatus, SignatureCoverageLevel
 
-from docjobs.models import Frozen
+from docjobs.domain.models import Frozen
 from docjobs.signing.config import SignerConfig, TrustAnchors, validation_context
 
 # A signer certificate must allow signatures: nonRepudiation (what pyHanko asks by default) or

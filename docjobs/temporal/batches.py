@@ -25,8 +25,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.batch_store import read_outcomes, store_manifest
-from docjobs.batching import (
+from docjobs.domain.batching import (
     DEFAULT_CONCURRENCY,
     DOCUMENTS_PER_RUN,
     BatchInput,
@@ -34,9 +33,10 @@ from docjobs.batching import (
     BatchState,
     BatchStatus,
 )
-from docjobs.errors import DocJobError
-from docjobs.models import BlobRef, Policy
-from docjobs.storage import owned_source
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BlobRef, Policy
+from docjobs.store.batch_store import read_outcomes, store_manifest
+from docjobs.store.storage import owned_source
 from docjobs.temporal.client import QUERY_TIMEOUT, JobClient
 from docjobs.temporal.settings import TemporalSettings
 from workflows import search_attributes as sa

@@ -1,7 +1,7 @@
 """The docjobs client: accept a document, start-or-get its job, read its status, cancel, fetch, audit.
 
 Acceptance stores the bytes content-addressed, binds them by sha256 and starts one workflow whose ID is
-the idempotency key, with the public input every client uses (`DocumentJobInput`, docjobs/contract.py). The
+the idempotency key, with the public input every client uses (`DocumentJobInput`, docjobs/domain/contract.py). The
 ID reuse policy rejects duplicates and the conflict policy fails the start, so
 the server decides atomically who created a job; everyone else gets the existing job, whether it is
 still running or already ended (even failed or canceled), for as long as the namespace retains it.
@@ -37,11 +37,11 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.canonical import canonical_json
-from docjobs.contract import CALLER_WAIT_ENDED_SIGNAL, job_summary
-from docjobs.errors import FAILURE_CODES, DocJobError
-from docjobs.idempotency import keyed_job_id
-from docjobs.models import (
+from docjobs.domain.canonical import canonical_json
+from docjobs.domain.contract import CALLER_WAIT_ENDED_SIGNAL, job_summary
+from docjobs.domain.errors import FAILURE_CODES, DocJobError
+from docjobs.domain.idempotency import keyed_job_id
+from docjobs.domain.models import (
     BlobRef,
     DocumentJobInput,
     InputKind,
@@ -53,10 +53,11 @@ from docjobs.models import (
     SourceRef,
     TransitionRecord,
 )
-from docjobs.policies import PolicyBook, check_overrides
-from docjobs.states import JobState, Stage
-from docjobs.storage import blob_uri, record_owner, sha256_file, source_key
-from docjobs.templates import TemplateStore
+from docjobs.domain.states import JobState, Stage
+from docjobs.domain.timeline import narrate
+from docjobs.settings.policies import PolicyBook, check_overrides
+from docjobs.store.storage import blob_uri, record_owner, sha256_file, source_key
+from docjobs.store.templates import TemplateStore
 from docjobs.temporal import visibility
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
@@ -65,12 +66,11 @@ from docjobs.temporal.history import add_from_history, describe_event
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import TRACE_ID_MEMO, client_interceptors, configure_tracing, current_trace_id
 from docjobs.temporal.visibility import closed_outside, status_from_visibility
-from docjobs.timeline import narrate
 from workflows import search_attributes as sa
 from workflows.document_job import DocumentJobWorkflow
 
 if TYPE_CHECKING:
-    from docjobs.evidence import EvidenceCheck
+    from docjobs.signing.evidence import EvidenceCheck
 
 # Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
 # itself times the workflow out, so not even a wedged workflow can stay active forever.
@@ -456,13 +456,15 @@ class JobClient:
 
     async def verify_evidence(self, job_id: str) -> EvidenceCheck:
         """Check the envelope's signature and recompute every digest it binds from the stored blobs."""
-        from docjobs.signing.config import SignerConfig  # pyHanko is heavy: only the commands that verify load it
+        from docjobs.signing.environment import (
+            signer_from_env,  # pyHanko is heavy: only the commands that verify load it
+        )
 
         status = await self.status(job_id)
         if not status.evidence_key:
             raise NotReleased(f"the job is {status.state.value} and has no evidence yet")
         run_id = (await self.handle(job_id).describe()).run_id
-        signer = SignerConfig.from_env(self.settings.data_dir)
+        signer = signer_from_env(self.settings.data_dir)
         return await verify_stored_evidence(self.store, status, signer, job_id=job_id, run_id=run_id)
 
     async def audit(self, job_id: str) -> list[dict[str, Any]]:

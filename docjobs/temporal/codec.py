@@ -38,7 +38,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from docjobs.sealing import UNBOUND_FIELD, UNSEALED_ENCODING, CodecKey
+from docjobs.domain.sealing import UNBOUND_FIELD, UNSEALED_ENCODING, CodecKey
 
 ENCODING = b"binary/encrypted"
 KEY_ID_FIELD = "encryption-key-id"

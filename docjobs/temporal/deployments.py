@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import WorkerDeploymentConfig
 
-from docjobs.config import ConfigError
+from docjobs.settings.config import ConfigError
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.visibility import SAFE_QUERY_VALUE
 

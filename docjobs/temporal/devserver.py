@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from docjobs.config import ConfigError
+from docjobs.settings.config import ConfigError
 from docjobs.temporal.settings import TemporalSettings
 from workflows import search_attributes
 

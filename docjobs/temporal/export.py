@@ -8,14 +8,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from docjobs.canonical import canonical_model
-from docjobs.errors import DocJobError
-from docjobs.models import JobStatus
-from docjobs.storage import TEXT_BLOB, BlobStore, beside, sha256_file, source_key
+from docjobs.domain.canonical import canonical_model
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import JobStatus
+from docjobs.store.storage import TEXT_BLOB, BlobStore, beside, sha256_file, source_key
 
 if TYPE_CHECKING:
-    from docjobs.evidence import EvidenceCheck
     from docjobs.signing.config import SignerConfig
+    from docjobs.signing.evidence import EvidenceCheck
 
 
 def export_blob(store: BlobStore, key: str, sha256: str, out: Path) -> None:
@@ -43,7 +43,7 @@ async def verify_stored_evidence(
     store: BlobStore, status: JobStatus, signer: SignerConfig, *, job_id: str, run_id: str | None
 ) -> EvidenceCheck:
     """Check the job's envelope and recompute every digest it binds from the stored blobs."""
-    from docjobs.evidence import verify_evidence  # pyHanko is heavy: only the commands that verify load it
+    from docjobs.signing.evidence import verify_evidence  # pyHanko is heavy: only the commands that verify load it
 
     assert status.evidence_key is not None
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,8 +21,8 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent, MarkerRecordedEventAttributes
 from temporalio.converter import DataConverter
 
-from docjobs.models import EvidenceOutput, JobStatus, NotifyInput, PublishOutput, RenderOutput, TransitionRecord
-from docjobs.states import JobState, Stage, parse_state
+from docjobs.domain.models import EvidenceOutput, JobStatus, NotifyInput, PublishOutput, RenderOutput, TransitionRecord
+from docjobs.domain.states import JobState, Stage, parse_state
 from workflows import search_attributes as sa
 
 STAGE_NAMES = frozenset(stage.value for stage in Stage)

@@ -17,8 +17,8 @@ from temporalio.client import Client
 from temporalio.common import MetricMeter
 from temporalio.service import RPCError
 
-from docjobs.metric_names import ACTIVE_JOBS, OLDEST_ACTIVE_JOB_AGE
-from docjobs.states import JobState
+from docjobs.domain.metric_names import ACTIVE_JOBS, OLDEST_ACTIVE_JOB_AGE
+from docjobs.domain.states import JobState
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.settings import TemporalSettings
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from temporalio import activity, workflow
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from docjobs.config import ConfigError, read_environment
+from docjobs.settings.config import ConfigError, read_environment
 from docjobs.temporal.tracing import current_ids
 
 LogFormat = Literal["text", "json"]

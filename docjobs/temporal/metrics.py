@@ -1,11 +1,12 @@
-"""The Temporal runtime that serves docjobs' Prometheus metrics (their names and labels: docjobs/metric_names.py)."""
+"""The Temporal runtime that serves docjobs' Prometheus metrics (their names and labels:
+docjobs/domain/metric_names.py)."""
 
 from __future__ import annotations
 
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from docjobs.config import ConfigError, Settings
-from docjobs.metric_names import CPU_BUCKETS, DOCUMENT_CPU, STAGE_CPU, STAGE_DURATION, STAGE_DURATION_BUCKETS
+from docjobs.domain.metric_names import CPU_BUCKETS, DOCUMENT_CPU, STAGE_CPU, STAGE_DURATION, STAGE_DURATION_BUCKETS
+from docjobs.settings.config import ConfigError, Settings
 
 
 def metrics_runtime(settings: Settings) -> Runtime | None:

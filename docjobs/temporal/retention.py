@@ -1,7 +1,7 @@
 """The retention sweep: the blobs of runs Temporal no longer retains go; nothing of a live or retained run does.
 
 An idempotency key lasts as long as the namespace retains its job's closed run: after that the same job ID
-starts a new run, which writes into its own run folder (docjobs/storage.py). What the sweep deletes:
+starts a new run, which writes into its own run folder (docjobs/store/storage.py). What the sweep deletes:
 
 - A run folder, when Temporal answers NOT_FOUND for that exact run (workflow ID and run ID from the folder's
   marker): deleted, or past the namespace's retention. A running run, a retained closed run, a folder whose
@@ -29,11 +29,11 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.batch_store import read_manifest
-from docjobs.contract import WORKFLOW_TYPE
-from docjobs.errors import DocJobError
-from docjobs.models import BlobRef, DocumentJobInput, InputKind
-from docjobs.storage import (
+from docjobs.domain.contract import WORKFLOW_TYPE
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind
+from docjobs.store.batch_store import read_manifest
+from docjobs.store.storage import (
     OWNER_MARKER_KEY,
     RUN_MARKER,
     RUNS_FOLDER,
@@ -45,7 +45,7 @@ from docjobs.storage import (
     job_prefix,
     source_key,
 )
-from docjobs.templates import MAX_MANIFEST_BYTES, TemplateManifest
+from docjobs.store.templates import MAX_MANIFEST_BYTES, TemplateManifest
 from docjobs.temporal.batches import BATCH_MEMO
 from docjobs.temporal.codec import PayloadDecryptionError
 from workflows.batch_job import WORKFLOW_TYPE as BATCH_WORKFLOW_TYPE

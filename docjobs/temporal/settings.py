@@ -1,6 +1,6 @@
 """How to reach Temporal: the settings of every process that connects (worker, CLI, API, codec endpoint).
 
-The `DOCJOBS_*` settings (docjobs/config.py) plus the Temporal SDK's environment configuration, which may name
+The `DOCJOBS_*` settings (docjobs/settings/config.py) plus the Temporal SDK's environment configuration, which may name
 the cluster and says how to reach it beyond its address and namespace: API key, TLS (mTLS), gRPC metadata.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 
-from docjobs.config import ConfigError, Environment, Settings
+from docjobs.settings.config import ConfigError, Environment, Settings
 from docjobs.temporal.codec import EncryptionCodec
 
 

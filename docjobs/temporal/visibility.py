@@ -10,9 +10,9 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from docjobs.contract import WORKFLOW_TYPE
-from docjobs.models import JobRequest, JobStatus, JobSummary, WatermarkMode
-from docjobs.states import JobState, Stage, is_terminal, parse_state
+from docjobs.domain.contract import WORKFLOW_TYPE
+from docjobs.domain.models import JobRequest, JobStatus, JobSummary, WatermarkMode
+from docjobs.domain.states import JobState, Stage, is_terminal, parse_state
 from workflows import search_attributes as sa
 
 SAFE_QUERY_VALUE = re.compile(r"[A-Za-z0-9_.@-]+")  # what may be put in a visibility query unquoted-safe

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pikepdf
 
+from docjobs.isolation.stage_work import ENTRIES
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval
 from docjobs.pdf.redaction.layout import MaskLayout
 from docjobs.pdf.redaction.regions import Rect
-from docjobs.stage_work import ENTRIES
 
 
 def remove_nothing(

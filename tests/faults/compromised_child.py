@@ -29,12 +29,12 @@ from typing import Any
 
 import pikepdf
 
-from docjobs.stage_work import ENTRIES, Entry, ProgressFn, RenderDone, RenderWork, render
+from docjobs.isolation.stage_work import ENTRIES, Entry, ProgressFn, RenderDone, RenderWork, render
 
 PLAN_PREFIX = "docjobs-attack:"
 DAEMON_MARKER = "DOCJOBS_ATTACK_DAEMON"
 LOG_FOLDER = "attack-log"
-WRITABLE_IN_ROOT = (LOG_FOLDER,)  # read by the zygote (docjobs/sandbox_child.py)
+WRITABLE_IN_ROOT = (LOG_FOLDER,)  # read by the zygote (docjobs/isolation/sandbox_child.py)
 # The daemon: beats in the log folder for two minutes, unless something kills it first.
 DAEMON = (
     "import sys,time\nfor _ in range(1200):\n    open(sys.argv[1],'w').write(str(time.time()))\n    time.sleep(0.1)\n"

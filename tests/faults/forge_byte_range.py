@@ -4,8 +4,8 @@ file it stores. The worker must refuse (`signature.byte_range`)."""
 
 from __future__ import annotations
 
-from docjobs import stage_work
-from docjobs.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork
+from docjobs.isolation import stage_work
+from docjobs.isolation.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork
 
 
 def forging_sign(work: SignWork, progress: ProgressFn) -> SignDone:

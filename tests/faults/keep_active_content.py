@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from docjobs import stage_work
-from docjobs.models import SanitizePolicy
-from docjobs.stage_work import ENTRIES
+from docjobs.domain.models import SanitizePolicy
+from docjobs.isolation import stage_work
+from docjobs.isolation.stage_work import ENTRIES
 
 
 def sanitize_nothing(path: Path, policy: SanitizePolicy) -> dict[str, int]:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from docjobs import stage_work
-from docjobs.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork, VerifyDone, VerifyWork
+from docjobs.isolation import stage_work
+from docjobs.isolation.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork, VerifyDone, VerifyWork
 
 SPY_FOLDER = "sign-spy"
-WRITABLE_IN_ROOT = (SPY_FOLDER,)  # read by the zygote (docjobs/sandbox_child.py)
+WRITABLE_IN_ROOT = (SPY_FOLDER,)  # read by the zygote (docjobs/isolation/sandbox_child.py)
 
 
 def _record(stage: str, work: BaseModel, folder: Path) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pikepdf
 from pypdf import PdfReader
 
-from docjobs.errors import DocJobError
+from docjobs.domain.errors import DocJobError
 from docjobs.pdf.redaction.patterns import NamedPattern, sensitive_kinds
 from docjobs.pdf.redaction.regions import PageRegions, Rect
 from docjobs.pdf.redaction.sites import document_sites

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from docjobs.linear_regex import LinearRegex
-from docjobs.models import RedactPolicy
+from docjobs.domain.linear_regex import LinearRegex
+from docjobs.domain.models import RedactPolicy
 
-# The built-in patterns run on RE2 (linear time, see docjobs.linear_regex), which has no lookaround and whose
+# The built-in patterns run on RE2 (linear time, see docjobs.domain.linear_regex), which has no lookaround and whose
 # \d, \s, \w are ASCII-only. So they are spelled with Python's Unicode classes, and each lookaround of their
 # former `re` form (kept in the comments) is a `before` or `after` group that consumes the context instead.
 _D = r"\p{Nd}"  # \d

@@ -22,8 +22,8 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Name
 
-from docjobs.errors import DocJobError
-from docjobs.models import PageRedaction, RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import PageRedaction, RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.raster import check_page_pixels, image_content, render_page

@@ -12,10 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from docjobs.canonical import canonical_sha256
-from docjobs.linear_regex import LinearRegex
-from docjobs.stamp_text import encode_text
-from docjobs.states import JobState, Stage
+from docjobs.domain.canonical import canonical_sha256
+from docjobs.domain.linear_regex import LinearRegex
+from docjobs.domain.stamp_text import encode_text
+from docjobs.domain.states import JobState, Stage
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 TENANT_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"  # the first segment of a job ID: no '/', safe in a visibility query
@@ -110,7 +110,7 @@ class RedactPolicy(Frozen):
     """What to remove for real: built-in named patterns, custom regexes and explicit regions."""
 
     patterns: tuple[str, ...] = ()  # built-in pattern names (BUILTIN_PATTERN_NAMES)
-    regexes: tuple[str, ...] = ()  # custom regular expressions (RE2 syntax: docjobs.linear_regex)
+    regexes: tuple[str, ...] = ()  # custom regular expressions (RE2 syntax: docjobs.domain.linear_regex)
     regions: tuple[RedactRegion, ...] = ()
     mrn_format: str = r"\bMRN[-: #]*\d{6,10}\b"  # the medical record number format of the organization
     fallback_dpi: int = Field(default=200, ge=72, le=600)  # pages that cannot be rewritten are burned in at it
@@ -248,7 +248,7 @@ class InputKind(StrEnum):
     DOCUMENT = "document"
     HTML = "html"  # one HTML file
     BUNDLE = "bundle"  # a zip: index.html with its CSS, images and fonts
-    TEMPLATE = "template"  # a template manifest (docjobs/templates.py): a stored template version and JSON data
+    TEMPLATE = "template"  # a template manifest (docjobs/store/templates.py): a stored template version and JSON data
 
 
 class JobRequest(Frozen):
@@ -632,7 +632,7 @@ class JobStatus(BaseModel):
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None
-    cost: JobCost = JobCost()  # CPU, wall time, memory and I/O of every stage attempt (docjobs.models.Cost)
+    cost: JobCost = JobCost()  # CPU, wall time, memory and I/O of every stage attempt (docjobs.domain.models.Cost)
     notification: str | None = None  # the tenant callback: "delivered", "no callback", "failed"
     failure_code: str | None = None
     failure_message: str | None = None

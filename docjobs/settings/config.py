@@ -18,15 +18,15 @@ from typing import Any, Literal, Self
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from docjobs.models import ActivityTiming
-from docjobs.quotas import (
+from docjobs.domain.models import ActivityTiming
+from docjobs.domain.sealing import CodecKey, parse_keys
+from docjobs.settings.quotas import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BYTES_PER_DAY,
     DEFAULT_MAX_RUNNING_JOBS,
     TenantLimits,
 )
-from docjobs.sealing import CodecKey, parse_keys
-from docjobs.storage import BlobStore
+from docjobs.store.storage import BlobStore
 
 SHIPPED_POLICIES = Path(__file__).with_name("policies.toml")
 SECRETS_DIR = Path("/run/secrets")
@@ -72,7 +72,7 @@ class Environment(BaseSettings):
     task_queue: str = "docjobs"
     ocr_task_queue: str | None = None  # None: the task queue's name + "-ocr"
     deployment: str | None = None  # None: workers run unversioned
-    build_id: str | None = None  # None: the package version plus the git commit (worker.py)
+    build_id: str | None = None  # None: the package version plus the git commit (docjobs/worker.py)
     temporal_port: int = 7233
     temporal_ui_port: int = 8233
     temporal_bin: str | None = None
@@ -202,13 +202,14 @@ class Settings:
     stage_memory_mb: int = 1536  # address space of each document child
     stall_seconds: float = 300.0  # a document child silent for this long is killed (input.too_complex)
     child_recycle_after: int = 50  # tasks a document child serves before a fresh fork replaces it (1: one per task)
-    sandbox: str = "bwrap"  # bwrap: each tenant's document children confined (docjobs/confine.py); or unconfined
+    # bwrap: each tenant's document children confined (docjobs/isolation/confine.py); or unconfined
+    sandbox: str = "bwrap"
     metrics_host: str = "127.0.0.1"  # where `worker.py --metrics-port` listens (0.0.0.0 in a container)
     metrics_port: int | None = None  # None: no metrics endpoint
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges
     codec_keys: tuple[CodecKey, ...] = field(default=(), repr=False)  # the first one encrypts
     codec_token: str | None = field(default=None, repr=False)  # bearer token the codec server demands
-    tenants_file: Path = Path("tenants.json")  # the API's tenants and their callbacks (docjobs/tenants.py)
+    tenants_file: Path = Path("tenants.json")  # the API's tenants and their callbacks (docjobs/settings/tenants.py)
     deployment: str | None = None  # the Worker Deployment workers join (pinned jobs), None: unversioned
     build_id: str | None = None  # this worker's version within the deployment
     body_read_timeout_seconds: float = 30.0  # an upload whose body stalls this long is cut off (408)
@@ -241,7 +242,7 @@ class Settings:
 
     @property
     def usage_dir(self) -> Path:
-        """Where the API counts the bytes each tenant had accepted today (docjobs/quotas.py)."""
+        """Where the API counts the bytes each tenant had accepted today (docjobs/settings/quotas.py)."""
         return self.data_dir / "usage"
 
     @property
@@ -260,7 +261,7 @@ class Settings:
 
     def blob_store(self) -> BlobStore:
         """The blob store named by DOCJOBS_STORAGE_URL (`file:///path` or `s3://bucket/prefix`)."""
-        from docjobs.s3store import open_blob_store  # boto3 loads only where a store is opened
+        from docjobs.store.s3store import open_blob_store  # boto3 loads only where a store is opened
 
         try:
             return open_blob_store(self.storage_url, sse=self.storage_sse, kms_key_id=self.storage_kms_key_id)

@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from docjobs.config import ConfigError
-from docjobs.errors import DocJobError
-from docjobs.models import BUILTIN_PATTERN_NAMES, JobOverrides, Policy, RedactPolicy, RedactRegion, SanitizeMode
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BUILTIN_PATTERN_NAMES, JobOverrides, Policy, RedactPolicy, RedactRegion, SanitizeMode
+from docjobs.settings.config import ConfigError
 
 TRUSTED_ONLY = "trusted_only"  # a policy file's flag: no tenant gets the policy unless its list names it
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode
 
-from docjobs.models import CancelAnswer, DocumentJobInput, JobStatus
+from docjobs.domain.models import CancelAnswer, DocumentJobInput, JobStatus
 
 WORKFLOW_TYPE = "DocumentJob"
 DEFAULT_TASK_QUEUE = "docjobs"  # DOCJOBS_TASK_QUEUE

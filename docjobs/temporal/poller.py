@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import pairwise
 
-from docjobs.models import JobStatus
-from docjobs.states import InvalidTransition, check_transition, is_terminal, parse_state, reachable
+from docjobs.domain.models import JobStatus
+from docjobs.domain.states import InvalidTransition, check_transition, is_terminal, parse_state, reachable
 
 
 class WaitEnd(StrEnum):

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from docjobs.canonical import canonical_model
-from docjobs.errors import DocJobError
-from docjobs.models import BlobRef, Frozen
-from docjobs.storage import BlobStore, owned_source, record_owner, sha256_file, source_key
+from docjobs.domain.canonical import canonical_model
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BlobRef, Frozen
+from docjobs.store.storage import BlobStore, owned_source, record_owner, sha256_file, source_key
 
 TEMPLATE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 TEMPLATE_NAME_RULE = "1-64 of a-z 0-9 _ - (starting with a letter or digit)"

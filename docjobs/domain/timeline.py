@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from docjobs.models import JobStatus
-from docjobs.states import JobState
+from docjobs.domain.models import JobStatus
+from docjobs.domain.states import JobState
 
 LEASE_LOST = "timeout.heartbeat"
 

@@ -50,9 +50,9 @@ from botocore.retries.standard import (  # type: ignore[import-untyped]
     TransientRetryableChecker,
 )
 
-from docjobs.errors import DocJobError
-from docjobs.models import BlobRef
-from docjobs.storage import CHUNK, BlobStore, FileBlobStore, StoredBlob, chunks_of, hashed_copy
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BlobRef
+from docjobs.store.storage import CHUNK, BlobStore, FileBlobStore, StoredBlob, chunks_of, hashed_copy
 
 SSE_MODES = ("AES256", "aws:kms", "aws:kms:dsse")
 DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes

@@ -1,7 +1,7 @@
 """Document work in limited child processes: a warm pool of them, forked from a zygote, killed at will.
 
 Tenants' bytes are parsed only in these children, never in a worker's own threads. Each pool has one zygote
-(docjobs/sandbox_child.py): a process that starts from an environment built from an allow-list (no codec keys,
+(docjobs/isolation/sandbox_child.py): a process that starts from an environment built from an allow-list (no codec keys,
 signing passphrase, AWS or Temporal credentials) in its own session, limits its own address space (`RLIMIT_AS`,
 DOCJOBS_STAGE_MEMORY_MB) before importing anything, turns core dumps off (a core file would hold the document),
 lowers its CPU priority (nice 10), imports the stage work once and then forks a child whenever the pool asks. A
@@ -27,10 +27,10 @@ taken over by a hostile document can make its own task fail, but cannot make the
 A child is reused for the next task only after a clean success, up to `recycle_after` tasks (1: a fresh child
 for every task, nothing of one task's memory or files seen by the next).
 
-A pool may be confined (`Confinement`, docjobs/confine.py): its zygote then starts inside a bubblewrap sandbox
+A pool may be confined (`Confinement`, docjobs/isolation/confine.py): its zygote then starts inside a bubblewrap sandbox
 (its own network, PID and mount namespaces, only its tenant's work root writable, an unprivileged uid, seccomp),
 every limit is hard, and each child serves one task, restricted by Landlock to its attempt's folder (`run`'s
-`folder`) and its private one: no other job's folder of the tenant (docjobs/landlock.py). `TenantPools` keeps
+`folder`) and its private one: no other job's folder of the tenant (docjobs/isolation/landlock.py). `TenantPools` keeps
 one pool per tenant, so that no child ever serves two tenants; the worker uses it for every queue. Inside the
 sandbox the zygote reports the pids it sees, and the pool finds the same processes in its own namespace
 (`_outer_pid`) before it signals any.
@@ -64,18 +64,25 @@ from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
-from docjobs.confine import Confinement, python_inside, seccomp_filter
-from docjobs.errors import FAILURE_CODES, DocJobError
-from docjobs.models import CpuBudget
-from docjobs.sandbox_child import CONTROL_ENV, DEFAULT_PAGE_CAP, ENTRIES_ENV, FORK_REQUEST, MEMORY_ENV, PARENT_ENV
+from docjobs.domain.errors import FAILURE_CODES, DocJobError
+from docjobs.domain.models import CpuBudget
+from docjobs.isolation.confine import Confinement, python_inside, seccomp_filter
+from docjobs.isolation.sandbox_child import (
+    CONTROL_ENV,
+    DEFAULT_PAGE_CAP,
+    ENTRIES_ENV,
+    FORK_REQUEST,
+    MEMORY_ENV,
+    PARENT_ENV,
+)
 
 log = logging.getLogger("docjobs.sandbox")
 
 ResultT = TypeVar("ResultT", bound=BaseModel)
 ProgressFn = Callable[[int, int], None]
 
-CODE_ROOT = Path(__file__).resolve().parent.parent  # what the child needs on its PYTHONPATH
-STAGE_ENTRIES = "docjobs.stage_work"  # the module whose ENTRIES the children serve
+CODE_ROOT = Path(__file__).resolve().parents[2]  # the checkout: what the child needs on its PYTHONPATH
+STAGE_ENTRIES = "docjobs.isolation.stage_work"  # the module whose ENTRIES the children serve
 # What a child may inherit from the worker's environment: tool settings, never credentials.
 ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TESSDATA_PREFIX", "OMP_THREAD_LIMIT")
 POLL_SECONDS = 0.2
@@ -248,7 +255,7 @@ def _account(message: dict[str, Any]) -> _Account | None:
 
 @dataclass
 class _Zygote:
-    """The process every child of a pool is forked from (docjobs/sandbox_child.py)."""
+    """The process every child of a pool is forked from (docjobs/isolation/sandbox_child.py)."""
 
     process: subprocess.Popen[bytes]
     control: socket.socket  # fork requests: one message, the child's two pipe ends attached
@@ -551,7 +558,7 @@ class ChildPool:
 
     def _start_zygote(self) -> _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-P", "-m", "docjobs.sandbox_child"]
+        command = [sys.executable, "-P", "-m", "docjobs.isolation.sandbox_child"]
         env = child_environment(self.limits.memory_mb, theirs.fileno(), self.entries, self.home, self.confinement)
         seccomp = None
         pass_fds = [theirs.fileno()]

@@ -1,17 +1,17 @@
-"""The document zygote and the children it forks: `python -P -m docjobs.sandbox_child`, started by
-`docjobs.sandbox.ChildPool`, one per pool.
+"""The document zygote and the children it forks: `python -P -m docjobs.isolation.sandbox_child`, started by
+`docjobs.isolation.sandbox.ChildPool`, one per pool.
 
 The zygote imports only the standard library until it has limited itself (memory, core dumps, priority, death
 with its worker), then imports the stage work once, freezes what it imported out of the garbage collector's
 reach, and forks a child each time its worker asks (a message with two pipe ends: the child's task pipe and its
 answer channel). It never reads a task: tenants' bytes are parsed only in its forks.
 
-Each fork inherits the zygote's limits, takes a process group of its own, dies with the zygote (which dies with
-the worker), and serves tasks read as JSON lines on its task pipe, one at a time, answering on its channel
-(`docjobs.sandbox` has the protocol and why). The zygote keeps a copy of every fork's channel until it has reaped
-that fork: it then kills what is left of the fork's group, writes the kernel's account of the fork (exit status,
-CPU seconds, peak memory) as the channel's last message and closes it. So the worker's end reaches its end of
-file only once the fork's pid is free, and until then a signal to that process group cannot reach anyone else.
+Each fork inherits the zygote's limits, takes a process group of its own, dies with the zygote (which dies with the
+worker), and serves tasks read as JSON lines on its task pipe, one at a time, answering on its channel
+(`docjobs.isolation.sandbox` has the protocol and why). The zygote keeps a copy of every fork's channel until it has
+reaped that fork: it then kills what is left of the fork's group, writes the kernel's account of the fork (exit
+status, CPU seconds, peak memory) as the channel's last message and closes it. So the worker's end reaches its end
+of file only once the fork's pid is free, and until then a signal to that process group cannot reach anyone else.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ MEMORY_ENV = "DOCJOBS_CHILD_MEMORY_MB"
 PARENT_ENV = "DOCJOBS_CHILD_PARENT_PID"
 CONTROL_ENV = "DOCJOBS_CHILD_CONTROL_FD"
 ENTRIES_ENV = "DOCJOBS_CHILD_ENTRIES"
-# Set by docjobs.confine for a zygote inside its sandbox (kept in step with it: this module imports only stdlib).
+# Set by docjobs.isolation.confine for a zygote inside its sandbox (kept in step with it: this module imports only
+# the standard library).
 UID_ENV = "DOCJOBS_CHILD_UID"
 NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
 FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"
@@ -185,9 +186,9 @@ def _limit_cpu(seconds: float, hard_seconds: float | None = None) -> None:
 def _confine_files(task: dict[str, Any]) -> None:
     """A confined child, before its (only) task: Landlock lets it read and execute the runtime the sandbox mounts
     read-only (and /proc: its PID namespace's, where a sibling's files stay out of reach: another domain), and
-    write only beneath its private folder and its task's attempt folder (docjobs/landlock.py). Every other job's
-    folder in the tenant's work root, and the root itself, are out of its reach."""
-    from docjobs.landlock import restrict  # standard library only, imported with the entries already
+    write only beneath its private folder and its task's attempt folder (docjobs/isolation/landlock.py). Every other
+    job's folder in the tenant's work root, and the root itself, are out of its reach."""
+    from docjobs.isolation.landlock import restrict  # standard library only, imported with the entries already
 
     folder = task.get("folder")
     folder = folder if isinstance(folder, str) and os.path.isabs(folder) else None
@@ -203,10 +204,10 @@ def _confine_files(task: dict[str, Any]) -> None:
 
 def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> bool:
     """Run one task and answer it; False when this child must not take another one."""
-    from docjobs.errors import DocJobError  # light, and already imported with the entries
+    from docjobs.domain.errors import DocJobError  # light, and already imported with the entries
 
     if os.environ.get(CONFINED_ENV):
-        from docjobs.landlock import LandlockUnavailable
+        from docjobs.isolation.landlock import LandlockUnavailable
 
         try:
             _confine_files(task)

@@ -1,6 +1,6 @@
 """Landlock: a document child restricts its own file-system access before it runs its task (Linux >= 5.13).
 
-Standard library only (ctypes system calls, x86_64 numbers): imported by the zygote (docjobs/sandbox_child.py)
+Standard library only (ctypes system calls, x86_64 numbers): imported by the zygote (docjobs/isolation/sandbox_child.py)
 before it imports anything else. Inside the tenant's bubblewrap sandbox every child of the tenant sees the same
 writable work root; with Landlock each child may then read and execute only beneath the runtime the sandbox
 mounts read-only, and read and write only beneath its own folders (its private folder, its attempt's folder):

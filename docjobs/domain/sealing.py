@@ -1,6 +1,6 @@
 """What a sealed deployment is configured with, free of Temporal: its payload keys and the unsealed marker.
 
-The settings parse the keys (docjobs/config.py), the payload codec seals and opens payloads with them
+The settings parse the keys (docjobs/settings/config.py), the payload codec seals and opens payloads with them
 (docjobs/temporal/codec.py), and the workflow refuses an input the codec replaced by the unsealed marker.
 """
 

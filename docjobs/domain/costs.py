@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from docjobs.models import JobStatus
-from docjobs.states import TERMINAL_STATES, JobState, Stage
+from docjobs.domain.models import JobStatus
+from docjobs.domain.states import TERMINAL_STATES, JobState, Stage
 
 
 class ModeCost(BaseModel):

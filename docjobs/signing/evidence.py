@@ -20,7 +20,7 @@ tools and without docjobs:
 
 Envelopes written before the attestation (jobs already ended keep theirs) are still verified:
 ``{"algorithm": ..., "canonicalization": "RFC8785", "certificate": PEM, "payload": {...evidence...},
-"signature": base64}``, signed over the canonical JSON (RFC 8785, docjobs/canonical.py) of the payload, which the
+"signature": base64}``, signed over the canonical JSON (RFC 8785, docjobs/domain/canonical.py) of the payload, which the
 verifier re-derives from the payload it parsed; ``algorithm`` is ``rsa-pss-sha256`` or ``ecdsa-p256-sha256`` as
 above. Without a ``canonicalization`` field (written before RFC 8785) the signature is over
 ``json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)`` in UTF-8
@@ -52,10 +52,10 @@ from pyhanko_certvalidator import CertificateValidator
 from pyhanko_certvalidator.errors import PathError
 from pyhanko_certvalidator.errors import ValidationError as CertificateValidationError
 
-from docjobs.canonical import FORMAT, canonical_json
-from docjobs.models import SHA256_PATTERN, Frozen
+from docjobs.domain.canonical import FORMAT, canonical_json
+from docjobs.domain.models import SHA256_PATTERN, Frozen
 from docjobs.signing.config import SignerConfig, asn1_certs, load_signer, validation_context
-from docjobs.storage import sha256_file
+from docjobs.store.storage import sha256_file
 
 Algorithm = Literal["rsa-pss-sha256", "ecdsa-p256-sha256"]
 

@@ -407,7 +407,7 @@ FAILURE_GUIDE: dict[str, Guide] = {
     ),
 }
 
-GUIDE_MARKERS = ("<!-- failure codes: generated from docjobs/errors.py -->", "<!-- end of failure codes -->")
+GUIDE_MARKERS = ("<!-- failure codes: generated from docjobs/domain/errors.py -->", "<!-- end of failure codes -->")
 
 
 def failure_code_table() -> str:

@@ -30,8 +30,8 @@ from urllib.request import url2pathname
 
 from pydantic import field_validator
 
-from docjobs.errors import DocJobError
-from docjobs.models import BlobRef, Frozen, SourceRef
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import BlobRef, Frozen, SourceRef
 
 CHUNK = 1024 * 1024
 

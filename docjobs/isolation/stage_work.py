@@ -1,6 +1,6 @@
 """The document work of each stage: plain functions on files, run inside a limited child process.
 
-Everything here opens tenants' bytes, so it runs only in a `docjobs.sandbox` child: the stage's activity
+Everything here opens tenants' bytes, so it runs only in a `docjobs.isolation.sandbox` child: the stage's activity
 fetches the blobs, hands this module paths, and stores what it wrote. A work order is a pydantic model
 (the child validates it), and so is each result (the worker validates it: the child is not trusted).
 `ENTRIES` is what the child serves, by name.
@@ -17,11 +17,8 @@ from typing import Any, Generic, TypeVar
 import pikepdf
 from pydantic import BaseModel
 
-from docjobs.errors import DocJobError
-from docjobs.generate.bundle import INDEX, unpack_bundle
-from docjobs.generate.templating import load_data, render_template
-from docjobs.generate.weasy import html_to_pdf
-from docjobs.models import (
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import (
     DeskewedPage,
     Frozen,
     GeneratedSummary,
@@ -34,6 +31,9 @@ from docjobs.models import (
     SanitizePolicy,
     WatermarkPolicy,
 )
+from docjobs.generate.bundle import INDEX, unpack_bundle
+from docjobs.generate.templating import load_data, render_template
+from docjobs.generate.weasy import html_to_pdf
 from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf

@@ -9,10 +9,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from docjobs.batching import BatchManifest, JobOutcome, RecordOutcomes, batch_prefix
-from docjobs.canonical import canonical_model
-from docjobs.models import BlobRef
-from docjobs.storage import BlobStore, sha256_file
+from docjobs.domain.batching import BatchManifest, JobOutcome, RecordOutcomes, batch_prefix
+from docjobs.domain.canonical import canonical_model
+from docjobs.domain.models import BlobRef
+from docjobs.store.storage import BlobStore, sha256_file
 
 MANIFESTS = "batches/manifests"
 

@@ -8,7 +8,7 @@ watermark modes, page-count buckets. Never a job ID, a tenant's document name, a
 
 from __future__ import annotations
 
-from docjobs.models import JobShape
+from docjobs.domain.models import JobShape
 
 # The exported names (the SDK's exporter adds no `_total` suffix to counters; histograms get the usual
 # `_bucket`, `_sum` and `_count` series).

@@ -26,9 +26,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from docjobs.config import ConfigError
-from docjobs.quotas import TenantLimits
-from docjobs.webhooks import Callback, parse_callback
+from docjobs.settings.config import ConfigError
+from docjobs.settings.quotas import TenantLimits
+from docjobs.settings.webhooks import Callback, parse_callback
 
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 CLI_TENANT = "default"
@@ -79,7 +79,7 @@ def add_tenant(path: Path, name: str, *, policies: Sequence[str] | None = None) 
     """Create tenant `name` and return its API key (the only time it is ever available).
 
     `policies`: the policies it may name (stored as `policies` in its entry); None stores no list, and then it
-    may name every policy that is not trusted-only (docjobs/policies.py: `PolicyBook.for_tenant`)."""
+    may name every policy that is not trusted-only (docjobs/settings/policies.py: `PolicyBook.for_tenant`)."""
     if not TENANT_NAME.fullmatch(name):
         raise ConfigError("a tenant name is 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit")
     if name in RESERVED_TENANTS:

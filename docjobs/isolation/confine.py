@@ -1,6 +1,6 @@
 """The boundary around a tenant's document children: bubblewrap (`bwrap`, Debian's `bubblewrap`).
 
-A pool's zygote (docjobs/sandbox_child.py), and so every child it forks and every tool a child runs, starts
+A pool's zygote (docjobs/isolation/sandbox_child.py), and so every child it forks and every tool a child runs, starts
 inside a bwrap sandbox that has
 
 - its own network namespace (no interface: not even loopback is up), PID, IPC, UTS and cgroup namespaces: it
@@ -19,8 +19,8 @@ inside a bwrap sandbox that has
   modules, kexec, userfaultfd, io_uring and the like.
 
 The limits inside (hard CPU = soft, processes, file size) are set by the zygote and its children
-(docjobs/sandbox_child.py), from the environment this module adds. So are each child's Landlock rules
-(docjobs/landlock.py): the paths bound read-only here (`READABLE_ENV`) are all it may read besides /proc and
+(docjobs/isolation/sandbox_child.py), from the environment this module adds. So are each child's Landlock rules
+(docjobs/isolation/landlock.py): the paths bound read-only here (`READABLE_ENV`) are all it may read besides /proc and
 its own folders; it may write only its private folder and its attempt's folder, no other job's of the tenant.
 """
 
@@ -268,7 +268,7 @@ def python_inside() -> str:
 def check_sandbox(writable: Path) -> None:
     """Start a throwaway sandbox that proves the boundary can be set up here; raises SandboxUnavailable if not."""
     writable.mkdir(parents=True, exist_ok=True)
-    confinement = Confinement(writable, code=(Path(__file__).resolve().parent,))
+    confinement = Confinement(writable, code=(Path(__file__).resolve().parents[1],))  # docjobs/
     program = seccomp_filter()
     read_end = None
     pass_fds: tuple[int, ...] = ()
@@ -278,17 +278,17 @@ def check_sandbox(writable: Path) -> None:
         os.lseek(read_end, 0, os.SEEK_SET)
         pass_fds = (read_end,)
     # Becomes the sandbox's uid as a zygote does, then asks for the Landlock ABI its children restrict themselves
-    # with (docjobs/landlock.py): exit status 3 where there is none.
+    # with (docjobs/isolation/landlock.py): exit status 3 where there is none.
     probe = (
         "import os,sys; u=os.environ.get('U'); u and (os.setgroups([]), os.setgid(int(u)), os.setuid(int(u)));"
-        "from docjobs.landlock import abi_version; sys.exit(0 if abi_version() >= 1 else 3)"
+        "from docjobs.isolation.landlock import abi_version; sys.exit(0 if abi_version() >= 1 else 3)"
     )
     try:
         done = subprocess.run(
             confinement.command([python_inside(), "-S", "-c", probe], read_end),
             env={
                 "U": confinement.environment().get(UID_ENV, ""),
-                "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+                "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
             },
             pass_fds=pass_fds,
             capture_output=True,

@@ -6,9 +6,9 @@ where JSON must: the quote, the backslash and the control characters), numbers a
 (so ``180.0`` is written ``180`` and ``1e-07`` ``1e-7``), integers beyond 2**53 and NaN or the infinities
 refused. Any language's JCS library gives the same bytes, so an auditor can re-derive what was signed.
 
-What uses it: the evidence envelope and the payload its signature covers (docjobs/evidence.py), a policy's
+What uses it: the evidence envelope and the payload its signature covers (docjobs/signing/evidence.py), a policy's
 version (`Policy.version`), the redaction summary's digest and the `redaction.json` an export writes, and
-the body of a tenant's notification. Pure (no I/O): the workflow imports it through docjobs.models.
+the body of a tenant's notification. Pure (no I/O): the workflow imports it through docjobs.domain.models.
 """
 
 from __future__ import annotations

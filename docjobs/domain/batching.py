@@ -14,8 +14,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, computed_field
 
-from docjobs.models import ActivityTiming, BlobRef, Frozen, JobRequest, Policy
-from docjobs.states import JobState
+from docjobs.domain.models import ActivityTiming, BlobRef, Frozen, JobRequest, Policy
+from docjobs.domain.states import JobState
 
 DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 100
@@ -41,7 +41,7 @@ class BatchRequest(Frozen):
 
     batch_id: str
     tenant: str
-    key: str  # the batch's key: its documents' job keys derive from it (docjobs/idempotency.py)
+    key: str  # the batch's key: its documents' job keys derive from it (docjobs/domain/idempotency.py)
     policy: Policy
     manifest: BlobRef
     total: int = Field(ge=1)

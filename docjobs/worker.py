@@ -1,0 +1,354 @@
+"""A docjobs worker: the job workflow (async) with its evidence and clean-up (local activities), the stage
+activities (threads, bounded per task queue), and their document work (limited child processes). The root
+`worker.py` runs `main`; `starter.py run` and `serve` run `serving` in their own process.
+
+    python worker.py [--task-queue NAME] [--queue general|ocr|batch]... [--metrics-port N] [--log-format text|json]
+                     [--deployment NAME [--build-id ID]]
+
+With `--deployment` (DOCJOBS_DEPLOYMENT) the worker is one version (`--build-id`, DOCJOBS_BUILD_ID; by default
+the package version plus the git commit) of that Worker Deployment, and every job it starts is pinned to it.
+
+Stops cleanly on SIGTERM or Ctrl-C: it stops polling, lets running stages finish for a short grace
+period, then cancels them (their leases lapse and another worker takes over).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import subprocess
+import tomllib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.batch import BatchActivities
+from activities.evidence import EvidenceActivities
+from activities.generate import GenerateActivities
+from activities.metrics import LeaseExpiries
+from activities.notify import NotifyActivities
+from activities.ocr import OcrActivities
+from activities.publish import PublishActivities
+from activities.redact import RedactActivities
+from activities.release import ReleaseActivities
+from activities.render import RenderActivities
+from activities.resolve import ResolveActivities
+from docjobs.isolation.confine import Confinement, SandboxUnavailable, check_sandbox
+from docjobs.isolation.sandbox import ChildLimits, ChildPool, TenantPools
+from docjobs.settings.config import ConfigError
+from docjobs.settings.policies import PolicyBook
+from docjobs.store.sweep import sweep_stale
+from docjobs.temporal.batches import batch_task_queue
+from docjobs.temporal.client import DEADLINE_GRACE, JobClient, connect
+from docjobs.temporal.deployments import deployment_config
+from docjobs.temporal.job_gauges import active_job_gauges
+from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format, identify
+from docjobs.temporal.metrics import metrics_runtime
+from docjobs.temporal.settings import TemporalSettings
+from workflows.batch_job import DocumentBatchWorkflow
+from workflows.document_job import DocumentJobWorkflow
+from workflows.stages import activity_name
+
+log = logging.getLogger("docjobs.worker")
+REPO = Path(__file__).resolve().parent.parent  # the checkout: pyproject.toml and git
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
+
+
+QUEUES = ("general", "ocr", "batch")
+STAGE_QUEUES = ("general", "ocr")  # the queues whose stages open documents (threads and document children)
+BATCH_SLOTS = 200  # concurrent batch steps: async waits for jobs, no thread or child each
+# Concurrent wrap-up steps (evidence and cleanup, the job workflow's local activities), on threads of their own
+# beside the general queue's stage threads, so neither waits for the other. Each takes milliseconds (signing an
+# envelope, deleting staged blobs), and the workflow task of a job waits for its own.
+WRAP_UP_SLOTS = 4
+# Concurrent `notify` deliveries, on a queue (`<task queue>-notify`) and threads of their own: a callback that is
+# slow to answer (up to the activity's 30 s start-to-close per attempt) holds one of these, never a stage's slot
+# or thread. Each is one HTTPS POST with a 10 s timeout per connect, send and read.
+NOTIFY_SLOTS = 4
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The workflow sandbox, without re-importing the workflow's own package for every run (a third of a
+    small job's workflow CPU). `workflows` imports only pure modules and keeps no state between runs; the
+    replay tests run it in the full sandbox, whose restrictions would stop a non-deterministic call there."""
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows"))
+
+
+Pools = ChildPool | TenantPools
+
+
+def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> dict[str, list[Callable[..., Any]]]:
+    """The activity implementations each served queue (the keys of `pools`) registers: `general` the light
+    stages, `notify`, and `evidence` and `cleanup` (which the job workflow runs as local activities, so they
+    must be on the worker that runs the workflow), `ocr` the OCR stage. Each under the name of its declaration
+    in workflows/stages.py."""
+    store = settings.blob_store()
+    workdir = settings.work_dir
+    served: dict[str, list[Callable[..., Any]]] = {}
+    if "general" in pools:
+        pool = pools["general"]
+        render = RenderActivities(store, workdir, pool)
+        release = ReleaseActivities(store, workdir, pool, settings.data_dir)
+        evidence = EvidenceActivities(store, workdir, settings.data_dir)
+        notify = NotifyActivities(settings.tenants_file)
+        publish = PublishActivities(store, workdir)
+        redact = RedactActivities(store, workdir, pool)
+        served["general"] = [
+            ResolveActivities(store, settings).resolve,
+            GenerateActivities(store, workdir, pool).generate,
+            render.render,
+            redact.redact,
+            release.sign,
+            release.verify,
+            publish.publish,
+            evidence.evidence,
+            publish.cleanup,
+            notify.notify,
+        ]
+    if "ocr" in pools:
+        served["ocr"] = [OcrActivities(store, workdir, pools["ocr"]).ocr]
+    return served
+
+
+def create_workers(
+    client: Client,
+    settings: TemporalSettings,
+    pools: dict[str, Pools],
+    threads: dict[str, ThreadPoolExecutor],
+    queues: Sequence[str] = QUEUES,
+) -> list[Worker]:
+    """One worker per served task queue: `general` runs the job workflow (with its local activities) and the
+    light stages, `notify` (beside `general`) the tenant callbacks, `ocr` the OCR stage, `batch` the batch
+    workflow and its steps. See `serving`."""
+    common: dict[str, Any] = {
+        "graceful_shutdown_timeout": timedelta(seconds=5),
+        # Heartbeats carry page progress: send them often enough for a live progress bar.
+        "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+        "default_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+        "interceptors": [LeaseExpiries(client)] if settings.metrics_port else [],
+        "deployment_config": deployment_config(settings),
+    }
+    served = stage_activities(settings, pools)
+    workers = []
+    if "general" in served:
+        workers.append(
+            Worker(
+                client,
+                task_queue=settings.task_queue,
+                workflows=[DocumentJobWorkflow],
+                workflow_runner=workflow_runner(),
+                activities=served["general"],
+                activity_executor=threads["general"],
+                max_concurrent_activities=settings.activity_threads,
+                max_concurrent_local_activities=WRAP_UP_SLOTS,
+                **common,
+            )
+        )
+    if "general" in served:
+        # `notify` is registered on the general queue too, for the jobs accepted before it had its own queue.
+        notify = [function for function in served["general"] if activity_name(function) == "notify"]
+        workers.append(
+            Worker(
+                client,
+                task_queue=settings.notify_task_queue,
+                activities=notify,
+                activity_executor=threads["notify"],
+                max_concurrent_activities=NOTIFY_SLOTS,
+                **common,
+            )
+        )
+    if "ocr" in served:
+        workers.append(
+            Worker(
+                client,
+                task_queue=settings.ocr_task_queue,
+                activities=served["ocr"],
+                activity_executor=threads["ocr"],
+                max_concurrent_activities=settings.ocr_activity_threads,
+                **common,
+            )
+        )
+    if "batch" in queues:
+        batch = BatchActivities(JobClient(client, settings))
+        workers.append(
+            Worker(
+                client,
+                task_queue=batch_task_queue(settings),
+                workflows=[DocumentBatchWorkflow],
+                workflow_runner=workflow_runner(),
+                activities=[batch.start_documents, batch.await_jobs, batch.cancel_jobs, batch.record_outcomes],
+                max_concurrent_activities=BATCH_SLOTS,
+                graceful_shutdown_timeout=common["graceful_shutdown_timeout"],
+            )
+        )
+    return workers
+
+
+@asynccontextmanager
+async def serving(
+    client: Client, settings: TemporalSettings, queues: Sequence[str] = QUEUES
+) -> AsyncIterator[list[Worker]]:
+    """Workers for `queues`, running until the block ends, then shut down together (draining running stages).
+
+    Each queue has its own threads, exactly as many as the stages it may run at once (plus, on the general
+    queue, the local activities'), so an accepted stage never waits for a thread (its lease running out
+    meanwhile) and OCR cannot take the other stages' threads. `notify` has a queue and threads of its own
+    (NOTIFY_SLOTS) beside the general queue's, so a slow callback never holds a stage's slot.
+    The document work runs in limited child processes: per queue, a pool of them for each tenant (made on its
+    first task), confined to its sandbox (docjobs/isolation/confine.py) unless DOCJOBS_SANDBOX=unconfined.
+    """
+    limits = ChildLimits(memory_mb=settings.stage_memory_mb, stall_seconds=settings.stall_seconds)
+    slots = {"general": settings.activity_threads, "ocr": settings.ocr_activity_threads}
+    wrap_up = {"general": WRAP_UP_SLOTS, "ocr": 0}
+    stage_queues = [queue for queue in queues if queue in STAGE_QUEUES]
+    confined = sandbox_ready(settings) if stage_queues else False
+
+    def tenant_pool(home: Path, confinement: Confinement | None) -> ChildPool:
+        return ChildPool(limits, home=home, warm=1, recycle_after=settings.child_recycle_after, confinement=confinement)
+
+    pools: dict[str, Pools] = {
+        queue: TenantPools(tenant_pool, settings.work_dir / queue, confined=confined) for queue in stage_queues
+    }
+    threads = {
+        queue: ThreadPoolExecutor(slots[queue] + wrap_up[queue], thread_name_prefix=f"{queue}-stage")
+        for queue in stage_queues
+    }
+    if "general" in stage_queues:
+        threads["notify"] = ThreadPoolExecutor(NOTIFY_SLOTS, thread_name_prefix="notify")
+    try:
+        workers = create_workers(client, settings, pools, threads, queues)
+        async with AsyncExitStack() as stack:
+            for worker in workers:
+                await stack.enter_async_context(worker)
+            yield workers
+    finally:
+        for pool in pools.values():
+            pool.close()
+        for executor in threads.values():
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def sandbox_ready(settings: TemporalSettings) -> bool:
+    """True when the document children will run confined. A worker that cannot set up the boundary refuses to
+    start (ConfigError), unless DOCJOBS_SANDBOX=unconfined says so explicitly, which it says at every start."""
+    if settings.sandbox == "unconfined":
+        log.warning(
+            "DOCJOBS_SANDBOX=unconfined: document children run WITHOUT their sandbox (the worker's network, file "
+            "system and user); a document that takes over a parser reaches everything this worker can"
+        )
+        return False
+    try:
+        check_sandbox(settings.work_dir / "sandbox-check")
+    except SandboxUnavailable as error:
+        raise ConfigError(
+            f"the document sandbox cannot be set up: {error}; install bubblewrap (make deps), or set "
+            "DOCJOBS_SANDBOX=unconfined to run without it"
+        ) from None
+    return True
+
+
+def sweep_leftovers(settings: TemporalSettings) -> None:
+    """Remove what crashed attempts and uploads left behind (plaintext documents), older than any live job: in the
+    work folder, and in each tenant's work root there (where the document stages keep their attempts)."""
+    longest = max(policy.deadline_seconds for policy in PolicyBook.load(settings.policy_file).policies.values())
+    older_than = timedelta(seconds=longest) + DEADLINE_GRACE
+    tenant_roots = [root for queue in STAGE_QUEUES for root in (settings.work_dir / queue).glob("tenant-*")]
+    sweep_stale(settings.work_dir, older_than, keep=STAGE_QUEUES)
+    for folder in (settings.spool_dir, *tenant_roots):
+        sweep_stale(folder, older_than)
+
+
+async def serve(settings: TemporalSettings, queues: Sequence[str]) -> None:
+    runtime = metrics_runtime(settings)
+    client = await connect(settings, runtime)
+    identify(client.identity)
+    gauges = runtime.metric_meter if runtime is not None and "general" in queues else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await asyncio.to_thread(sweep_leftovers, settings)
+    async with serving(client, settings, queues) as workers, active_job_gauges(client, settings, gauges):
+        served = ", ".join(worker.task_queue for worker in workers)
+        if runtime is not None:
+            log.info("metrics at http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
+        version = f", deployment {settings.deployment} build {settings.build_id}" if settings.deployment else ""
+        log.info("worker ready: task queues %s at %s%s", served, settings.address, version)
+        await stop.wait()
+        log.info("stopping: draining running stages")
+    log.info("worker stopped")
+
+
+def default_build_id() -> str:
+    """The package version, plus the git commit of this checkout when there is one (`0.1.0+1a2b3c4d5e6f`)."""
+    version = str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return version
+    return f"{version}+{commit}" if commit else version
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Run a docjobs worker.")
+    parser.add_argument("--task-queue", help="general task queue (default: DOCJOBS_TASK_QUEUE or 'docjobs')")
+    parser.add_argument(
+        "--queue",
+        action="append",
+        choices=QUEUES,
+        help="serve only these queues (repeatable; default: all). The OCR queue is DOCJOBS_OCR_TASK_QUEUE or "
+        "the general queue's name + '-ocr'; the batch queue is the general queue's name + '-batch'",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port (default: DOCJOBS_METRICS_PORT; host DOCJOBS_METRICS_HOST)",
+    )
+    parser.add_argument(
+        "--deployment", help="run as a version of this Worker Deployment, its jobs pinned (default: DOCJOBS_DEPLOYMENT)"
+    )
+    parser.add_argument(
+        "--build-id",
+        help="this worker's version in the deployment (default: DOCJOBS_BUILD_ID, else package version + git commit)",
+    )
+    parser.add_argument("--log-format", choices=LOG_FORMATS, help="log lines (default: DOCJOBS_LOG_FORMAT or text)")
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
+    args = parser.parse_args()
+    try:
+        configure_logging(args.log_format or default_log_format())
+    except ConfigError as error:
+        parser.error(str(error))
+    try:
+        settings = TemporalSettings.from_env()
+        if args.task_queue:
+            settings = replace(settings, task_queue=args.task_queue)
+        if args.metrics_port is not None:
+            settings = replace(settings, metrics_port=args.metrics_port or None)
+        settings = replace(settings, deployment=args.deployment or settings.deployment)
+        if settings.deployment is not None:
+            settings = replace(settings, build_id=args.build_id or settings.build_id or default_build_id())
+        asyncio.run(serve(settings, args.queue or QUEUES))
+    except ConfigError as error:
+        log.error("%s", error)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
