@@ -149,6 +149,8 @@ def test_overrides_that_cannot_apply_are_refused_without_resolving_a_policy() ->
         job_overrides(redact=[r"(?<=MRN)\d+"])  # a look-behind: not on the linear-time engine
     with pytest.raises(ValidationError):
         check_overrides(JobOverrides(redact_patterns=("(unclosed",)))
+    with pytest.raises(ValidationError):
+        job_overrides(watermark="DRAFT \U0001f512")  # no glyph in the stamp's font
     assert check_overrides(JobOverrides(redact_patterns=("ssn", r"\bA\d{3}\b"))).redact_patterns[0] == "ssn"
 
 

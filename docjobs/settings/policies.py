@@ -10,7 +10,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import BUILTIN_PATTERN_NAMES, JobOverrides, Policy, RedactPolicy, RedactRegion, SanitizeMode
+from docjobs.domain.models import (
+    BUILTIN_PATTERN_NAMES,
+    JobOverrides,
+    Policy,
+    RedactPolicy,
+    RedactRegion,
+    SanitizeMode,
+    WatermarkPolicy,
+)
 from docjobs.settings.config import ConfigError
 
 TRUSTED_ONLY = "trusted_only"  # a policy file's flag: no tenant gets the policy unless its list names it
@@ -71,9 +79,12 @@ def job_overrides(
 
 
 def check_overrides(overrides: JobOverrides) -> JobOverrides:
-    """The overrides, if the job's `resolve` step can apply them as far as they alone tell: every pattern that is
-    no built-in name compiles on the linear-time engine (else pydantic's ValidationError, as resolving raises).
-    Clients check this before they store anything; only `resolve` applies overrides to a policy."""
+    """The overrides, if the job's `resolve` step can apply them as far as they alone tell: the watermark text
+    prints in the stamp's font, and every pattern that is no built-in name compiles on the linear-time engine
+    (else pydantic's ValidationError, as resolving raises). Clients check this before they store anything;
+    only `resolve` applies overrides to a policy."""
+    if overrides.watermark_text is not None:
+        WatermarkPolicy(text=overrides.watermark_text)
     RedactPolicy(
         regexes=tuple(pattern for pattern in overrides.redact_patterns if pattern not in BUILTIN_PATTERN_NAMES)
     )
