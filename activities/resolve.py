@@ -8,9 +8,10 @@ must own a source it names by its digest (`source.missing`, as for a blob nobody
 from __future__ import annotations
 
 import pydantic
-from temporalio import activity
 
+from activities.declared import implements
 from activities.lease import typed_failures
+from docjobs import stage_specs as specs
 from docjobs.config import ConfigError, Settings
 from docjobs.errors import DocJobError
 from docjobs.models import DocumentJobInput, JobRequest, Policy, ResolveInput
@@ -25,7 +26,7 @@ class ResolveActivities:
         self._store = store
         self._settings = settings
 
-    @activity.defn(name="resolve")
+    @implements(specs.RESOLVE)
     def resolve(self, request: ResolveInput) -> JobRequest:
         job = request.job
         with typed_failures("resolve"):

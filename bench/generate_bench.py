@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env
 
 from docjobs.generate.templating import render_template
-from docjobs.models import CpuBudget, GeneratePolicy, InputKind, JobStatus, Policy
+from docjobs.models import CpuBudget, GenerateDone, GeneratePolicy, GenerateSettings, InputKind, JobStatus, Policy
 from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.sandbox import ChildLimits, ChildPool
-from docjobs.stage_work import GenerateDone, GenerateWork
+from docjobs.stage_work import GenerateWork
 from docjobs.states import JobState
 from docjobs.templates import zip_folder
 from docjobs.temporal.client import JobClient, connect
@@ -76,11 +76,11 @@ def stage_versus_plain(folder: Path, rows: int, runs: int) -> None:
         work = GenerateWork(
             source=folder / "bundle.zip",
             data=None,
-            input_kind=InputKind.BUNDLE,
             output=workdir / "out.pdf",
             workdir=workdir,
-            generate=GeneratePolicy(page_size="A4", margin="20mm"),
-            max_pages=2000,
+            settings=GenerateSettings(
+                input_kind=InputKind.BUNDLE, generate=GeneratePolicy(page_size="A4", margin="20mm"), max_pages=2000
+            ),
         )
         pages = pool.run("generate", work, GenerateDone, cpu=CPU).summary.page_count
         shutil.rmtree(workdir)

@@ -39,7 +39,7 @@ from harness import dev_server_env, median_ms
 from pydantic import BaseModel
 
 from docjobs.confine import Confinement
-from docjobs.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.models import CpuBudget, LimitsPolicy, RenderSettings, SanitizePolicy, VerifySettings, WatermarkPolicy
 from docjobs.policies import PolicyBook
 from docjobs.poller import WaitEnd, wait_for_job
 from docjobs.sandbox import ChildLimits, ChildPool
@@ -65,11 +65,13 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
         source=document,
         output=rendered,
         workdir=folder,
-        watermark=WatermarkPolicy(text="CONFIDENTIAL"),
-        max_pages=2000,
-        allow_signed_input=False,
-        sanitize=SanitizePolicy(),
-        limits=LimitsPolicy(),
+        settings=RenderSettings(
+            watermark=WatermarkPolicy(text="CONFIDENTIAL"),
+            max_pages=2000,
+            allow_signed_input=False,
+            sanitize=SanitizePolicy(),
+            limits=LimitsPolicy(),
+        ),
     )
     ENTRIES["render"].run(render, lambda done, total: None)
     key = ReleaseSigner(signer)  # the worker's half: the child prepares, the worker signs
@@ -91,11 +93,13 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
         output=signed,
         workdir=folder,
         trust=TrustAnchors.of(signer),
-        text_layer_kept=True,
-        redact=None,
-        watermark_text="CONFIDENTIAL",
-        pages_may_turn=False,
-        sanitize=SanitizePolicy(),
+        settings=VerifySettings(
+            text_layer_kept=True,
+            redact=None,
+            watermark_text="CONFIDENTIAL",
+            pages_may_turn=False,
+            sanitize=SanitizePolicy(),
+        ),
     )
     return {"render": render, "sign": sign, "verify": verify}
 

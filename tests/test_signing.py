@@ -46,6 +46,7 @@ from docjobs.evidence import (
     tool_versions,
     verify_evidence,
 )
+from docjobs.models import VerifyDone, VerifySettings
 from docjobs.signing import dev_ca
 from docjobs.signing.config import (
     ENV_NAMES,
@@ -59,7 +60,7 @@ from docjobs.signing.config import (
 from docjobs.signing.dev_ca import DEV_CA_CN, DEV_SIGNER_CN, ensure_dev_signer, issue_signer, make_ca
 from docjobs.signing.sign import Prepared, ReleaseSigner, SignInfo, prepare_signature, release_reason, sign_pdf
 from docjobs.signing.verify import SignatureReport, failure_code, verify_pdf
-from docjobs.stage_work import VerifyDone, VerifyWork
+from docjobs.stage_work import VerifyWork
 from docjobs.stage_work import verify as verify_stage
 from tests.fixtures.loopback import QuietHandler, serving_on_loopback
 from tests.fixtures.samples import make_encrypted_pdf, make_sample_pdf
@@ -981,8 +982,8 @@ def test_verify_refuses_a_signature_for_another_tenant_or_unlocked(work: Path, s
 
     def verified(output: Path, tenant: str) -> VerifyDone:
         order = VerifyWork(
-            source=sample, output=output, workdir=work, trust=TrustAnchors.of(dev), text_layer_kept=True,
-            redact=None, watermark_text=None, pages_may_turn=False, sanitize=None, tenant=tenant,
+            source=sample, output=output, workdir=work, trust=TrustAnchors.of(dev), tenant=tenant,
+            settings=VerifySettings(text_layer_kept=True, watermark_text=None, pages_may_turn=False),
         )  # fmt: skip
         return verify_stage(order, lambda done, total: None)
 
