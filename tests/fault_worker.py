@@ -43,8 +43,10 @@ from temporalio.exceptions import CancelledError
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import worker
+from activities.declared import implements
 from activities.lease import Lease
 from activities.render import RenderActivities
+from docjobs import stage_specs as specs
 from docjobs.models import BlobRef, RenderInput, RenderOutput
 from docjobs.sandbox import ChildPool
 from docjobs.temporal.tracing import configure_tracing
@@ -76,7 +78,7 @@ class Hold:
 
 
 class HeldRender(RenderActivities):
-    @activity.defn(name="render")
+    @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id)
         with Lease("render"):
@@ -103,7 +105,7 @@ class FlakyRender(RenderActivities):
 
 
 class PageDroppingRender(RenderActivities):
-    @activity.defn(name="render")
+    @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         rendered = super().render(request)
         with tempfile.TemporaryDirectory() as tmp:

@@ -25,7 +25,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio import activity
 
 import worker
+from activities.declared import implements
 from activities.render import RenderActivities
+from docjobs import stage_specs as specs
 from docjobs.models import RenderInput, RenderOutput
 from docjobs.policies import PolicyBook
 from docjobs.states import JobState
@@ -49,7 +51,7 @@ SECRET_AGENT = {"User-Agent": "tenant-secret-name-agent"}
 class RenderFailingOnce(RenderActivities):
     """`render` whose first attempt fails with a retryable error, as a worker lost in mid-stage would."""
 
-    @activity.defn(name="render")
+    @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         if activity.info().attempt == 1:
             raise RuntimeError(TRANSIENT)
