@@ -12,6 +12,8 @@ from typing import Protocol
 
 from temporalio import activity
 
+from activities.declared import implements
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.batching import AwaitJobs, EndedJob, RecordOutcomes, RunningJob, StartDocuments, document_request
 from docjobs.domain.idempotency import batch_document_key, keyed_job_id
 from docjobs.domain.models import BlobRef, JobRequest, JobStatus
@@ -40,7 +42,7 @@ class BatchActivities:
         self._jobs = jobs
         self._manifests: dict[str, list[BlobRef]] = {}
 
-    @activity.defn(name="start_batch_documents")
+    @implements(specs.START_DOCUMENTS)
     async def start_documents(self, step: StartDocuments) -> list[RunningJob]:
         """Start-or-get the jobs of manifest entries `first` .. `first + count - 1` (a retry finds them started)."""
         batch = step.batch
@@ -54,7 +56,7 @@ class BatchActivities:
             started.append(RunningJob(index=index, job_id=job_id))
         return started
 
-    @activity.defn(name="await_batch_jobs")
+    @implements(specs.AWAIT_JOBS)
     async def await_jobs(self, wait: AwaitJobs) -> list[EndedJob]:
         """The jobs that have ended, as soon as at least one has (or none, after `wait_seconds`)."""
         loop = asyncio.get_running_loop()
@@ -79,14 +81,14 @@ class BatchActivities:
                 task.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
 
-    @activity.defn(name="cancel_batch_jobs")
+    @implements(specs.CANCEL_JOBS)
     async def cancel_jobs(self, job_ids: list[str]) -> int:
         """Request cancellation of the batch's running jobs (each ends `canceled`, reason `requested`)."""
         for job_id in job_ids:
             await self._jobs.cancel_running(job_id)
         return len(job_ids)
 
-    @activity.defn(name="record_batch_outcomes")
+    @implements(specs.RECORD_OUTCOMES)
     async def record_outcomes(self, record: RecordOutcomes) -> BlobRef:
         """Store a run's outcomes, so the next run (and the history) does not carry them."""
         return await asyncio.to_thread(store_outcomes, self._jobs.store, record)

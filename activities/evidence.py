@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from temporalio import activity
-
 from activities.attempt import StoreStages
+from activities.declared import implements
 from activities.lease import typed_failures
 from activities.runs import marked_run
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef, EvidenceInput, EvidenceOutput
 from docjobs.signing.environment import signer_from_env
@@ -21,7 +21,7 @@ class EvidenceActivities(StoreStages):
         super().__init__(store, workdir)
         self._data_dir = data_dir
 
-    @activity.defn(name="evidence")
+    @implements(specs.EVIDENCE)
     def evidence(self, request: EvidenceInput) -> EvidenceOutput:
         with typed_failures("evidence") as attempt, self._folder("evidence") as folder:
             run = marked_run(self._store)

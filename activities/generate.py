@@ -3,18 +3,19 @@ works on. Only HTML and template jobs run it; WeasyPrint and Jinja run in a docu
 
 from __future__ import annotations
 
-from temporalio import activity
-
+from activities.declared import implements
 from activities.isolated import IsolatedStages
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import GenerateInput, GenerateOutput, InputKind
-from docjobs.isolation.stage_work import GenerateDone, GenerateWork
+from docjobs.isolation import stage_work
+from docjobs.isolation.stage_work import GenerateWork
 from docjobs.store.templates import check_manifest, read_manifest
 
 
 class GenerateActivities(IsolatedStages):
-    @activity.defn(name="generate")
+    @implements(specs.GENERATE)
     def generate(self, request: GenerateInput) -> GenerateOutput:
-        with self._attempt("generate", request) as attempt:
+        with self._attempt(specs.GENERATE.name, request) as attempt:
             source, output, data = attempt.folder / "input", attempt.folder / "output.pdf", None
             self._fetch_job_input(request.job_id, request.source, source)
             if request.input_kind is InputKind.TEMPLATE:  # the manifest names the template version and the data
@@ -23,17 +24,10 @@ class GenerateActivities(IsolatedStages):
                 source, data = attempt.folder / "template.zip", attempt.folder / "data.json"
                 self._fetch_source(manifest.bundle, source)
                 self._fetch_source(manifest.data, data)
-            work = GenerateWork(
-                source=source,
-                data=data,
-                input_kind=request.input_kind,
-                output=output,
-                workdir=attempt.folder,
-                generate=request.generate,
-                max_pages=request.max_pages,
-            )
-            done = self._isolated(attempt, work, GenerateDone, request.cpu, max_pages=request.max_pages)
+            # Sent as GenerateSettings: only the settings reach the child.
+            work = GenerateWork(source=source, data=data, output=output, workdir=attempt.folder, settings=request)
+            done = self._isolated(attempt, stage_work.GENERATE, work, request.cpu, max_pages=request.max_pages)
             staged = self._put_staged("generate", attempt.number, output)
         pages = min(done.summary.page_count, request.max_pages)  # the child's count is a claim: capped
         summary = done.summary.model_copy(update={"page_count": pages})
-        return GenerateOutput(staged=staged, summary=summary, attempt=attempt.number, cost=attempt.meter.total())
+        return self._output(specs.GENERATE, done.model_copy(update={"summary": summary}), attempt, staged=staged)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -17,10 +17,14 @@ from activities.attempt import StoreStages
 from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
 from docjobs.domain.models import BlobRef, CpuBudget, JobShape, StageInput
+from docjobs.domain.stage_specs import StageSpec
 from docjobs.isolation.sandbox import ChildPool, ChildStopped, TenantPools, hand_over
+from docjobs.isolation.stage_work import Entry
 from docjobs.store.storage import BlobStore
 
+WorkT = TypeVar("WorkT", bound=BaseModel)
 DoneT = TypeVar("DoneT", bound=BaseModel)
+OutputT = TypeVar("OutputT")
 
 
 @dataclass(frozen=True)
@@ -78,16 +82,16 @@ class IsolatedStages(StoreStages):
             yield Attempt(number, lease, folder, meter, pool)
 
     def _isolated(
-        self, attempt: Attempt, work: BaseModel, done: type[DoneT], cpu: CpuBudget, max_pages: int | None = None
+        self, attempt: Attempt, entry: Entry[WorkT, DoneT], work: WorkT, cpu: CpuBudget, max_pages: int | None = None
     ) -> DoneT:
-        """Run the attempt's stage on `work` in a document child; its page progress renews the lease (a page
-        count above `max_pages` is not believed), and a cancel or a lost lease kills it."""
+        """Run `entry` on `work` in a document child; its page progress renews the lease (a page count above
+        `max_pages` is not believed), and a cancel or a lost lease kills it."""
         hand_over(attempt.folder, attempt.pool.confinement)
         try:
             return attempt.pool.run(
-                attempt.lease.stage,
+                entry.name,
                 work,
-                done,
+                entry.done_type,
                 cpu=cpu,
                 on_progress=attempt.lease.progress,
                 should_stop=activity.is_cancelled,
@@ -99,7 +103,11 @@ class IsolatedStages(StoreStages):
             raise CancelledError("the stage was canceled or lost its lease: its document child was killed") from None
 
     def _restage(
-        self, attempt: Attempt, request: RestageInput, work: Callable[[RestagePaths], BaseModel], done: type[DoneT]
+        self,
+        attempt: Attempt,
+        request: RestageInput,
+        entry: Entry[WorkT, DoneT],
+        work: Callable[[RestagePaths], WorkT],
     ) -> tuple[DoneT, RestagePaths]:
         """An earlier stage's output rewritten in a document child: the job's input must still have its digest, and
         that output is fetched checked. The caller stages what the child wrote, at the paths returned."""
@@ -108,4 +116,13 @@ class IsolatedStages(StoreStages):
         self._verify_source(request.source)
         self._fetch_staged(request.staged, paths.source)
         pages = request.shape.page_count or None  # counted by render: a child may not claim more
-        return self._isolated(attempt, work(paths), done, request.cpu, max_pages=pages), paths
+        return self._isolated(attempt, entry, work(paths), request.cpu, max_pages=pages), paths
+
+    @staticmethod
+    def _output(spec: StageSpec[Any, OutputT], done: BaseModel, attempt: Attempt, **stored: object) -> OutputT:
+        """The stage's activity output: what its child reported (`done`, whose fields the output inherits), what
+        the worker stored, and the attempt's number and cost."""
+        output: OutputT = spec.output.model_validate(
+            {**dict(done), **stored, "attempt": attempt.number, "cost": attempt.meter.total()}
+        )
+        return output

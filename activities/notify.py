@@ -15,7 +15,9 @@ from pathlib import Path
 
 from temporalio import activity
 
+from activities.declared import implements
 from activities.lease import typed_failures
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.canonical import canonical_json
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import NotifyInput
@@ -29,7 +31,7 @@ class NotifyActivities:
     def __init__(self, tenants_path: Path) -> None:
         self._tenants = tenants_path
 
-    @activity.defn(name="notify")
+    @implements(specs.NOTIFY)
     def notify(self, event: NotifyInput) -> str:
         with typed_failures("notify"):
             callback = callback_of(self._tenants, event.tenant)

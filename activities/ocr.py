@@ -6,39 +6,31 @@ killed, and OCRmyPDF's own group (tesseract and ghostscript included) follows wi
 
 from __future__ import annotations
 
-from temporalio import activity
-
+from activities.declared import implements
 from activities.isolated import IsolatedStages
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import OcrInput, OcrOutput
-from docjobs.isolation.stage_work import OcrDone, OcrWork
+from docjobs.isolation import stage_work
+from docjobs.isolation.stage_work import OcrWork
 
 
 class OcrActivities(IsolatedStages):
-    @activity.defn(name="ocr")
+    @implements(specs.OCR)
     def ocr(self, request: OcrInput) -> OcrOutput:
-        with self._attempt("ocr", request) as attempt:
+        with self._attempt(specs.OCR.name, request) as attempt:
             done, paths = self._restage(
                 attempt,
                 request,
+                stage_work.OCR,
                 lambda paths: OcrWork(
                     source=paths.source,
                     output=paths.output,
                     text_output=paths.text_output,
                     workdir=attempt.folder,
-                    ocr=request.ocr,
-                    watermark=request.watermark,
+                    settings=request,  # sent as OcrSettings: only the settings reach the child
                     tag=request.job_id,
                 ),
-                OcrDone,
             )
             text = self._put_staged("ocr-text", attempt.number, paths.text_output, ".json")
             staged = self._put_staged("ocr", attempt.number, paths.output)
-        return OcrOutput(
-            staged=staged,
-            text=text,
-            pages_ocred=done.pages_ocred,
-            attempt=attempt.number,
-            cost=attempt.meter.total(),
-            pages_deskewed=done.pages_deskewed,
-            pages_unreadable=done.pages_unreadable,
-        )
+        return self._output(specs.OCR, done, attempt, staged=staged, text=text)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from temporalio import activity
-
 from activities.attempt import StoreStages
 from activities.cost import AttemptMeter
+from activities.declared import implements
 from activities.lease import Lease, typed_failures
 from activities.runs import current_run, marked_run
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import CleanupInput, PublishInput, PublishOutput
 from docjobs.store.storage import artifact_key, job_prefix, staging_prefix, text_key
 
@@ -17,7 +17,7 @@ log = logging.getLogger("docjobs.activities")
 
 
 class PublishActivities(StoreStages):
-    @activity.defn(name="publish")
+    @implements(specs.PUBLISH)
     def publish(self, request: PublishInput) -> PublishOutput:
         """Promote the staged artifact to the job's final key; create-only, so a stale attempt can't replace it."""
         meter = AttemptMeter()
@@ -32,7 +32,7 @@ class PublishActivities(StoreStages):
             artifact=artifact, text=text, attempt=attempt, already_published=not created, cost=meter.total()
         )
 
-    @activity.defn(name="cleanup")
+    @implements(specs.CLEANUP)
     def cleanup(self, request: CleanupInput) -> int:
         """Delete every staged attempt of the run (the promoted artifact is a separate link and stays)."""
         with typed_failures("cleanup"):

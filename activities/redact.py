@@ -7,35 +7,32 @@ When the job has an OCR text blob it is rebuilt from the redacted file (the old 
 
 from __future__ import annotations
 
-from temporalio import activity
-
+from activities.declared import implements
 from activities.isolated import IsolatedStages
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import RedactInput, RedactOutput
-from docjobs.isolation.stage_work import RedactDone, RedactWork
+from docjobs.isolation import stage_work
+from docjobs.isolation.stage_work import RedactWork
 
 
 class RedactActivities(IsolatedStages):
-    @activity.defn(name="redact")
+    @implements(specs.REDACT)
     def redact(self, request: RedactInput) -> RedactOutput:
-        with self._attempt("redact", request) as attempt:
+        with self._attempt(specs.REDACT.name, request) as attempt:
             done, paths = self._restage(
                 attempt,
                 request,
+                stage_work.REDACT,
                 lambda paths: RedactWork(
                     source=paths.source,
                     output=paths.output,
                     text_output=paths.text_output if request.rebuild_text else None,
                     workdir=attempt.folder,
-                    redact=request.redact,
-                    watermark=request.watermark,
-                    limits=request.limits,
+                    settings=request,  # sent as RedactSettings: only the settings reach the child
                 ),
-                RedactDone,
             )
             text = None
             if request.rebuild_text:
                 text = self._put_staged("redact-text", attempt.number, paths.text_output, ".json")
             staged = self._put_staged("redact", attempt.number, paths.output)
-        return RedactOutput(
-            staged=staged, text=text, summary=done.summary, attempt=attempt.number, cost=attempt.meter.total()
-        )
+        return self._output(specs.REDACT, done, attempt, staged=staged, text=text)

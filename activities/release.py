@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from temporalio import activity
-
+from activities.declared import implements
 from activities.isolated import IsolatedStages
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import SignInput, SignOutput, VerifyInput, VerifyOutput
+from docjobs.isolation import stage_work
 from docjobs.isolation.sandbox import ChildPool, TenantPools
-from docjobs.isolation.stage_work import SignDone, SignWork, VerifyDone, VerifyWork
+from docjobs.isolation.stage_work import SignWork, VerifyWork
 from docjobs.signing.config import SignerConfig, TrustAnchors
 from docjobs.signing.environment import signer_from_env
 from docjobs.signing.sign import ReleaseSigner
@@ -36,9 +37,9 @@ class ReleaseActivities(IsolatedStages):
         """From config; on the embedded default a development CA and signer are created on first use."""
         return signer_from_env(self._data_dir)
 
-    @activity.defn(name="sign")
+    @implements(specs.SIGN)
     def sign(self, request: SignInput) -> SignOutput:
-        with self._attempt("sign", request) as attempt:
+        with self._attempt(specs.SIGN.name, request) as attempt:
             config = self._signer()
             key = ReleaseSigner(config)  # the key is loaded here, in the worker, and goes nowhere else
             tenant = job_tenant(request)
@@ -46,6 +47,7 @@ class ReleaseActivities(IsolatedStages):
             done, paths = self._restage(
                 attempt,
                 request,
+                stage_work.SIGN,
                 lambda paths: SignWork(
                     source=paths.source,
                     output=paths.output,
@@ -56,7 +58,6 @@ class ReleaseActivities(IsolatedStages):
                     allow_signed_input=request.sign.allow_signed_input,
                     stamp_box=config.stamp_box,
                 ),
-                SignDone,
             )
             with self._folder("sign-key") as own:  # not the child's folder: it cannot change what is signed
                 signed = own / "signed.pdf"
@@ -80,10 +81,10 @@ class ReleaseActivities(IsolatedStages):
             tenant=tenant,
         )
 
-    @activity.defn(name="verify")
+    @implements(specs.VERIFY)
     def verify(self, request: VerifyInput) -> VerifyOutput:
         """Nothing is released unless the signature (if any) and every fidelity check pass: else quarantine."""
-        with self._attempt("verify", request) as attempt:
+        with self._attempt(specs.VERIFY.name, request) as attempt:
             source, output = attempt.folder / "input", attempt.folder / "output.pdf"
             self._fetch_source(request.source, source)
             self._fetch_staged(request.staged, output)
@@ -92,17 +93,8 @@ class ReleaseActivities(IsolatedStages):
                 output=output,
                 workdir=attempt.folder,
                 trust=TrustAnchors.of(self._signer()) if request.signed else None,
-                text_layer_kept=request.text_layer_kept,
-                redact=request.redact,
-                watermark_text=request.watermark_text,
-                pages_may_turn=request.pages_may_turn,
-                sanitize=request.sanitize,
+                settings=request,  # sent as VerifySettings: only the settings reach the child
                 tenant=request.tenant if request.signed else None,
             )
-            done = self._isolated(attempt, work, VerifyDone, request.cpu)
-        return VerifyOutput(
-            signature=done.signature,
-            fidelity_checks=done.fidelity_checks,
-            attempt=attempt.number,
-            cost=attempt.meter.total(),
-        )
+            done = self._isolated(attempt, stage_work.VERIFY, work, request.cpu)
+        return self._output(specs.VERIFY, done, attempt)

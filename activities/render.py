@@ -2,39 +2,23 @@
 
 from __future__ import annotations
 
-from temporalio import activity
-
+from activities.declared import implements
 from activities.isolated import IsolatedStages
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import RenderInput, RenderOutput
-from docjobs.isolation.stage_work import RenderDone, RenderWork
+from docjobs.isolation import stage_work
+from docjobs.isolation.stage_work import RenderWork
 
 
 class RenderActivities(IsolatedStages):
-    @activity.defn(name="render")
+    @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
-        with self._attempt("render", request) as attempt:
+        with self._attempt(specs.RENDER.name, request) as attempt:
             source, output = attempt.folder / "input", attempt.folder / "output.pdf"
             self._fetch_job_input(request.job_id, request.source, source)
-            work = RenderWork(
-                source=source,
-                output=output,
-                workdir=attempt.folder,
-                watermark=request.watermark,
-                max_pages=request.max_pages,
-                allow_signed_input=request.allow_signed_input,
-                sanitize=request.sanitize,
-                limits=request.limits,
-                refuse_encrypted=request.refuse_encrypted,
-            )
-            done = self._isolated(attempt, work, RenderDone, request.cpu, max_pages=request.max_pages)
+            # The input is its settings (and more): sent to the child as RenderSettings, only they go there.
+            work = RenderWork(source=source, output=output, workdir=attempt.folder, settings=request)
+            done = self._isolated(attempt, stage_work.RENDER, work, request.cpu, max_pages=request.max_pages)
             staged = self._put_staged("render", attempt.number, output)
-        return RenderOutput(
-            staged=staged,
-            page_count=min(done.page_count, request.max_pages),  # the child's count is a claim: capped
-            input_encryption=done.input_encryption,
-            attempt=attempt.number,
-            cost=attempt.meter.total(),
-            invalidated_signatures=done.invalidated_signatures,
-            sanitized=done.sanitized,
-            repair_warnings=done.repair_warnings,
-        )
+        pages = min(done.page_count, request.max_pages)  # the child's count is a claim: capped
+        return self._output(specs.RENDER, done.model_copy(update={"page_count": pages}), attempt, staged=staged)

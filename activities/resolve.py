@@ -9,9 +9,10 @@ names by its digest (`source.missing`, as for a blob nobody stored)."""
 from __future__ import annotations
 
 import pydantic
-from temporalio import activity
 
+from activities.declared import implements
 from activities.lease import typed_failures
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import DocumentJobInput, JobRequest, Policy, ResolveInput
 from docjobs.settings.config import ConfigError, Settings
@@ -26,7 +27,7 @@ class ResolveActivities:
         self._store = store
         self._settings = settings
 
-    @activity.defn(name="resolve")
+    @implements(specs.RESOLVE)
     def resolve(self, request: ResolveInput) -> JobRequest:
         job = request.job
         with typed_failures("resolve"):

@@ -33,11 +33,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import dev_server_env
 
-from docjobs.domain.models import CpuBudget, GeneratePolicy, InputKind, JobStatus, Policy
+from docjobs.domain.models import (
+    CpuBudget,
+    GenerateDone,
+    GeneratePolicy,
+    GenerateSettings,
+    InputKind,
+    JobStatus,
+    Policy,
+)
 from docjobs.domain.states import JobState
 from docjobs.generate.templating import render_template
 from docjobs.isolation.sandbox import ChildLimits, ChildPool
-from docjobs.isolation.stage_work import GenerateDone, GenerateWork
+from docjobs.isolation.stage_work import GenerateWork
 from docjobs.settings.policies import PolicyBook
 from docjobs.store.templates import zip_folder
 from docjobs.temporal.client import JobClient, connect
@@ -76,11 +84,11 @@ def stage_versus_plain(folder: Path, rows: int, runs: int) -> None:
         work = GenerateWork(
             source=folder / "bundle.zip",
             data=None,
-            input_kind=InputKind.BUNDLE,
             output=workdir / "out.pdf",
             workdir=workdir,
-            generate=GeneratePolicy(page_size="A4", margin="20mm"),
-            max_pages=2000,
+            settings=GenerateSettings(
+                input_kind=InputKind.BUNDLE, generate=GeneratePolicy(page_size="A4", margin="20mm"), max_pages=2000
+            ),
         )
         pages = pool.run("generate", work, GenerateDone, cpu=CPU).summary.page_count
         shutil.rmtree(workdir)

@@ -38,7 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env, median_ms
 from pydantic import BaseModel
 
-from docjobs.domain.models import CpuBudget, LimitsPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.domain.models import (
+    CpuBudget,
+    LimitsPolicy,
+    RenderSettings,
+    SanitizePolicy,
+    VerifySettings,
+    WatermarkPolicy,
+)
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.sandbox import ChildLimits, ChildPool
 from docjobs.isolation.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
@@ -65,11 +72,13 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
         source=document,
         output=rendered,
         workdir=folder,
-        watermark=WatermarkPolicy(text="CONFIDENTIAL"),
-        max_pages=2000,
-        allow_signed_input=False,
-        sanitize=SanitizePolicy(),
-        limits=LimitsPolicy(),
+        settings=RenderSettings(
+            watermark=WatermarkPolicy(text="CONFIDENTIAL"),
+            max_pages=2000,
+            allow_signed_input=False,
+            sanitize=SanitizePolicy(),
+            limits=LimitsPolicy(),
+        ),
     )
     ENTRIES["render"].run(render, lambda done, total: None)
     key = ReleaseSigner(signer)  # the worker's half: the child prepares, the worker signs
@@ -91,11 +100,13 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
         output=signed,
         workdir=folder,
         trust=TrustAnchors.of(signer),
-        text_layer_kept=True,
-        redact=None,
-        watermark_text="CONFIDENTIAL",
-        pages_may_turn=False,
-        sanitize=SanitizePolicy(),
+        settings=VerifySettings(
+            text_layer_kept=True,
+            redact=None,
+            watermark_text="CONFIDENTIAL",
+            pages_may_turn=False,
+            sanitize=SanitizePolicy(),
+        ),
     )
     return {"render": render, "sign": sign, "verify": verify}
 

@@ -20,8 +20,10 @@ from temporalio.exceptions import CancelledError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from activities.declared import implements
 from activities.render import RenderActivities
 from docjobs import worker
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import RenderInput, RenderOutput
 
 GATE_SECONDS = 10.0
@@ -32,7 +34,7 @@ class RecordingRender(RenderActivities):
     inside = 0
     lock = threading.Condition()
 
-    @activity.defn(name="render")
+    @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         record = Path(os.environ["DOCJOBS_BATCH_RECORD"])
         with self.lock:

@@ -42,9 +42,11 @@ from temporalio.exceptions import CancelledError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from activities.declared import implements
 from activities.lease import Lease
 from activities.render import RenderActivities
 from docjobs import worker
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import BlobRef, RenderInput, RenderOutput
 from docjobs.isolation.sandbox import ChildPool
 from docjobs.temporal.tracing import configure_tracing
@@ -76,7 +78,7 @@ class Hold:
 
 
 class HeldRender(RenderActivities):
-    @activity.defn(name="render")
+    @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id)
         with Lease("render"):
@@ -103,7 +105,7 @@ class FlakyRender(RenderActivities):
 
 
 class PageDroppingRender(RenderActivities):
-    @activity.defn(name="render")
+    @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         rendered = super().render(request)
         with tempfile.TemporaryDirectory() as tmp:

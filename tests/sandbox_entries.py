@@ -135,7 +135,7 @@ def lie(order: Order, progress: ProgressFn) -> Frozen:
 
 
 ENTRIES = {
-    name: Entry(Order, function)
+    name: Entry(name, Order, Frozen, function)
     for name, function in {
         "environment": environment,
         "pages": pages,

@@ -15,8 +15,17 @@ import pypdfium2 as pdfium  # type: ignore[import-untyped]
 import pytest
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
-from docjobs.isolation.stage_work import RenderDone, RenderWork, SignWork, VerifyDone, VerifyWork, render, sign, verify
+from docjobs.domain.models import (
+    LimitsPolicy,
+    RenderDone,
+    RenderSettings,
+    SanitizePolicy,
+    VerifyDone,
+    VerifySettings,
+    WatermarkMode,
+    WatermarkPolicy,
+)
+from docjobs.isolation.stage_work import RenderWork, SignWork, VerifyWork, render, sign, verify
 from docjobs.pdf.inspect import Encryption, inspect_pdf
 from docjobs.pdf.watermark import STAMP_BAND, watermark_structure
 from docjobs.signing.config import SignerConfig, TrustAnchors
@@ -42,12 +51,14 @@ def _render(source: Path, output: Path, workdir: Path, *, refuse_encrypted: bool
         source=source,
         output=output,
         workdir=workdir,
-        watermark=WatermarkPolicy(text=STAMP, mode=WatermarkMode.STRUCTURE),
-        max_pages=10,
-        allow_signed_input=False,
-        sanitize=SanitizePolicy(),
-        limits=LimitsPolicy(),
-        refuse_encrypted=refuse_encrypted,
+        settings=RenderSettings(
+            watermark=WatermarkPolicy(text=STAMP, mode=WatermarkMode.STRUCTURE),
+            max_pages=10,
+            allow_signed_input=False,
+            sanitize=SanitizePolicy(),
+            limits=LimitsPolicy(),
+            refuse_encrypted=refuse_encrypted,
+        ),
     )
     return render(work, _no_progress)
 
@@ -75,11 +86,9 @@ def _release(source: Path, workdir: Path, signer: SignerConfig) -> tuple[RenderD
             workdir=workdir,
             trust=TrustAnchors.of(signer),
             tenant="acme",
-            text_layer_kept=True,
-            redact=None,
-            watermark_text=STAMP,
-            sanitize=SanitizePolicy(),
-            pages_may_turn=False,
+            settings=VerifySettings(
+                text_layer_kept=True, redact=None, watermark_text=STAMP, sanitize=SanitizePolicy(), pages_may_turn=False
+            ),
         ),
         _no_progress,
     )

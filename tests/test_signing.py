@@ -36,7 +36,8 @@ from pyhanko.sign.timestamps import DummyTimeStamper
 
 from docjobs.domain.canonical import canonical_json
 from docjobs.domain.errors import DocJobError
-from docjobs.isolation.stage_work import VerifyDone, VerifyWork
+from docjobs.domain.models import VerifyDone, VerifySettings
+from docjobs.isolation.stage_work import VerifyWork
 from docjobs.isolation.stage_work import verify as verify_stage
 from docjobs.settings.config import ConfigError
 from docjobs.signing import dev_ca
@@ -981,8 +982,8 @@ def test_verify_refuses_a_signature_for_another_tenant_or_unlocked(work: Path, s
 
     def verified(output: Path, tenant: str) -> VerifyDone:
         order = VerifyWork(
-            source=sample, output=output, workdir=work, trust=TrustAnchors.of(dev), text_layer_kept=True,
-            redact=None, watermark_text=None, pages_may_turn=False, sanitize=None, tenant=tenant,
+            source=sample, output=output, workdir=work, trust=TrustAnchors.of(dev), tenant=tenant,
+            settings=VerifySettings(text_layer_kept=True, watermark_text=None, pages_may_turn=False),
         )  # fmt: skip
         return verify_stage(order, lambda done, total: None)
 

@@ -4,19 +4,27 @@ implementation registered by the worker, under its name, with its parameter and 
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
+import json
 import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
+from activities.batch import BatchActivities
+from docjobs.domain import stage_specs as specs
+from docjobs.domain.models import JobStatus
+from docjobs.domain.stage_specs import spec_of
 from docjobs.domain.states import Stage
 from docjobs.isolation.sandbox import ChildLimits, ChildPool
+from docjobs.isolation.stage_work import ENTRIES
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.worker import QUEUES, stage_activities
-from workflows import document_job, stages
+from workflows import batch_job, document_job, stages
 from workflows.stages import DECLARATIONS, activity_name
 
 # The activity names of recorded histories (tests/histories): a rename would break every job in flight.
@@ -83,3 +91,103 @@ def test_the_workflow_calls_activities_only_by_declaration() -> None:
         first = call.args[0]
         assert not isinstance(first, ast.Constant), f"line {call.lineno}: an activity called by a string name"
         assert all(keyword.arg != "result_type" for keyword in call.keywords), "the declaration gives the type"
+
+
+# sha256 (first 16 hex digits) of each activity's input and output JSON Schema, as recorded before the stage specs
+# (`wire_schema`: titles and descriptions left out, `required` sorted). A change here changes what running
+# workflows, recorded histories and other-language clients send or read: add a field with a default, never
+# rename or retype one. `resolve` is left out: its input and output are the workflow's own input (JobRequest).
+WIRE = {
+    "generate": ("9fdb50986a6797d9", "a9d31aa13fe73412"),
+    "render": ("faefd526bf335531", "749ad98bae540878"),
+    "ocr": ("f78151bb9514365a", "8f2d9486220d9f6a"),
+    "redact": ("db1f96fc5b24d8c0", "3f34f72a6d8d3e69"),
+    "sign": ("d292b8c64ec4c00f", "92dfd00402ce8dd4"),
+    "verify": ("b581b80482d95e16", "be9fa5725e5708e0"),
+    "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
+    "evidence": ("8bd0ceb54e7a1aa0", "363da2c0aac418fe"),
+    "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
+    "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
+    "start_batch_documents": ("611fdcf4f42b81ee", "5603494387f42eb6"),
+    "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
+    "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
+    "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),
+}
+
+
+def wire_schema(node: Any) -> Any:
+    """A JSON Schema without what is not wire (titles, descriptions) and with `required` in a fixed order."""
+    if isinstance(node, dict):
+        return {
+            key: sorted(value) if key == "required" else wire_schema(value)
+            for key, value in node.items()
+            if key not in ("title", "description")
+        }
+    if isinstance(node, list):
+        return [wire_schema(value) for value in node]
+    return node
+
+
+def wire_digest(declared: Any) -> str:
+    adapter = TypeAdapter(declared)
+    schemas = {mode: wire_schema(adapter.json_schema(mode=mode)) for mode in ("validation", "serialization")}
+    return hashlib.sha256(json.dumps(schemas, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_every_activity_input_and_output_keeps_its_wire_shape() -> None:
+    checked = {spec.name: spec for spec in (*specs.JOB_ACTIVITIES, *specs.BATCH_ACTIVITIES) if spec.name in WIRE}
+    assert set(checked) == set(WIRE)
+    for name, spec in checked.items():
+        assert (wire_digest(spec.input), wire_digest(spec.output)) == WIRE[name], name
+
+
+def test_each_declaration_is_its_spec() -> None:
+    declared = (*DECLARATIONS, *stages.BATCH_DECLARATIONS)
+    by_name = {spec.name: spec for spec in (*specs.JOB_ACTIVITIES, *specs.BATCH_ACTIVITIES)}
+    assert sorted(activity_name(declaration) for declaration in declared) == sorted(by_name)
+    for declaration in declared:
+        spec = spec_of(declaration)
+        assert spec is by_name[spec.name] and types_of(declaration) == ([spec.input], spec.output)
+
+
+def test_a_stage_copies_only_fields_its_output_and_the_status_both_have() -> None:
+    for spec in specs.STAGES:
+        assert spec.name == spec.stage.value
+        for status_field, output_field in spec.status.items():
+            assert output_field in spec.output.model_fields, (spec.name, output_field)
+            assert status_field in JobStatus.model_fields, (spec.name, status_field)
+
+
+def test_each_stage_child_entry_runs_under_its_stage_name() -> None:
+    for name, entry in ENTRIES.items():
+        assert entry.name == name and name in {spec.name for spec in specs.STAGES}
+        output = specs.STAGES[[spec.name for spec in specs.STAGES].index(name)].output
+        if name != "sign":  # what the sign child reports stays in the worker, which signs (activities/release.py)
+            assert set(entry.done_type.model_fields) <= set(output.model_fields), name
+
+
+def test_the_batch_workflow_calls_activities_only_by_declaration(tmp_path: Path) -> None:
+    tree = ast.parse(Path(batch_job.__file__).read_text())
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr.startswith(("execute_activity", "start_activity"))
+    ]
+    assert len(calls) == 4
+    for call in calls:
+        assert not isinstance(call.args[0], ast.Constant), f"line {call.lineno}: an activity called by a string name"
+        assert all(keyword.arg != "result_type" for keyword in call.keywords), "the declaration gives the type"
+
+
+def test_every_batch_declaration_has_exactly_one_implementation_of_its_types() -> None:
+    implementations = [
+        getattr(BatchActivities, name) for name in ("start_documents", "await_jobs", "cancel_jobs", "record_outcomes")
+    ]
+    for declaration in stages.BATCH_DECLARATIONS:
+        matching = [function for function in implementations if activity_name(function) == activity_name(declaration)]
+        assert len(matching) == 1, activity_name(declaration)
+        hints = typing.get_type_hints(matching[0])
+        parameters = [hints[name] for name in inspect.signature(matching[0]).parameters if name != "self"]
+        assert (parameters, hints["return"]) == types_of(declaration), activity_name(declaration)

@@ -10,7 +10,7 @@ import pikepdf
 from pikepdf import Array, Dictionary, Name, String
 from PIL import Image
 
-from docjobs.domain.models import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
+from docjobs.domain.models import LimitsPolicy, RenderSettings, SanitizePolicy, WatermarkMode, WatermarkPolicy
 from docjobs.isolation.stage_work import RenderWork, render
 from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND
 from tests.fixtures import realworld
@@ -51,11 +51,13 @@ def rendered(source: Path, tmp_path: Path) -> Path:
         source=source,
         output=out,
         workdir=tmp_path,
-        watermark=WatermarkPolicy(text=STAMP, mode=WatermarkMode.STRUCTURE),
-        max_pages=10,
-        allow_signed_input=False,
-        sanitize=SanitizePolicy(),
-        limits=LimitsPolicy(),
+        settings=RenderSettings(
+            watermark=WatermarkPolicy(text=STAMP, mode=WatermarkMode.STRUCTURE),
+            max_pages=10,
+            allow_signed_input=False,
+            sanitize=SanitizePolicy(),
+            limits=LimitsPolicy(),
+        ),
     )
     render(work, lambda done, total: None)
     return out

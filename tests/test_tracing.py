@@ -24,8 +24,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio import activity
 
+from activities.declared import implements
 from activities.render import RenderActivities
 from docjobs import worker
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import RenderInput, RenderOutput
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
@@ -49,7 +51,7 @@ SECRET_AGENT = {"User-Agent": "tenant-secret-name-agent"}
 class RenderFailingOnce(RenderActivities):
     """`render` whose first attempt fails with a retryable error, as a worker lost in mid-stage would."""
 
-    @activity.defn(name="render")
+    @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         if activity.info().attempt == 1:
             raise RuntimeError(TRANSIENT)

@@ -30,14 +30,13 @@ with workflow.unsafe.imports_passed_through():
         BatchRequest,
         BatchState,
         BatchStatus,
-        EndedJob,
         JobOutcome,
         RecordOutcomes,
         RunningJob,
         StartDocuments,
     )
-    from docjobs.domain.models import BlobRef
     from docjobs.domain.states import JobState
+    from workflows import stages
 
 WORKFLOW_TYPE = "DocumentBatch"
 WAIT_SECONDS = 60.0  # a wait activity returns after this even if no job ended (the loop then waits again)
@@ -137,9 +136,8 @@ class DocumentBatchWorkflow:
         same workflow task) lets the start finish: the documents it started are then running jobs of the batch,
         which its cancellation cancels. Cancelling the start instead left them running, unknown to the batch."""
         start = workflow.start_activity(
-            "start_batch_documents",
+            stages.start_documents,
             StartDocuments(batch=request, first=first, count=count),
-            result_type=list[RunningJob],
             start_to_close_timeout=STEP_TIMEOUT,
             retry_policy=PATIENT,
         )
@@ -156,9 +154,8 @@ class DocumentBatchWorkflow:
 
     async def _await_endings(self) -> None:
         ended = await workflow.execute_activity(
-            "await_batch_jobs",
+            stages.await_jobs,
             AwaitJobs(job_ids=[job.job_id for job in self._progress.running], wait_seconds=WAIT_SECONDS),
-            result_type=list[EndedJob],
             start_to_close_timeout=timedelta(seconds=WAIT_SECONDS) + STEP_TIMEOUT,
             heartbeat_timeout=WAIT_HEARTBEAT_TIMEOUT,
             retry_policy=PATIENT,
@@ -186,9 +183,8 @@ class DocumentBatchWorkflow:
         """Cancel the running jobs and wait for their ends (when canceled); store this run's outcomes."""
         if canceled and self._progress.running:
             await workflow.execute_activity(
-                "cancel_batch_jobs",
+                stages.cancel_jobs,
                 [job.job_id for job in self._progress.running],
-                result_type=int,
                 start_to_close_timeout=STEP_TIMEOUT,
                 retry_policy=PATIENT,
             )
@@ -196,9 +192,8 @@ class DocumentBatchWorkflow:
                 await self._await_endings()
         if self._outcomes:
             segment = await workflow.execute_activity(
-                "record_batch_outcomes",
+                stages.record_outcomes,
                 RecordOutcomes(batch_id=self._request.batch_id, run=self._progress.runs, outcomes=self._outcomes),
-                result_type=BlobRef,
                 start_to_close_timeout=STEP_TIMEOUT,
                 retry_policy=PATIENT,
             )

@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         WatermarkMode,
     )
     from docjobs.domain.sealing import UNBOUND_FIELD, UNSEALED_ENCODING
+    from docjobs.domain.stage_specs import StageQueue, StageSpec, spec_of
     from docjobs.domain.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa
     from workflows import stages
@@ -434,9 +435,7 @@ class DocumentJobWorkflow:
                     generate=policy.generate,
                     max_pages=policy.max_pages,
                 )
-                generated = await self._stage(stages.generate, generate)
-                source = generated.staged
-                self._status.generated = generated.summary
+                source = (await self._stage(stages.generate, generate)).staged
             render = RenderInput(
                 job_id=request.job_id,
                 source=source,
@@ -448,12 +447,7 @@ class DocumentJobWorkflow:
                 refuse_encrypted=policy.refuse_encrypted,
             )
             rendered = await self._stage(stages.render, render)
-            self._status.page_count = rendered.page_count
-            self._status.input_encryption = rendered.input_encryption
-            self._status.invalidated_signatures = rendered.invalidated_signatures
-            self._status.sanitized = rendered.sanitized
             self._status.repaired = rendered.repair_warnings > 0
-            self._status.repair_warnings = rendered.repair_warnings
             staged, text = rendered.staged, None
             if ocr_on:
                 ocr = OcrInput(
@@ -463,12 +457,9 @@ class DocumentJobWorkflow:
                     ocr=policy.ocr,
                     watermark=policy.watermark if stamp_at is Stage.OCR else None,
                 )
-                ocred = await self._stage(stages.ocr, ocr, task_queue=request.ocr_task_queue)
+                ocred = await self._stage(stages.ocr, ocr)
                 staged, text = ocred.staged, ocred.text
                 self._status.ocr_text_sha256 = text.sha256
-                self._status.pages_ocred = ocred.pages_ocred
-                self._status.pages_deskewed = ocred.pages_deskewed
-                self._status.pages_unreadable = ocred.pages_unreadable
             if redact_on:
                 redact = RedactInput(
                     job_id=request.job_id,
@@ -482,7 +473,6 @@ class DocumentJobWorkflow:
                 redacted = await self._stage(stages.redact, redact)
                 staged, text = redacted.staged, redacted.text or text
                 self._status.ocr_text_sha256 = text.sha256 if text else None
-                self._status.redaction = redacted.summary
             staged = await self._release_gates(source, staged, ocr_on)
             publish = PublishInput(job_id=request.job_id, source=source, staged=staged, text=text)
             published = await self._stage(stages.publish, publish)
@@ -558,22 +548,23 @@ class DocumentJobWorkflow:
             sanitize=policy.sanitize,
             tenant=named,
         )
-        verified = await self._stage(stages.verify, verify)
-        self._status.signature = verified.signature
-        self._status.fidelity_checks = verified.fidelity_checks
+        await self._stage(stages.verify, verify)
         return staged
 
-    async def _stage(
-        self, declaration: Callable[[InputT], OutputT], payload: InputT, *, task_queue: str | None = None
-    ) -> OutputT:
-        stage = Stage(stages.activity_name(declaration))
+    async def _stage(self, declaration: Callable[[InputT], OutputT], payload: InputT) -> OutputT:
+        """Run a stage as its spec says (docjobs/domain/stage_specs.py): its queue, its timeout and CPU budget, and the
+        job status's fields its output fills in."""
+        spec = spec_of(declaration)
+        assert isinstance(spec, StageSpec), f"{spec.name} is not a stage"
+        stage = spec.stage
         self._transition(JobState.PROCESSING, stage)
         timing = self._request.timing
         # Until render has counted them (nothing parses a document at acceptance), the pages are as many as
         # the policy allows: the job's deadline still bounds the stage, and its child's CPU budget grows
         # with the real count.
         pages = self._status.page_count or self._request.policy.max_pages
-        per_page = timing.ocr_per_page_seconds if stage is Stage.OCR else timing.per_page_seconds
+        per_page = spec.per_page(timing)
+        task_queue = self._request.ocr_task_queue if spec.queue is StageQueue.OCR else None
         shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
         cpu = CpuBudget(base_seconds=timing.base_seconds, per_page_seconds=per_page)
         try:
@@ -601,6 +592,8 @@ class DocumentJobWorkflow:
             raise
         self._status.attempts[stage.value] = result.attempt
         self._status.cost = self._status.cost.adding(stage.value, result.cost)
+        for status_field, output_field in spec.status.items():
+            setattr(self._status, status_field, getattr(result, output_field))
         return result
 
     def _transition(self, state: JobState, stage: Stage | None = None) -> None:

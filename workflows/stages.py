@@ -1,6 +1,6 @@
-"""The activities the workflow runs, declared by name and types: what the workflow calls.
+"""The activities the workflows run, declared from their specs (docjobs/domain/stage_specs.py): what the workflows call.
 
-The workflow may not import the implementations (activities/ does I/O), so it calls these declarations; the
+The workflows may not import the implementations (activities/ does I/O), so they call these declarations; the
 worker registers the implementations under the same names (`worker.stage_activities`), and
 tests/test_stages.py checks that each declaration has exactly one, with its parameter and return types. The
 names are in every recorded history: never rename one.
@@ -13,64 +13,41 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 
-from docjobs.domain.models import (
-    CleanupInput,
-    EvidenceInput,
-    EvidenceOutput,
-    GenerateInput,
-    GenerateOutput,
-    JobRequest,
-    NotifyInput,
-    OcrInput,
-    OcrOutput,
-    PublishInput,
-    PublishOutput,
-    RedactInput,
-    RedactOutput,
-    RenderInput,
-    RenderOutput,
-    ResolveInput,
-    SignInput,
-    SignOutput,
-    VerifyInput,
-    VerifyOutput,
-)
-from docjobs.domain.states import Stage
+from docjobs.domain import stage_specs as specs
+from docjobs.domain.stage_specs import ActivitySpec, mark_spec, spec_of
 
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 
 
-def declare(name: str, parameter: type[InputT], result: type[OutputT]) -> Callable[[InputT], OutputT]:
-    """An activity declaration: its name and types, for the workflow to call (its body never runs: the worker
+def declare(spec: ActivitySpec[InputT, OutputT]) -> Callable[[InputT], OutputT]:
+    """An activity declaration: its name and types, for a workflow to call (its body never runs: the worker
     runs the implementation registered under the name)."""
 
     def declaration(request: InputT) -> OutputT:
-        raise NotImplementedError(f"{name} is a declaration: a worker runs its implementation (activities/)")
+        raise NotImplementedError(f"{spec.name} is a declaration: a worker runs its implementation (activities/)")
 
-    declaration.__name__ = declaration.__qualname__ = name
-    declaration.__annotations__ = {"request": parameter, "return": result}  # what the SDK converts by
-    return activity.defn(name=str(name))(declaration)
-
-
-def activity_name(declaration: Callable[..., Any]) -> str:
-    """The name a declaration (or an implementation) is registered under."""
-    definition = activity._Definition.must_from_callable(declaration)
-    assert definition.name is not None, "every docjobs activity has a name"
-    return definition.name
+    declaration.__name__ = declaration.__qualname__ = spec.name
+    declaration.__annotations__ = {"request": spec.input, "return": spec.output}  # what the SDK converts by
+    return activity.defn(name=spec.name)(mark_spec(spec)(declaration))
 
 
-generate = declare(Stage.GENERATE, GenerateInput, GenerateOutput)
-resolve = declare("resolve", ResolveInput, JobRequest)  # a public input's policy, timings and source
-render = declare(Stage.RENDER, RenderInput, RenderOutput)
-ocr = declare(Stage.OCR, OcrInput, OcrOutput)
-redact = declare(Stage.REDACT, RedactInput, RedactOutput)
-sign = declare(Stage.SIGN, SignInput, SignOutput)
-verify = declare(Stage.VERIFY, VerifyInput, VerifyOutput)
-publish = declare(Stage.PUBLISH, PublishInput, PublishOutput)
-evidence = declare("evidence", EvidenceInput, EvidenceOutput)
-cleanup = declare("cleanup", CleanupInput, int)
-notify = declare("notify", NotifyInput, str)
+def activity_name(function: Callable[..., Any]) -> str:
+    """The name a declaration (or an implementation) is registered under: its spec's."""
+    return spec_of(function).name
+
+
+generate = declare(specs.GENERATE)
+resolve = declare(specs.RESOLVE)  # a public input's policy, timings and source
+render = declare(specs.RENDER)
+ocr = declare(specs.OCR)
+redact = declare(specs.REDACT)
+sign = declare(specs.SIGN)
+verify = declare(specs.VERIFY)
+publish = declare(specs.PUBLISH)
+evidence = declare(specs.EVIDENCE)
+cleanup = declare(specs.CLEANUP)
+notify = declare(specs.NOTIFY)
 
 DECLARATIONS: tuple[Callable[..., Any], ...] = (
     generate,
@@ -85,3 +62,11 @@ DECLARATIONS: tuple[Callable[..., Any], ...] = (
     cleanup,
     notify,
 )
+
+# The batch workflow's steps.
+start_documents = declare(specs.START_DOCUMENTS)
+await_jobs = declare(specs.AWAIT_JOBS)
+cancel_jobs = declare(specs.CANCEL_JOBS)
+record_outcomes = declare(specs.RECORD_OUTCOMES)
+
+BATCH_DECLARATIONS: tuple[Callable[..., Any], ...] = (start_documents, await_jobs, cancel_jobs, record_outcomes)

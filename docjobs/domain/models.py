@@ -403,11 +403,19 @@ class StageInput(Frozen):
     cpu: CpuBudget = CpuBudget()
 
 
-class GenerateInput(StageInput):
-    source: BlobRef  # the accepted input: HTML, a bundle, or a template manifest
+# A stage's settings are one model, carried unchanged from its activity input (which inherits the fields: the
+# input's JSON stays flat) into its document child's work order. A stage's result (`...Done`) is what its child
+# reports; its activity output inherits those fields and adds what the worker did (staged blobs, attempt, cost).
+
+
+class GenerateSettings(Frozen):
     input_kind: InputKind
     generate: GeneratePolicy
     max_pages: int
+
+
+class GenerateInput(GenerateSettings, StageInput):
+    source: BlobRef  # the accepted input: HTML, a bundle, or a template manifest
 
 
 class GeneratedSummary(Frozen):
@@ -418,15 +426,17 @@ class GeneratedSummary(Frozen):
     pdf_variant: PdfVariant | None = None
 
 
-class GenerateOutput(Frozen):
-    staged: BlobRef  # the generated PDF: the document every later stage works on
+class GenerateDone(Frozen):
     summary: GeneratedSummary
+
+
+class GenerateOutput(GenerateDone):
+    staged: BlobRef  # the generated PDF: the document every later stage works on
     attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
-class RenderInput(StageInput):
-    source: BlobRef
+class RenderSettings(Frozen):
     limits: LimitsPolicy = LimitsPolicy()  # the parser budgets of the job's policy
     watermark: WatermarkPolicy | None  # None: normalize only, a later stage stamps
     max_pages: int
@@ -435,31 +445,44 @@ class RenderInput(StageInput):
     refuse_encrypted: bool = False  # True: an input encrypted with an empty user password fails too
 
 
-class RenderOutput(Frozen):
-    staged: BlobRef
+class RenderInput(RenderSettings, StageInput):
+    source: BlobRef
+
+
+class RenderDone(Frozen):
     page_count: int
     input_encryption: str
-    attempt: int
     invalidated_signatures: int = 0  # signatures of an (allowed) signed input that processing voids
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count
     repair_warnings: int = Field(default=0, ge=0)  # qpdf's warnings on the input: render worked on its repair
+
+
+class RenderOutput(RenderDone):
+    staged: BlobRef
+    attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
-class OcrInput(StageInput):
-    source: BlobRef  # the accepted input, re-checked
-    staged: BlobRef  # the rendered (normalized) document to OCR
+class OcrSettings(Frozen):
     ocr: OcrPolicy
     watermark: WatermarkPolicy | None  # stamped after OCR (structure mode), so it never hides a page's need for OCR
 
 
-class OcrOutput(Frozen):
-    staged: BlobRef
-    text: BlobRef  # the searchable text of every page (JSON), stored beside the artifact
+class OcrInput(OcrSettings, StageInput):
+    source: BlobRef  # the accepted input, re-checked
+    staged: BlobRef  # the rendered (normalized) document to OCR
+
+
+class OcrDone(Frozen):
     pages_ocred: list[int]
-    attempt: int
     pages_deskewed: list[DeskewedPage] = Field(default_factory=list)
     pages_unreadable: list[int] = Field(default_factory=list)  # released image-only (policy unreadable = image_only)
+
+
+class OcrOutput(OcrDone):
+    staged: BlobRef
+    text: BlobRef  # the searchable text of every page (JSON), stored beside the artifact
+    attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
@@ -481,12 +504,15 @@ class SignOutput(Frozen):
     tenant: str | None = None  # the tenant the signature names (None: signed by older code, which named none)
 
 
-class RedactInput(StageInput):
-    source: BlobRef  # the accepted input, re-checked
+class RedactSettings(Frozen):
     limits: LimitsPolicy = LimitsPolicy()  # the parser budgets of the job's policy
-    staged: BlobRef  # the document to redact (after OCR, so patterns match OCR text)
     redact: RedactPolicy
     watermark: WatermarkPolicy | None  # stamped after redaction, so a region never cuts into it
+
+
+class RedactInput(RedactSettings, StageInput):
+    source: BlobRef  # the accepted input, re-checked
+    staged: BlobRef  # the document to redact (after OCR, so patterns match OCR text)
     rebuild_text: bool = False  # the job has an OCR text blob: rebuild it from the redacted file
 
 
@@ -517,29 +543,38 @@ class RedactionSummary(Frozen):
         return canonical_sha256(self)
 
 
-class RedactOutput(Frozen):
+class RedactDone(Frozen):
+    summary: RedactionSummary
+
+
+class RedactOutput(RedactDone):
     staged: BlobRef
     text: BlobRef | None = None  # the rebuilt OCR text blob (when asked)
-    summary: RedactionSummary
     attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
-class VerifyInput(StageInput):
-    source: BlobRef
-    staged: BlobRef
-    signed: bool
+class VerifySettings(Frozen):
     text_layer_kept: bool  # structure mode: the input's text and links must still be there
     redact: RedactPolicy | None = None  # re-searched on the released bytes: no pattern may match
     watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
     pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
     sanitize: SanitizePolicy | None = None  # no active content may remain (None: scheduled by older code)
+
+
+class VerifyInput(VerifySettings, StageInput):
+    source: BlobRef
+    staged: BlobRef
+    signed: bool
     tenant: str | None = None  # set: the signature must name this tenant and lock the document (None: no such check)
 
 
-class VerifyOutput(Frozen):
+class VerifyDone(Frozen):
     signature: dict[str, str | bool | int | None] | None
     fidelity_checks: list[str]
+
+
+class VerifyOutput(VerifyDone):
     attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
 

@@ -2,8 +2,10 @@
 
 Everything here opens tenants' bytes, so it runs only in a `docjobs.isolation.sandbox` child: the stage's activity
 fetches the blobs, hands this module paths, and stores what it wrote. A work order is a pydantic model
-(the child validates it), and so is each result (the worker validates it: the child is not trusted).
-`ENTRIES` is what the child serves, by name.
+(the child validates it): the attempt's paths and the stage's settings, the very model the activity input
+inherits (docjobs/domain/models.py). Each result is the stage's `...Done` model (the worker validates it: the child
+is not trusted), whose fields the activity output inherits. `ENTRIES` is what the child serves, by the
+stage's activity name (docjobs/domain/stage_specs.py).
 """
 
 from __future__ import annotations
@@ -17,19 +19,21 @@ from typing import Any, Generic, TypeVar
 import pikepdf
 from pydantic import BaseModel
 
+from docjobs.domain import stage_specs as specs
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import (
-    DeskewedPage,
     Frozen,
-    GeneratedSummary,
-    GeneratePolicy,
+    GenerateDone,
+    GenerateSettings,
     InputKind,
-    LimitsPolicy,
-    OcrPolicy,
-    RedactionSummary,
-    RedactPolicy,
-    SanitizePolicy,
-    WatermarkPolicy,
+    OcrDone,
+    OcrSettings,
+    RedactDone,
+    RedactSettings,
+    RenderDone,
+    RenderSettings,
+    VerifyDone,
+    VerifySettings,
 )
 from docjobs.generate.bundle import INDEX, unpack_bundle
 from docjobs.generate.templating import load_data, render_template
@@ -59,33 +63,28 @@ IMAGE_KINDS = ("png", "jpeg", "tiff")
 class GenerateWork(Frozen):
     source: Path  # the HTML file, the bundle, or the template's bundle (all checked against their digests)
     data: Path | None  # template jobs: the JSON data
-    input_kind: InputKind
     output: Path
     workdir: Path
-    generate: GeneratePolicy
-    max_pages: int
-
-
-class GenerateDone(Frozen):
-    summary: GeneratedSummary
+    settings: GenerateSettings
 
 
 def generate(work: GenerateWork, progress: ProgressFn) -> GenerateDone:
     """HTML, a bundle or a template with its data, as a PDF: the job's files in one folder (`site`), the only
     place the page may take anything from."""
     site = work.workdir / "site"
-    policy = work.generate
+    settings = work.settings
+    policy = settings.generate
     html = None
-    if work.input_kind is InputKind.HTML:
+    if settings.input_kind is InputKind.HTML:
         site.mkdir()
         shutil.copyfile(work.source, site / INDEX)
     else:
         unpack_bundle(work.source, site, max_bytes=policy.bundle_mb << 20, max_files=policy.bundle_files)
-    if work.input_kind is InputKind.TEMPLATE:
+    if settings.input_kind is InputKind.TEMPLATE:
         if work.data is None:
             raise DocJobError("input.malformed", "a template job needs its data")
         html = render_template(site, INDEX, load_data(work.data), seconds=policy.template_seconds)
-    summary = html_to_pdf(site, work.output, policy, html=html, max_pages=work.max_pages, on_pages=progress)
+    summary = html_to_pdf(site, work.output, policy, html=html, max_pages=settings.max_pages, on_pages=progress)
     return GenerateDone(summary=summary)
 
 
@@ -93,20 +92,7 @@ class RenderWork(Frozen):
     source: Path  # the accepted input, already checked against its digest
     output: Path
     workdir: Path
-    watermark: WatermarkPolicy | None
-    max_pages: int
-    allow_signed_input: bool
-    sanitize: SanitizePolicy
-    limits: LimitsPolicy
-    refuse_encrypted: bool = False  # True: an input encrypted even with an empty user password fails
-
-
-class RenderDone(Frozen):
-    page_count: int
-    input_encryption: str
-    invalidated_signatures: int
-    sanitized: dict[str, int]
-    repair_warnings: int = 0  # qpdf's warnings about what it recovered; the stages worked on its rewrite
+    settings: RenderSettings
 
 
 def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
@@ -114,24 +100,25 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     strip active content, stamp the watermark."""
     with work.source.open("rb") as head:
         kind = sniff_kind(head.read(16))
+    settings = work.settings
     normalized = work.workdir / "normalized.pdf"
-    budgets = budgets_for(work.limits, work.max_pages)
+    budgets = budgets_for(settings.limits, settings.max_pages)
     source = work.source  # not a PDF either: inspection says which code
     if kind in IMAGE_KINDS:
         source = work.workdir / "scan.pdf"
-        image_to_pdf(work.source, source, max_pages=work.max_pages, budgets=budgets)
-    info = repair_input(source, normalized, max_pages=work.max_pages, budgets=budgets)
-    if work.refuse_encrypted and info.encryption is not Encryption.NONE:
+        image_to_pdf(work.source, source, max_pages=settings.max_pages, budgets=budgets)
+    info = repair_input(source, normalized, max_pages=settings.max_pages, budgets=budgets)
+    if settings.refuse_encrypted and info.encryption is not Encryption.NONE:
         raise DocJobError("input.encrypted", "the policy refuses encrypted inputs")
     progress(0, info.page_count)  # the page count is known: the child's CPU budget grows with it
     signatures = signature_count(normalized, budgets=budgets)
-    if signatures and not work.allow_signed_input:
+    if signatures and not settings.allow_signed_input:
         raise DocJobError("input.signed")
-    sanitized = sanitize_file(normalized, work.sanitize)
-    if work.watermark is None:
+    sanitized = sanitize_file(normalized, settings.sanitize)
+    if settings.watermark is None:
         shutil.copyfile(normalized, work.output)
     else:
-        stamp(normalized, work.output, work.watermark, workdir=work.workdir, on_page=progress, budgets=budgets)
+        stamp(normalized, work.output, settings.watermark, workdir=work.workdir, on_page=progress, budgets=budgets)
     if signatures:
         void_certification(work.output)
     return RenderDone(
@@ -148,15 +135,8 @@ class OcrWork(Frozen):
     output: Path
     text_output: Path  # the searchable text of every page, as JSON
     workdir: Path
-    ocr: OcrPolicy
-    watermark: WatermarkPolicy | None
+    settings: OcrSettings
     tag: str  # put in the OCR processes' environment, so they can be found
-
-
-class OcrDone(Frozen):
-    pages_ocred: list[int]
-    pages_deskewed: list[DeskewedPage]
-    pages_unreadable: list[int]
 
 
 def ocr(work: OcrWork, progress: ProgressFn) -> OcrDone:
@@ -165,16 +145,16 @@ def ocr(work: OcrWork, progress: ProgressFn) -> OcrDone:
     result = run_ocr(
         work.source,
         searchable,
-        work.ocr,
+        work.settings.ocr,
         workdir=work.workdir,
         on_page=progress,
         tag=work.tag,
         input_validated=True,  # render validated it, and its digest is checked
     )
-    if work.watermark is None:
+    if work.settings.watermark is None:
         shutil.move(searchable, work.output)
     else:
-        stamp(searchable, work.output, work.watermark, workdir=work.workdir)
+        stamp(searchable, work.output, work.settings.watermark, workdir=work.workdir)
     work.text_output.write_text(text_json(result.page_texts))
     return OcrDone(
         pages_ocred=list(result.pages_ocred),
@@ -188,24 +168,19 @@ class RedactWork(Frozen):
     output: Path
     text_output: Path | None  # set: rebuild the OCR text blob from the redacted file (the old one holds values)
     workdir: Path
-    redact: RedactPolicy
-    watermark: WatermarkPolicy | None
-    limits: LimitsPolicy
-
-
-class RedactDone(Frozen):
-    summary: RedactionSummary
+    settings: RedactSettings
 
 
 def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
     """Remove matches and regions for real, prove it (the gate needs the matched values: they exist only
     in this child's memory), then stamp the watermark."""
     redacted = work.workdir / "redacted.pdf"
-    budgets = budgets_for(work.limits)  # render counted the pages
+    settings = work.settings
+    budgets = budgets_for(settings.limits)  # render counted the pages
     summary = redact_pdf(
         work.source,
         redacted,
-        work.redact,
+        settings.redact,
         workdir=work.workdir,
         on_page=progress,
         ocr_done=work.text_output is not None,  # the job was OCR'd: every page with pixels has text now
@@ -215,10 +190,10 @@ def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
         with pikepdf.open(redacted) as written:  # our own output: no need to re-check every stream
             pages = len(written.pages)
         work.text_output.write_text(text_json(page_texts(tool("pdftotext"), redacted, pages, "redaction.failed")))
-    if work.watermark is None:
+    if settings.watermark is None:
         shutil.move(redacted, work.output)
     else:
-        stamp(redacted, work.output, work.watermark, workdir=work.workdir, budgets=budgets)
+        stamp(redacted, work.output, settings.watermark, workdir=work.workdir, budgets=budgets)
     return RedactDone(summary=summary)
 
 
@@ -269,17 +244,8 @@ class VerifyWork(Frozen):
     output: Path  # the bytes to be released
     workdir: Path
     trust: TrustAnchors | None  # set: the output must carry a valid signature chaining to these roots (no secret)
-    text_layer_kept: bool
-    redact: RedactPolicy | None
-    watermark_text: str | None
-    pages_may_turn: bool
-    sanitize: SanitizePolicy | None  # None: scheduled by a workflow that did not send it (no check)
+    settings: VerifySettings
     tenant: str | None = None  # set: the signature must name this tenant and lock the document
-
-
-class VerifyDone(Frozen):
-    signature: dict[str, str | bool | int | None] | None
-    fidelity_checks: list[str]
 
 
 def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
@@ -300,38 +266,43 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
             include={"intact", "valid", "trusted", "bottom_line", "coverage", "level", "signer_subject"}
             | ({"tenant", "docmdp"} if work.tenant is not None else set())
         )
+    settings = work.settings
     checks = check_fidelity(
         source,
         work.output,
         workdir=work.workdir,
-        text_layer_kept=work.text_layer_kept,
-        watermark_text=work.watermark_text,
-        pages_may_turn=work.pages_may_turn,
+        text_layer_kept=settings.text_layer_kept,
+        watermark_text=settings.watermark_text,
+        pages_may_turn=settings.pages_may_turn,
     )
-    if work.redact is not None:  # on the bytes to be released: no pattern may match any more
-        gate = check_redaction(work.output, frozenset(), compile_patterns(work.redact), {})
+    if settings.redact is not None:  # on the bytes to be released: no pattern may match any more
+        gate = check_redaction(work.output, frozenset(), compile_patterns(settings.redact), {})
         if not gate.clean:
             raise DocJobError("redaction.leak")
         checks.append("redaction_patterns")
-    if work.sanitize is not None:  # on the bytes to be released: no active content came back
-        checks += check_no_active_content(work.output, work.sanitize)
+    if settings.sanitize is not None:  # on the bytes to be released: no active content came back
+        checks += check_no_active_content(work.output, settings.sanitize)
     return VerifyDone(signature=signature, fidelity_checks=checks)
 
 
 @dataclass(frozen=True)
 class Entry(Generic[WorkT, DoneT]):
+    """What a document child runs under `name`: the function, the model its work order is validated as (in
+    the child), and the model its result is validated as (in the worker)."""
+
+    name: str
     work_type: type[WorkT]
+    done_type: type[DoneT]
     run: Callable[[WorkT, ProgressFn], DoneT]
 
 
-ENTRIES: dict[str, Entry[Any, Any]] = {
-    "generate": Entry(GenerateWork, generate),
-    "render": Entry(RenderWork, render),
-    "ocr": Entry(OcrWork, ocr),
-    "redact": Entry(RedactWork, redact),
-    "sign": Entry(SignWork, sign),
-    "verify": Entry(VerifyWork, verify),
-}
+GENERATE = Entry(specs.GENERATE.name, GenerateWork, GenerateDone, generate)
+RENDER = Entry(specs.RENDER.name, RenderWork, RenderDone, render)
+OCR = Entry(specs.OCR.name, OcrWork, OcrDone, ocr)
+REDACT = Entry(specs.REDACT.name, RedactWork, RedactDone, redact)
+SIGN = Entry(specs.SIGN.name, SignWork, SignDone, sign)
+VERIFY = Entry(specs.VERIFY.name, VerifyWork, VerifyDone, verify)
+ENTRIES: dict[str, Entry[Any, Any]] = {entry.name: entry for entry in (GENERATE, RENDER, OCR, REDACT, SIGN, VERIFY)}
 # Modules the stages import only on first use: the zygote imports them too, so no child pays for them per task.
 PRELOAD = (
     "cryptography.hazmat.backends.openssl",

@@ -24,12 +24,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pikepdf
 
-from docjobs.isolation.stage_work import ENTRIES, Entry, ProgressFn, RenderDone, RenderWork, render
+from docjobs.domain.models import RenderDone
+from docjobs.isolation import stage_work
+from docjobs.isolation.stage_work import ENTRIES, ProgressFn, RenderWork, render
 
 PLAN_PREFIX = "docjobs-attack:"
 DAEMON_MARKER = "DOCJOBS_ATTACK_DAEMON"
@@ -155,4 +158,4 @@ def attacked_render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     return render(work, progress)
 
 
-ENTRIES = {**ENTRIES, "render": Entry(RenderWork, attacked_render)}
+ENTRIES = {**ENTRIES, "render": replace(stage_work.RENDER, run=attacked_render)}

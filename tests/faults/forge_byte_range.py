@@ -4,8 +4,10 @@ file it stores. The worker must refuse (`signature.byte_range`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from docjobs.isolation import stage_work
-from docjobs.isolation.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork
+from docjobs.isolation.stage_work import ENTRIES, ProgressFn, SignDone, SignWork
 
 
 def forging_sign(work: SignWork, progress: ProgressFn) -> SignDone:
@@ -14,6 +16,6 @@ def forging_sign(work: SignWork, progress: ProgressFn) -> SignDone:
     return done.model_copy(update={"byte_range": (first, hole_start, hole_end, last - 16)})
 
 
-ENTRIES = {**ENTRIES, "sign": Entry(SignWork, forging_sign)}
+ENTRIES = {**ENTRIES, "sign": replace(stage_work.SIGN, run=forging_sign)}
 
 __all__ = ["ENTRIES"]

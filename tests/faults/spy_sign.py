@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from docjobs.domain.models import VerifyDone
 from docjobs.isolation import stage_work
-from docjobs.isolation.stage_work import ENTRIES, Entry, ProgressFn, SignDone, SignWork, VerifyDone, VerifyWork
+from docjobs.isolation.stage_work import ENTRIES, ProgressFn, SignDone, SignWork, VerifyWork
 
 SPY_FOLDER = "sign-spy"
 WRITABLE_IN_ROOT = (SPY_FOLDER,)  # read by the zygote (docjobs/isolation/sandbox_child.py)
@@ -34,6 +36,10 @@ def spying_verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
     return stage_work.verify(work, progress)
 
 
-ENTRIES = {**ENTRIES, "sign": Entry(SignWork, spying_sign), "verify": Entry(VerifyWork, spying_verify)}
+ENTRIES = {
+    **ENTRIES,
+    "sign": replace(stage_work.SIGN, run=spying_sign),
+    "verify": replace(stage_work.VERIFY, run=spying_verify),
+}
 
 __all__ = ["ENTRIES"]

@@ -1,0 +1,149 @@
+"""Every activity docjobs runs, declared once: its name and what it takes and returns; for a document stage also
+what its timeout grows with, the queue it runs on and which of its results the job's status shows.
+
+The workflows call activities through these (workflows/stages.py declares one callable per spec), the worker's
+implementations are registered under them (`activity_name`), and a document child serves each stage's work
+under the same name (docjobs/stage_work.py, `ENTRIES`). The names are in every recorded history, and the
+input and output models are what other-language clients and old histories send and read: never rename either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from docjobs.domain.batching import AwaitJobs, EndedJob, RecordOutcomes, RunningJob, StartDocuments
+from docjobs.domain.models import (
+    ActivityTiming,
+    BlobRef,
+    CleanupInput,
+    EvidenceInput,
+    EvidenceOutput,
+    GenerateInput,
+    GenerateOutput,
+    JobRequest,
+    NotifyInput,
+    OcrInput,
+    OcrOutput,
+    PublishInput,
+    PublishOutput,
+    RedactInput,
+    RedactOutput,
+    RenderInput,
+    RenderOutput,
+    ResolveInput,
+    SignInput,
+    SignOutput,
+    StageInput,
+    VerifyInput,
+    VerifyOutput,
+)
+from docjobs.domain.states import Stage
+
+InputT = TypeVar("InputT")
+OutputT = TypeVar("OutputT")
+StageInputT = TypeVar("StageInputT", bound=StageInput)
+FunctionT = TypeVar("FunctionT", bound=Callable[..., Any])
+SPEC_ATTRIBUTE = "docjobs_activity"  # set on each declaration and implementation: the spec it is registered under
+
+
+@dataclass(frozen=True)
+class ActivitySpec(Generic[InputT, OutputT]):
+    name: str  # the activity's name in history: never rename one
+    input: Any  # the type of its one argument (a model, or a generic alias such as `list[str]`)
+    output: Any  # the type of its result
+
+
+class StageQueue(StrEnum):
+    GENERAL = "general"  # the workflow's own task queue
+    OCR = "ocr"  # the job's `ocr_task_queue` (its own workers: OCR is slow and heavy)
+
+
+def per_page_seconds(timing: ActivityTiming) -> float:
+    return timing.per_page_seconds
+
+
+def ocr_per_page_seconds(timing: ActivityTiming) -> float:
+    return timing.ocr_per_page_seconds
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSpec(ActivitySpec[StageInputT, OutputT]):
+    """A stage of the document pipeline: an activity whose timeout and child CPU budget grow with the pages."""
+
+    stage: Stage
+    queue: StageQueue = StageQueue.GENERAL
+    per_page: Callable[[ActivityTiming], float] = per_page_seconds  # start-to-close = base + per_page * pages
+    # The job status's fields this stage's output fills in: status field -> output field.
+    status: Mapping[str, str] = field(default_factory=dict)
+
+
+def stage_spec(
+    stage: Stage,
+    input: type[StageInputT],
+    output: type[OutputT],
+    *,
+    status: Mapping[str, str] | tuple[str, ...] = (),
+    queue: StageQueue = StageQueue.GENERAL,
+    per_page: Callable[[ActivityTiming], float] = per_page_seconds,
+) -> StageSpec[StageInputT, OutputT]:
+    """A stage's spec, named after the stage; `status` names the fields shared by its output and the status."""
+    copied = dict(status) if isinstance(status, Mapping) else {name: name for name in status}
+    return StageSpec(stage.value, input, output, stage=stage, queue=queue, per_page=per_page, status=copied)
+
+
+def mark_spec(spec: ActivitySpec[Any, Any]) -> Callable[[FunctionT], FunctionT]:
+    """Marks a function as `spec`'s (`spec_of` reads it back; registering it with Temporal is the caller's)."""
+
+    def mark(function: FunctionT) -> FunctionT:
+        setattr(function, SPEC_ATTRIBUTE, spec)
+        return function
+
+    return mark
+
+
+def spec_of(function: Callable[..., Any]) -> ActivitySpec[Any, Any]:
+    """The spec a declaration or an implementation (a bound method too) is registered under."""
+    spec = getattr(function, SPEC_ATTRIBUTE, None)
+    if not isinstance(spec, ActivitySpec):
+        raise TypeError(f"{function!r} implements no docjobs activity")
+    return spec
+
+
+GENERATE = stage_spec(Stage.GENERATE, GenerateInput, GenerateOutput, status={"generated": "summary"})
+RESOLVE = ActivitySpec[ResolveInput, JobRequest]("resolve", ResolveInput, JobRequest)  # a public input's request
+RENDER = stage_spec(
+    Stage.RENDER,
+    RenderInput,
+    RenderOutput,
+    status=("page_count", "input_encryption", "invalidated_signatures", "sanitized", "repair_warnings"),
+)
+OCR = stage_spec(
+    Stage.OCR,
+    OcrInput,
+    OcrOutput,
+    status=("pages_ocred", "pages_deskewed", "pages_unreadable"),
+    queue=StageQueue.OCR,
+    per_page=ocr_per_page_seconds,
+)
+REDACT = stage_spec(Stage.REDACT, RedactInput, RedactOutput, status={"redaction": "summary"})
+SIGN = stage_spec(Stage.SIGN, SignInput, SignOutput)
+VERIFY = stage_spec(Stage.VERIFY, VerifyInput, VerifyOutput, status=("signature", "fidelity_checks"))
+PUBLISH = stage_spec(Stage.PUBLISH, PublishInput, PublishOutput)
+EVIDENCE = ActivitySpec[EvidenceInput, EvidenceOutput]("evidence", EvidenceInput, EvidenceOutput)
+CLEANUP = ActivitySpec[CleanupInput, int]("cleanup", CleanupInput, int)
+NOTIFY = ActivitySpec[NotifyInput, str]("notify", NotifyInput, str)
+
+STAGES: tuple[StageSpec[Any, Any], ...] = (GENERATE, RENDER, OCR, REDACT, SIGN, VERIFY, PUBLISH)
+JOB_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (RESOLVE, *STAGES, EVIDENCE, CLEANUP, NOTIFY)
+
+# The batch workflow's steps (docjobs/batching.py): run on the batch queue, never on a document.
+START_DOCUMENTS = ActivitySpec[StartDocuments, list[RunningJob]](
+    "start_batch_documents", StartDocuments, list[RunningJob]
+)
+AWAIT_JOBS = ActivitySpec[AwaitJobs, list[EndedJob]]("await_batch_jobs", AwaitJobs, list[EndedJob])
+CANCEL_JOBS = ActivitySpec[list[str], int]("cancel_batch_jobs", list[str], int)
+RECORD_OUTCOMES = ActivitySpec[RecordOutcomes, BlobRef]("record_batch_outcomes", RecordOutcomes, BlobRef)
+BATCH_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (START_DOCUMENTS, AWAIT_JOBS, CANCEL_JOBS, RECORD_OUTCOMES)
