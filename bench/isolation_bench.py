@@ -15,7 +15,8 @@ two 50-page jobs submitted together, then the same two one after the other. Prin
 Part 3 (`--only sandbox` runs it alone): what the tenant boundary costs (issue 23). The 1-page stages through an
 unconfined pool whose child is reused (as before), a bubblewrap-confined pool of one tenant whose child is reused
 (pools per tenant), and a confined pool that forks a fresh child per task (a fresh child per task, the choice);
-then a 1-page job end to end through a real worker, DOCJOBS_SANDBOX=unconfined versus bwrap.
+then a 1-page job end to end through two real workers, DOCJOBS_SANDBOX=unconfined and bwrap, their jobs
+interleaved, each timed to its workflow's result.
 """
 
 from __future__ import annotations
