@@ -15,13 +15,16 @@ two 50-page jobs submitted together, then the same two one after the other. Prin
 Part 3 (`--only sandbox` runs it alone): what the tenant boundary costs (issue 23). The 1-page stages through an
 unconfined pool whose child is reused (as before), a bubblewrap-confined pool of one tenant whose child is reused
 (pools per tenant), and a confined pool that forks a fresh child per task (a fresh child per task, the choice);
-then a 1-page job end to end through a real worker, DOCJOBS_SANDBOX=unconfined versus bwrap.
+then a 1-page job end to end through two real workers, DOCJOBS_SANDBOX=unconfined and bwrap, their jobs
+interleaved, each timed to its workflow's result.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import os
 import resource
@@ -46,6 +49,7 @@ from docjobs.domain.models import (
     VerifySettings,
     WatermarkPolicy,
 )
+from docjobs.domain.states import JobState
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.sandbox import ChildLimits, ChildPool
 from docjobs.isolation.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
@@ -55,7 +59,6 @@ from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.signing.sign import ReleaseSigner
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
-from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.worker import serving
 from tests.fixtures.samples import make_sample_pdf
@@ -215,13 +218,15 @@ def start_table(runs: int, folder: Path) -> None:
 
 
 async def job_seconds(jobs: JobClient, documents: list[Path], policy_name: str, together: bool) -> float:
+    """Seconds from the first submit to the last job's end, awaited as the workflow's result (a status poll would
+    see the end only at its next poll: its backoff, up to 0.5 s, once made differences that were not there)."""
     policy = PolicyBook.load(jobs.settings.policy_file).get(policy_name)
 
     async def one(document: Path) -> None:
         submitted = await jobs.submit(document, policy, key=f"bench-{uuid.uuid4().hex}")
-        result = await wait_for_job(lambda: jobs.status(submitted.job_id), timeout=900, max_polls=10_000, max_delay=0.5)
-        if result.end is not WaitEnd.TERMINAL:
-            raise RuntimeError("a benchmark job did not end")
+        status = await asyncio.wait_for(jobs.handle(submitted.job_id).result(), timeout=900)
+        if status.state is not JobState.SUCCEEDED:
+            raise RuntimeError(f"a benchmark job ended {status.state}")
 
     started = time.perf_counter()
     if together:
@@ -318,31 +323,47 @@ def sandbox_stage_table(runs: int, folder: Path) -> None:
             pool.close()
 
 
+def spread(samples: list[float]) -> str:
+    """Median and quartiles of milliseconds: `median (q1 to q3)`."""
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return f"{median:.0f} ({q1:.0f} to {q3:.0f})"
+
+
 async def sandbox_job_table(runs: int, folder: Path) -> None:
-    """Part 3b: a 1-page job end to end (standard policy: render, sign, verify, publish, evidence) through a real
-    in-process worker, unconfined versus in bubblewrap; after a warm-up job that starts the tenant's pool."""
+    """Part 3b: a 1-page job end to end (standard policy: render, sign, verify, publish, evidence) through two real
+    in-process workers on one dev server, each with a task queue of its own: DOCJOBS_SANDBOX=unconfined and bwrap.
+    Their jobs alternate (the order flips every round), so what else loads the machine loads both alike; after a
+    warm-up job each that starts the tenant's pool."""
     os.environ.update(dev_server_env(folder))
     document = folder / "one-page.pdf"
     make_sample_pdf(document, pages=1)
-    medians = {}
-    settings = TemporalSettings.from_env()
+    base = TemporalSettings.from_env()
+    modes = ("unconfined", "bwrap")
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     try:
-        for mode in ("unconfined", "bwrap"):
-            os.environ["DOCJOBS_SANDBOX"] = mode
-            settings = TemporalSettings.from_env()
-            client = await connect(settings)
-            jobs = JobClient(client, settings)
-            async with serving(client, settings):
-                await job_seconds(jobs, [document], "standard", together=False)  # warm-up: the tenant's pool
-                times = [await job_seconds(jobs, [document], "standard", together=False) for _ in range(runs)]
-            medians[mode] = statistics.median(times) * 1000
+        client = await connect(base)
+        async with contextlib.AsyncExitStack() as stack:
+            jobs = {}
+            for mode in modes:
+                settings = dataclasses.replace(base, sandbox=mode, task_queue=f"bench-{mode}")
+                await stack.enter_async_context(serving(client, settings))
+                jobs[mode] = JobClient(client, settings)
+            for mode in modes:
+                await job_seconds(jobs[mode], [document], "standard", together=False)  # warm-up: the tenant's pool
+            for run in range(runs):
+                for mode in modes if run % 2 == 0 else modes[::-1]:
+                    times[mode].append(await job_seconds(jobs[mode], [document], "standard", together=False) * 1000)
     finally:
-        stop_dev_server(settings)
-    print("| a 1-page job end to end (standard policy) | median ms |")
+        stop_dev_server(base)
+    rounds = zip(times["unconfined"], times["bwrap"], strict=True)
+    difference = [confined - unconfined for unconfined, confined in rounds]
+    print(f"| a 1-page job end to end (standard policy), {runs} runs each, interleaved | median ms (quartiles) |")
     print("|---|---|")
-    print(f"| DOCJOBS_SANDBOX=unconfined (children reused, as before) | {medians['unconfined']:.0f} |")
-    print(f"| DOCJOBS_SANDBOX=bwrap (per-tenant sandbox, fresh child per task) | {medians['bwrap']:.0f} |")
-    print(f"| difference | {medians['bwrap'] - medians['unconfined']:+.0f} |")
+    print(f"| DOCJOBS_SANDBOX=unconfined (children reused, as before) | {spread(times['unconfined'])} |")
+    print(f"| DOCJOBS_SANDBOX=bwrap (per-tenant sandbox, fresh child per task) | {spread(times['bwrap'])} |")
+    median_difference = statistics.median(times["bwrap"]) - statistics.median(times["unconfined"])
+    print(f"| difference of the medians | {median_difference:+.0f} |")
+    print(f"| difference within each round (bwrap minus unconfined) | {spread(difference)} |")
 
 
 def main() -> None:

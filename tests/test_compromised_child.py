@@ -342,6 +342,66 @@ def test_each_tenant_has_a_pool_and_a_work_root_of_its_own(tmp_path: Path) -> No
         pools.close()
 
 
+def inner_pid(outer: int) -> int:
+    """The pid a process of a sandbox has in its own PID namespace (what it reports of itself)."""
+    for line in Path(f"/proc/{outer}/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[-1])
+    raise AssertionError(f"no NSpid for {outer}")
+
+
+def holds_landlock_rules(pid: int) -> bool:
+    """True while the process holds a Landlock ruleset it has not enforced yet (a spare child, made ahead)."""
+    return any("landlock-ruleset" in os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir())
+
+
+def spare_of(pool: ChildPool) -> int:
+    """The pool's one idle child, once forked (a spare is forked in the background)."""
+    assert wait_until(lambda: len(pool.idle_pids()) == 1, 10)
+    [spare] = pool.idle_pids()
+    return spare
+
+
+def test_a_spare_child_serves_one_task_of_its_own_tenant(tmp_path: Path) -> None:
+    """Each tenant's pool forks a spare ahead of need (confined, its Landlock rules made, waiting for one task):
+    another tenant's task never runs in it, its own tenant's next task does, and only that one; the next spare is
+    forked while the task runs. A retired tenant's pool and a closed worker's take their spares with them."""
+    pools = TenantPools(
+        lambda home, c: ChildPool(ChildLimits(), home=home, warm=1, entries="tests.sandbox_entries", confinement=c),
+        tmp_path,
+        confined=True,
+        max_pools=1,
+    )
+    cpu = CpuBudget(base_seconds=30)
+    try:
+        with pools.lease("alpha/job-1") as (alpha, _):
+            spare = spare_of(alpha)
+            assert wait_until(lambda: holds_landlock_rules(spare), 10)
+            with pools.lease("beta/job-1") as (beta, _):
+                beta_spare = spare_of(beta)
+                assert Path(f"/proc/{beta_spare}").stat().st_uid != Path(f"/proc/{spare}").stat().st_uid or (
+                    os.geteuid() != 0  # unprivileged, every sandbox runs as the worker's own uid
+                )
+                beta_spare_inner = inner_pid(beta_spare)
+                beta_seen = [beta.run("pages", Order(pages=1), Seen, cpu=cpu) for _ in range(2)]
+                assert beta_seen[0].pid == beta_spare_inner != beta_seen[1].pid
+                beta_next = spare_of(beta)
+            assert wait_until(lambda: gone(beta_spare) and gone(beta_next), 10)  # beta's pool retired (max_pools)
+            assert set(pools.pools()) == {"alpha"} and alpha.idle_pids() == [spare]  # untouched by beta's tasks
+            spare_inner = inner_pid(spare)
+            first = alpha.run("pages", Order(pages=1), Seen, cpu=cpu)
+            assert first.pid == spare_inner
+            assert wait_until(lambda: gone(spare), 10)  # used once, then gone
+            successor = spare_of(alpha)
+            successor_inner = inner_pid(successor)
+            second = alpha.run("pages", Order(pages=1), Seen, cpu=cpu)
+            assert second.pid == successor_inner != first.pid
+            last_spare = spare_of(alpha)
+    finally:
+        pools.close()
+    assert wait_until(lambda: gone(last_spare) and gone(successor), 10)
+
+
 def descendants(pid: int) -> set[int]:
     found: set[int] = set()
     frontier = [pid]
@@ -363,6 +423,19 @@ def gone(pid: int) -> bool:
     except OSError:
         return True
     return state == "Z"
+
+
+def zygote_and_forks(worker: int) -> list[int]:
+    """The worker's zygote and the children it forked (their command line is the zygote's; bwrap's only ends so)."""
+    found = []
+    for pid in descendants(worker):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"docjobs.isolation.sandbox_child" in argv and not argv[0].endswith(b"bwrap"):
+            found.append(pid)
+    return found
 
 
 def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
@@ -389,8 +462,10 @@ def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
     worker = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         assert wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 3, 60), "no child started"
+        # The zygote, the blocked child and the spare forked for the next task while it runs.
+        assert wait_until(lambda: len(zygote_and_forks(worker.pid)) == 3, 10)
         sandbox = descendants(worker.pid)
-        assert len(sandbox) >= 5  # bwrap, its init, the zygote, the child, its tool (and the child's warm sibling)
+        assert len(sandbox) >= 6  # bwrap, its init, the zygote, the child, its tool, the spare
         worker.kill()
         worker.wait()
         assert wait_until(lambda: all(gone(pid) for pid in sandbox), 10), [pid for pid in sandbox if not gone(pid)]

@@ -15,6 +15,7 @@ rights and scopes the running ABI does not know are masked out (each ABI only ad
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import stat
@@ -81,46 +82,80 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def restrict(read_execute: Iterable[str], read_write: Iterable[str], devices: Iterable[str] = DEVICES) -> int:
-    """Restrict this process (and all it starts) to reading and executing beneath `read_execute`, any file access
-    beneath `read_write`, reading and writing the `devices`; paths that do not exist are skipped. Returns the ABI
-    used; raises LandlockUnavailable where the kernel has none. `no_new_privs` must be set already (bwrap does)."""
-    abi = abi_version()
-    if abi < 1:
-        raise LandlockUnavailable("Landlock is not available in this kernel")
-    handled_fs = _FS_BY_ABI.get(abi, _FS_LATEST)
-    if abi >= 6:
-        attr = struct.pack(
-            "=QQQ", handled_fs, NET_BIND_TCP | NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+class Ruleset:
+    """A Landlock ruleset being built: rules added one path at a time, then enforced on this process, once.
+
+    Made ahead of the task by a spare child (the runtime's rules, its private folder, the devices), so that when
+    its task arrives only the attempt folder's rule is added before the child restricts itself. A ruleset is this
+    process's own: never made before a fork (a sibling adding a rule to a shared one would widen this one)."""
+
+    def __init__(self) -> None:
+        abi = abi_version()
+        if abi < 1:
+            raise LandlockUnavailable("Landlock is not available in this kernel")
+        self.abi = abi
+        self._handled_fs = _FS_BY_ABI.get(abi, _FS_LATEST)
+        if abi >= 6:
+            attr = struct.pack(
+                "=QQQ", self._handled_fs, NET_BIND_TCP | NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+            )
+        elif abi >= 4:
+            attr = struct.pack("=QQ", self._handled_fs, NET_BIND_TCP | NET_CONNECT_TCP)
+        else:
+            attr = struct.pack("=Q", self._handled_fs)
+        self._libc = _libc()
+        buffer = ctypes.create_string_buffer(attr, len(attr))
+        self._fd: int | None = _check(
+            self._libc.syscall(_SYS_CREATE_RULESET, buffer, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)), "ruleset"
         )
-    elif abi >= 4:
-        attr = struct.pack("=QQ", handled_fs, NET_BIND_TCP | NET_CONNECT_TCP)
-    else:
-        attr = struct.pack("=Q", handled_fs)
-    libc = _libc()
-    buffer = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = _check(
-        libc.syscall(_SYS_CREATE_RULESET, buffer, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)), "ruleset"
-    )
-    try:
-        rules = [(path, READ_EXECUTE) for path in read_execute]
-        rules += [(path, READ_WRITE) for path in read_write] + [(path, DEVICE) for path in devices]
-        for path, access in rules:
+
+    def allow(self, paths: Iterable[str], access: int) -> None:
+        """Grant `access` beneath each of `paths` (on a file, only the rights a file can have); a path that does
+        not exist is skipped."""
+        if self._fd is None:
+            raise OSError(errno.EBADF, "this ruleset was enforced or closed already")
+        for path in paths:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue  # not in this sandbox's view: nothing to allow
             try:
-                allowed = access & handled_fs
+                allowed = access & self._handled_fs
                 if not stat.S_ISDIR(os.fstat(fd).st_mode):
                     allowed &= _FILE_RIGHTS
                 rule = ctypes.create_string_buffer(struct.pack("=Qi", allowed, fd), 12)
-                _check(
-                    libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), rule, 0), path
-                )
+                ruleset = ctypes.c_int(self._fd)
+                _check(self._libc.syscall(_SYS_ADD_RULE, ruleset, ctypes.c_int(_RULE_PATH_BENEATH), rule, 0), path)
             finally:
                 os.close(fd)
-        _check(libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)), "restrict")
-    finally:
-        os.close(ruleset)
-    return abi
+
+    def enforce(self) -> int:
+        """Restrict this process (and all it starts) to the rules added; returns the ABI used. `no_new_privs` must
+        be set already (bwrap does)."""
+        if self._fd is None:
+            raise OSError(errno.EBADF, "this ruleset was enforced or closed already")
+        try:
+            _check(self._libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(self._fd), ctypes.c_uint32(0)), "restrict")
+        finally:
+            self.close()
+        return self.abi
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def prepare(read_execute: Iterable[str], read_write: Iterable[str], devices: Iterable[str] = DEVICES) -> Ruleset:
+    """A ruleset that lets this process read and execute beneath `read_execute`, any file access beneath
+    `read_write`, read and write the `devices`; more may be added before it is enforced. Raises
+    LandlockUnavailable where the kernel has none."""
+    ruleset = Ruleset()
+    try:
+        ruleset.allow(read_execute, READ_EXECUTE)
+        ruleset.allow(read_write, READ_WRITE)
+        ruleset.allow(devices, DEVICE)
+    except BaseException:
+        ruleset.close()
+        raise
+    return ruleset

@@ -25,12 +25,14 @@ found dead is replaced by the next child asked of the pool.
 The child talks in JSON lines that the parent validates against the task's result model: a child that was
 taken over by a hostile document can make its own task fail, but cannot make the worker run anything.
 A child is reused for the next task only after a clean success, up to `recycle_after` tasks (1: a fresh child
-for every task, nothing of one task's memory or files seen by the next).
+for every task, nothing of one task's memory or files seen by the next; its successor is forked as soon as it is
+taken, so that the next task finds a spare child waiting, not a fork in its way).
 
 A pool may be confined (`Confinement`, docjobs/isolation/confine.py): its zygote then starts inside a bubblewrap sandbox
 (its own network, PID and mount namespaces, only its tenant's work root writable, an unprivileged uid, seccomp),
 every limit is hard, and each child serves one task, restricted by Landlock to its attempt's folder (`run`'s
-`folder`) and its private one: no other job's folder of the tenant (docjobs/isolation/landlock.py). `TenantPools` keeps
+`folder`) and its private one: no other job's folder of the tenant (docjobs/isolation/landlock.py). A spare
+child makes its rules while it waits; its task adds only its folder's. `TenantPools` keeps
 one pool per tenant, so that no child ever serves two tenants; the worker uses it for every queue. Inside the
 sandbox the zygote reports the pids it sees, and the pool finds the same processes in its own namespace
 (`_outer_pid`) before it signals any.
@@ -76,7 +78,7 @@ from docjobs.isolation.sandbox_child import (
     PARENT_ENV,
 )
 
-log = logging.getLogger("docjobs.sandbox")
+log = logging.getLogger("docjobs.isolation.sandbox")
 
 ResultT = TypeVar("ResultT", bound=BaseModel)
 ProgressFn = Callable[[int, int], None]
@@ -484,7 +486,11 @@ class ChildPool:
                     child = candidate
                 else:
                     candidate.kill()
-        return child if child is not None else self._spawn()
+        if child is None:
+            child = self._spawn()
+        if self.recycle_after == 1:  # the child taken never comes back: its successor is forked while it works
+            self._replenish()
+        return child
 
     def _release(self, child: _Child, *, reusable: bool) -> None:
         child.tasks_done += 1

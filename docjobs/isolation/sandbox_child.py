@@ -33,7 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from docjobs.isolation.landlock import Ruleset
 
 MEMORY_ENV = "DOCJOBS_CHILD_MEMORY_MB"
 PARENT_ENV = "DOCJOBS_CHILD_PARENT_PID"
@@ -59,6 +62,9 @@ _SHARED_WRITABLE: list[str] = []
 # The attempt folder this (confined) process restricted itself to: a process is restricted once (the kernel stacks at
 # most 16 domains). A confined child serves one task; one reused anyway (a benchmark) serves only that folder's.
 _RESTRICTED_TO: list[str | None] = []
+# A confined child's Landlock ruleset, made before its task arrived (docjobs.isolation.landlock.Ruleset; this
+# module imports only the standard library at first).
+_PREPARED_RULES: list[Ruleset] = []
 
 
 def _send(channel: int, message: dict[str, Any]) -> None:
@@ -183,12 +189,22 @@ def _limit_cpu(seconds: float, hard_seconds: float | None = None) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+def _rules_before_task() -> Ruleset:
+    """A confined child's Landlock ruleset (docjobs/isolation/landlock.py) without its task's folder: it may read and
+    execute the runtime the sandbox mounts read-only (and /proc: its PID namespace's, where a sibling's files stay
+    out of reach: another domain), and write beneath its private folder. Made by a spare child while it waits for
+    its task, so that only the attempt folder's rule is left to add when the task arrives."""
+    from docjobs.isolation.landlock import prepare  # standard library only, imported with the entries already
+
+    readable = [path for path in os.environ.get(READABLE_ENV, "").split(os.pathsep) if path] + ["/proc"]
+    return prepare(readable, [os.getcwd(), *_SHARED_WRITABLE])
+
+
 def _confine_files(task: dict[str, Any]) -> None:
-    """A confined child, before its (only) task: Landlock lets it read and execute the runtime the sandbox mounts
-    read-only (and /proc: its PID namespace's, where a sibling's files stay out of reach: another domain), and
-    write only beneath its private folder and its task's attempt folder (docjobs/isolation/landlock.py). Every other
-    job's folder in the tenant's work root, and the root itself, are out of its reach."""
-    from docjobs.isolation.landlock import restrict  # standard library only, imported with the entries already
+    """A confined child, before its (only) task: restricted by Landlock to its rules made beforehand
+    (`_rules_before_task`) and its task's attempt folder. Every other job's folder in the tenant's work root, and
+    the root itself, are out of its reach."""
+    from docjobs.isolation.landlock import READ_WRITE
 
     folder = task.get("folder")
     folder = folder if isinstance(folder, str) and os.path.isabs(folder) else None
@@ -196,9 +212,10 @@ def _confine_files(task: dict[str, Any]) -> None:
         if _RESTRICTED_TO[0] != folder:
             raise OSError(errno.EPERM, "this child is restricted to another attempt's folder")
         return
-    readable = [path for path in os.environ.get(READABLE_ENV, "").split(os.pathsep) if path] + ["/proc"]
-    writable = [os.getcwd(), *_SHARED_WRITABLE, *([folder] if folder is not None else [])]
-    restrict(readable, writable)
+    ruleset = _PREPARED_RULES.pop() if _PREPARED_RULES else _rules_before_task()
+    if folder is not None:
+        ruleset.allow([folder], READ_WRITE)
+    ruleset.enforce()
     _RESTRICTED_TO.append(folder)
 
 
@@ -279,6 +296,11 @@ def _serve_forked(zygote: int, tag: str, tasks: int, channel: int, entries: dict
     folder.mkdir(mode=0o700)
     os.chdir(folder)
     os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
+    if os.environ.get(CONFINED_ENV):
+        from docjobs.isolation.landlock import LandlockUnavailable
+
+        with contextlib.suppress(LandlockUnavailable, OSError):  # tried again, and reported, when the task comes
+            _PREPARED_RULES.append(_rules_before_task())
     with os.fdopen(tasks, "rb") as lines:
         for line in lines:
             if not _serve_task(channel, json.loads(line), entries):
