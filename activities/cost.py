@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from docjobs.domain.models import Cost
-from docjobs.isolation.sandbox import TaskUsage
+from docjobs.isolation.protocol import TaskUsage
 
 COST_DETAIL = "cost"  # the key of the running total in a stage's heartbeat details
 

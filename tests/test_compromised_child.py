@@ -26,7 +26,8 @@ from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
 from docjobs.domain.states import JobState, Stage
 from docjobs.isolation.confine import Confinement
-from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, TaskUsage, TenantPools, tenant_root
+from docjobs.isolation.protocol import TaskUsage
+from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, TenantPools, tenant_root
 from docjobs.settings.tenants import add_tenant
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.store.storage import copy_left_file

@@ -18,7 +18,8 @@ import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import CpuBudget
-from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped, TaskUsage
+from docjobs.isolation.protocol import TaskUsage
+from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped
 from tests.sandbox_entries import Order, Seen
 
 REPO = Path(__file__).resolve().parent.parent

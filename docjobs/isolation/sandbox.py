@@ -22,8 +22,9 @@ lost lease, and when the child makes no progress for DOCJOBS_STALL_SECONDS. Runn
 stall and a structure nested too deep all end as `input.too_complex`, whose message names the limit. A zygote
 found dead is replaced by the next child asked of the pool.
 
-The child talks in JSON lines that the parent validates against the task's result model: a child that was
-taken over by a hostile document can make its own task fail, but cannot make the worker run anything.
+The child talks in JSON lines, each a message of docjobs/isolation/protocol.py that the parent validates (its
+result against the task's result model; a line beyond 16 MiB, unreadable or malformed is a crash): a child that
+was taken over by a hostile document can make its own task fail, but cannot make the worker run anything.
 A child is reused for the next task only after a clean success, up to `recycle_after` tasks (1: a fresh child
 for every task, nothing of one task's memory or files seen by the next; its successor is forked as soon as it is
 taken, so that the next task finds a spare child waiting, not a fork in its way).
@@ -47,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import queue
@@ -64,19 +64,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from docjobs.domain.errors import FAILURE_CODES, DocJobError
+from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import CpuBudget
 from docjobs.isolation.confine import Confinement, python_inside, seccomp_filter
-from docjobs.isolation.sandbox_child import (
-    CONTROL_ENV,
-    DEFAULT_PAGE_CAP,
-    ENTRIES_ENV,
-    FORK_REQUEST,
-    MEMORY_ENV,
-    PARENT_ENV,
+from docjobs.isolation.protocol import (
+    ChildMessage,
+    Crash,
+    Exited,
+    Failure,
+    Forked,
+    MalformedMessage,
+    Progress,
+    Result,
+    Task,
+    TaskUsage,
+    UnreadableMessage,
+    read_child_message,
+    task_usage,
 )
+from docjobs.isolation.sandbox_child import CONTROL_ENV, ENTRIES_ENV, FORK_REQUEST, MEMORY_ENV, PARENT_ENV
 
 log = logging.getLogger("docjobs.isolation.sandbox")
 
@@ -89,6 +97,7 @@ STAGE_ENTRIES = "docjobs.isolation.stage_work"  # the module whose ENTRIES the c
 ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TESSDATA_PREFIX", "OMP_THREAD_LIMIT")
 POLL_SECONDS = 0.2
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_PAGE_CAP = 2000  # a task run without its page cap (the shipped policies' largest max_pages)
 SPAWN_TIMEOUT_SECONDS = 60.0
 RECYCLE_RSS_FRACTION = 0.5  # a child that kept more than this share of its memory limit is not reused
 
@@ -99,16 +108,6 @@ class ChildStopped(Exception):
 
 class ChildCrashed(Exception):
     """The child failed outside the failure codes (a bug, a signal): transient until proven otherwise."""
-
-
-class TaskUsage(BaseModel):
-    """What one task cost in its child: CPU seconds (user + system, the tools it ran included), peak resident
-    memory, bytes read and written. Reported by the child, which may lie about it (only to its own accounts)."""
-
-    cpu_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    peak_memory_mb: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    bytes_read: int = Field(default=0, ge=0)
-    bytes_written: int = Field(default=0, ge=0)
 
 
 UsageFn = Callable[[TaskUsage], None]
@@ -141,12 +140,9 @@ class _Child:
     cpu_accounted: float = 0.0  # CPU seconds (tools included) the child had used when its current task began
     reported: TaskUsage | None = None  # what the current task cost, as the child reported it
 
-    def note_usage(self, message: dict[str, Any]) -> None:
+    def note_usage(self, usage: Any) -> None:
         """Keep the usage a message reports (a malformed one counts as none: it is accounting, never a verdict)."""
-        try:
-            self.reported = TaskUsage.model_validate(message.get("usage"))
-        except ValidationError:
-            self.reported = None
+        self.reported = task_usage(usage)
 
     def task_usage(self) -> TaskUsage:
         """The current task's cost: as reported, else what the kernel counted for the child (once reaped)."""
@@ -165,16 +161,17 @@ class _Child:
         poller.register(self.channel, select.POLLIN)
         return not poller.poll(0)
 
-    def send(self, task: dict[str, Any]) -> None:
+    def send(self, task: Task) -> None:
         try:
-            self.tasks.write(json.dumps(task, separators=(",", ":")).encode() + b"\n")
+            self.tasks.write(task.line())
             self.tasks.flush()
         except OSError:
             raise ChildCrashed("the document child is gone") from None
 
-    def read(self, timeout: float) -> list[dict[str, Any]] | None:
-        """Messages that arrived within `timeout` (maybe none); None once the channel has ended. The zygote's
-        account of the child (its last message) is kept, not returned."""
+    def read(self, timeout: float) -> list[ChildMessage] | None:
+        """Messages that arrived within `timeout` (maybe none; those of unknown kinds are dropped); None once the
+        channel has ended. The zygote's account of the child (its last message) is kept, not returned. Raises
+        ChildCrashed for a line beyond MAX_MESSAGE_BYTES, unreadable, or not the model of its kind."""
         if self.ended:
             return None
         poller = select.poll()  # not select(): a busy worker's descriptors can exceed FD_SETSIZE
@@ -190,17 +187,20 @@ class _Child:
             self.buffer = b""
             raise ChildCrashed("message too large")
         *lines, self.buffer = self.buffer.split(b"\n")
-        messages = []
+        messages: list[ChildMessage] = []
         for line in lines:
             try:
-                message = json.loads(line)
-            except ValueError:
+                message = read_child_message(line)
+            except UnreadableMessage:
                 raise ChildCrashed("unreadable message") from None
-            if not isinstance(message, dict):
-                raise ChildCrashed("unreadable message")
-            if message.get("kind") == "exited":
+            except MalformedMessage as malformed:
+                if malformed.kind != "exited":
+                    raise ChildCrashed(str(malformed)) from None
+                self.account = None  # the kernel's account unreadable: as if the zygote had ended
+                continue
+            if isinstance(message, Exited):
                 self.account = _account(message)
-            else:
+            elif message is not None:
                 messages.append(message)
         return messages
 
@@ -248,11 +248,8 @@ class _Child:
         return 0.0
 
 
-def _account(message: dict[str, Any]) -> _Account | None:
-    status, cpu, maxrss = message.get("status"), message.get("cpu"), message.get("maxrss_kb")
-    if not isinstance(status, int) or not isinstance(cpu, int | float) or not isinstance(maxrss, int):
-        return None
-    return _Account(status, max(float(cpu), 0.0), max(maxrss, 0) / 1024)
+def _account(exited: Exited) -> _Account:
+    return _Account(exited.status, max(exited.cpu, 0.0), max(exited.maxrss_kb, 0) / 1024)
 
 
 @dataclass
@@ -400,8 +397,8 @@ class ChildPool:
         child.reported = None
         reusable = False
         try:
-            order = {"entry": entry, "work": work.model_dump(mode="json"), "cpu": cpu.model_dump(mode="json")}
-            child.send({**order, "max_pages": cap, "folder": str(folder) if folder is not None else None})
+            order = work.model_dump(mode="json")
+            child.send(Task(entry=entry, work=order, cpu=cpu, max_pages=cap, folder=str(folder) if folder else None))
             result = self._supervise(child, result_type, cpu, on_progress, should_stop, cap)
             reusable = True
             return result
@@ -429,26 +426,24 @@ class ChildPool:
                 raise self._ended(child, cpu, pages_total)
             for message in messages:
                 last_heard = time.monotonic()
-                kind = message.get("kind")
-                if kind == "progress":
-                    done, total = _page_pair(message)
-                    total = min(total, max_pages)  # a child's count is a claim: never more than the job may have
-                    done = min(done, total)
+                if isinstance(message, Progress):
+                    total = min(message.total, max_pages)  # a child's count is a claim: never beyond the job's cap
+                    done = min(message.done, total)
                     pages_total = max(pages_total, total)
                     if on_progress is not None:
                         on_progress(done, total)
-                elif kind == "result":
-                    child.note_usage(message)
+                elif isinstance(message, Result):
+                    child.note_usage(message.usage)
                     try:
-                        return result_type.model_validate(message.get("value"))
+                        return result_type.model_validate(message.value)
                     except ValidationError:
                         raise ChildCrashed("result does not match its model") from None
-                elif kind == "failure":
-                    child.note_usage(message)
-                    raise _failure(message)
-                elif kind == "crash":
-                    child.note_usage(message)
-                    raise ChildCrashed(str(message.get("error", "unknown"))[:100])
+                elif isinstance(message, Failure):
+                    child.note_usage(message.usage)
+                    raise DocJobError(message.code, message.message[:500])
+                elif isinstance(message, Crash):
+                    child.note_usage(message.usage)
+                    raise ChildCrashed(message.error[:100])
             if should_stop is not None and should_stop():
                 child.kill()
                 raise ChildStopped("the stage was canceled or lost its lease")
@@ -612,15 +607,18 @@ class ChildPool:
             os.close(channel_write)
         deadline = time.monotonic() + SPAWN_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
-            messages = child.read(POLL_SECONDS)
+            try:
+                messages = child.read(POLL_SECONDS)
+            except ChildCrashed:  # the zygote's message unreadable: no pid, as if it never came
+                break
             if messages is None:
                 child.reap()
                 if not zygote.alive():
                     raise _ZygoteGone()
                 raise ChildCrashed("the zygote could not fork a document child")
             for message in messages:
-                pid = message.get("pid")
-                if message.get("kind") == "forked" and isinstance(pid, int) and pid > 0:
+                if isinstance(message, Forked):
+                    pid = message.pid
                     outer = pid if self.confinement is None else _outer_pid(zygote.process.pid, pid)
                     if outer is None:  # never seen from here: a pid the worker must not signal
                         child.ended = True
@@ -653,20 +651,6 @@ def _outer_pid(root: int, inner: int) -> int | None:
                             return ids[0]
         frontier = below
     return None
-
-
-def _page_pair(message: dict[str, Any]) -> tuple[int, int]:
-    done, total = message.get("done"), message.get("total")
-    if not isinstance(done, int) or not isinstance(total, int) or not 0 <= done <= total:
-        raise ChildCrashed("malformed progress")
-    return done, total
-
-
-def _failure(message: dict[str, Any]) -> Exception:
-    code, text = message.get("code"), message.get("message")
-    if not isinstance(code, str) or code not in FAILURE_CODES or not isinstance(text, str):
-        return ChildCrashed("malformed failure")
-    return DocJobError(code, text[:500])
 
 
 def tenant_of(job_id: str) -> str:

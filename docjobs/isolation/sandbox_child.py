@@ -7,8 +7,9 @@ reach, and forks a child each time its worker asks (a message with two pipe ends
 answer channel). It never reads a task: tenants' bytes are parsed only in its forks.
 
 Each fork inherits the zygote's limits, takes a process group of its own, dies with the zygote (which dies with the
-worker), and serves tasks read as JSON lines on its task pipe, one at a time, answering on its channel
-(`docjobs.isolation.sandbox` has the protocol and why). The zygote keeps a copy of every fork's channel until it has
+worker), and serves tasks read as JSON lines on its task pipe, one at a time, answering on its channel: the messages
+of `docjobs.isolation.protocol` (pydantic models, imported by the zygote after the stage work; a task that is not one
+is never run), `docjobs.isolation.sandbox` has why. The zygote keeps a copy of every fork's channel until it has
 reaped that fork: it then kills what is left of the fork's group, writes the kernel's account of the fork (exit
 status, CPU seconds, peak memory) as the channel's last message and closes it. So the worker's end reaches its end
 of file only once the fork's pid is free, and until then a signal to that process group cannot reach anyone else.
@@ -21,7 +22,6 @@ import ctypes
 import errno
 import gc
 import importlib
-import json
 import os
 import resource
 import select
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from docjobs.isolation.landlock import Ruleset
+    from docjobs.isolation.protocol import Message, Task, TaskUsage
 
 MEMORY_ENV = "DOCJOBS_CHILD_MEMORY_MB"
 PARENT_ENV = "DOCJOBS_CHILD_PARENT_PID"
@@ -49,7 +50,6 @@ NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
 FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"
 CONFINED_ENV = "DOCJOBS_CHILD_CONFINED"
 READABLE_ENV = "DOCJOBS_CHILD_READABLE"
-DEFAULT_PAGE_CAP = 2000  # a task sent without its page cap (the shipped policies' largest max_pages)
 FORK_REQUEST = b"fork"
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -67,8 +67,8 @@ _RESTRICTED_TO: list[str | None] = []
 _PREPARED_RULES: list[Ruleset] = []
 
 
-def _send(channel: int, message: dict[str, Any]) -> None:
-    _write(channel, json.dumps(message, separators=(",", ":")).encode() + b"\n")
+def _send(channel: int, message: Message) -> None:
+    _write(channel, message.line())
 
 
 def _write(channel: int, data: bytes) -> None:
@@ -163,16 +163,18 @@ class _TaskUsage:
         self._io = _io_bytes()
         self._tools_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 
-    def report(self) -> dict[str, float | int]:
+    def report(self) -> TaskUsage:
+        from docjobs.isolation.protocol import TaskUsage
+
         read, written = _io_bytes()
         tools_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         peak = max(_peak_rss_mb(), tools_peak / 1024 if tools_peak > self._tools_peak else 0.0)
-        return {
-            "cpu_seconds": round(max(_cpu_with_tools() - self._cpu, 0.0), 6),
-            "peak_memory_mb": round(peak, 3),
-            "bytes_read": max(read - self._io[0], 0),
-            "bytes_written": max(written - self._io[1], 0),
-        }
+        return TaskUsage(
+            cpu_seconds=round(max(_cpu_with_tools() - self._cpu, 0.0), 6),
+            peak_memory_mb=round(peak, 3),
+            bytes_read=max(read - self._io[0], 0),
+            bytes_written=max(written - self._io[1], 0),
+        )
 
 
 def _limit_cpu(seconds: float, hard_seconds: float | None = None) -> None:
@@ -200,14 +202,13 @@ def _rules_before_task() -> Ruleset:
     return prepare(readable, [os.getcwd(), *_SHARED_WRITABLE])
 
 
-def _confine_files(task: dict[str, Any]) -> None:
+def _confine_files(task: Task) -> None:
     """A confined child, before its (only) task: restricted by Landlock to its rules made beforehand
     (`_rules_before_task`) and its task's attempt folder. Every other job's folder in the tenant's work root, and
     the root itself, are out of its reach."""
     from docjobs.isolation.landlock import READ_WRITE
 
-    folder = task.get("folder")
-    folder = folder if isinstance(folder, str) and os.path.isabs(folder) else None
+    folder = task.folder if task.folder is not None and os.path.isabs(task.folder) else None
     if _RESTRICTED_TO:
         if _RESTRICTED_TO[0] != folder:
             raise OSError(errno.EPERM, "this child is restricted to another attempt's folder")
@@ -219,9 +220,10 @@ def _confine_files(task: dict[str, Any]) -> None:
     _RESTRICTED_TO.append(folder)
 
 
-def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> bool:
+def _serve_task(channel: int, task: Task, entries: dict[str, Any]) -> bool:
     """Run one task and answer it; False when this child must not take another one."""
-    from docjobs.domain.errors import DocJobError  # light, and already imported with the entries
+    from docjobs.domain.errors import DocJobError  # imported by the zygote, with the entries and the protocol
+    from docjobs.isolation.protocol import Crash, Failure, Progress, Result
 
     if os.environ.get(CONFINED_ENV):
         from docjobs.isolation.landlock import LandlockUnavailable
@@ -229,14 +231,11 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
         try:
             _confine_files(task)
         except (LandlockUnavailable, OSError) as error:  # fails closed: the task never runs unrestricted
-            _send(channel, {"kind": "crash", "error": f"Landlock: {type(error).__name__}"})
+            _send(channel, Crash(error=f"Landlock: {type(error).__name__}"))
             return False
     usage = _TaskUsage()
     start = _cpu_used()
-    budget = task.get("cpu") or {}
-    base, per_page = float(budget.get("base_seconds", 60.0)), float(budget.get("per_page_seconds", 0.0))
-    cap = task.get("max_pages")
-    cap = cap if isinstance(cap, int) and cap >= 0 else DEFAULT_PAGE_CAP
+    base, per_page, cap = task.cpu.base_seconds, task.cpu.per_page_seconds, task.max_pages
     confined = bool(os.environ.get(CONFINED_ENV))
     # The base budget, grown once the page count is known. Confined, the hard limit is the budget of the most
     # pages the task may have (what claiming them would give it anyway) and becomes the soft one once the page
@@ -250,29 +249,29 @@ def _serve_task(channel: int, task: dict[str, Any], entries: dict[str, Any]) -> 
             budget = start + base + per_page * min(total, cap)
             _limit_cpu(budget, budget if confined else None)
             counted = True
-        _send(channel, {"kind": "progress", "done": done, "total": total})
+        _send(channel, Progress(done=done, total=total))
 
     try:
-        entry = entries[task["entry"]]
-        work = entry.work_type.model_validate(task["work"])
+        entry = entries[task.entry]
+        work = entry.work_type.model_validate(task.work)
         result = entry.run(work, progress)
-        _send(channel, {"kind": "result", "value": result.model_dump(mode="json"), "usage": usage.report()})
+        _send(channel, Result(value=result.model_dump(mode="json"), usage=usage.report()))
         return True
     except DocJobError as error:
-        _send(channel, {"kind": "failure", "code": error.code, "message": error.message, "usage": usage.report()})
+        _send(channel, Failure(code=error.code, message=error.message, usage=usage.report()))
     except MemoryError:
         _write(channel, _OUT_OF_MEMORY)
     except RecursionError:
         message = "the document's structure is nested too deeply"
-        _send(channel, {"kind": "failure", "code": "input.too_complex", "message": message, "usage": usage.report()})
+        _send(channel, Failure(code="input.too_complex", message=message, usage=usage.report()))
     except OSError as error:
         if error.errno != errno.EFBIG:  # beyond RLIMIT_FSIZE (Python ignores SIGXFSZ: the write fails instead)
-            _send(channel, {"kind": "crash", "error": type(error).__name__, "usage": usage.report()})
+            _send(channel, Crash(error=type(error).__name__, usage=usage.report()))
             return False
         message = f"the document made a file larger than the {os.environ.get(FSIZE_ENV)} MiB a stage may write"
-        _send(channel, {"kind": "failure", "code": "input.too_complex", "message": message, "usage": usage.report()})
+        _send(channel, Failure(code="input.too_complex", message=message, usage=usage.report()))
     except Exception as error:  # noqa: BLE001 - reported by type only: messages may quote the document
-        _send(channel, {"kind": "crash", "error": type(error).__name__, "usage": usage.report()})
+        _send(channel, Crash(error=type(error).__name__, usage=usage.report()))
     return False
 
 
@@ -301,9 +300,18 @@ def _serve_forked(zygote: int, tag: str, tasks: int, channel: int, entries: dict
 
         with contextlib.suppress(LandlockUnavailable, OSError):  # tried again, and reported, when the task comes
             _PREPARED_RULES.append(_rules_before_task())
+    from pydantic import ValidationError
+
+    from docjobs.isolation.protocol import Crash, Task
+
     with os.fdopen(tasks, "rb") as lines:
         for line in lines:
-            if not _serve_task(channel, json.loads(line), entries):
+            try:
+                task = Task.model_validate_json(line)
+            except ValidationError:  # nothing of it runs
+                _send(channel, Crash(error="malformed task"))
+                break
+            if not _serve_task(channel, task, entries):
                 break  # after any failure the child is not reused: it ends, and the pool forks a fresh one
 
 
@@ -343,6 +351,8 @@ class _Zygote:
 
     def _fork(self) -> bool:
         """Serve one fork request; False once the worker has closed the control socket."""
+        from docjobs.isolation.protocol import Forked  # imported in `main`, before the first request
+
         try:
             request, fds, flags, _ = socket.recv_fds(self.control, len(FORK_REQUEST), 2)
         except OSError:
@@ -374,21 +384,23 @@ class _Zygote:
         pidfd = os.pidfd_open(pid)
         self.forks[pidfd] = _Fork(pid, channel)
         self.poller.register(pidfd, select.POLLIN)
-        _send(channel, {"kind": "forked", "pid": pid})
+        _send(channel, Forked(pid=pid))
         return True
 
     def _reap(self, pidfd: int) -> None:
         """A fork ended: kill what is left of its group, reap it, report the kernel's account, free its pid."""
+        from docjobs.isolation.protocol import Exited
+
         fork = self.forks.pop(pidfd)
         self.poller.unregister(pidfd)
         os.close(pidfd)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(fork.pid, signal.SIGKILL)
         _, status, usage = os.wait4(fork.pid, 0)
-        account = {"status": status, "cpu": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss}
+        account = Exited(status=status, cpu=usage.ru_utime + usage.ru_stime, maxrss_kb=usage.ru_maxrss)
         os.set_blocking(fork.channel, False)  # a worker that stopped reading must not stop the zygote
         with contextlib.suppress(OSError):
-            _send(fork.channel, {"kind": "exited", **account})
+            _send(fork.channel, account)
         os.close(fork.channel)
         shutil.rmtree(private_folder(self.home, self.tag, fork.pid), ignore_errors=True)
         if os.environ.get(CONFINED_ENV):
@@ -418,11 +430,13 @@ def main() -> None:
     # signalled in turn by the zygote's death, kills its own: the tools it runs, qpdf, poppler, Ghostscript).
     # A fork busy in C code hears its signal once that call returns; its CPU limit bounds that.
     _die_with_parent(int(os.environ[PARENT_ENV]), zygote.end)
-    message = f"the document needs more than the {memory_mb} MiB of memory a stage may use"
-    _OUT_OF_MEMORY = json.dumps({"kind": "failure", "code": "input.too_complex", "message": message}).encode() + b"\n"
     module = importlib.import_module(os.environ[ENTRIES_ENV])  # the heavy imports, once for every fork
     for name in getattr(module, "PRELOAD", ()):
         importlib.import_module(name)
+    from docjobs.isolation.protocol import Failure  # the messages (pydantic), once for every fork
+
+    message = f"the document needs more than the {memory_mb} MiB of memory a stage may use"
+    _OUT_OF_MEMORY = Failure(code="input.too_complex", message=message).line()
     zygote.entries = module.ENTRIES
     for name in getattr(module, "WRITABLE_IN_ROOT", ()):
         shared = zygote.home / name
