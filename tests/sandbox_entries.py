@@ -3,6 +3,7 @@ document would make a stage behave (spin, grow, fall silent, crash), or reports 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -25,6 +26,8 @@ class Order(Frozen):
     tool_cpu_seconds: float = 0.0  # CPU a tool (a grandchild) burns
     io_mb: int = 0  # written to a file by the child, then read back by a tool
     hold_mb: int = 0  # touched in the child's own memory
+    lines: tuple[str, ...] = ()  # written as they are on the child's channel (a compromised child's messages)
+    unterminated_mb: int = 0  # then as many MiB without an end of line
 
 
 class Seen(Frozen):
@@ -127,6 +130,22 @@ def recurse(order: Order, progress: ProgressFn) -> Seen:
     return Seen()
 
 
+def forge(order: Order, progress: ProgressFn) -> Seen:
+    """Writes the order's lines on its channel as a document that took the child over could, then ends the child."""
+    [channel] = [
+        fd
+        for fd in map(int, os.listdir("/proc/self/fd"))
+        if fd > 2
+        and os.path.exists(f"/proc/self/fd/{fd}")
+        and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
+    ]
+    data = b"".join(line.encode() + b"\n" for line in order.lines) + b"x" * (order.unterminated_mb << 20)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(channel, view) :]
+    os._exit(0)
+
+
 def lie(order: Order, progress: ProgressFn) -> Frozen:
     class Other(Frozen):
         pid: str = "not a number"
@@ -148,5 +167,6 @@ ENTRIES = {
         "costly": costly,
         "recurse": recurse,
         "lie": lie,
+        "forge": forge,
     }.items()
 }

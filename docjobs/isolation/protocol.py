@@ -118,6 +118,10 @@ class Exited(Message):
     maxrss_kb: int
 
 
+# What a child reads on its task pipe: tagged too, so that a line without its kind is refused (the defaults only
+# spare the sender from naming the kind it builds).
+WorkerMessage = Annotated[Task, Field(discriminator="kind")]
+_WORKER_MESSAGE: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
 ChildMessage = Annotated[Forked | Progress | Result | Failure | Crash | Exited, Field(discriminator="kind")]
 _CHILD_MESSAGE: TypeAdapter[ChildMessage] = TypeAdapter(ChildMessage)
 _UNKNOWN_KIND = frozenset({"union_tag_invalid", "union_tag_not_found"})
@@ -133,6 +137,11 @@ class MalformedMessage(Exception):
     def __init__(self, kind: str) -> None:
         super().__init__(f"malformed {kind}")
         self.kind = kind
+
+
+def read_task(line: bytes) -> Task:
+    """One line of a child's task pipe as its task. Raises ValidationError."""
+    return _WORKER_MESSAGE.validate_json(line)
 
 
 def read_child_message(line: bytes) -> ChildMessage | None:

@@ -302,12 +302,12 @@ def _serve_forked(zygote: int, tag: str, tasks: int, channel: int, entries: dict
             _PREPARED_RULES.append(_rules_before_task())
     from pydantic import ValidationError
 
-    from docjobs.isolation.protocol import Crash, Task
+    from docjobs.isolation.protocol import Crash, read_task
 
     with os.fdopen(tasks, "rb") as lines:
         for line in lines:
             try:
-                task = Task.model_validate_json(line)
+                task = read_task(line)
             except ValidationError:  # nothing of it runs
                 _send(channel, Crash(error="malformed task"))
                 break
