@@ -1,7 +1,7 @@
 """Where tenants' bytes are parsed: confined child processes. `sandbox` (the worker's side: pools of children
 forked from a zygote), `sandbox_child` (the zygote and its children, `python -P -m docjobs.isolation.sandbox_child`),
-`confine` (bubblewrap and seccomp), `landlock` (each child's file-system restriction) and `stage_work` (the
-document work of each stage, run inside a child).
+`protocol` (the messages between them), `confine` (bubblewrap and seccomp), `landlock` (each child's file-system
+restriction) and `stage_work` (the document work of each stage, run inside a child).
 
 Importing the package loads nothing: the zygote imports it, and must stay small.
 """
