@@ -3,9 +3,6 @@ page is in, and its second reader's words are those of PDFium's characters taken
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pikepdf
@@ -15,7 +12,7 @@ import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.pdf import fidelity
-from docjobs.pdf.page_ranges import read_in_parallel, split_pages
+from docjobs.pdf.page_ranges import split_pages
 from docjobs.pdf.watermark import watermark_structure
 from tests.fixtures.samples import make_sample_pdf, page_word
 
@@ -151,36 +148,3 @@ def _one_by_one(document: pdfium.PdfDocument, index: int) -> set[str]:
     finally:
         text_page.close()
         page.close()
-
-
-@pytest.mark.parametrize(("count", "parts"), [(1000, 2), (10, 3), (7, 7), (3, 8), (1, 4), (65, 2)])
-def test_page_ranges_cover_every_page_once_in_order(count: int, parts: int) -> None:
-    ranges = split_pages(count, parts)
-    assert [page for pages in ranges for page in pages] == list(range(count))
-    assert len(ranges) == min(parts, count) and all(ranges)
-    assert max(map(len, ranges)) - min(map(len, ranges)) <= 1
-
-
-def test_a_range_that_fails_fails_the_check() -> None:
-    def work(pages: range) -> dict[str, object]:
-        if PAGES - 1 in pages:
-            raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
-        return {"pages": list(pages)}
-
-    with pytest.raises(DocJobError) as caught, read_in_parallel(work, split_pages(PAGES, 3)) as answers:
-        answers()
-    assert caught.value.code == "fidelity.reader"
-
-
-def test_a_range_killed_by_a_signal_takes_the_caller_down_the_same_way() -> None:
-    """So the child's supervisor still tells CPU exhaustion (SIGXCPU) from a crash."""
-    script = (
-        "import os, signal\n"
-        "from docjobs.pdf.page_ranges import read_in_parallel, split_pages\n"
-        "def work(pages):\n"
-        "    if 0 not in pages: os.kill(os.getpid(), signal.SIGXCPU)\n"
-        "    return {}\n"
-        "with read_in_parallel(work, split_pages(4, 2)) as answers: answers()\n"
-    )
-    ended = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent.parent, check=False)
-    assert ended.returncode == -signal.SIGXCPU
