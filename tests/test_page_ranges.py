@@ -69,7 +69,7 @@ def test_the_redaction_gate_finds_leaks_in_every_range(
             contents = pdf.pages[number - 1].Contents
             contents.write(contents.read_bytes().replace(page_word(number).encode(), SSN))
         pdf.save(path)
-    report = gate.check_redaction(path, frozenset(), compile_patterns(RedactPolicy(patterns=["ssn"])), {})
+    report = gate.check_redaction(path, frozenset(), compile_patterns(RedactPolicy(patterns=("ssn",))), {})
     assert [(leak.extractor, leak.page, leak.kind) for leak in report.leaks] == [
         (extractor, number, "pattern:ssn") for extractor in ("pdftotext", "pypdf") for number in (5, PAGES)
     ]
