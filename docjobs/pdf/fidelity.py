@@ -201,41 +201,28 @@ def _opened(pdf: Path) -> Iterator[pdfium.PdfDocument | None]:
         document.close()
 
 
-def _second_reader(
-    source: Path,
-    output: Path,
-    page_count: int,
-    *,
-    text_layer_kept: bool,
-    stamp: set[str] | None,
-    workdir: Path | None,
-) -> dict[str, Any]:
-    """PDFium's reading of both files, page by page. The input is read as qpdf repaired it (render worked on that)
-    when PDFium cannot read the input itself (a direct page-tree kid, AES without a key length)."""
-    comparison = _Comparison(source, output, text_layer_kept=text_layer_kept, stamp=stamp)
-    found = _read_pages(comparison, page_count if workdir is not None else None)
-    if found is None and workdir is not None:
-        repair_input(source, repaired := workdir / "input-as-rendered.pdf", check_streams=False)
-        comparison = _Comparison(repaired, output, text_layer_kept=text_layer_kept, stamp=stamp)
-        found = _read_pages(comparison, None)
-    if found is None:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the input")
-    return found
+@contextmanager
+def _reading(comparison: _Comparison) -> Iterator[Callable[[int | None], dict[str, Any] | None]]:
+    """PDFium's reading of both files, page by page, started now (beside the other checks); yields what waits
+    for it: None when PDFium cannot read the input (or, given a page count, counts another in it)."""
+    pages_in, pages_out = _page_count(comparison.source), _page_count(comparison.output)
+    if pages_in is None or pages_out != pages_in:  # nothing to read: the wait says which failure it is
+        yield lambda expected: _found(pages_in, pages_out, expected, lambda: [])
+        return
+    with read_in_parallel(comparison, ranges_for(pages_in)) as answers:
+        yield lambda expected: _found(pages_in, pages_out, expected, answers)
 
 
-def _read_pages(comparison: _Comparison, expected: int | None) -> dict[str, Any] | None:
-    """What PDFium finds on every page; None when it cannot read the input (or, with `expected`, counts
-    another number of pages in it)."""
-    pages_in = _page_count(comparison.source)
+def _found(
+    pages_in: int | None, pages_out: int | None, expected: int | None, answers: Callable[[], list[dict[str, Any]]]
+) -> dict[str, Any] | None:
     if pages_in is None or (expected is not None and pages_in != expected):
         return None
-    pages_out = _page_count(comparison.output)
     if pages_out is None:
         raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
     if pages_out != pages_in:
         raise DocJobError("fidelity.reader", "a second PDF reader sees a different page count")
-    with read_in_parallel(comparison, ranges_for(pages_in)) as answers:
-        parts = answers()
+    parts = answers()
     unreadable = {part["unreadable"] for part in parts}
     if "input" in unreadable:
         return None
@@ -259,14 +246,17 @@ def check_fidelity(
     """Compare `output` with `source`; `text_layer_kept` is true in structure mode, `watermark_text` names
     the stamp that must be searchable on every page (None when it is only pixels), `pages_may_turn` allows
     OCR to set scanned pages upright (then page sizes are compared in either orientation). With `workdir`,
-    an input the second reader cannot read is compared as qpdf repaired it (render worked on that).
+    an input the second reader cannot read is compared as qpdf repaired it (render worked on that: a direct
+    page-tree kid, AES without a key length).
 
-    qpdf checks the output in its own process while pikepdf compares the structure; then PDFium reads both
-    files, in page ranges at once on a long document (docjobs/pdf/page_ranges.py). The failures keep their
-    order: the first check that fails names the job's failure."""
+    qpdf (its own process) and PDFium (in page ranges read at once on a long document:
+    docjobs/pdf/page_ranges.py) start first and read while pikepdf compares the structure. The failures keep
+    their order: the first check that fails names the job's failure."""
     checks: list[str] = []
-    # The source passed the full check at render (and its digest since); the output gets qpdf's below.
-    with _qpdf_check(output) as qpdf_exit:
+    stamp = set(watermark_text.split()) if watermark_text is not None else None
+    comparison = _Comparison(source, output, text_layer_kept=text_layer_kept, stamp=stamp)
+    with _qpdf_check(output) as qpdf_exit, _reading(comparison) as second_reader:
+        # The source passed the full check at render (and its digest since); the output gets qpdf's below.
         with open_checked(source, check_streams=False) as (before, _), pikepdf.open(output) as after:
             page_count = len(before.pages)
             if len(after.pages) != page_count:
@@ -282,8 +272,14 @@ def check_fidelity(
         if qpdf_exit() not in (0, 3):  # 3: warnings only
             raise DocJobError("fidelity.qpdf", "qpdf --check rejects the output")
         checks.append("qpdf_check")
-    stamp = set(watermark_text.split()) if watermark_text is not None else None
-    found = _second_reader(source, output, page_count, text_layer_kept=text_layer_kept, stamp=stamp, workdir=workdir)
+        found = second_reader(page_count if workdir is not None else None)
+    if found is None and workdir is not None:
+        repair_input(source, repaired := workdir / "input-as-rendered.pdf", check_streams=False)
+        as_rendered = _Comparison(repaired, output, text_layer_kept=text_layer_kept, stamp=stamp)
+        with _reading(as_rendered) as second_reader:
+            found = second_reader(None)
+    if found is None:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the input")
     checks.append("second_reader")
     if text_layer_kept:
         if found["text_missing"]:
