@@ -39,7 +39,7 @@ def _seconds(action: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - wall, cpu() - used
 
 
-def one_run(pages: int, folder: Path) -> dict[str, float]:
+def one_run(pages: int, folder: Path, *, redaction_gate: bool) -> dict[str, float]:
     """Render, sign and verify once, in this process, with the code on `sys.path`."""
     from docjobs.domain.models import LimitsPolicy, SanitizePolicy, WatermarkPolicy
     from docjobs.isolation.stage_work import RenderWork, VerifyWork, render, verify
@@ -89,13 +89,27 @@ def one_run(pages: int, folder: Path) -> dict[str, float]:
         )
     )
     times["active_content"], _ = _seconds(lambda: check_no_active_content(signed, SanitizePolicy()))
+    if redaction_gate:  # what verify adds for a policy that redacts (`external`'s patterns)
+        from docjobs.domain.models import RedactPolicy
+        from docjobs.pdf.redaction.gate import check_redaction
+        from docjobs.pdf.redaction.patterns import compile_patterns
+
+        patterns = compile_patterns(RedactPolicy(patterns=("ssn", "phone", "email", "dob", "mrn")))
+        times["redaction_gate"], _ = _seconds(lambda: check_redaction(signed, frozenset(), patterns, {}))
     return times
 
 
-def _run_version(code: Path, pages: int) -> dict[str, float]:
+def _run_version(code: Path, pages: int, redaction_gate: bool) -> dict[str, float]:
     """One run in a fresh process importing docjobs from `code`."""
     answer = subprocess.run(
-        [sys.executable, __file__, "--one-run", "--pages", str(pages)],
+        [
+            sys.executable,
+            __file__,
+            "--one-run",
+            "--pages",
+            str(pages),
+            *(["--redaction-gate"] if redaction_gate else []),
+        ],
         cwd=code,
         env={**os.environ, "PYTHONPATH": str(code)},
         capture_output=True,
@@ -111,18 +125,19 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--before", type=Path, help="a checkout of the version to compare with (run in turns)")
+    parser.add_argument("--redaction-gate", action="store_true", help="time the redaction gate too (slow before)")
     parser.add_argument("--one-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_run:
         sys.path.insert(0, os.getcwd())
         with tempfile.TemporaryDirectory(prefix="docjobs-verify-bench-") as tmp:
-            print(json.dumps(one_run(args.pages, Path(tmp))))
+            print(json.dumps(one_run(args.pages, Path(tmp), redaction_gate=args.redaction_gate)))
         return
     versions = {"after": HERE} if args.before is None else {"before": args.before.resolve(), "after": HERE}
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in versions}
     for _ in range(args.runs):
         for name, code in versions.items():
-            samples[name].append(_run_version(code, args.pages))
+            samples[name].append(_run_version(code, args.pages, args.redaction_gate))
 
     def median(name: str, key: str) -> float:
         return statistics.median(sample[key] for sample in samples[name])
@@ -142,10 +157,11 @@ def main() -> None:
             f"{median(name, 'verify_cpu'):.2f} |"
         )
     print()
-    print("| version | signature s | fidelity s | active content s |")
-    print("|---|---|---|---|")
+    keys = ("signature", "fidelity", "active_content", *(("redaction_gate",) if args.redaction_gate else ()))
+    print("| version | " + " | ".join(f"{key.replace('_', ' ')} s" for key in keys) + " |")
+    print("|---|" + "---|" * len(keys))
     for name in versions:
-        shares = (median(name, key) for key in ("signature", "fidelity", "active_content"))
+        shares = (median(name, key) for key in keys)
         print(f"| {name} | " + " | ".join(f"{value:.2f}" for value in shares) + " |")
 
 
