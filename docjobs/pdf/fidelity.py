@@ -29,7 +29,8 @@ from docjobs.pdf.normalize import repair_input
 from docjobs.pdf.page_ranges import ranges_for, read_in_parallel
 
 TOOL_TIMEOUT = 120
-_NON_SPACE = re.compile(r"\S+")  # `\s` is str.isspace()
+_NON_SPACE = re.compile(r"\S+")  # `\s` is str.isspace(), as is what str.split() splits at
+_LINE = re.compile(r"[^\r\n]+")  # PDFium ends a line with "\r\n"
 
 
 def _geometry(pdf: pikepdf.Pdf, sizes_only: bool) -> list[tuple[object, ...]]:
@@ -100,10 +101,11 @@ def _words(document: pdfium.PdfDocument, index: int) -> set[str] | None:
     the page is turned (PDFium's own spacing guesses by position and can miss that). None if PDFium cannot
     load the page.
 
-    The page's text comes in one call; a run of non-space characters is one word when PDFium draws it as one
-    rectangle (`FPDFText_CountRects` starts a new one where the text object changes; a glyph without extent
-    is not measured), else it is split character by character, as is a page whose text does not map one to
-    one onto its characters."""
+    The page's text comes in one call, and is split into words without asking PDFium about each character
+    where it draws a stretch as one rectangle (`FPDFText_CountRects` starts a new one where the text object
+    changes; a glyph without extent is not measured): first each line, else each run of non-space characters
+    in it, else the run's characters one by one, as is a page whose text does not map one to one onto its
+    characters."""
     page = pdfium_c.FPDF_LoadPage(document.raw, index)
     if not page:
         return None
@@ -116,17 +118,26 @@ def _words(document: pdfium.PdfDocument, index: int) -> set[str] | None:
         if text is None:
             return _split_by_owner(text_page, range(count))
         words: set[str] = set()
-        for run in _NON_SPACE.finditer(text):
-            start, end = run.span()
-            if end - start == 1 or pdfium_c.FPDFText_CountRects(text_page, start, end - start) == 1:
-                words.add(run.group())
-            else:
-                words |= _split_by_owner(text_page, range(start, end))
+        for line in _LINE.finditer(text):
+            if _one_rectangle(text_page, *line.span()):
+                words.update(line.group().split())
+                continue
+            for run in _NON_SPACE.finditer(text, *line.span()):
+                start, end = run.span()
+                if end - start == 1 or _one_rectangle(text_page, start, end):
+                    words.add(run.group())
+                else:
+                    words |= _split_by_owner(text_page, range(start, end))
         return words
     finally:
         if text_page:
             pdfium_c.FPDFText_ClosePage(text_page)
         pdfium_c.FPDF_ClosePage(page)
+
+
+def _one_rectangle(text_page: Any, start: int, end: int) -> bool:
+    """Whether PDFium draws the characters `start` to `end` as one rectangle: one text object."""
+    return bool(pdfium_c.FPDFText_CountRects(text_page, start, end - start) == 1)
 
 
 def _text(text_page: Any, count: int) -> str | None:
