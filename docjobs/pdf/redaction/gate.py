@@ -99,11 +99,12 @@ class _RangeRead:
 
     def __call__(self, pages: range) -> dict[str, Any]:
         pdftotext: list[tuple[int, str]] = []
-        words_of_pages = _pdftotext_words(self.pdf_path, self.boxes, pages)
-        for number, words in words_of_pages or ():
-            page_text = " ".join(word.text for word in words)
+        read = _pdftotext_pages(self.pdf_path, self.boxes, pages)
+        for number, page, box in read or ():
+            page_text = " ".join(word.text or "" for word in page.iter(f"{_XHTML}word"))
             pdftotext += [(number, kind) for kind in sorted(sensitive_kinds(page_text, self.patterns, self.values))]
-            if any(word.box.mostly_inside(region) for word in words for region in self.regions.get(number, ())):
+            regions = self.regions.get(number, ())
+            if regions and any(word.box.mostly_inside(region) for word in _words(page, *box) for region in regions):
                 pdftotext.append((number, "in_region"))
         pypdf: list[tuple[int, str]] = []
         for number, text in _pypdf_pages(self.pdf_path, pages, to_the_end=pages.stop == len(self.boxes)):
@@ -111,7 +112,7 @@ class _RangeRead:
                 pypdf.append((number, "unreadable"))
             else:
                 pypdf += [(number, kind) for kind in sorted(sensitive_kinds(text, self.patterns, self.values))]
-        return {"pdftotext_unreadable": words_of_pages is None, "pdftotext": pdftotext, "pypdf": pypdf}
+        return {"pdftotext_unreadable": read is None, "pdftotext": pdftotext, "pypdf": pypdf}
 
 
 def _page_box(page: pikepdf.Page) -> tuple[Rect, int]:
@@ -127,13 +128,16 @@ def poppler_words(pdf_path: Path) -> list[tuple[int, list[Word]]] | None:
         boxes = [_page_box(page) for page in pdf.pages]
     if shutil.which("pdftotext") is None:
         raise DocJobError("tool.missing")
-    return _pdftotext_words(pdf_path, boxes, range(len(boxes)))
+    read = _pdftotext_pages(pdf_path, boxes, range(len(boxes)))
+    return None if read is None else [(number, _words(page, *box)) for number, page, box in read]
 
 
-def _pdftotext_words(
+def _pdftotext_pages(
     pdf_path: Path, boxes: list[tuple[Rect, int]], pages: range
-) -> list[tuple[int, list[Word]]] | None:
-    """`poppler_words` of the pages in `pages` (0-based indices into `boxes`, the pages' MediaBox and /Rotate)."""
+) -> list[tuple[int, ElementTree.Element, tuple[Rect, int]]] | None:
+    """pdftotext's reading of the pages in `pages` (0-based indices into `boxes`, the pages' MediaBox and
+    /Rotate): each page's number, its XHTML element and its box; None when pdftotext cannot read the file. The
+    words' boxes are mapped (`_words`) only where they are looked at."""
     if not pages:
         return []
     first, last = pages.start + 1, pages.stop
@@ -150,15 +154,14 @@ def _pdftotext_words(
         return None
     # pdftotext copies control characters a font maps glyphs to into its XHTML, which XML 1.0 forbids.
     root = ElementTree.fromstring(_XML_FORBIDDEN.sub("\ufffd".encode(), result.stdout))
-    read = []
-    for number, (page, (box, rotation)) in enumerate(
-        zip(root.iter(f"{_XHTML}page"), boxes[first - 1 : last], strict=False), first
-    ):
-        words = [
-            Word(word.text or "", _to_user_space(_word_box(word), box, rotation)) for word in page.iter(f"{_XHTML}word")
-        ]
-        read.append((number, words))
-    return read
+    elements = zip(root.iter(f"{_XHTML}page"), boxes[first - 1 : last], strict=False)
+    return [(number, page, box) for number, (page, box) in enumerate(elements, first)]
+
+
+def _words(page: ElementTree.Element, box: Rect, rotation: int) -> list[Word]:
+    return [
+        Word(word.text or "", _to_user_space(_word_box(word), box, rotation)) for word in page.iter(f"{_XHTML}word")
+    ]
 
 
 def _word_box(word: ElementTree.Element) -> Rect:
