@@ -11,9 +11,13 @@ the names of the passed checks are returned, so the job records what was verifie
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pikepdf
 import pypdfium2 as pdfium  # type: ignore[import-untyped]
@@ -22,8 +26,11 @@ import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
 from docjobs.domain.errors import DocJobError
 from docjobs.pdf.inspect import open_checked
 from docjobs.pdf.normalize import repair_input
+from docjobs.pdf.page_ranges import ranges_for, read_in_parallel
 
 TOOL_TIMEOUT = 120
+_NON_SPACE = re.compile(r"\S+")  # `\s` is str.isspace(), as is what str.split() splits at
+_LINE = re.compile(r"[^\r\n]+")  # PDFium ends a line with "\r\n"
 
 
 def _geometry(pdf: pikepdf.Pdf, sizes_only: bool) -> list[tuple[object, ...]]:
@@ -52,65 +59,190 @@ def _links(pdf: pikepdf.Pdf) -> list[int]:
 
 
 def _run(tool: str, *args: str) -> subprocess.CompletedProcess[bytes]:
-    path = shutil.which(tool)
+    return subprocess.run([_tool(tool), *args], capture_output=True, timeout=TOOL_TIMEOUT)
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
     if path is None:
-        raise DocJobError("tool.missing", f"{tool} is not installed")
-    return subprocess.run([path, *args], capture_output=True, timeout=TOOL_TIMEOUT)
+        raise DocJobError("tool.missing", f"{name} is not installed")
+    return path
 
 
-def _page_words(pdf: Path) -> list[set[str]] | None:
-    """Words per page as PDFium reads them (an independent reader: not pikepdf, not pyHanko); its page
-    count is the number of entries. None if it cannot read the file."""
+@contextmanager
+def _qpdf_check(output: Path) -> Iterator[Callable[[], int]]:
+    """`qpdf --check` started now, beside the other checks; yields the wait for its exit code."""
+    process = subprocess.Popen(
+        [_tool("qpdf"), "--check", str(output)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield lambda: process.wait(TOOL_TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _page_count(pdf: Path) -> int | None:
+    """PDFium's page count of `pdf`; None if it cannot open it."""
     try:
         document = pdfium.PdfDocument(pdf)
     except pdfium.PdfiumError:
         return None
     try:
-        return [_words(document, index) for index in range(len(document))]
-    except pdfium.PdfiumError:
-        return None
+        return len(document)
     finally:
         document.close()
 
 
-def _words(document: pdfium.PdfDocument, index: int) -> set[str]:
+def _words(document: pdfium.PdfDocument, index: int) -> set[str] | None:
     """The page's words: its characters split at white space and wherever one text object (a `Tj`/`TJ`)
     ends and another begins, so a stamp drawn right after a page's last word never joins it, however
-    the page is turned (PDFium's own spacing guesses by position and can miss that)."""
-    page = document[index]
-    text_page = page.get_textpage()
+    the page is turned (PDFium's own spacing guesses by position and can miss that). None if PDFium cannot
+    load the page.
+
+    The page's text comes in one call, and is split into words without asking PDFium about each character
+    where it draws a stretch as one rectangle (`FPDFText_CountRects` starts a new one where the text object
+    changes; a glyph without extent is not measured): first each line, else each run of non-space characters
+    in it, else the run's characters one by one, as is a page whose text does not map one to one onto its
+    characters."""
+    page = pdfium_c.FPDF_LoadPage(document.raw, index)
+    if not page:
+        return None
+    text_page = pdfium_c.FPDFText_LoadPage(page)
     try:
+        if not text_page:
+            return None
+        count = pdfium_c.FPDFText_CountChars(text_page)
+        text = _text(text_page, count)
+        if text is None:
+            return _split_by_owner(text_page, range(count))
         words: set[str] = set()
-        word: list[str] = []
-        owner: int | None = None
-        for char in range(pdfium_c.FPDFText_CountChars(text_page.raw)):
-            glyph = chr(pdfium_c.FPDFText_GetUnicode(text_page.raw, char))
-            drawn_by = ctypes.cast(pdfium_c.FPDFText_GetTextObject(text_page.raw, char), ctypes.c_void_p).value
-            if glyph.isspace() or drawn_by != owner:
-                words.add("".join(word))
-                word = []
-            if not glyph.isspace():
-                word.append(glyph)
-            owner = drawn_by
-        words.add("".join(word))
-        words.discard("")
+        for line in _LINE.finditer(text):
+            if _one_rectangle(text_page, *line.span()):
+                words.update(line.group().split())
+                continue
+            for run in _NON_SPACE.finditer(text, *line.span()):
+                start, end = run.span()
+                if end - start == 1 or _one_rectangle(text_page, start, end):
+                    words.add(run.group())
+                else:
+                    words |= _split_by_owner(text_page, range(start, end))
         return words
     finally:
-        text_page.close()
-        page.close()
+        if text_page:
+            pdfium_c.FPDFText_ClosePage(text_page)
+        pdfium_c.FPDF_ClosePage(page)
 
 
-def _source_words(source: Path, page_count: int, workdir: Path | None) -> list[set[str]]:
-    """The second reader's words of the input; of the file render worked on (qpdf's repair:
-    docjobs/pdf/normalize.py) when it cannot read the input itself (a direct page-tree kid, AES without a key
-    length)."""
-    words = _page_words(source)
-    if (words is None or len(words) != page_count) and workdir is not None:
-        repair_input(source, repaired := workdir / "input-as-rendered.pdf", check_streams=False)
-        words = _page_words(repaired)
-    if words is None:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the input")
+def _one_rectangle(text_page: Any, start: int, end: int) -> bool:
+    """Whether PDFium draws the characters `start` to `end` as one rectangle: one text object."""
+    return bool(pdfium_c.FPDFText_CountRects(text_page, start, end - start) == 1)
+
+
+def _text(text_page: Any, count: int) -> str | None:
+    """The page's characters as one string, or None unless each character is exactly one of it (PDFium leaves
+    out control characters; a NUL is what an unfilled buffer holds)."""
+    units = 2 * count + 2  # room for a surrogate pair per character and the terminating NUL
+    buffer = (ctypes.c_ushort * units)()
+    written = pdfium_c.FPDFText_GetText(text_page, 0, count, ctypes.cast(buffer, ctypes.POINTER(ctypes.c_ushort)))
+    if not 0 < written <= units:
+        return None if count else ""
+    text = bytes(buffer)[: 2 * (written - 1)].decode("utf-16-le", "surrogatepass")
+    return text if len(text) == count and "\0" not in text else None
+
+
+def _split_by_owner(text_page: Any, chars: range) -> set[str]:
+    """The words of `chars`, one character at a time: split at white space and where the text object changes."""
+    words: set[str] = set()
+    word: list[str] = []
+    owner: int | None = None
+    for char in chars:
+        glyph = chr(pdfium_c.FPDFText_GetUnicode(text_page, char))
+        drawn_by = ctypes.cast(pdfium_c.FPDFText_GetTextObject(text_page, char), ctypes.c_void_p).value
+        if glyph.isspace() or drawn_by != owner:
+            words.add("".join(word))
+            word = []
+        if not glyph.isspace():
+            word.append(glyph)
+        owner = drawn_by
+    words.add("".join(word))
+    words.discard("")
     return words
+
+
+class _Comparison:
+    """What the second reader finds on a range of pages of the input and the output (0-based page indices)."""
+
+    def __init__(self, source: Path, output: Path, *, text_layer_kept: bool, stamp: set[str] | None) -> None:
+        self.source, self.output, self.text_layer_kept, self.stamp = source, output, text_layer_kept, stamp
+
+    def __call__(self, pages: range) -> dict[str, Any]:
+        answer: dict[str, Any] = {"unreadable": None, "text_missing": [], "stamp_missing": []}
+        with _opened(self.source) as before, _opened(self.output) as after:
+            if before is None or after is None:
+                answer["unreadable"] = "input" if before is None else "output"
+                return answer
+            for index in pages:
+                words_in = _words(before, index)
+                if words_in is None:
+                    answer["unreadable"] = "input"
+                    return answer
+                words_out = _words(after, index)
+                if words_out is None:
+                    answer["unreadable"] = "output"
+                    return answer
+                if not words_in <= words_out:
+                    answer["text_missing"].append(index)
+                if self.stamp is not None and not self.stamp <= words_out:
+                    answer["stamp_missing"].append(index)
+        return answer
+
+
+@contextmanager
+def _opened(pdf: Path) -> Iterator[pdfium.PdfDocument | None]:
+    try:
+        document = pdfium.PdfDocument(pdf)
+    except pdfium.PdfiumError:
+        yield None
+        return
+    try:
+        yield document
+    finally:
+        document.close()
+
+
+@contextmanager
+def _reading(comparison: _Comparison) -> Iterator[Callable[[int | None], dict[str, Any] | None]]:
+    """PDFium's reading of both files, page by page, started now (beside the other checks); yields what waits
+    for it: None when PDFium cannot read the input (or, given a page count, counts another in it)."""
+    pages_in, pages_out = _page_count(comparison.source), _page_count(comparison.output)
+    if pages_in is None or pages_out != pages_in:  # nothing to read: the wait says which failure it is
+        yield lambda expected: _found(pages_in, pages_out, expected, lambda: [])
+        return
+    with read_in_parallel(comparison, ranges_for(pages_in)) as answers:
+        yield lambda expected: _found(pages_in, pages_out, expected, answers)
+
+
+def _found(
+    pages_in: int | None, pages_out: int | None, expected: int | None, answers: Callable[[], list[dict[str, Any]]]
+) -> dict[str, Any] | None:
+    if pages_in is None or (expected is not None and pages_in != expected):
+        return None
+    if pages_out is None:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
+    if pages_out != pages_in:
+        raise DocJobError("fidelity.reader", "a second PDF reader sees a different page count")
+    parts = answers()
+    unreadable = {part["unreadable"] for part in parts}
+    if "input" in unreadable:
+        return None
+    if "output" in unreadable:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
+    return {
+        "text_missing": [index for part in parts for index in part["text_missing"]],
+        "stamp_missing": [index for part in parts for index in part["stamp_missing"]],
+    }
 
 
 def check_fidelity(
@@ -125,40 +257,50 @@ def check_fidelity(
     """Compare `output` with `source`; `text_layer_kept` is true in structure mode, `watermark_text` names
     the stamp that must be searchable on every page (None when it is only pixels), `pages_may_turn` allows
     OCR to set scanned pages upright (then page sizes are compared in either orientation). With `workdir`,
-    an input the second reader cannot read is compared as qpdf repaired it (render worked on that)."""
+    an input the second reader cannot read is compared as qpdf repaired it (render worked on that: a direct
+    page-tree kid, AES without a key length).
+
+    qpdf (its own process) and PDFium (in page ranges read at once on a long document:
+    docjobs/pdf/page_ranges.py) start first and read while pikepdf compares the structure. The failures keep
+    their order: the first check that fails names the job's failure."""
     checks: list[str] = []
-    # The source passed the full check at render (and its digest since); the output gets qpdf's below.
-    with open_checked(source, check_streams=False) as (before, _), pikepdf.open(output) as after:
-        page_count = len(before.pages)
-        if len(after.pages) != page_count:
-            raise DocJobError("fidelity.page_count", "the output does not have the input's page count")
-        checks.append("page_count")
-        if _geometry(after, pages_may_turn) != _geometry(before, pages_may_turn):
-            raise DocJobError("fidelity.geometry", "the output's page boxes or rotation differ from the input's")
-        checks.append("page_sizes" if pages_may_turn else "geometry")
-        if text_layer_kept:
-            if _links(after) != _links(before):
-                raise DocJobError("fidelity.links", "link annotations of the input are missing from the output")
-            checks.append("links")
-    if _run("qpdf", "--check", str(output)).returncode not in (0, 3):  # 3: warnings only
-        raise DocJobError("fidelity.qpdf", "qpdf --check rejects the output")
-    checks.append("qpdf_check")
-    source_words, output_words = _source_words(source, page_count, workdir), _page_words(output)
-    if output_words is None:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
-    if len(output_words) != len(source_words):
-        raise DocJobError("fidelity.reader", "a second PDF reader sees a different page count")
+    stamp = set(watermark_text.split()) if watermark_text is not None else None
+    comparison = _Comparison(source, output, text_layer_kept=text_layer_kept, stamp=stamp)
+    with _qpdf_check(output) as qpdf_exit, _reading(comparison) as second_reader:
+        # The source passed the full check at render (and its digest since); the output gets qpdf's below.
+        with open_checked(source, check_streams=False) as (before, _), pikepdf.open(output) as after:
+            page_count = len(before.pages)
+            if len(after.pages) != page_count:
+                raise DocJobError("fidelity.page_count", "the output does not have the input's page count")
+            checks.append("page_count")
+            if _geometry(after, pages_may_turn) != _geometry(before, pages_may_turn):
+                raise DocJobError("fidelity.geometry", "the output's page boxes or rotation differ from the input's")
+            checks.append("page_sizes" if pages_may_turn else "geometry")
+            if text_layer_kept:
+                if _links(after) != _links(before):
+                    raise DocJobError("fidelity.links", "link annotations of the input are missing from the output")
+                checks.append("links")
+        if qpdf_exit() not in (0, 3):  # 3: warnings only
+            raise DocJobError("fidelity.qpdf", "qpdf --check rejects the output")
+        checks.append("qpdf_check")
+        found = second_reader(page_count if workdir is not None else None)
+    if found is None and workdir is not None:
+        repair_input(source, repaired := workdir / "input-as-rendered.pdf", check_streams=False)
+        as_rendered = _Comparison(repaired, output, text_layer_kept=text_layer_kept, stamp=stamp)
+        with _reading(as_rendered) as second_reader:
+            found = second_reader(None)
+    if found is None:
+        raise DocJobError("fidelity.reader", "a second PDF reader could not read the input")
     checks.append("second_reader")
     if text_layer_kept:
-        for number, (words_in, words_out) in enumerate(zip(source_words, output_words, strict=True), 1):
-            if not words_in <= words_out:
-                raise DocJobError("fidelity.text", f"text of the input is missing from output page {number}")
+        if found["text_missing"]:
+            number = found["text_missing"][0] + 1
+            raise DocJobError("fidelity.text", f"text of the input is missing from output page {number}")
         checks.append("text_kept")
     if watermark_text is not None:
-        stamp = set(watermark_text.split())
-        missing = [n for n, words in enumerate(output_words, 1) if not stamp <= words]
-        if missing:
-            raise DocJobError("fidelity.watermark", f"the watermark is missing on {len(missing)} page(s)")
+        if found["stamp_missing"]:
+            missing = len(found["stamp_missing"])
+            raise DocJobError("fidelity.watermark", f"the watermark is missing on {missing} page(s)")
         checks.append("watermark_every_page")
     return checks
 

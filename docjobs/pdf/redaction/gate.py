@@ -20,11 +20,13 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pikepdf
 from pypdf import PdfReader
 
 from docjobs.domain.errors import DocJobError
+from docjobs.pdf.page_ranges import ranges_for, read_in_parallel
 from docjobs.pdf.redaction.patterns import NamedPattern, sensitive_kinds
 from docjobs.pdf.redaction.regions import PageRegions, Rect
 from docjobs.pdf.redaction.sites import document_sites
@@ -62,26 +64,55 @@ def check_redaction(
     pdf_path: Path, values: frozenset[str], patterns: Sequence[NamedPattern], regions: PageRegions
 ) -> GateReport:
     """Every way the redacted content at `pdf_path` could still be read, one leak per (extractor, page,
-    kind); a clean report means both extractors and the document scan found nothing."""
+    kind); a clean report means both extractors and the document scan found nothing. The two extractors
+    read a long document in page ranges at once (docjobs/pdf/page_ranges.py), each range's leaks sent back."""
     leaks: list[Leak] = []
     with pikepdf.open(pdf_path) as pdf:
         for site in document_sites(pdf):
             if any(sensitive_kinds(text, patterns, values) for text in site.texts):
                 leaks.append(Leak("pikepdf", site.page, site.kind))
-    pdftotext_pages = poppler_words(pdf_path)
-    if pdftotext_pages is None:
+        boxes = [_page_box(page) for page in pdf.pages]
+    if shutil.which("pdftotext") is None:
+        raise DocJobError("tool.missing")
+    read = _RangeRead(pdf_path, values, patterns, regions, boxes)
+    with read_in_parallel(read, ranges_for(len(boxes))) as answers:
+        parts = answers()
+    if any(part["pdftotext_unreadable"] for part in parts):
         leaks.append(Leak("pdftotext", None, "unreadable"))
-    for number, words in pdftotext_pages or ():
-        page_text = " ".join(word.text for word in words)
-        leaks += [Leak("pdftotext", number, kind) for kind in sorted(sensitive_kinds(page_text, patterns, values))]
-        if any(word.box.mostly_inside(region) for word in words for region in regions.get(number, ())):
-            leaks.append(Leak("pdftotext", number, "in_region"))
-    for number, text in _pypdf_pages(pdf_path):
-        if text is None:
-            leaks.append(Leak("pypdf", number, "unreadable"))
-        else:
-            leaks += [Leak("pypdf", number, kind) for kind in sorted(sensitive_kinds(text, patterns, values))]
+    for extractor in ("pdftotext", "pypdf"):
+        leaks += [Leak(extractor, int(number), str(kind)) for part in parts for number, kind in part[extractor]]
     return GateReport(leaks=list(dict.fromkeys(leaks)), extractors=EXTRACTORS)
+
+
+class _RangeRead:
+    """Both extractors' leaks on a range of pages (0-based indices; the leaks name 1-based pages)."""
+
+    def __init__(
+        self,
+        pdf_path: Path,
+        values: frozenset[str],
+        patterns: Sequence[NamedPattern],
+        regions: PageRegions,
+        boxes: list[tuple[Rect, int]],
+    ) -> None:
+        self.pdf_path, self.values, self.patterns, self.regions, self.boxes = pdf_path, values, patterns, regions, boxes
+
+    def __call__(self, pages: range) -> dict[str, Any]:
+        pdftotext: list[tuple[int, str]] = []
+        read = _pdftotext_pages(self.pdf_path, self.boxes, pages)
+        for number, page, box in read or ():
+            page_text = " ".join(word.text or "" for word in page.iter(f"{_XHTML}word"))
+            pdftotext += [(number, kind) for kind in sorted(sensitive_kinds(page_text, self.patterns, self.values))]
+            regions = self.regions.get(number, ())
+            if regions and any(word.box.mostly_inside(region) for word in _words(page, *box) for region in regions):
+                pdftotext.append((number, "in_region"))
+        pypdf: list[tuple[int, str]] = []
+        for number, text in _pypdf_pages(self.pdf_path, pages, to_the_end=pages.stop == len(self.boxes)):
+            if text is None:
+                pypdf.append((number, "unreadable"))
+            else:
+                pypdf += [(number, kind) for kind in sorted(sensitive_kinds(text, self.patterns, self.values))]
+        return {"pdftotext_unreadable": read is None, "pdftotext": pdftotext, "pypdf": pypdf}
 
 
 def _page_box(page: pikepdf.Page) -> tuple[Rect, int]:
@@ -97,9 +128,22 @@ def poppler_words(pdf_path: Path) -> list[tuple[int, list[Word]]] | None:
         boxes = [_page_box(page) for page in pdf.pages]
     if shutil.which("pdftotext") is None:
         raise DocJobError("tool.missing")
+    read = _pdftotext_pages(pdf_path, boxes, range(len(boxes)))
+    return None if read is None else [(number, _words(page, *box)) for number, page, box in read]
+
+
+def _pdftotext_pages(
+    pdf_path: Path, boxes: list[tuple[Rect, int]], pages: range
+) -> list[tuple[int, ElementTree.Element, tuple[Rect, int]]] | None:
+    """pdftotext's reading of the pages in `pages` (0-based indices into `boxes`, the pages' MediaBox and
+    /Rotate): each page's number, its XHTML element and its box; None when pdftotext cannot read the file. The
+    words' boxes are mapped (`_words`) only where they are looked at."""
+    if not pages:
+        return []
+    first, last = pages.start + 1, pages.stop
     try:
         result = subprocess.run(
-            ["pdftotext", "-q", "-bbox", "-enc", "UTF-8", str(pdf_path), "-"],
+            ["pdftotext", "-q", "-bbox", "-f", str(first), "-l", str(last), "-enc", "UTF-8", str(pdf_path), "-"],
             capture_output=True,
             timeout=PDFTOTEXT_TIMEOUT,
             check=False,
@@ -110,13 +154,14 @@ def poppler_words(pdf_path: Path) -> list[tuple[int, list[Word]]] | None:
         return None
     # pdftotext copies control characters a font maps glyphs to into its XHTML, which XML 1.0 forbids.
     root = ElementTree.fromstring(_XML_FORBIDDEN.sub("\ufffd".encode(), result.stdout))
-    pages = []
-    for number, (page, (box, rotation)) in enumerate(zip(root.iter(f"{_XHTML}page"), boxes, strict=False), 1):
-        words = [
-            Word(word.text or "", _to_user_space(_word_box(word), box, rotation)) for word in page.iter(f"{_XHTML}word")
-        ]
-        pages.append((number, words))
-    return pages
+    elements = zip(root.iter(f"{_XHTML}page"), boxes[first - 1 : last], strict=False)
+    return [(number, page, box) for number, (page, box) in enumerate(elements, first)]
+
+
+def _words(page: ElementTree.Element, box: Rect, rotation: int) -> list[Word]:
+    return [
+        Word(word.text or "", _to_user_space(_word_box(word), box, rotation)) for word in page.iter(f"{_XHTML}word")
+    ]
 
 
 def _word_box(word: ElementTree.Element) -> Rect:
@@ -140,14 +185,17 @@ def _to_user_space(word: Rect, mediabox: Rect, rotation: int) -> Rect:
     return Rect(min(xs), min(ys), max(xs), max(ys))
 
 
-def _pypdf_pages(pdf_path: Path) -> list[tuple[int, str | None]]:
-    """Each page's text as pypdf extracts it; None for a page it cannot read (which then counts as a leak:
-    what cannot be checked is not known to be clean)."""
+def _pypdf_pages(pdf_path: Path, pages: range, *, to_the_end: bool) -> list[tuple[int, str | None]]:
+    """The text of each page in `pages` (0-based) that pypdf counts, and with `to_the_end` of every page it
+    counts after them; None for a page it cannot read (which then counts as a leak: what cannot be checked is
+    not known to be clean)."""
     reader = PdfReader(pdf_path)
-    pages: list[tuple[int, str | None]] = []
-    for number, page in enumerate(reader.pages, 1):
+    stop = len(reader.pages) if to_the_end else min(pages.stop, len(reader.pages))
+    read: list[tuple[int, str | None]] = []
+    for index in range(pages.start, stop):
+        page = reader.pages[index]
         try:
-            pages.append((number, page.extract_text()))
+            read.append((index + 1, page.extract_text()))
         except Exception:  # noqa: BLE001 - any extractor failure is reported as an unreadable page
-            pages.append((number, None))
-    return pages
+            read.append((index + 1, None))
+    return read

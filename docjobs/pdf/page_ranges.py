@@ -1,0 +1,148 @@
+"""A long document's per-page reading, split into page ranges that forked processes read at once.
+
+A check that reads every page with a C library (PDFium) is bound by that library's time per page, one core at a
+time. Here each range gets a fork of the calling process, which is a document child already (single-threaded,
+its limits inherited: the address space, the process count, and a share of what is left of its CPU time), and
+sends back a small JSON answer. A fork that fails says how (a stable failure code, or only the exception's type),
+and one killed by a signal (SIGXCPU, SIGSEGV) takes the caller down the same way, so the child's supervisor
+judges it as it would have judged the caller reading the pages itself.
+
+Short documents, and a caller that runs threads (where a fork could inherit a lock another thread holds), read
+their one range in process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from docjobs.domain.errors import DocJobError
+
+MIN_PAGES_PER_RANGE = 64  # below this a fork (a few ms) costs more than the pages it takes off the caller
+MAX_RANGES = 8
+
+RangeWork = Callable[[range], dict[str, Any]]
+
+
+def split_pages(count: int, parts: int) -> list[range]:
+    """Pages 0..count-1 as at most `parts` contiguous, non-empty ranges whose sizes differ by one at most."""
+    parts = max(1, min(parts, count))
+    size, longer = divmod(count, parts)
+    ranges, start = [], 0
+    for part in range(parts):
+        end = start + size + (1 if part < longer else 0)
+        ranges.append(range(start, end))
+        start = end
+    return ranges
+
+
+def ranges_for(count: int) -> list[range]:
+    """How to split `count` pages here: one range per usable core, each of at least `MIN_PAGES_PER_RANGE` pages."""
+    if threading.active_count() > 1:
+        return split_pages(count, 1)
+    cores = len(os.sched_getaffinity(0))
+    return split_pages(count, min(cores, MAX_RANGES, count // MIN_PAGES_PER_RANGE))
+
+
+@contextmanager
+def read_in_parallel(work: RangeWork, ranges: list[range]) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """Start `work` on each range (forked when there are several) and yield the function that waits for their
+    answers, in range order. Leaving the block ends and reaps whatever is still running."""
+    if len(ranges) == 1:
+        yield lambda: [work(ranges[0])]
+        return
+    forks: list[_Fork] = []
+    try:
+        forks += (_Fork.start(work, pages, len(ranges)) for pages in ranges)
+        yield lambda: [fork.answer() for fork in forks]
+    finally:
+        for fork in forks:
+            fork.end()
+
+
+@dataclass
+class _Fork:
+    pid: int
+    reader: int
+    reaped: bool = False
+
+    @classmethod
+    def start(cls, work: RangeWork, pages: range, forks: int) -> _Fork:
+        reader, writer = os.pipe()
+        share = _cpu_share(forks)
+        pid = os.fork()
+        if pid == 0:  # the fork: never returns into the caller's stack
+            status = 1
+            try:
+                os.close(reader)
+                if share is not None:
+                    resource.setrlimit(resource.RLIMIT_CPU, share)
+                answer = _run(work, pages)
+                with os.fdopen(writer, "wb") as channel:
+                    channel.write(json.dumps(answer).encode())
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(writer)
+        return cls(pid, reader)
+
+    def answer(self) -> dict[str, Any]:
+        with os.fdopen(self.reader, "rb", closefd=False) as channel:
+            sent = channel.read()
+        _, status = os.waitpid(self.pid, 0)
+        self.reaped = True
+        if os.WIFSIGNALED(status):  # die as the fork died: the supervisor tells CPU exhaustion from a crash
+            os.kill(os.getpid(), os.WTERMSIG(status))
+            signal.pause()
+        return _answer(json.loads(sent) if sent else {"error": "NoAnswer"})
+
+    def end(self) -> None:
+        """Kill and reap the fork unless its answer was awaited (the caller failed first); close its pipe."""
+        if not self.reaped:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.reaped = True
+        os.close(self.reader)
+
+
+def _cpu_share(forks: int) -> tuple[int, int] | None:
+    """Each fork's CPU limit: an equal share of what the caller has left, so together they stay within it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    left = max(soft - (usage.ru_utime + usage.ru_stime), 1.0)
+    return math.ceil(left / forks), hard
+
+
+def _run(work: RangeWork, pages: range) -> dict[str, Any]:
+    try:
+        return {"answer": work(pages)}
+    except DocJobError as error:
+        return {"failure": error.code, "message": error.message}
+    except Exception as error:  # noqa: BLE001 - reported by type only: messages may quote the document
+        return {"error": type(error).__name__}
+
+
+def _answer(message: object) -> dict[str, Any]:
+    """A fork's answer, or what it failed with raised here (the fork is as untrusted as the caller: checked)."""
+    if not isinstance(message, dict):
+        raise RuntimeError("a page range reader answered out of protocol")
+    if "failure" in message:
+        raise DocJobError(str(message["failure"]), str(message.get("message") or ""))
+    if message.get("error") == "MemoryError":
+        raise MemoryError
+    if message.get("error") == "RecursionError":
+        raise RecursionError
+    answer = message.get("answer")
+    if not isinstance(answer, dict):
+        raise RuntimeError(f"a page range reader failed: {message.get('error', 'out of protocol')}")
+    return answer
