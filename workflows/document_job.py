@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from docjobs.domain.models import (
         BlobRef,
         CancelAnswer,
+        ChunkProgress,
         CleanupInput,
         Cost,
         CpuBudget,
@@ -63,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         NotifyInput,
         OcrInput,
         OcrMode,
+        OcrOutput,
         PublishInput,
         RedactInput,
         RenderInput,
@@ -73,15 +75,12 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         WatermarkMode,
     )
+    from docjobs.domain.ocr_chunks import PageRange
     from docjobs.domain.sealing import UNBOUND_FIELD, UNSEALED_ENCODING
     from docjobs.domain.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa
     from workflows import stages
-
-
-class StageOutput(Protocol):
-    attempt: int
-    cost: Cost
+    from workflows.ocr_chunks import OCR_CHUNKS_PATCH, StageOutput, ocr_in_chunks, page_ranges
 
 
 InputT = TypeVar("InputT", bound=StageInput)
@@ -463,7 +462,11 @@ class DocumentJobWorkflow:
                     ocr=policy.ocr,
                     watermark=policy.watermark if stamp_at is Stage.OCR else None,
                 )
-                ocred = await self._stage(stages.ocr, ocr, task_queue=request.ocr_task_queue)
+                ranges = page_ranges(policy.ocr, self._status.page_count)
+                if ranges is not None and workflow.patched(OCR_CHUNKS_PATCH):
+                    ocred = await self._ocr_in_chunks(ocr, ranges)
+                else:
+                    ocred = await self._stage(stages.ocr, ocr, task_queue=request.ocr_task_queue)
                 staged, text = ocred.staged, ocred.text
                 self._status.ocr_text_sha256 = text.sha256
                 self._status.pages_ocred = ocred.pages_ocred
@@ -563,16 +566,46 @@ class DocumentJobWorkflow:
         self._status.fidelity_checks = verified.fidelity_checks
         return staged
 
+    async def _ocr_in_chunks(self, ocr: OcrInput, ranges: list[PageRange]) -> OcrOutput:
+        """The OCR stage of a long document, in page ranges (workflows/ocr_chunks.py)."""
+        self._transition(JobState.PROCESSING, Stage.OCR)
+        progress = ChunkProgress(pages_total=self._status.page_count, chunks_total=len(ranges))
+        self._status.ocr_chunks = progress
+
+        async def run_part(
+            declaration: Callable[[InputT], OutputT], payload: InputT, *, pages: int, summary: str
+        ) -> OutputT:
+            queue = self._request.ocr_task_queue
+            return await self._run_activity(
+                declaration, payload, Stage.OCR, task_queue=queue, pages=pages, summary=summary
+            )
+
+        return await ocr_in_chunks(ocr, ranges, run_part, progress)
+
     async def _stage(
         self, declaration: Callable[[InputT], OutputT], payload: InputT, *, task_queue: str | None = None
     ) -> OutputT:
         stage = Stage(stages.activity_name(declaration))
         self._transition(JobState.PROCESSING, stage)
+        return await self._run_activity(declaration, payload, stage, task_queue=task_queue)
+
+    async def _run_activity(
+        self,
+        declaration: Callable[[InputT], OutputT],
+        payload: InputT,
+        stage: Stage,
+        *,
+        task_queue: str | None = None,
+        pages: int | None = None,
+        summary: str | None = None,
+    ) -> OutputT:
+        """One activity of `stage` (the whole stage, or a part of it for `pages` pages), its attempts and cost
+        recorded under the stage."""
         timing = self._request.timing
         # Until render has counted them (nothing parses a document at acceptance), the pages are as many as
         # the policy allows: the job's deadline still bounds the stage, and its child's CPU budget grows
         # with the real count.
-        pages = self._status.page_count or self._request.policy.max_pages
+        pages = pages or self._status.page_count or self._request.policy.max_pages
         per_page = timing.ocr_per_page_seconds if stage is Stage.OCR else timing.per_page_seconds
         shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
         cpu = CpuBudget(base_seconds=timing.base_seconds, per_page_seconds=per_page)
@@ -580,7 +613,7 @@ class DocumentJobWorkflow:
             result = await workflow.execute_activity(
                 declaration,
                 payload.model_copy(update={"shape": shape, "cpu": cpu}),
-                summary=stage_summary(stage, self._request.policy.watermark.mode, self._status.page_count),
+                summary=summary or stage_summary(stage, self._request.policy.watermark.mode, self._status.page_count),
                 task_queue=task_queue,
                 start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),
                 heartbeat_timeout=timedelta(seconds=timing.lease_seconds),
@@ -599,7 +632,7 @@ class DocumentJobWorkflow:
             if spent is not None:
                 self._status.cost = self._status.cost.adding(stage.value, spent)
             raise
-        self._status.attempts[stage.value] = result.attempt
+        self._status.attempts[stage.value] = max(result.attempt, self._status.attempts.get(stage.value, 0))
         self._status.cost = self._status.cost.adding(stage.value, result.cost)
         return result
 

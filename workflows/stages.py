@@ -35,6 +35,7 @@ from docjobs.domain.models import (
     VerifyInput,
     VerifyOutput,
 )
+from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput
 from docjobs.domain.states import Stage
 
 InputT = TypeVar("InputT")
@@ -71,6 +72,8 @@ publish = declare(Stage.PUBLISH, PublishInput, PublishOutput)
 evidence = declare("evidence", EvidenceInput, EvidenceOutput)
 cleanup = declare("cleanup", CleanupInput, int)
 notify = declare("notify", NotifyInput, str)
+ocr_chunk = declare("ocr_chunk", OcrChunkInput, OcrChunkOutput)  # a page range of a long document's OCR
+ocr_merge = declare("ocr_merge", OcrMergeInput, OcrMergeOutput)  # the OCR'd ranges back into the document
 
 DECLARATIONS: tuple[Callable[..., Any], ...] = (
     generate,
@@ -84,4 +87,6 @@ DECLARATIONS: tuple[Callable[..., Any], ...] = (
     evidence,
     cleanup,
     notify,
+    ocr_chunk,
+    ocr_merge,
 )

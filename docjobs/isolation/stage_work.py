@@ -34,6 +34,7 @@ from docjobs.domain.models import (
 from docjobs.generate.bundle import INDEX, unpack_bundle
 from docjobs.generate.templating import load_data, render_template
 from docjobs.generate.weasy import html_to_pdf
+from docjobs.isolation.chunk_work import OcrChunkWork, OcrMergeWork, ocr_chunk, ocr_merge
 from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
@@ -328,6 +329,8 @@ ENTRIES: dict[str, Entry[Any, Any]] = {
     "generate": Entry(GenerateWork, generate),
     "render": Entry(RenderWork, render),
     "ocr": Entry(OcrWork, ocr),
+    "ocr_chunk": Entry(OcrChunkWork, ocr_chunk),
+    "ocr_merge": Entry(OcrMergeWork, ocr_merge),
     "redact": Entry(RedactWork, redact),
     "sign": Entry(SignWork, sign),
     "verify": Entry(VerifyWork, verify),
