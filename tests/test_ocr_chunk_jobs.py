@@ -11,6 +11,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
@@ -121,6 +122,9 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     assert status.stage is Stage.OCR and status.ocr_chunks is not None
     assert (status.ocr_chunks.pages_done, status.ocr_chunks.pages_total) == (4, PAGES)
     assert status.progress == {"stage": "ocr", "pages_done": 4, "pages_total": PAGES}  # the held chunk: 0 pages
+    handle = jobs.client.get_workflow_handle(job_id)
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    assert metadata.current_details == f"OCR: 4 of {PAGES} pages"  # what the Web UI shows
     before = stored_chunks(env, job_id)
     assert sorted(before) == ["1-2", "3-4"]
     doomed.kill()  # holding chunk 5-6: its lease lapses, and another worker takes it over

@@ -67,6 +67,9 @@ async def ocr_in_chunks(
     limit = asyncio.Semaphore(request.ocr.max_parallel)
     finished: dict[int, OcrChunkOutput] = {}
 
+    def report() -> None:  # the Web UI's current details (no history event)
+        workflow.set_current_details(f"OCR: {progress.pages_done} of {progress.pages_total} pages")
+
     async def one(index: int, pages: PageRange) -> None:
         async with limit:
             chunk = OcrChunkInput(
@@ -75,7 +78,9 @@ async def ocr_in_chunks(
             finished[index] = await run(stages.ocr_chunk, chunk, pages=pages.pages, summary=f"ocr: pages {pages.name}")
         progress.pages_done += pages.pages
         progress.chunks_done += 1
-        workflow.set_current_details(f"OCR: {progress.pages_done} of {progress.pages_total} pages")
+        report()
+
+    report()
 
     tasks = [asyncio.create_task(one(index, pages)) for index, pages in enumerate(plan)]
     try:
