@@ -58,9 +58,10 @@ async def activity_events(client: Client, job_id: str, name: str) -> list[tuple[
     return found
 
 
-async def chunk_attempts(client: Client, job_id: str) -> dict[str, list[int]]:
+async def chunk_attempts(client: Client, job_id: str, failures: list[str] | None = None) -> dict[str, list[int]]:
     """Per chunk (`first-last`), the attempt of each of its recorded starts (one per completed chunk: Temporal
-    records the start of a retried activity once, with the attempt that ended it)."""
+    records the start of a retried activity once, with the attempt that ended it); `failures` gets the last
+    failure of each chunk that was retried."""
     history = await client.get_workflow_handle(job_id).fetch_history()
     scheduled = {
         event.event_id: payload["pages"] for event, payload in await activity_events(client, job_id, "ocr_chunk")
@@ -72,6 +73,8 @@ async def chunk_attempts(client: Client, job_id: str) -> dict[str, list[int]]:
             pages = scheduled.get(started.scheduled_event_id)
             if pages is not None:
                 attempts.setdefault(f"{pages['first']}-{pages['last']}", []).append(started.attempt)
+                if failures is not None and started.HasField("last_failure"):
+                    failures.append(f"{pages}: {started.last_failure.message}")
     return attempts
 
 
@@ -134,8 +137,9 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     assert status.state is JobState.SUCCEEDED, status
     assert status.pages_ocred == list(range(1, PAGES + 1))
     assert status.ocr_chunks is not None and status.ocr_chunks.chunks_done == 3
-    attempts = await chunk_attempts(jobs.client, job_id)
-    assert attempts["1-2"] == [1] and attempts["3-4"] == [1]  # finished chunks never ran again
+    failures: list[str] = []
+    attempts = await chunk_attempts(jobs.client, job_id, failures)
+    assert attempts["1-2"] == [1] and attempts["3-4"] == [1], failures  # finished chunks never ran again
     assert len(attempts["5-6"]) == 1 and attempts["5-6"][0] >= 2  # the held one ran again, on the second worker
     ((_, merge),) = await activity_events(jobs.client, job_id, "ocr_merge")
     merged = {f"{part['pages']['first']}-{part['pages']['last']}": part["chunk"]["sha256"] for part in merge["chunks"]}

@@ -25,6 +25,8 @@ with workflow.unsafe.imports_passed_through():
     from docjobs.domain.ocr_chunks import OcrChunk, OcrChunkInput, OcrChunkOutput, OcrMergeInput, PageRange, chunk_plan
     from workflows import stages
 
+# The activities that make up the OCR stage of a long document: their attempts count as the stage's.
+OCR_PARTS = frozenset({stages.activity_name(stages.ocr_chunk), stages.activity_name(stages.ocr_merge)})
 # Asked only for a document longer than one chunk: a run recorded before chunks existed replays its one `ocr`.
 OCR_CHUNKS_PATCH = "ocr-in-page-ranges"
 

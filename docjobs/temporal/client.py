@@ -69,6 +69,7 @@ from docjobs.temporal.visibility import closed_outside, status_from_visibility
 from workflows import search_attributes as sa
 from workflows import stages
 from workflows.document_job import DocumentJobWorkflow
+from workflows.ocr_chunks import OCR_PARTS
 
 if TYPE_CHECKING:
     from docjobs.signing.evidence import EvidenceCheck
@@ -417,11 +418,12 @@ class JobClient:
         chunk_pages = 0
         for pending in raw.pending_activities:
             name = pending.activity_type.name
-            if name not in STAGE_NAMES and name != stages.activity_name(stages.ocr_chunk):
+            if name not in STAGE_NAMES and name not in OCR_PARTS:
                 continue  # wrap-up steps (evidence, clean-up, notify) are not stages
             details = await self._heartbeat(pending)
-            if name not in STAGE_NAMES:
-                chunk_pages += int(details.get("pages_done") or 0)
+            if name in OCR_PARTS:
+                if name == stages.activity_name(stages.ocr_chunk):
+                    chunk_pages += int(details.get("pages_done") or 0)
                 continue
             status.attempts[name] = pending.attempt
             if details:
