@@ -63,10 +63,14 @@ class StoreStages:
     def _put_staged(self, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
         """Store an attempt's output under its own staging key in the run's folder (promoted only by `publish`).
 
-        What a document child left is not trusted: it is copied out first (`copy_left_file`: no symlink, a
-        regular file only) to a folder no child can reach, and that copy is stored."""
+        What a document child left is not trusted: see `_put_left`."""
+        return self._put_left(staging_key(marked_run(self._store), stage, attempt, suffix), path)
+
+    def _put_left(self, key: str, path: Path) -> BlobRef:
+        """Store what a document child left at `path` under `key`. It is not trusted: it is copied out first
+        (`copy_left_file`: no symlink, a regular file only) to a folder no child can reach, and that copy is stored."""
         self._workdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self._workdir, prefix="staged-") as private:
             copy = Path(private) / "output"
             copy_left_file(path, copy)
-            return self._store.put_file(staging_key(marked_run(self._store), stage, attempt, suffix), copy)
+            return self._store.put_file(key, copy)

@@ -38,6 +38,7 @@ from activities.generate import GenerateActivities
 from activities.metrics import LeaseExpiries
 from activities.notify import NotifyActivities
 from activities.ocr import OcrActivities
+from activities.ocr_chunks import OcrChunkActivities
 from activities.publish import PublishActivities
 from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
@@ -116,7 +117,8 @@ def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> 
             notify.notify,
         ]
     if "ocr" in pools:
-        served["ocr"] = [OcrActivities(store, workdir, pools["ocr"]).ocr]
+        chunks = OcrChunkActivities(store, workdir, pools["ocr"])
+        served["ocr"] = [OcrActivities(store, workdir, pools["ocr"]).ocr, chunks.ocr_chunk, chunks.ocr_merge]
     return served
 
 

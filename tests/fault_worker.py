@@ -14,6 +14,8 @@
 `hold-render`: `render` holds, renewing its lease, until the test releases the job (`Hold`, in the folder
 `DOCJOBS_HOLD_DIR`), then renders for real: the stand-in for a document slow enough to interfere with.
 Before it holds, it leaves its attempt's span (still open) in the folder: what a killed worker never exports.
+`hold-ocr-chunk`: the `ocr_chunk` of the pages from `DOCJOBS_HOLD_CHUNK` (a first page) holds the same way, its
+event files named `chunk-<first>.<event>`: a long OCR stage stopped half-way for as long as the test needs.
 
 `DOCJOBS_SPAN_FILE`: every span this worker ends is written there at once, one JSON object a line (a killed
 worker's batch exporter would lose them).
@@ -44,10 +46,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.declared import implements
 from activities.lease import Lease
+from activities.ocr_chunks import OcrChunkActivities
 from activities.render import RenderActivities
 from docjobs import worker
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import BlobRef, RenderInput, RenderOutput
+from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput
 from docjobs.isolation.sandbox import ChildPool
 from docjobs.temporal.tracing import configure_tracing
 
@@ -77,24 +81,37 @@ class Hold:
             time.sleep(0.05)
 
 
+def hold_until_released(hold: Hold, stage: str, name: str = "") -> None:
+    """Hold the running activity, renewing its lease, until the test releases it (or it is canceled)."""
+    with Lease(stage):
+        span = trace.get_current_span()  # the SDK's RunActivity span, with docjobs' attributes
+        if isinstance(span, ReadableSpan):
+            hold.path(f"{name}span").write_text(span.to_json(indent=None))
+        hold.mark(f"{name}held")
+        try:
+            while not hold.has(f"{name}released"):
+                if activity.is_cancelled():
+                    raise CancelledError(f"the held {stage} was canceled")
+                time.sleep(0.05)
+        except CancelledError:  # raised here, or by the SDK into this thread
+            hold.mark(f"{name}canceled")
+            raise
+
+
 class HeldRender(RenderActivities):
     @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
-        hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id)
-        with Lease("render"):
-            span = trace.get_current_span()  # the SDK's RunActivity span, with docjobs' attributes
-            if isinstance(span, ReadableSpan):
-                hold.path("span").write_text(span.to_json(indent=None))
-            hold.mark("held")
-            try:
-                while not hold.has("released"):
-                    if activity.is_cancelled():
-                        raise CancelledError("the held render was canceled")
-                    time.sleep(0.05)
-            except CancelledError:  # raised here, or by the SDK into this thread
-                hold.mark("canceled")
-                raise
+        hold_until_released(Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id), "render")
         return super().render(request)
+
+
+class HeldOcrChunk(OcrChunkActivities):
+    @implements(specs.OCR_CHUNK)
+    def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
+        if request.pages.first == int(os.environ["DOCJOBS_HOLD_CHUNK"]):
+            hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id)
+            hold_until_released(hold, "ocr_chunk", f"chunk-{request.pages.first}.")
+        return super().ocr_chunk(request)
 
 
 class FlakyRender(RenderActivities):
@@ -137,6 +154,8 @@ if __name__ == "__main__":
     renders = {"drop-last-page": PageDroppingRender, "hold-render": HeldRender, "flaky-render": FlakyRender}
     if fault in renders:
         setattr(worker, "RenderActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
+    elif fault == "hold-ocr-chunk":
+        setattr(worker, "OcrChunkActivities", HeldOcrChunk)  # noqa: B010
     elif fault in ("box-only-redaction", "keep-active-content", "spy-sign", "forge-byte-range", "compromised-child"):
         entries = f"tests.faults.{fault.replace('-', '_')}"
         setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010

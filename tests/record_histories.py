@@ -7,7 +7,8 @@ Re-record when a workflow change ships as a new build (docs/operations.md, Shipp
 histories are then the ones jobs on the new build write. Each covers one path: `succeeded` (a 1-page job with
 the public input: resolve, the release gates, publish, the wrap-up), `release-succeeded` (a pinned policy in
 the internal request, 2 pages), `failed` (an unreadable input), `canceled-deadline` (a render held until the
-job's deadline cancels it) and `ocr-succeeded` (a scan through the OCR queue).
+job's deadline cancels it), `ocr-succeeded` (a scan through the OCR queue) and `ocr-chunks-succeeded` (a 3-page scan
+OCR'd in ranges of one page: the chunks and the merge).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ async def record(env: Env, samples: Path) -> list[Recorded]:
     jobs = JobClient(client, settings)
     held = JobClient(client, env.settings(DOCJOBS_TASK_QUEUE=HELD_QUEUE))
     policies = PolicyBook.load(settings.policy_file)
+    scan = policies.get("scan")
+    by_page = scan.model_copy(update={"ocr": scan.ocr.model_copy(update={"chunk_pages": 1})})
     submitted = {
         "succeeded": await jobs.submit(samples / "one-page.pdf", "standard", key="succeeded"),
         "release-succeeded": await jobs.submit(samples / "two-pages.pdf", policies.get("standard"), key="release"),
@@ -78,6 +81,7 @@ async def record(env: Env, samples: Path) -> list[Recorded]:
             samples / "one-page.pdf", "standard", key="canceled-deadline", deadline_seconds=DEADLINE_SECONDS
         ),
         "ocr-succeeded": await jobs.submit(samples / "scan.pdf", "scan", key="ocr-succeeded"),
+        "ocr-chunks-succeeded": await jobs.submit(samples / "long-scan.pdf", by_page, key="ocr-chunks-succeeded"),
     }
     recorded = []
     for name, job in submitted.items():
@@ -95,6 +99,7 @@ def main(argv: list[str]) -> int:
         make_sample_pdf(samples / "two-pages.pdf", pages=2, marker="recorded history")
         make_garbage(samples / "garbage.bin", size=4096)
         make_scan_pdf(samples / "scan.pdf", [list(KNOWN_WORDS[:12])], ["upright"])
+        make_scan_pdf(samples / "long-scan.pdf", [list(KNOWN_WORDS[12 * n : 12 * n + 12]) for n in range(3)], dpi=150)
         env = Env(
             {
                 "DOCJOBS_DATA_DIR": str(folder / "data"),

@@ -40,6 +40,8 @@ RECORDED_NAMES = {
     "evidence",
     "cleanup",
     "notify",
+    "ocr_chunk",
+    "ocr_merge",
 }
 
 
@@ -69,7 +71,8 @@ def test_every_declaration_has_exactly_one_implementation_of_its_types(
         assert types_of(matching[0]) == types_of(declaration), name
     assert {activity_name(function) for function in implementations} == {activity_name(d) for d in DECLARATIONS}
     assert {activity_name(declaration) for declaration in DECLARATIONS} == RECORDED_NAMES
-    assert [activity_name(function) for function in registered["ocr"]] == ["ocr"]  # OCR has its own queue
+    # OCR has its own queue, with the parts of a long document's OCR (workflows/ocr_chunks.py)
+    assert [activity_name(function) for function in registered["ocr"]] == ["ocr", "ocr_chunk", "ocr_merge"]
 
 
 def test_every_stage_is_declared() -> None:
@@ -100,15 +103,17 @@ def test_the_workflow_calls_activities_only_by_declaration() -> None:
 WIRE = {
     "generate": ("9fdb50986a6797d9", "a9d31aa13fe73412"),
     "render": ("faefd526bf335531", "749ad98bae540878"),
-    "ocr": ("f78151bb9514365a", "8f2d9486220d9f6a"),
+    # Additions since, each with a default (OCR in page ranges): the OCR policy's `chunk_pages` and `max_parallel`
+    # (in `ocr`'s input and the batch's pinned policy) and the status's `ocr_chunks` (in `evidence`'s input).
+    "ocr": ("cf43955ce826c1ac", "8f2d9486220d9f6a"),
     "redact": ("db1f96fc5b24d8c0", "3f34f72a6d8d3e69"),
     "sign": ("d292b8c64ec4c00f", "92dfd00402ce8dd4"),
     "verify": ("b581b80482d95e16", "be9fa5725e5708e0"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
-    "evidence": ("8bd0ceb54e7a1aa0", "363da2c0aac418fe"),
+    "evidence": ("0728cac729e061b2", "363da2c0aac418fe"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
-    "start_batch_documents": ("611fdcf4f42b81ee", "5603494387f42eb6"),
+    "start_batch_documents": ("7970772a69608d25", "5603494387f42eb6"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),
@@ -151,6 +156,8 @@ def test_each_declaration_is_its_spec() -> None:
 
 
 def test_a_stage_copies_only_fields_its_output_and_the_status_both_have() -> None:
+    for part in specs.STAGE_PARTS:  # a part of a stage: the workflow fills in the status from the whole
+        assert part.name != part.stage.value and not part.status, part.name
     for spec in specs.STAGES:
         assert spec.name == spec.stage.value
         for status_field, output_field in spec.status.items():
@@ -159,10 +166,13 @@ def test_a_stage_copies_only_fields_its_output_and_the_status_both_have() -> Non
 
 
 def test_each_stage_child_entry_runs_under_its_stage_name() -> None:
+    served = {spec.name: spec for spec in (*specs.STAGES, *specs.STAGE_PARTS)}
     for name, entry in ENTRIES.items():
-        assert entry.name == name and name in {spec.name for spec in specs.STAGES}
-        output = specs.STAGES[[spec.name for spec in specs.STAGES].index(name)].output
-        if name != "sign":  # what the sign child reports stays in the worker, which signs (activities/release.py)
+        assert entry.name == name and name in served
+        output = served[name].output
+        # What the sign child reports stays in the worker, which signs (activities/release.py); the merge child's
+        # page count is a claim the release gates check again on the whole document (fidelity: the page count).
+        if name not in ("sign", "ocr_merge"):
             assert set(entry.done_type.model_fields) <= set(output.model_fields), name
 
 

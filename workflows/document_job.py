@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
@@ -37,6 +37,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from docjobs.domain import stage_specs as specs
     from docjobs.domain.contract import (
         CALLER_WAIT_ENDED_SIGNAL,
         CANCEL_SIGNAL,
@@ -50,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from docjobs.domain.models import (
         BlobRef,
         CancelAnswer,
+        ChunkProgress,
         CleanupInput,
         Cost,
         CpuBudget,
@@ -63,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         NotifyInput,
         OcrInput,
         OcrMode,
+        OcrOutput,
         PublishInput,
         RedactInput,
         RenderInput,
@@ -73,16 +76,13 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
         WatermarkMode,
     )
+    from docjobs.domain.ocr_chunks import PageRange
     from docjobs.domain.sealing import UNBOUND_FIELD, UNSEALED_ENCODING
     from docjobs.domain.stage_specs import StageQueue, StageSpec, spec_of
     from docjobs.domain.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa
     from workflows import stages
-
-
-class StageOutput(Protocol):
-    attempt: int
-    cost: Cost
+    from workflows.ocr_chunks import OCR_CHUNKS_PATCH, StageOutput, ocr_in_chunks, page_ranges
 
 
 InputT = TypeVar("InputT", bound=StageInput)
@@ -457,7 +457,11 @@ class DocumentJobWorkflow:
                     ocr=policy.ocr,
                     watermark=policy.watermark if stamp_at is Stage.OCR else None,
                 )
-                ocred = await self._stage(stages.ocr, ocr)
+                ranges = page_ranges(policy.ocr, self._status.page_count)
+                if ranges is not None and workflow.patched(OCR_CHUNKS_PATCH):
+                    ocred = await self._ocr_in_chunks(ocr, ranges)
+                else:
+                    ocred = await self._stage(stages.ocr, ocr)
                 staged, text = ocred.staged, ocred.text
                 self._status.ocr_text_sha256 = text.sha256
             if redact_on:
@@ -551,18 +555,54 @@ class DocumentJobWorkflow:
         await self._stage(stages.verify, verify)
         return staged
 
+    async def _ocr_in_chunks(self, ocr: OcrInput, ranges: list[PageRange]) -> OcrOutput:
+        """The OCR stage of a long document, in page ranges (workflows/ocr_chunks.py): its status fields filled in
+        from the merged result, as the one `ocr` activity's are."""
+        self._transition(JobState.PROCESSING, Stage.OCR)
+        progress = ChunkProgress(pages_total=self._status.page_count, chunks_total=len(ranges))
+        self._status.ocr_chunks = progress
+
+        async def run_part(
+            declaration: Callable[[InputT], OutputT], payload: InputT, *, pages: int, summary: str
+        ) -> OutputT:
+            return await self._run_activity(declaration, payload, pages=pages, summary=summary)
+
+        ocred = await ocr_in_chunks(ocr, ranges, run_part, progress)
+        self._copy_status(specs.OCR, ocred)
+        return ocred
+
     async def _stage(self, declaration: Callable[[InputT], OutputT], payload: InputT) -> OutputT:
         """Run a stage as its spec says (docjobs/domain/stage_specs.py): its queue, its timeout and CPU budget, and the
         job status's fields its output fills in."""
         spec = spec_of(declaration)
         assert isinstance(spec, StageSpec), f"{spec.name} is not a stage"
+        self._transition(JobState.PROCESSING, spec.stage)
+        result = await self._run_activity(declaration, payload)
+        self._copy_status(spec, result)
+        return result
+
+    def _copy_status(self, spec: StageSpec[Any, Any], result: object) -> None:
+        for status_field, output_field in spec.status.items():
+            setattr(self._status, status_field, getattr(result, output_field))
+
+    async def _run_activity(
+        self,
+        declaration: Callable[[InputT], OutputT],
+        payload: InputT,
+        *,
+        pages: int | None = None,
+        summary: str | None = None,
+    ) -> OutputT:
+        """One activity of a stage as its spec says (the whole stage, or a part of it for `pages` pages): its
+        queue and timeout, its attempts and cost recorded under the stage."""
+        spec = spec_of(declaration)
+        assert isinstance(spec, StageSpec), f"{spec.name} is not a stage"
         stage = spec.stage
-        self._transition(JobState.PROCESSING, stage)
         timing = self._request.timing
         # Until render has counted them (nothing parses a document at acceptance), the pages are as many as
         # the policy allows: the job's deadline still bounds the stage, and its child's CPU budget grows
         # with the real count.
-        pages = self._status.page_count or self._request.policy.max_pages
+        pages = pages or self._status.page_count or self._request.policy.max_pages
         per_page = spec.per_page(timing)
         task_queue = self._request.ocr_task_queue if spec.queue is StageQueue.OCR else None
         shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
@@ -571,7 +611,7 @@ class DocumentJobWorkflow:
             result = await workflow.execute_activity(
                 declaration,
                 payload.model_copy(update={"shape": shape, "cpu": cpu}),
-                summary=stage_summary(stage, self._request.policy.watermark.mode, self._status.page_count),
+                summary=summary or stage_summary(stage, self._request.policy.watermark.mode, self._status.page_count),
                 task_queue=task_queue,
                 start_to_close_timeout=timedelta(seconds=timing.base_seconds + per_page * pages),
                 heartbeat_timeout=timedelta(seconds=timing.lease_seconds),
@@ -590,10 +630,8 @@ class DocumentJobWorkflow:
             if spent is not None:
                 self._status.cost = self._status.cost.adding(stage.value, spent)
             raise
-        self._status.attempts[stage.value] = result.attempt
+        self._status.attempts[stage.value] = max(result.attempt, self._status.attempts.get(stage.value, 0))
         self._status.cost = self._status.cost.adding(stage.value, result.cost)
-        for status_field, output_field in spec.status.items():
-            setattr(self._status, status_field, getattr(result, output_field))
         return result
 
     def _transition(self, state: JobState, stage: Stage | None = None) -> None:

@@ -48,6 +48,8 @@ publish = declare(specs.PUBLISH)
 evidence = declare(specs.EVIDENCE)
 cleanup = declare(specs.CLEANUP)
 notify = declare(specs.NOTIFY)
+ocr_chunk = declare(specs.OCR_CHUNK)  # a page range of a long document's OCR
+ocr_merge = declare(specs.OCR_MERGE)  # the OCR'd ranges back into the document
 
 DECLARATIONS: tuple[Callable[..., Any], ...] = (
     generate,
@@ -61,6 +63,8 @@ DECLARATIONS: tuple[Callable[..., Any], ...] = (
     evidence,
     cleanup,
     notify,
+    ocr_chunk,
+    ocr_merge,
 )
 
 # The batch workflow's steps.

@@ -72,6 +72,9 @@ class OcrPolicy(Frozen):
     output_type: OcrOutputType = OcrOutputType.PDF
     tesseract_timeout: float = Field(default=180.0, gt=0)  # per page, seconds
     unreadable: OcrUnreadable = OcrUnreadable.FAIL
+    # A longer document is OCR'd in page ranges of this many pages, each an activity of its own (docs/ocr.md).
+    chunk_pages: int = Field(default=16, ge=1)
+    max_parallel: int = Field(default=4, ge=1)  # chunks of one job OCR'd at once
 
 
 class DeskewedPage(Frozen):
@@ -631,6 +634,15 @@ class NotifyInput(Frozen):
     callback: str | None = None  # where to send it, instead of the tenant's callback (not part of the body)
 
 
+class ChunkProgress(BaseModel):
+    """A stage run in page ranges (OCR of a long document): the pages and chunks finished so far."""
+
+    pages_done: int = 0
+    pages_total: int = 0
+    chunks_done: int = 0
+    chunks_total: int = 0
+
+
 class TransitionRecord(Frozen):
     state: JobState
     stage: Stage | None = None
@@ -659,6 +671,7 @@ class JobStatus(BaseModel):
     pages_ocred: list[int] = Field(default_factory=list)
     pages_deskewed: list[DeskewedPage] = Field(default_factory=list)  # skew found and turn applied, per page
     pages_unreadable: list[int] = Field(default_factory=list)  # OCR read nothing: released image-only
+    ocr_chunks: ChunkProgress | None = None  # set when OCR runs in page ranges: the finished ones
     redaction: RedactionSummary | None = None  # counts per pattern per page and fallback pages, never values
     signature: dict[str, str | bool | int | None] | None = None  # pyHanko's verdict on the released file
     invalidated_signatures: int = 0  # the input's own signatures, voided by processing (when allowed)

@@ -40,6 +40,7 @@ from docjobs.domain.models import (
     VerifyInput,
     VerifyOutput,
 )
+from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput
 from docjobs.domain.states import Stage
 
 InputT = TypeVar("InputT")
@@ -131,13 +132,22 @@ OCR = stage_spec(
 REDACT = stage_spec(Stage.REDACT, RedactInput, RedactOutput, status={"redaction": "summary"})
 SIGN = stage_spec(Stage.SIGN, SignInput, SignOutput)
 VERIFY = stage_spec(Stage.VERIFY, VerifyInput, VerifyOutput, status=("signature", "fidelity_checks"))
+# A long document's OCR in page ranges (workflows/ocr_chunks.py): parts of the `ocr` stage, on its queue, timed
+# by the pages of their part; the merged result fills in the status as `OCR`'s does.
+OCR_CHUNK = StageSpec[OcrChunkInput, OcrChunkOutput](
+    "ocr_chunk", OcrChunkInput, OcrChunkOutput, stage=Stage.OCR, queue=StageQueue.OCR, per_page=ocr_per_page_seconds
+)
+OCR_MERGE = StageSpec[OcrMergeInput, OcrMergeOutput](
+    "ocr_merge", OcrMergeInput, OcrMergeOutput, stage=Stage.OCR, queue=StageQueue.OCR, per_page=ocr_per_page_seconds
+)
 PUBLISH = stage_spec(Stage.PUBLISH, PublishInput, PublishOutput)
 EVIDENCE = ActivitySpec[EvidenceInput, EvidenceOutput]("evidence", EvidenceInput, EvidenceOutput)
 CLEANUP = ActivitySpec[CleanupInput, int]("cleanup", CleanupInput, int)
 NOTIFY = ActivitySpec[NotifyInput, str]("notify", NotifyInput, str)
 
 STAGES: tuple[StageSpec[Any, Any], ...] = (GENERATE, RENDER, OCR, REDACT, SIGN, VERIFY, PUBLISH)
-JOB_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (RESOLVE, *STAGES, EVIDENCE, CLEANUP, NOTIFY)
+STAGE_PARTS: tuple[StageSpec[Any, Any], ...] = (OCR_CHUNK, OCR_MERGE)  # each runs a part of its stage
+JOB_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (RESOLVE, *STAGES, *STAGE_PARTS, EVIDENCE, CLEANUP, NOTIFY)
 
 # The batch workflow's steps (docjobs/batching.py): run on the batch queue, never on a document.
 START_DOCUMENTS = ActivitySpec[StartDocuments, list[RunningJob]](

@@ -408,16 +408,40 @@ class _Zygote:
 
     def _kill_strays(self) -> None:
         """Inside the sandbox (its own PID namespace: /proc shows only its processes) nothing may outlive the task
-        that started it: whatever is not the namespace's init, this zygote or in a live fork's group (a daemon
-        that left its group with `setsid`) is killed."""
+        that started it: whatever is not the namespace's init, this zygote, in a live fork's group or descended
+        from a live fork is killed: a daemon that left its group with `setsid` and its fork's family (reparented
+        when the fork ended). A live fork's own tools may have a session of their own (OCRmyPDF does, to be killed
+        as a whole): they stay, or one tenant's task ending would kill another task's OCR beside it."""
         keep = {1, self.pid}
-        groups = {fork.pid for fork in self.forks.values()}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) in keep:
+        live = {fork.pid for fork in self.forks.values()}
+        parents = {int(entry): _parent_pid(int(entry)) for entry in os.listdir("/proc") if entry.isdigit()}
+        for pid in parents:
+            if pid in keep or _descends_from(pid, live, parents):
                 continue
             with contextlib.suppress(OSError):
-                if os.getpgid(int(entry)) not in groups:
-                    os.kill(int(entry), signal.SIGKILL)
+                if os.getpgid(pid) not in live:
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _parent_pid(pid: int) -> int:
+    """The parent of `pid` (0 when it is gone or unreadable)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return 0
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after the command name, which may hold spaces and parentheses
+    return int(fields[1]) if len(fields) > 1 else 0
+
+
+def _descends_from(pid: int, ancestors: set[int], parents: dict[int, int]) -> bool:
+    """Whether one of `ancestors` is `pid`'s parent, its parent's parent, and so on."""
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        pid = parents.get(pid, 0)
+        if pid in ancestors:
+            return True
+    return False
 
 
 def main() -> None:

@@ -38,6 +38,7 @@ from docjobs.domain.models import (
 from docjobs.generate.bundle import INDEX, unpack_bundle
 from docjobs.generate.templating import load_data, render_template
 from docjobs.generate.weasy import html_to_pdf
+from docjobs.isolation.chunk_work import OcrChunkDone, OcrChunkWork, OcrMergeDone, OcrMergeWork, ocr_chunk, ocr_merge
 from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
@@ -302,7 +303,11 @@ OCR = Entry(specs.OCR.name, OcrWork, OcrDone, ocr)
 REDACT = Entry(specs.REDACT.name, RedactWork, RedactDone, redact)
 SIGN = Entry(specs.SIGN.name, SignWork, SignDone, sign)
 VERIFY = Entry(specs.VERIFY.name, VerifyWork, VerifyDone, verify)
-ENTRIES: dict[str, Entry[Any, Any]] = {entry.name: entry for entry in (GENERATE, RENDER, OCR, REDACT, SIGN, VERIFY)}
+OCR_CHUNK = Entry(specs.OCR_CHUNK.name, OcrChunkWork, OcrChunkDone, ocr_chunk)
+OCR_MERGE = Entry(specs.OCR_MERGE.name, OcrMergeWork, OcrMergeDone, ocr_merge)
+ENTRIES: dict[str, Entry[Any, Any]] = {
+    entry.name: entry for entry in (GENERATE, RENDER, OCR, OCR_CHUNK, OCR_MERGE, REDACT, SIGN, VERIFY)
+}
 # Modules the stages import only on first use: the zygote imports them too, so no child pays for them per task.
 PRELOAD = (
     "cryptography.hazmat.backends.openssl",

@@ -171,6 +171,7 @@ def run_ocr(
     jobs: int | None = None,
     tag: str | None = None,
     input_validated: bool = False,
+    page_offset: int = 0,
 ) -> OcrResult:
     """OCR the PDF `src` into `dst` as `policy` says. `dst` is written only on success.
 
@@ -180,6 +181,8 @@ def run_ocr(
     OcrCanceled is raised. `jobs` is OCRmyPDF's page parallelism (default: the CPU count). `tag` is
     put in the OCR processes' environment as DOCJOBS_OCR_TAG (default: a random value).
     `input_validated`: `src` already passed the full stream check (see `open_checked`) earlier in the job.
+    `page_offset`: `src` is a chunk of a longer document starting after this many pages; failure messages name
+    the pages by their number in that document (the result numbers them in `src`).
     The output gets a structural check here (it opens, same page count); its streams are decoded by the
     release gate that re-reads the final document anyway.
 
@@ -246,7 +249,8 @@ def run_ocr(
                 empty.append(number)
         if report.timeouts:
             pages = "pages" if len(report.timeouts) > 1 else "page"
-            raise DocJobError("ocr.page_timeout", f"no text after OCR on {pages} {_page_list(sorted(report.timeouts))}")
+            numbers = _page_list(sorted(report.timeouts), page_offset)
+            raise DocJobError("ocr.page_timeout", f"no text after OCR on {pages} {numbers}")
         deskewed = dict(report.deskewed)
         unreadable: list[int] = []
         if empty:
@@ -259,7 +263,8 @@ def run_ocr(
                 after = page_texts(pdftotext, output, total, "ocr.invalid_output")
         if unreadable and policy.unreadable is OcrUnreadable.FAIL:
             pages = "pages" if len(unreadable) > 1 else "page"
-            raise DocJobError("ocr.page_unreadable", f"no text could be read on {pages} {_page_list(unreadable)}")
+            numbers = _page_list(unreadable, page_offset)
+            raise DocJobError("ocr.page_unreadable", f"no text could be read on {pages} {numbers}")
         shutil.move(output, dst)
         if on_page is not None and report.pages_done < total:
             on_page(total, total)  # pages OCRmyPDF did not report (it has no per-page bar for them)
@@ -560,7 +565,7 @@ def _check_output(output: Path, pages: int) -> None:
         raise DocJobError("ocr.invalid_output", f"the OCR output has {count} pages instead of {pages}")
 
 
-def _page_list(numbers: Sequence[int]) -> str:
-    shown = ", ".join(str(n) for n in numbers[:_PAGE_LIST_MAX])
+def _page_list(numbers: Sequence[int], offset: int = 0) -> str:
+    shown = ", ".join(str(n + offset) for n in numbers[:_PAGE_LIST_MAX])
     more = len(numbers) - _PAGE_LIST_MAX
     return f"{shown} and {more} more" if more > 0 else shown

@@ -243,6 +243,17 @@ def staging_key(run: RunScope, stage: str, attempt: int, suffix: str = ".pdf") -
     return f"{staging_prefix(run)}/{stage}-a{attempt}-{uuid.uuid4().hex[:12]}{suffix}"
 
 
+def ocr_chunks_prefix(run: RunScope) -> str:
+    """Where OCR run in page ranges keeps its chunks (deleted with the staged attempts)."""
+    return f"{run.prefix}/ocr"
+
+
+def ocr_chunk_key(run: RunScope, first: int, last: int) -> str:
+    """The OCR'd pages `first` to `last` of a long document: one blob per chunk and run (a retry of the chunk
+    writes it again; the digest its activity reports is the one the merge accepts)."""
+    return f"{ocr_chunks_prefix(run)}/{first}-{last}.pdf"
+
+
 def artifact_key(run: RunScope) -> str:
     return f"{run.prefix}/artifact.pdf"
 

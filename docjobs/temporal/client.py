@@ -67,7 +67,9 @@ from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import TRACE_ID_MEMO, client_interceptors, configure_tracing, current_trace_id
 from docjobs.temporal.visibility import closed_outside, status_from_visibility
 from workflows import search_attributes as sa
+from workflows import stages
 from workflows.document_job import DocumentJobWorkflow
+from workflows.ocr_chunks import OCR_PARTS
 
 if TYPE_CHECKING:
     from docjobs.signing.evidence import EvidenceCheck
@@ -411,17 +413,34 @@ class JobClient:
                 raise
 
     async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
-        """Attempt numbers and page progress of the stages running right now (from pending activities)."""
+        """Attempt numbers and page progress of the stages running right now (from pending activities); for OCR in
+        page ranges, the pages of the finished chunks (the workflow counts them) and those of the running ones."""
+        chunk_pages = 0
         for pending in raw.pending_activities:
-            if pending.activity_type.name not in STAGE_NAMES:
+            name = pending.activity_type.name
+            if name not in STAGE_NAMES and name not in OCR_PARTS:
                 continue  # wrap-up steps (evidence, clean-up, notify) are not stages
-            status.attempts[pending.activity_type.name] = pending.attempt
-            if pending.heartbeat_details.payloads:
-                details = await self.client.data_converter.decode(pending.heartbeat_details.payloads)
-                if details and isinstance(details[0], dict):
-                    status.progress = {
-                        key: value for key, value in details[0].items() if key in ("stage", "pages_done", "pages_total")
-                    }
+            details = await self._heartbeat(pending)
+            if name in OCR_PARTS:
+                if name == stages.activity_name(stages.ocr_chunk):
+                    chunk_pages += int(details.get("pages_done") or 0)
+                continue
+            status.attempts[name] = pending.attempt
+            if details:
+                status.progress = {
+                    key: value for key, value in details.items() if key in ("stage", "pages_done", "pages_total")
+                }
+        chunks = status.ocr_chunks
+        if chunks is not None and status.stage is Stage.OCR and chunks.chunks_done < chunks.chunks_total:
+            done = min(chunks.pages_done + chunk_pages, chunks.pages_total)
+            status.progress = {"stage": Stage.OCR.value, "pages_done": done, "pages_total": chunks.pages_total}
+
+    async def _heartbeat(self, pending: Any) -> dict[str, Any]:
+        """The last heartbeat's details of a pending activity (empty when it sent none)."""
+        if not pending.heartbeat_details.payloads:
+            return {}
+        details = await self.client.data_converter.decode(pending.heartbeat_details.payloads)
+        return details[0] if details and isinstance(details[0], dict) else {}
 
     list_jobs = _on_own_client(visibility.list_jobs)  # jobs through Temporal visibility, filtered
     count_running = _on_own_client(visibility.count_running)  # a tenant's running jobs, counted by visibility

@@ -24,6 +24,7 @@ from temporalio.converter import DataConverter
 from docjobs.domain.models import EvidenceOutput, JobStatus, NotifyInput, PublishOutput, RenderOutput, TransitionRecord
 from docjobs.domain.states import JobState, Stage, parse_state
 from workflows import search_attributes as sa
+from workflows.ocr_chunks import OCR_PARTS
 
 STAGE_NAMES = frozenset(stage.value for stage in Stage)
 STATE_ATTRIBUTE, STAGE_ATTRIBUTE = sa.STATE.name, sa.STAGE.name
@@ -130,7 +131,9 @@ async def add_from_history(
         if event.HasField("activity_task_started_event_attributes"):
             started = event.activity_task_started_event_attributes
             name = scheduled.get(started.scheduled_event_id, "")
-            if name in STAGE_NAMES:
+            if name in OCR_PARTS:  # a long document's OCR in page ranges: the stage's attempts are its parts' most
+                status.attempts[Stage.OCR.value] = max(started.attempt, status.attempts.get(Stage.OCR.value, 0))
+            elif name in STAGE_NAMES:
                 status.attempts[name] = started.attempt
             continue
         if not event.HasField("activity_task_completed_event_attributes"):

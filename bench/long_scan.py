@@ -1,0 +1,168 @@
+"""A long scan through docjobs' OCR in page ranges: speed against plain OCRmyPDF, a worker killed at 60%, history.
+
+    .venv/bin/python bench/long_scan.py [--pages 200] [--dpi 200] [--chunk-pages 16] [--single]
+
+On an embedded dev server in a throwaway data dir, with one real worker process (`worker.py`, killed with
+SIGKILL like a lost machine):
+
+1. plain `ocrmypdf --jobs 2` with docjobs' options for the `scan` policy, on the scan;
+2. the same scan as a docjobs job (OCR only: the `scan` policy without the signature), uninterrupted: its time
+   from acceptance to `succeeded`, and its history events per page;
+3. the same job again, its worker SIGKILLed once 60% of the pages are OCR'd and a fresh worker started: the
+   pages the running chunks had done at the kill (the work done again), the chunks that ran twice, the time;
+4. with `--single`: the job with one chunk as large as the document (today's single `ocr` activity), for
+   its time and history events per page.
+Prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness import dev_server_env
+
+from docjobs.domain.models import JobStatus, Policy
+from docjobs.domain.states import JobState
+from docjobs.pdf.ocr import ocrmypdf_args
+from docjobs.settings.policies import PolicyBook
+from docjobs.temporal.client import JobClient, connect
+from docjobs.temporal.devserver import stop_dev_server
+from docjobs.temporal.poller import WaitEnd, wait_for_job
+from docjobs.temporal.settings import TemporalSettings
+from tests.conftest import Env, WorkerProcess
+from tests.fixtures.scans import make_scan_pdf, scan_words
+from tests.test_ocr_chunk_jobs import chunk_attempts
+
+KILL_AT = 0.6
+
+
+def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "ocrmypdf", *args, str(scan), str(out)], check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def job_seconds(status: JobStatus) -> float:
+    return (status.transitions[-1].at - status.transitions[0].at).total_seconds()
+
+
+async def finished(jobs: JobClient, job_id: str) -> JobStatus:
+    result = await wait_for_job(lambda: jobs.status(job_id), timeout=7200, max_polls=100_000, max_delay=1.0)
+    if result.end is not WaitEnd.TERMINAL or result.status is None or result.status.state is not JobState.SUCCEEDED:
+        raise SystemExit(f"the job did not succeed: {result.status}")
+    return result.status
+
+
+async def events_of(jobs: JobClient, job_id: str) -> int:
+    return len((await jobs.client.get_workflow_handle(job_id).fetch_history()).events)
+
+
+async def killed_run(
+    jobs: JobClient, scan: Path, policy: Policy, start: Callable[[], WorkerProcess], worker: WorkerProcess
+) -> tuple[JobStatus, int, int, int, WorkerProcess]:
+    """The job with its worker SIGKILLed at KILL_AT of the pages; (status, pages the running chunks had done at
+    the kill, pages done at the kill, pages of the chunks that ran again, the new worker)."""
+    job_id = (await jobs.submit(scan, policy, tenant="bench", key="killed")).job_id
+    while True:
+        status = await jobs.status(job_id)
+        chunks, progress = status.ocr_chunks, status.progress or {}
+        done = int(progress.get("pages_done") or 0) if progress.get("stage") == "ocr" else 0
+        if chunks is not None and done >= KILL_AT * chunks.pages_total:
+            break
+        await asyncio.sleep(0.2)
+    worker.kill()
+    in_flight = done - chunks.pages_done
+    fresh = start()
+    status = await finished(jobs, job_id)
+    attempts = await chunk_attempts(jobs.client, job_id)
+    again = sum(_pages(name) for name, tries in attempts.items() if max(tries) > 1)
+    return status, in_flight, done, again, fresh
+
+
+def _pages(name: str) -> int:
+    first, _, last = name.partition("-")
+    return int(last) - int(first) + 1
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=200)
+    parser.add_argument("--dpi", type=int, default=200)
+    parser.add_argument("--chunk-pages", type=int, default=16)
+    parser.add_argument("--max-parallel", type=int, default=4)
+    parser.add_argument("--single", action="store_true", help="also run the job as one chunk (today's ocr activity)")
+    options = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="docjobs-bench-") as tmp:
+        folder = Path(tmp)
+        env = Env(dev_server_env(folder, "docjobs-bench-long"))
+        os.environ.update(env.vars)
+        settings = TemporalSettings.from_env()
+        scan = folder / "scan.pdf"
+        make_scan_pdf(scan, scan_words(options.pages, per_page=30), dpi=options.dpi)
+        body = PolicyBook.load(settings.policy_file).get("scan").model_dump()
+        body["sign"]["enabled"] = False  # OCR only (the verify gate still runs)
+        body["ocr"].update(chunk_pages=options.chunk_pages, max_parallel=options.max_parallel)
+        policy = Policy.model_validate(body)
+        args = ocrmypdf_args(policy.ocr, jobs=2)
+        jobs = JobClient(await connect(settings), settings)
+        logs = iter(range(100))
+
+        def start() -> WorkerProcess:
+            return WorkerProcess(env, settings.task_queue, folder / f"worker-{next(logs)}.log")
+
+        rows: list[tuple[str, str, str]] = []
+        worker = start()
+        try:
+            plain = await asyncio.to_thread(plain_ocrmypdf, scan, folder / "plain.pdf", args)
+            rows.append(("plain ocrmypdf --jobs 2, seconds", f"{plain:.1f}", "1.00"))
+            whole = await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key="whole")).job_id)
+            seconds = job_seconds(whole)
+            rows.append(
+                ("docjobs, chunks, seconds (accepted to succeeded)", f"{seconds:.1f}", f"{plain / seconds:.2f}")
+            )
+            events = await events_of(jobs, whole.job_id)
+            rows.append(("docjobs, chunks, history events per page", f"{events / options.pages:.2f}", f"{events}"))
+            killed, in_flight, done_at_kill, again, worker = await killed_run(jobs, scan, policy, start, worker)
+            rows.append((f"killed at {done_at_kill} pages: pages the running chunks had done", f"{in_flight}", ""))
+            rows.append(("killed: pages of the chunks that ran again", f"{again}", f"chunk = {options.chunk_pages}"))
+            rows.append(("killed: seconds (accepted to succeeded)", f"{job_seconds(killed):.1f}", ""))
+            if options.single:
+                one = policy.model_copy(update={"ocr": policy.ocr.model_copy(update={"chunk_pages": options.pages})})
+                single = await finished(jobs, (await jobs.submit(scan, one, tenant="bench", key="single")).job_id)
+                rows.append(("docjobs, one ocr activity, seconds", f"{job_seconds(single):.1f}", ""))
+                single_events = await events_of(jobs, single.job_id)
+                rows.append(
+                    (
+                        "docjobs, one ocr activity, history events per page",
+                        f"{single_events / options.pages:.2f}",
+                        f"{single_events}",
+                    )
+                )
+        finally:
+            worker.stop()
+            stop_dev_server(settings)
+
+    print(
+        f"Long scan: {options.pages} pages at {options.dpi} dpi, chunks of {options.chunk_pages}, up to "
+        f"{options.max_parallel} at once, one worker, {os.cpu_count()} CPUs"
+    )
+    print()
+    print("| measure | value | ratio / note |")
+    print("|---|---|---|")
+    for row in rows:
+        print(f"| {' | '.join(row)} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

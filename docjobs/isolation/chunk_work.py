@@ -1,0 +1,84 @@
+"""The document work of OCR in page ranges (docjobs/domain/ocr_chunks.py), run in a document child like every
+stage's (`stage_work.ENTRIES` serves them as `ocr_chunk` and `ocr_merge`)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from docjobs.domain.models import DeskewedPage, Frozen, OcrPolicy, WatermarkPolicy
+from docjobs.domain.ocr_chunks import PageRange
+from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
+from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
+from docjobs.pdf.stamp import stamp
+
+ProgressFn = Callable[[int, int], None]
+
+
+class OcrChunkWork(Frozen):
+    source: Path  # the rendered document (validated by render, its digest checked)
+    output: Path  # the chunk's pages, OCR'd
+    workdir: Path
+    ocr: OcrPolicy
+    pages: PageRange
+    tag: str  # put in the OCR processes' environment, so they can be found
+
+
+class OcrChunkDone(Frozen):
+    pages_ocred: list[int]  # numbered in the whole document, as the lists below
+    pages_deskewed: list[DeskewedPage]
+    pages_unreadable: list[int]
+
+
+def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
+    """OCR one page range of the document (in OCRmyPDF's own child, killed with this one)."""
+    cut = work.workdir / "chunk.pdf"
+    cut_chunk(work.source, cut, work.pages)
+    offset = work.pages.first - 1
+    result = run_ocr(
+        cut,
+        work.output,
+        work.ocr,
+        workdir=work.workdir,
+        on_page=progress,
+        tag=work.tag,
+        input_validated=True,  # render validated the document it was cut from
+        page_offset=offset,
+    )
+    return OcrChunkDone(
+        pages_ocred=[number + offset for number in result.pages_ocred],
+        pages_deskewed=[page.model_copy(update={"page": page.page + offset}) for page in result.pages_deskewed],
+        pages_unreadable=[number + offset for number in result.pages_unreadable],
+    )
+
+
+class OcrChunkFile(Frozen):
+    pages: PageRange
+    path: Path
+
+
+class OcrMergeWork(Frozen):
+    source: Path  # the rendered document: its outline, links and page objects are kept
+    chunks: list[OcrChunkFile]
+    output: Path
+    text_output: Path  # the searchable text of every page, as JSON
+    workdir: Path
+    watermark: WatermarkPolicy | None
+
+
+class OcrMergeDone(Frozen):
+    page_count: int
+
+
+def ocr_merge(work: OcrMergeWork, progress: ProgressFn) -> OcrMergeDone:
+    """The chunks' pages put back into the document, its text extracted, then the watermark stamp (as `ocr`)."""
+    merged = work.workdir / "merged.pdf"
+    count = merge_chunks(work.source, [OcrdChunk(chunk.pages, chunk.path) for chunk in work.chunks], merged)
+    progress(0, count)
+    work.text_output.write_text(text_json(page_texts(tool("pdftotext"), merged, count, "ocr.invalid_output")))
+    if work.watermark is None:
+        shutil.move(merged, work.output)
+    else:
+        stamp(merged, work.output, work.watermark, workdir=work.workdir, on_page=progress)
+    return OcrMergeDone(page_count=count)

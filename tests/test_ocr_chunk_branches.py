@@ -1,0 +1,192 @@
+"""The real `DocumentJobWorkflow`'s OCR in page ranges, against test doubles (tests/test_workflow_branches.py's):
+at most `max_parallel` ranges at once, in page order, then the merge; a range that fails for good cancels the
+ones running and fails the job with its code; a document of one range keeps the single `ocr` activity."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from docjobs.domain.models import (
+    BlobRef,
+    Cost,
+    JobRequest,
+    OcrInput,
+    OcrMode,
+    OcrOutput,
+    OcrPolicy,
+    Policy,
+    RenderInput,
+    RenderOutput,
+    WatermarkPolicy,
+)
+from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput
+from docjobs.domain.states import JobState
+from docjobs.temporal.client import JobClient, connect
+from tests.conftest import Env
+from tests.test_workflow_branches import HEARTBEAT_THROTTLE, SOURCE, TIMING, Doubles, Hold, failing
+from workflows.document_job import DocumentJobWorkflow
+
+TENANT = "branches"
+PAGES = 6
+OCR = OcrPolicy(mode=OcrMode.SKIP, chunk_pages=2, max_parallel=2)  # ranges 1-2, 3-4, 5-6, two at once
+POLICY = Policy(name="chunks", watermark=WatermarkPolicy(text="CHUNKS"), ocr=OCR, max_pages=PAGES)
+
+
+def fake_blob(name: str) -> BlobRef:
+    return BlobRef(key=f"workflow-branches/{name}", sha256="c" * 64, size=1)
+
+
+@dataclass
+class ChunkDoubles(Doubles):
+    """The doubles of tests/test_workflow_branches.py, with a render of PAGES pages and the OCR activities;
+    `chunk_behaviour[first page]` runs before that range's double answers."""
+
+    chunk_behaviour: dict[int, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+
+    @activity.defn(name="render")
+    async def render(self, request: RenderInput) -> RenderOutput:
+        attempt = await self._enter("render")
+        return RenderOutput(staged=request.source, page_count=PAGES, input_encryption="none", attempt=attempt)
+
+    @activity.defn(name="ocr")
+    async def ocr(self, request: OcrInput) -> OcrOutput:
+        attempt = await self._enter("ocr")
+        return OcrOutput(staged=request.staged, text=fake_blob("text"), pages_ocred=[1], attempt=attempt)
+
+    @activity.defn(name="ocr_chunk")
+    async def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
+        pages = request.pages
+        self.behaviour[f"ocr_chunk {pages.name}"] = self.chunk_behaviour.get(pages.first, _answer)
+        attempt = await self._enter(f"ocr_chunk {pages.name}")
+        return OcrChunkOutput(
+            chunk=fake_blob(pages.name),
+            pages=pages,
+            pages_ocred=list(range(pages.first, pages.last + 1)),
+            attempt=attempt,
+            cost=Cost(attempts=1, cpu_seconds=pages.pages),
+        )
+
+    @activity.defn(name="ocr_merge")
+    async def ocr_merge(self, request: OcrMergeInput) -> OcrMergeOutput:
+        attempt = await self._enter("ocr_merge")
+        assert [chunk.pages.name for chunk in request.chunks] == ["1-2", "3-4", "5-6"]
+        return OcrMergeOutput(staged=request.staged, text=fake_blob("text"), attempt=attempt)
+
+    def activities(self) -> list[Callable[..., Awaitable[object]]]:
+        return [*super().activities(), self.ocr, self.ocr_chunk, self.ocr_merge]  # its render is this class's
+
+
+async def _answer() -> None:
+    return None
+
+
+@dataclass
+class Harness:
+    jobs: JobClient
+    doubles: ChunkDoubles
+    started: list[str] = field(default_factory=list)
+
+    async def start(self, chunk_pages: int = OCR.chunk_pages) -> str:
+        job_id = f"{TENANT}/{uuid.uuid4().hex[:12]}"
+        policy = POLICY.model_copy(update={"ocr": OCR.model_copy(update={"chunk_pages": chunk_pages})})
+        request = JobRequest(
+            job_id=job_id,
+            tenant=TENANT,
+            source=SOURCE,
+            policy=policy,
+            policy_version=policy.version,
+            deadline_seconds=600,
+            accepted_at=datetime.now(UTC),
+            timing=TIMING,
+        )
+        assert await self.jobs.start(request)
+        self.started.append(job_id)
+        return job_id
+
+    async def scheduled_ranges(self, job_id: str) -> list[str]:
+        history = await self.jobs.handle(job_id).fetch_history()
+        names = []
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attributes = event.activity_task_scheduled_event_attributes
+                if attributes.activity_type.name == "ocr_chunk":
+                    names.append(event.user_metadata.summary.data.decode().strip('"'))
+        return names
+
+
+@pytest.fixture
+async def harness(env: Env, tmp_path: Path) -> AsyncIterator[Harness]:
+    client: Client = await connect(env.settings())
+    queue = f"chunk-branches-{uuid.uuid4().hex[:8]}"
+    settings = env.settings(DOCJOBS_TASK_QUEUE=queue)
+    doubles = ChunkDoubles(settings.blob_store(), tmp_path)
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[DocumentJobWorkflow],
+        activities=doubles.activities(),
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+    )
+    running = asyncio.create_task(worker.run())
+    made = Harness(JobClient(client, settings), doubles)
+    yield made
+    for act in doubles.chunk_behaviour.values():
+        if isinstance(act, Hold):
+            act.released.set()
+    for job_id in made.started:
+        with suppress(RPCError):
+            await made.jobs.handle(job_id).terminate("test over")
+    await worker.shutdown()
+    await running
+
+
+async def test_ranges_run_two_at_once_in_page_order_then_merge(harness: Harness) -> None:
+    first, second = Hold(), Hold()
+    harness.doubles.chunk_behaviour.update({1: first, 3: second})
+    job_id = await harness.start()
+    await asyncio.wait_for(asyncio.gather(first.started.wait(), second.started.wait()), 60)
+    # Both were scheduled by one workflow task; without the cap the third would have been too.
+    assert await harness.scheduled_ranges(job_id) == ["ocr: pages 1-2", "ocr: pages 3-4"]
+    status = await harness.jobs.status(job_id)
+    assert status.ocr_chunks is not None
+    assert (status.ocr_chunks.pages_done, status.ocr_chunks.chunks_total) == (0, 3)
+    second.released.set()  # the second range ends first: the third takes its place
+    first.released.set()
+    status = await harness.jobs.ended(job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.pages_ocred == list(range(1, PAGES + 1))
+    assert status.ocr_chunks is not None and (status.ocr_chunks.pages_done, status.ocr_chunks.chunks_done) == (6, 3)
+    assert status.attempts["ocr"] == 1
+    assert status.cost.stages["ocr"].cpu_seconds == PAGES  # every range's cost, under the stage
+    assert harness.doubles.log.index("ocr_merge:1") > harness.doubles.log.index("ocr_chunk 5-6:1")
+    assert "ocr:1" not in harness.doubles.log  # no single ocr activity
+
+
+async def test_a_range_that_fails_for_good_cancels_the_running_one_and_fails_the_job(harness: Harness) -> None:
+    held = Hold()
+    harness.doubles.chunk_behaviour.update({1: held, 3: failing("ocr.page_unreadable", non_retryable=True)})
+    status = await harness.jobs.ended(await harness.start())
+    assert (status.state, status.failure_code) == (JobState.FAILED, "ocr.page_unreadable"), status
+    assert held.saw_cancel  # the running range was cancelled (and waited for) before the job ended
+    assert "ocr_merge:1" not in harness.doubles.log
+
+
+async def test_a_document_of_one_range_keeps_the_single_ocr_activity(harness: Harness) -> None:
+    status = await harness.jobs.ended(await harness.start(chunk_pages=PAGES))
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.ocr_chunks is None
+    assert [entry for entry in harness.doubles.log if entry.startswith("ocr")] == ["ocr:1"]
