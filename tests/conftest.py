@@ -42,6 +42,11 @@ from tests.fixtures.samples import make_sample_pdf
 
 pytest_plugins = ("tests.ci_skips",)  # under CI=true a skip fails the run
 REPO = Path(__file__).resolve().parent.parent
+# A suite started in the background by a script (`make test &`, a CI runner's job) inherits SIGINT ignored, and so
+# would every command, server and worker it starts: the tests that interrupt one (exit 130, as Ctrl-C does) would
+# then wait for nothing. A handler here is reset to the default in every process the suite starts.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 LEASE_SECONDS = 3
 
 
