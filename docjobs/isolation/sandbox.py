@@ -86,7 +86,7 @@ from docjobs.isolation.protocol import (
 )
 from docjobs.isolation.sandbox_child import CONTROL_ENV, ENTRIES_ENV, FORK_REQUEST, MEMORY_ENV, PARENT_ENV
 
-log = logging.getLogger("docjobs.isolation.sandbox")
+log = logging.getLogger("docjobs.sandbox")  # the name operators filter on: kept across the move
 
 ResultT = TypeVar("ResultT", bound=BaseModel)
 ProgressFn = Callable[[int, int], None]
