@@ -80,20 +80,27 @@ def test_every_stage_is_declared() -> None:
         assert activity_name(getattr(stages, stage.value)) == stage.value
 
 
-def test_the_workflow_calls_activities_only_by_declaration() -> None:
-    tree = ast.parse(Path(document_job.__file__).read_text())
-    calls = [
+def activity_calls(module_file: str) -> list[ast.Call]:
+    """The workflow module's calls of `execute_activity` / `start_activity` (of the SDK's, or of any wrapper)."""
+    return [
         node
-        for node in ast.walk(tree)
+        for node in ast.walk(ast.parse(Path(module_file).read_text()))
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr.startswith(("execute_activity", "start_activity"))
     ]
-    assert calls
+
+
+def assert_called_by_declaration(calls: list[ast.Call]) -> None:
     for call in calls:
-        first = call.args[0]
-        assert not isinstance(first, ast.Constant), f"line {call.lineno}: an activity called by a string name"
+        assert not isinstance(call.args[0], ast.Constant), f"line {call.lineno}: an activity called by a string name"
         assert all(keyword.arg != "result_type" for keyword in call.keywords), "the declaration gives the type"
+
+
+def test_the_workflow_calls_activities_only_by_declaration() -> None:
+    calls = activity_calls(document_job.__file__)
+    assert calls
+    assert_called_by_declaration(calls)
 
 
 # sha256 (first 16 hex digits) of each activity's input and output JSON Schema, as recorded before the stage specs
@@ -176,19 +183,10 @@ def test_each_stage_child_entry_runs_under_its_stage_name() -> None:
             assert set(entry.done_type.model_fields) <= set(output.model_fields), name
 
 
-def test_the_batch_workflow_calls_activities_only_by_declaration(tmp_path: Path) -> None:
-    tree = ast.parse(Path(batch_job.__file__).read_text())
-    calls = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr.startswith(("execute_activity", "start_activity"))
-    ]
+def test_the_batch_workflow_calls_activities_only_by_declaration() -> None:
+    calls = activity_calls(batch_job.__file__)
     assert len(calls) == 4
-    for call in calls:
-        assert not isinstance(call.args[0], ast.Constant), f"line {call.lineno}: an activity called by a string name"
-        assert all(keyword.arg != "result_type" for keyword in call.keywords), "the declaration gives the type"
+    assert_called_by_declaration(calls)
 
 
 def test_every_batch_declaration_has_exactly_one_implementation_of_its_types() -> None:
