@@ -32,7 +32,7 @@ class OcrChunkActivities(IsolatedStages):
                     tag=request.job_id,
                 ),
             )
-            key = ocr_chunk_key(marked_run(self._store), request.pages.first, request.pages.last)
+            key = ocr_chunk_key(marked_run(self._store), request.pages.first, request.pages.last, attempt.number)
             chunk = self._put_left(key, paths.output)
         return OcrChunkOutput(
             chunk=chunk,

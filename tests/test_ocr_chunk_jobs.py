@@ -86,9 +86,9 @@ async def wait_until(condition: Any, timeout: float = 120) -> None:
 
 
 def stored_chunks(env: Env, job_id: str) -> dict[str, str]:
-    """The chunks in the job's run folder: `first-last` -> sha256."""
+    """The chunks in the job's run folder (`first-last-a<attempt>-<id>.pdf`): `first-last` -> sha256."""
     runs = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / job_prefix(job_id) / "runs"
-    return {path.stem: sha256_file(path) for path in runs.glob("*/ocr/*.pdf")}
+    return {path.stem.split("-a")[0]: sha256_file(path) for path in runs.glob("*/ocr/*.pdf")}
 
 
 def page_words(path: Path) -> list[set[str]]:

@@ -34,6 +34,8 @@ from docjobs.store.storage import (
     beside,
     evidence_key,
     mark_run,
+    ocr_chunk_key,
+    ocr_chunks_prefix,
     run_marker_key,
     staging_key,
     staging_prefix,
@@ -184,6 +186,18 @@ def test_promotion_is_create_only(backend: Backend, tmp_path: Path) -> None:
     # the artifact does not depend on its staging blob
     assert store.delete_prefix(staging_prefix(run)) == 3
     store.verify(final, mismatch_code="artifact.digest_mismatch")
+
+
+def test_a_stale_chunk_attempt_never_overwrites_the_recorded_chunk(backend: Backend, tmp_path: Path) -> None:
+    """Two attempts at the same page range (the first outlived its lease): each stores under a key of its own,
+    so the chunk the workflow recorded keeps its bytes whichever attempt writes last."""
+    store, run = backend.store, run_of("t/long")
+    recorded = store.put_file(ocr_chunk_key(run, 17, 32, 2), write(tmp_path / "new.pdf", b"%PDF-attempt-2"))
+    stale = store.put_file(ocr_chunk_key(run, 17, 32, 1), write(tmp_path / "old.pdf", b"%PDF-attempt-1"))
+    assert stale.key != recorded.key and recorded.key.startswith(f"{ocr_chunks_prefix(run)}/17-32-a2-")
+    store.verify(recorded, mismatch_code="artifact.digest_mismatch")
+    assert read_blob(store, recorded.key) == b"%PDF-attempt-2"
+    assert store.delete_prefix(ocr_chunks_prefix(run)) == 2  # publish removes both with the run's chunks
 
 
 def race_promotions(store: BlobStore, staged: list[BlobRef], final_key: str) -> dict[int, object]:

@@ -56,7 +56,7 @@ class OcrChunkInput(StageInput):
 
 
 class OcrChunkOutput(Frozen):
-    chunk: BlobRef  # the chunk's pages, searchable (runs/<run>/ocr/<first>-<last>.pdf)
+    chunk: BlobRef  # the chunk's pages, searchable (runs/<run>/ocr/<first>-<last>-a<attempt>-<id>.pdf)
     pages: PageRange
     pages_ocred: list[int]  # page numbers of the whole document, as every page list below
     pages_deskewed: list[DeskewedPage] = Field(default_factory=list)

@@ -248,10 +248,11 @@ def ocr_chunks_prefix(run: RunScope) -> str:
     return f"{run.prefix}/ocr"
 
 
-def ocr_chunk_key(run: RunScope, first: int, last: int) -> str:
-    """The OCR'd pages `first` to `last` of a long document: one blob per chunk and run (a retry of the chunk
-    writes it again; the digest its activity reports is the one the merge accepts)."""
-    return f"{ocr_chunks_prefix(run)}/{first}-{last}.pdf"
+def ocr_chunk_key(run: RunScope, first: int, last: int, attempt: int) -> str:
+    """The OCR'd pages `first` to `last` of a long document, under a key of the attempt's own (and of the worker
+    run of that attempt), as staging keys are: a stale attempt that outlived its lease never overwrites the chunk
+    the workflow recorded, which is the one the merge takes (by that key and its digest)."""
+    return f"{ocr_chunks_prefix(run)}/{first}-{last}-a{attempt}-{uuid.uuid4().hex[:12]}.pdf"
 
 
 def artifact_key(run: RunScope) -> str:
