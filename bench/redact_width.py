@@ -1,4 +1,4 @@
-"""What the gap left by a redacted name tells an attacker, layout `keep` against `mask`.
+"""What the gap left by a redacted name tells an attacker, layout `keep` against `mask`, by pattern and by region.
 
     .venv/bin/python bench/redact_width.py [--words 2000]
 
@@ -7,8 +7,9 @@ in Helvetica and in an embedded subset (Vera through fpdf2). The attacker reads 
 pdfminer, measures the gap between the end of "Patient:" and the start of "was", and keeps the dictionary
 words that would leave the same gap (within 0.05 pt) in that font at that size. The dictionary: capitalised
 words of Tesseract's English word list (`combine_tessdata`, `dawg2wordlist`), a fixed sample, plus the twelve
-names. Also counted ("letters", source / released with mask): letters that only the name used and
-that the subset font still maps (ToUnicode).
+names. Each name is redacted twice: by a pattern match, and by a region (the box a reviewer draws over the
+name's glyphs, `tests/test_redact_layout.py: name_region`). Also counted ("letters", source / released with
+mask, by pattern): letters that only the name used and that the subset font still maps (ToUnicode).
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ from tests.fixtures.redact_layout import (
     make_embedded,
     make_standard,
 )
-from tests.test_redact_layout import glyphs
+from tests.test_redact_layout import glyphs, name_region
 
 TOLERANCE = 0.05  # points
+HOWS = ("pattern", "region")
 
 
 def dictionary(size: int, workdir: Path) -> list[str]:
@@ -99,28 +101,38 @@ def main() -> None:
             ("Helvetica", make_standard, helvetica_width),
             ("embedded subset (Vera)", make_embedded, vera_width()),
         ):
-            rows, keep_counts, mask_gaps = [], [], set()
+            rows = []
+            keep_counts: dict[str, list[int]] = {how: [] for how in HOWS}
+            mask_gaps: dict[str, set[float]] = {how: set() for how in HOWS}
             for name in NAMES:
                 make(source := work / "source.pdf", name)
                 results = {}
-                for layout in RedactLayout:
-                    policy = RedactPolicy(regexes=(NAME_REGEX,), layout=layout)
-                    redact_pdf(source, out := work / f"{layout}.pdf", policy, workdir=work)
-                    results[layout] = gap(out)
-                shown = results[RedactLayout.KEEP]  # the name and the spaces either side
-                count = sum(abs(width(" " + word + " ") - shown) <= TOLERANCE for word in words)
-                keep_counts.append(count)
-                mask_gaps.add(round(results[RedactLayout.MASK], 3))
-                letters = f"{name_only_letters_mapped(source)} / {name_only_letters_mapped(work / 'mask.pdf')}"
-                rows.append((name, shown, count, results[RedactLayout.MASK], letters))
+                for how in HOWS:
+                    for layout in RedactLayout:
+                        if how == "pattern":
+                            policy = RedactPolicy(regexes=(NAME_REGEX,), layout=layout)
+                        else:
+                            policy = RedactPolicy(regions=(name_region(source, name),), layout=layout)
+                        redact_pdf(source, out := work / f"{how}-{layout}.pdf", policy, workdir=work)
+                        results[how, layout] = gap(out)
+                    shown = results[how, RedactLayout.KEEP]  # the name and the spaces either side
+                    keep_counts[how].append(sum(abs(width(" " + word + " ") - shown) <= TOLERANCE for word in words))
+                    mask_gaps[how].add(round(results[how, RedactLayout.MASK], 3))
+                letters = f"{name_only_letters_mapped(source)} / {name_only_letters_mapped(work / 'pattern-mask.pdf')}"
+                rows.append((name, results, keep_counts["pattern"][-1], keep_counts["region"][-1], letters))
             # One gap whatever the name: it tells nothing, every word stays a candidate.
-            left = len(words) if len(mask_gaps) == 1 else "?"
-            print(f"{label}\n| name | keep: gap | keep: candidates | mask: gap | mask: candidates | letters |")
-            print("|---|---|---|---|---|---|")
-            for name, shown, count, masked, letters in rows:
-                print(f"| {name} | {shown:.3f} | {count} | {masked:.3f} | {left} | {letters} |")
-            median = statistics.median(keep_counts)
-            print(f"keep: median {median} candidate(s); mask: {len(mask_gaps)} distinct gap(s)\n")
+            left = {how: len(words) if len(mask_gaps[how]) == 1 else "?" for how in HOWS}
+            print(f"{label}\n| name | by | keep: gap | keep: candidates | mask: gap | mask: candidates | letters |")
+            print("|---|---|---|---|---|---|---|")
+            for name, results, by_pattern, by_region, letters in rows:
+                for how, count in (("pattern", by_pattern), ("region", by_region)):
+                    kept, masked = results[how, RedactLayout.KEEP], results[how, RedactLayout.MASK]
+                    shown_letters = letters if how == "pattern" else ""
+                    print(f"| {name} | {how} | {kept:.3f} | {count} | {masked:.3f} | {left[how]} | {shown_letters} |")
+            for how in HOWS:
+                median = statistics.median(keep_counts[how])
+                print(f"{how}: keep: median {median} candidate(s); mask: {len(mask_gaps[how])} distinct gap(s)")
+            print()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pikepdf import Name
 from PIL import Image
 from pypdf import PdfReader
 
-from docjobs.domain.models import RedactionSummary, RedactLayout, RedactPolicy
+from docjobs.domain.models import RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction.redact import redact_pdf
 from tests.fixtures.redact_layout import (
     LAYOUT_FIXTURES,
@@ -185,6 +185,82 @@ def test_a_line_with_a_superscript_is_reset_as_one(tmp_path: Path) -> None:
         released = text(out)
         assert name not in released and "seen® on Monday." in released, released
         assert all(other in released for other in OTHER_LINES)
+
+
+def name_region(source: Path, name: str) -> RedactRegion:
+    """The box a reviewer draws over the name: its glyphs' boxes, a third of a point inside on either end so that
+    it touches no neighbouring glyph (the space before, the space after)."""
+    shown = [glyph for glyph in glyphs(source) if glyph[0].strip()]
+    letters = name.replace(" ", "")
+    first = "".join(glyph[0] for glyph in shown).index(PREFIX.strip() + letters) + len(PREFIX.strip())
+    boxes = shown[first : first + len(letters)]
+    x0, x1 = min(box[1] for box in boxes) + 0.3, max(box[3] for box in boxes) - 0.3
+    return RedactRegion(page=1, x0=x0, y0=min(box[2] for box in boxes), x1=x1, y1=max(box[4] for box in boxes))
+
+
+def redact_region(
+    make: object, name: str, tmp_path: Path, layout: RedactLayout = RedactLayout.MASK, art: bytes = b""
+) -> tuple[Path, RedactionSummary]:
+    """Redact the name by the box drawn over it (no pattern); `art`: content drawn before the text."""
+    assert callable(make)
+    make(source := tmp_path / "source.pdf", name)
+    if art:
+        with pikepdf.open(source, allow_overwriting_input=True) as pdf:
+            pdf.pages[0].contents_add(pdf.make_stream(art), prepend=True)
+            pdf.save(source, deterministic_id=True)
+    policy = RedactPolicy(regions=(name_region(source, name),), layout=layout)
+    summary = redact_pdf(source, out := tmp_path / f"{name}.pdf", policy, workdir=tmp_path)
+    return out, summary
+
+
+@pytest.mark.parametrize("kind", ["standard", "embedded"])
+def test_a_box_drawn_over_a_name_leaves_the_same_page_whichever_name(kind: str, tmp_path: Path) -> None:
+    """A region over text is laid out as a pattern span: the glyphs under it go, the line is re-set and the box
+    becomes the fixed-width mask. Positions, boxes and pixels are the same for twelve names of every width."""
+    released: dict[str, tuple[list[Glyph], bytes]] = {}
+    for name in NAMES:
+        out, summary = redact_region(LAYOUT_FIXTURES[kind], name, tmp_path)
+        assert (summary.lines_reset, summary.fallback_pages, summary.spans) == (1, [], 1), name
+        assert summary.pages[0].regions == 1  # one box drawn: the mask, not the region
+        assert name not in text(out) and all(other in text(out) for other in OTHER_LINES)
+        released[name] = (glyphs(out), pixels(out, tmp_path))
+    first_glyphs, first_pixels = released[NAMES[0]]
+    for name, (positions, rendered) in released.items():
+        assert positions == first_glyphs, (kind, name)
+        assert rendered == first_pixels, (kind, name)
+
+
+def test_a_box_drawn_with_layout_keep_stays_where_and_as_wide_as_it_was_drawn(tmp_path: Path) -> None:
+    starts, rendered = set(), set()
+    for name in NAMES[:3]:
+        out, summary = redact_region(LAYOUT_FIXTURES["standard"], name, tmp_path, RedactLayout.KEEP)
+        assert (summary.lines_reset, summary.fallback_pages) == (0, [])
+        assert name not in text(out)
+        starts.add(next(x0 for glyph, x0, y0, *_ in glyphs(out) if glyph == "w" and y0 < 700))
+        rendered.add(pixels(out, tmp_path))
+    assert len(starts) == len(rendered) == 3  # the gap and the box tell each name's width
+
+
+def test_a_box_drawn_over_vector_art_keeps_its_size_and_its_line(tmp_path: Path) -> None:
+    """A stroke under the name (a signature, an underline) is not removed from the content: the region keeps its
+    box at the size drawn to cover it, and its line stays in place (re-set, the text after it would slide under
+    the box). A background filled over the whole region shows nothing under it and does not count."""
+    underline = b"q 0.5 w 60 679 m 560 679 l S Q\n"  # across the name, a point under its baseline (680)
+    background = b"q 0.9 g 0 0 612 792 re f Q\n"
+    out, summary = redact_region(LAYOUT_FIXTURES["standard"], NAMES[3], tmp_path, art=underline)
+    assert (summary.lines_reset, summary.fallback_pages, summary.pages[0].regions) == (0, [], 1)
+    assert NAMES[3] not in text(out)
+    out, summary = redact_region(LAYOUT_FIXTURES["standard"], NAMES[3], tmp_path, art=background)
+    assert (summary.lines_reset, summary.fallback_pages, summary.pages[0].regions) == (1, [], 1)
+
+
+def test_a_box_drawn_over_no_text_changes_no_text(tmp_path: Path) -> None:
+    make_standard_source = LAYOUT_FIXTURES["standard"]
+    make_standard_source(source := tmp_path / "source.pdf", NAMES[3])
+    policy = RedactPolicy(regions=(RedactRegion(page=1, x0=300, y0=100, x1=400, y1=200),))
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", policy, workdir=tmp_path)
+    assert (summary.lines_reset, summary.fallback_pages, summary.pages[0].regions) == (0, [], 1)
+    assert glyphs(out) == glyphs(source)
 
 
 def _line_at(positions: list[Glyph], first_word: str) -> list[Glyph]:

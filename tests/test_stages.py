@@ -113,7 +113,9 @@ WIRE = {
     # Additions since, each with a default (OCR in page ranges): the OCR policy's `chunk_pages` and `max_parallel`
     # (in `ocr`'s input and the batch's pinned policy) and the status's `ocr_chunks` (in `evidence`'s input).
     "ocr": ("cf43955ce826c1ac", "8f2d9486220d9f6a"),
-    "redact": ("db1f96fc5b24d8c0", "3f34f72a6d8d3e69"),
+    # The redaction summary counts spans (`spans`, defaulted) and no longer the glyphs they removed: a removed
+    # field is ignored by older code (Frozen: extra="ignore"), which reads its default, and old histories replay.
+    "redact": ("db1f96fc5b24d8c0", "194ae44c13c7e282"),
     "sign": ("d292b8c64ec4c00f", "92dfd00402ce8dd4"),
     "verify": ("b581b80482d95e16", "be9fa5725e5708e0"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),

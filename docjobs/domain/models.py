@@ -525,7 +525,9 @@ class PageRedaction(Frozen):
     page: int
     matches: dict[str, int] = Field(default_factory=dict)  # pattern name -> matches located on the page
     regions: int = 0  # opaque boxes drawn (matched runs and explicit regions)
-    glyphs_removed: int = 0
+    # Redacted spans (pattern matches and explicit regions): a count of spans, never of what they held. The
+    # glyphs a span removed are not reported (the field `glyphs_removed` is gone): they told a name's length.
+    spans: int = 0
     images_redacted: int = 0
     annotations_removed: int = 0
     lines_reset: int = 0  # lines re-set around their masks (layout `mask`)
@@ -534,6 +536,7 @@ class PageRedaction(Frozen):
 
 class RedactionSummary(Frozen):
     pages: list[PageRedaction] = Field(default_factory=list)  # only pages where something was redacted
+    spans: int = 0  # redacted spans on every page (pattern matches and explicit regions)
     document: dict[str, int] = Field(default_factory=dict)  # document-level scrub: item kind -> removed
     fallback_pages: list[int] = Field(default_factory=list)
     lines_reset: int = 0

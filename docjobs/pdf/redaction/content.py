@@ -27,6 +27,7 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, too_complex
+from docjobs.pdf.redaction.art import CONSTRUCTS, PAINTS, PathOutline
 from docjobs.pdf.redaction.fonts import UNKNOWN_FONT, FontModel, Glyph, font_model
 from docjobs.pdf.redaction.geometry import IDENTITY, Matrix, corners, multiply, quad_hits, strip_hits, translate
 from docjobs.pdf.redaction.images import copy_stream, redact_image
@@ -75,7 +76,33 @@ def remove_content(
     if not regions:
         return ContentRemoval(0, 0)
     saved = {key: page.obj.get(key) for key in (Name.Contents, Name.Resources)}
-    walker = _Walker(pdf, regions, regions if aims is None else aims, budgets, layout)
+    walker = _walk(pdf, page, saved, regions, regions if aims is None else aims, budgets, layout)
+    if layout is not None and (boxed := walker.boxed_explicit()):
+        # A region drawn by hand over pixels or vector art keeps its box at the size drawn, which shows its
+        # width anyway: its lines stay in place (re-set, the text after it would slide under the box).
+        _restore(page, saved)
+        layout = layout.without(boxed)
+        walker = _walk(pdf, page, saved, regions, regions if aims is None else aims, budgets, layout)
+    return ContentRemoval(
+        walker.glyphs_removed,
+        walker.images_redacted,
+        tuple(walker.lines),
+        tuple(rect for number, rect in enumerate(layout.triggers) if number in walker.replaced) if layout else (),
+        frozenset(walker.fonts_touched),
+    )
+
+
+def _walk(
+    pdf: pikepdf.Pdf,
+    page: pikepdf.Page,
+    saved: dict[Name, pikepdf.Object | None],
+    regions: list[Rect],
+    aims: list[Rect],
+    budgets: Budgets,
+    layout: MaskLayout | None,
+) -> _Walker:
+    """Rewrite the page's content; on UnsafePage, put back what `saved` holds and raise."""
+    walker = _Walker(pdf, regions, aims, budgets, layout)
     try:
         scope = ResourceScope(page.obj, inherited_resources(page.obj))
         rewritten = walker.rewrite(
@@ -84,19 +111,17 @@ def remove_content(
         if rewritten is not None:
             page.obj[Name.Contents] = pdf.make_stream(pikepdf.unparse_content_stream(rewritten))
     except UnsafePage:
-        for key, value in saved.items():
-            if value is None:
-                del page.obj[key]
-            else:
-                page.obj[key] = value
+        _restore(page, saved)
         raise
-    return ContentRemoval(
-        walker.glyphs_removed,
-        walker.images_redacted,
-        tuple(walker.lines),
-        tuple(rect for number, rect in enumerate(layout.triggers) if number in walker.replaced) if layout else (),
-        frozenset(walker.fonts_touched),
-    )
+    return walker
+
+
+def _restore(page: pikepdf.Page, saved: dict[Name, pikepdf.Object | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            del page.obj[key]
+        else:
+            page.obj[key] = value
 
 
 @dataclass(frozen=True)
@@ -138,7 +163,8 @@ class _Walker:
         self.layout = layout
         self.lines: list[ResetLine] = []
         self.replaced: set[int] = set()  # triggers that removed glyphs (lines re-set) and no image pixels
-        self._imaged: set[int] = set()
+        self._boxed: set[int] = set()  # triggers over painted pixels or vector art: they keep their own box
+        self._art_matters = layout is not None and layout.explicit > 0
         self.fonts_touched: set[tuple[int, int]] = set()
         self._streams = 0  # serial of the next content stream walked (pages and forms)
         self._kept_spacing: set[SpacingSource] = set()
@@ -158,6 +184,7 @@ class _Walker:
         saved: list[_GraphicsState] = []
         text = _TextPosition()
         changed = False
+        outline = PathOutline()
         recorder = LineRecorder(self._streams) if self.layout is not None else None
         self._streams += 1
         for instruction in instructions:
@@ -214,6 +241,12 @@ class _Walker:
                 self._marks.append(MarkedContent(out, len(out), scope))
             elif operator == "EMC" and len(self._marks) > base_depth:
                 changed |= self._marks.pop().close(self.pdf)
+            elif self._art_matters and operator in CONSTRUCTS:
+                self._outline(outline, operator, list(instruction.operands), state)
+            elif self._art_matters and operator in (*PAINTS, "n", "sh"):
+                if operator != "n":
+                    self._note_art(outline if operator != "sh" else None)  # a shading fills the whole clip
+                outline = PathOutline()
             out.append(instruction)
         while len(self._marks) > base_depth:  # sequences left open at the end of this stream
             changed |= self._marks.pop().close(self.pdf)
@@ -429,7 +462,7 @@ class _Walker:
             left, right = (0.0, glyph.width) if glyph.width else (-_ZERO_WIDTH_BOX / 2, _ZERO_WIDTH_BOX / 2)
             quad = corners(glyph_space, left, font.descent, right, font.ascent)
             hits = {number for number, rect in enumerate(self.layout.triggers) if quad_hits(quad, rect)}
-            self.replaced |= hits - self._imaged
+            self.replaced |= hits - self._boxed
             triggered = bool(hits)
         return PlacedGlyph(
             code=glyph.code,
@@ -510,15 +543,44 @@ class _Walker:
     def _note_imaged(self, quad: list[tuple[float, float]]) -> None:
         """Trigger regions whose pixels were painted keep their own box: the painted area shows it anyway."""
         if self.layout is not None:
-            imaged = {number for number, rect in enumerate(self.layout.triggers) if quad_hits(quad, rect)}
-            self._imaged |= imaged
-            self.replaced -= imaged
+            self._keep_boxes({number for number, rect in enumerate(self.layout.triggers) if quad_hits(quad, rect)})
+
+    def _outline(
+        self, outline: PathOutline, operator: str, operands: list[pikepdf.Object], state: _GraphicsState
+    ) -> None:
+        try:
+            outline.add(operator, numbers(operands, _PATH_OPERANDS[operator]), state.ctm)
+        except UnsafePage:  # a path this walker cannot place: whatever it draws, the regions' boxes cover it
+            self._note_art(None)
+
+    def _note_art(self, outline: PathOutline | None) -> None:
+        """Explicit regions that a painted path's outline reaches into (every one, for `None`) keep their box
+        (see art). A pattern match's box covers the text it matched only, so it is shown by its mask."""
+        if self.layout is not None:
+            self._keep_boxes(
+                {
+                    n
+                    for n in self.layout.explicit_triggers()
+                    if outline is None or outline.reaches(self.layout.triggers[n])
+                }
+            )
+
+    def _keep_boxes(self, triggers: set[int]) -> None:
+        self._boxed |= triggers
+        self.replaced -= triggers
+
+    def boxed_explicit(self) -> frozenset[int]:
+        """The explicit regions over pixels or vector art, whose lines a re-set would slide under their box."""
+        if self.layout is None:
+            return frozenset()
+        return frozenset(self._boxed & set(self.layout.explicit_triggers()))
 
     def _under_regions(self, quad: list[tuple[float, float]]) -> bool:
         return any(quad_hits(quad, rect) for rect in self.regions)
 
 
 _DRAWS_CONTENT = {"Tj", "TJ", "'", '"', "Do", "INLINE IMAGE"}
+_PATH_OPERANDS = {"m": 2, "l": 2, "c": 6, "v": 4, "y": 4, "h": 0, "re": 4}
 
 
 def _with_text_parameter(state: _GraphicsState, operator: str, value: float) -> _GraphicsState:

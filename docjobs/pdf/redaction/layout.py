@@ -43,11 +43,20 @@ SpacingSource = tuple[int, int]  # (stream serial, index in that stream's rewrit
 
 @dataclass(frozen=True)
 class MaskLayout:
-    """How removed spans are laid out: masks `width_em` wide, on the lines a glyph under a `triggers`
-    region (a pattern match) was removed from. Lines only explicit regions touch stay in place."""
+    """How removed spans are laid out: masks `width_em` wide, on the lines a glyph under one of the `triggers`
+    was removed from: the page's pattern matches, then its `explicit` regions (the last ones), drawn by hand."""
 
     width_em: float
     triggers: tuple[Rect, ...]
+    explicit: int = 0
+
+    def explicit_triggers(self) -> range:
+        return range(len(self.triggers) - self.explicit, len(self.triggers))
+
+    def without(self, dropped: frozenset[int]) -> MaskLayout:
+        """This layout with the triggers `dropped` (explicit ones) no longer re-setting their lines."""
+        kept = [rect for number, rect in enumerate(self.triggers) if number not in dropped]
+        return MaskLayout(self.width_em, tuple(kept), self.explicit - len(dropped))
 
 
 @dataclass(frozen=True)

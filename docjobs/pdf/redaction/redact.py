@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,12 @@ def redact_pdf(
         )
     regions = _merge_regions(located.regions, policy.regions, page_count)
     aims = _merge_regions(located.cores, policy.regions, page_count)  # where glyphs are removed: see locate
-    layouts = {page: layout for page, found in located.regions.items() if (layout := _mask_layout(policy, found))}
+    drawn = _merge_regions({}, policy.regions, page_count)
+    layouts = {
+        page: layout
+        for page in sorted({*located.regions, *drawn})
+        if (layout := _mask_layout(policy, located.regions.get(page, []), drawn.get(page, [])))
+    }
     with tempfile.TemporaryDirectory(dir=workdir, prefix="redact-") as tmp:
         boxed = Path(tmp) / "boxed.pdf"
         targets = _Targets(regions, aims, layouts)
@@ -92,14 +98,22 @@ def redact_pdf(
                 raise DocJobError("fidelity.text", "text outside the redaction regions moved or vanished")
     listed = {page.page for page in removal.pages}
     burned_for_a_font = [PageRedaction(page=number) for number in sorted(set(removal.fallback) - listed)]
-    pages = [
-        page.model_copy(
-            update={"matches": located.counts.get(page.page, {}), "fallback": removal.fallback.get(page.page)}
+    explicit = Counter(region.page for region in policy.regions)
+    pages = []
+    for redacted in sorted([*removal.pages, *burned_for_a_font], key=lambda page: page.page):
+        matches = located.counts.get(redacted.page, {})
+        pages.append(
+            redacted.model_copy(
+                update={
+                    "matches": matches,
+                    "spans": sum(matches.values()) + explicit[redacted.page],
+                    "fallback": removal.fallback.get(redacted.page),
+                }
+            )
         )
-        for page in sorted([*removal.pages, *burned_for_a_font], key=lambda page: page.page)
-    ]
     return RedactionSummary(
         pages=pages,
+        spans=sum(page.spans for page in pages),
         document={kind: count for kind, count in removal.document.items() if count},
         fallback_pages=sorted(removal.fallback),
         lines_reset=sum(page.lines_reset for page in pages),
@@ -298,9 +312,12 @@ def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_
     return regions
 
 
-def _mask_layout(policy: RedactPolicy, located: list[Rect]) -> MaskLayout | None:
-    """Lines that lose a pattern match are re-set (layout `mask`); explicit regions are drawn as given."""
-    return MaskLayout(policy.mask_width, tuple(located)) if policy.layout == RedactLayout.MASK and located else None
+def _mask_layout(policy: RedactPolicy, located: list[Rect], drawn: list[Rect]) -> MaskLayout | None:
+    """Lines that lose text under a pattern match or an explicit region are re-set (layout `mask`), in the
+    order `_merge_regions` lists a page's regions: the matches, then the regions drawn by hand."""
+    if policy.layout != RedactLayout.MASK or not (located or drawn):
+        return None
+    return MaskLayout(policy.mask_width, (*located, *drawn), explicit=len(drawn))
 
 
 def _redact_page(
@@ -315,7 +332,7 @@ def _redact_page(
     """Remove what lies under the page's targets from it, unless it is in `unsafe` (to be burned in: its
     content stays as it was, its lines are not re-set), where a page that cannot be rewritten safely is added
     with its reason."""
-    glyphs = images = 0
+    images = 0
     rects, aims = targets.regions[number], targets.aims[number]
     boxes = rects
     lines: tuple[ResetLine, ...] = ()
@@ -323,7 +340,7 @@ def _redact_page(
         try:
             layout = targets.layouts.get(number)
             removal = remove_content(pdf, number, rects, aims=aims, budgets=budgets, layout=layout)
-            glyphs, images, lines = removal.glyphs_removed, removal.images_redacted, removal.lines
+            images, lines = removal.images_redacted, removal.lines
             rewrite.fonts_touched |= removal.fonts_touched
             # A matched span's own box is as wide as what it hid: on a re-set line its mask replaces it.
             boxes = [rect for rect in rects if rect not in removal.replaced] + [m for line in lines for m in line.masks]
@@ -335,7 +352,6 @@ def _redact_page(
     return PageRedaction(
         page=number,
         regions=len(boxes),
-        glyphs_removed=glyphs,
         images_redacted=images,
         annotations_removed=annotations,
         lines_reset=len(lines),
