@@ -20,11 +20,11 @@ from temporalio.worker import Replayer
 
 from docjobs.api.app import create_app
 from docjobs.domain.batching import BatchState, BatchStatus
-from docjobs.domain.models import Policy
+from docjobs.domain.models import BlobRef
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.settings.tenants import CLI_TENANT, TenantBook, add_tenant
-from docjobs.temporal.batches import BatchClient
+from docjobs.temporal.batches import BatchClient, BatchSubmitted
 from docjobs.temporal.client import JobClient, JobNotFound, connect
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.retention import collect_garbage
@@ -46,8 +46,14 @@ def documents(folder: Path, count: int, tag: str) -> list[Path]:
     return paths
 
 
-def unsigned(policies: PolicyBook) -> Policy:
-    return policies.resolve("standard", job_overrides(sign=False))
+UNSIGNED = job_overrides(sign=False)
+
+
+async def submit_unsigned(
+    batches: BatchClient, policies: PolicyBook, sources: list[BlobRef], **options: Any
+) -> BatchSubmitted:
+    """A batch asked for the standard policy unsigned, pinning it as the workers resolve it."""
+    return await batches.submit(sources, policies.resolve("standard", UNSIGNED), overrides=UNSIGNED, **options)
 
 
 async def batch_client(env: Env, task_queue: str) -> BatchClient:
@@ -106,7 +112,7 @@ async def test_a_batch_of_50_never_runs_more_than_5_and_each_document_has_its_ou
     truncate_pdf(paths[0], broken, fraction=0.4)
     paths.insert(17, broken)
     sources = await batches.accept_files(paths, tenant="cli")
-    submitted = await batches.submit(sources, unsigned(policies), tenant="cli", key="fifty", concurrency=5)
+    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="fifty", concurrency=5)
     assert submitted.created and submitted.total == 50
 
     status = await finished(batches, submitted.batch_id, timeout=600)
@@ -144,7 +150,7 @@ async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
     )
     batches = await batch_client(env, "batch-held")
     sources = await batches.accept_files(documents(tmp_path / "docs", 6, "held"), tenant="cli")
-    submitted = await batches.submit(sources, unsigned(policies), tenant="cli", key="held", concurrency=2)
+    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="held", concurrency=2)
     for _ in range(1200):  # until both running jobs are held in render (at most two minutes)
         if record.read_text().count("enter ") >= 2:
             break
@@ -181,15 +187,15 @@ async def test_a_resubmitted_batch_key_returns_the_same_batch(
 ) -> None:
     batches = BatchClient(jobs)
     sources = await batches.accept_files(documents(tmp_path, 3, "again"), tenant="cli")
-    first = await batches.submit(sources, unsigned(policies), tenant="cli", key="again")
-    again = await batches.submit(sources, unsigned(policies), tenant="cli", key="again", concurrency=1)
+    first = await submit_unsigned(batches, policies, sources, tenant="cli", key="again")
+    again = await submit_unsigned(batches, policies, sources, tenant="cli", key="again", concurrency=1)
     assert first.created and not again.created and not again.conflict
     assert again.batch_id == first.batch_id == "cli/batch-again" and again.total == 3
-    other = await batches.submit(sources[:2], unsigned(policies), tenant="cli", key="again")
+    other = await submit_unsigned(batches, policies, sources[:2], tenant="cli", key="again")
     assert other.conflict and not other.created
     # Without a key, the same documents under the same policy are the same batch.
-    auto = await batches.submit(sources, unsigned(policies), tenant="cli")
-    assert (await batches.submit(sources, unsigned(policies), tenant="cli")).batch_id == auto.batch_id
+    auto = await submit_unsigned(batches, policies, sources, tenant="cli")
+    assert (await submit_unsigned(batches, policies, sources, tenant="cli")).batch_id == auto.batch_id
     status = await finished(batches, first.batch_id)
     assert status.succeeded == 3 and len(status.outcomes) == 3
     await finished(batches, auto.batch_id)
@@ -200,8 +206,8 @@ async def test_continue_as_new_keeps_the_progress_and_no_run_carries_the_sources
 ) -> None:
     batches = BatchClient(jobs)
     sources = await batches.accept_files(documents(tmp_path, 5, "relay"), tenant="cli")
-    submitted = await batches.submit(
-        sources, unsigned(policies), tenant="cli", key="relay", concurrency=2, documents_per_run=2
+    submitted = await submit_unsigned(
+        batches, policies, sources, tenant="cli", key="relay", concurrency=2, documents_per_run=2
     )
     status = await finished(batches, submitted.batch_id)
     assert status.state is BatchState.COMPLETED and status.succeeded == 5
