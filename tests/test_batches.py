@@ -7,24 +7,26 @@ import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import TypeAdapter
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from docjobs.api.app import create_app
-from docjobs.domain.batching import BatchState, BatchStatus
-from docjobs.domain.models import BlobRef
+from docjobs.domain.batching import BatchInput, BatchRequest, BatchState, BatchStatus
+from docjobs.domain.models import BlobRef, DocumentJobInput, JobOverrides, JobRequest
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.settings.tenants import CLI_TENANT, TenantBook, add_tenant
-from docjobs.temporal.batches import BatchClient, BatchSubmitted
+from docjobs.store.batch_store import store_manifest
+from docjobs.temporal.batches import BatchClient, BatchSubmitted, batch_task_queue, derive_batch_id
 from docjobs.temporal.client import JobClient, JobNotFound, connect
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.retention import collect_garbage
@@ -199,6 +201,87 @@ async def test_a_resubmitted_batch_key_returns_the_same_batch(
     status = await finished(batches, first.batch_id)
     assert status.succeeded == 3 and len(status.outcomes) == 3
     await finished(batches, auto.batch_id)
+
+
+async def started_with(jobs: JobClient, job_id: str) -> DocumentJobInput | JobRequest:
+    """The input a job's workflow was started with: the first event of its history, as the worker reads it."""
+    history = await jobs.handle(job_id).fetch_history()
+    payloads = history.events[0].workflow_execution_started_event_attributes.input.payloads
+    [started] = await jobs.client.data_converter.decode(payloads)
+    return TypeAdapter(DocumentJobInput | JobRequest).validate_python(started)
+
+
+async def test_a_batch_starts_its_documents_with_the_public_input_held_to_its_policy_version(
+    env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    batches = BatchClient(jobs)
+    sources = await batches.accept_files(documents(tmp_path, 2, "public"), tenant="cli")
+    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="public")
+    status = await finished(batches, submitted.batch_id)
+    assert status.state is BatchState.COMPLETED and status.succeeded == 2
+    pinned = policies.resolve("standard", UNSIGNED).version
+    assert status.policy_version == pinned
+    for outcome, source in zip(status.outcomes, sources, strict=True):
+        assert outcome.job_id == f"cli/public.{source.sha256[:16]}"  # the job IDs batches always gave
+        started = await started_with(jobs, outcome.job_id)
+        assert isinstance(started, DocumentJobInput)
+        assert (started.policy, started.overrides, started.policy_version) == ("standard", UNSIGNED, pinned)
+        assert (started.source.sha256, started.source.size) == (source.sha256, source.size)
+        assert started.deadline_seconds == policies.get("standard").deadline_seconds
+        memo = await (await jobs.handle(outcome.job_id).describe()).memo_value("input")
+        assert DocumentJobInput.model_validate(memo) == started
+        job = await jobs.status(outcome.job_id)
+        assert job.state is JobState.SUCCEEDED and job.policy_version == pinned and job.signature is None
+
+    # As if the policy file had changed after the batch was accepted: the workers resolve what the batch asks
+    # (the standard policy, signed) to another version than the one it pinned. No document runs with it.
+    changed = await batches.submit(
+        sources[:1], policies.resolve("standard", UNSIGNED), overrides=JobOverrides(), tenant="cli", key="changed"
+    )
+    status = await finished(batches, changed.batch_id)
+    assert (status.state, status.failed) == (BatchState.COMPLETED, 1)
+    [outcome] = status.outcomes
+    assert (outcome.state, outcome.failure_code) == (JobState.FAILED, "policy.changed")
+    assert [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        async for event in jobs.handle(outcome.job_id).fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ] == ["resolve"]
+
+
+async def test_a_batch_accepted_before_the_public_input_keeps_starting_its_documents_pinned(
+    env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """A batch from an old history records no overrides: the start activity (new code) starts its documents with
+    the internal request that pins the batch's policy, exactly as before."""
+    batches = BatchClient(jobs)
+    [source] = await batches.accept_files(documents(tmp_path, 1, "pinned"), tenant="cli")
+    policy = policies.resolve("standard", UNSIGNED)
+    batch_id, key = derive_batch_id("cli", "pinned", "", "")
+    manifest = await asyncio.to_thread(store_manifest, jobs.store, [source])
+    old = BatchRequest(
+        batch_id=batch_id,
+        tenant="cli",
+        key=key,
+        policy=policy,
+        manifest=manifest,
+        total=1,
+        deadline_seconds=policy.deadline_seconds,
+        job_task_queue=jobs.settings.task_queue,
+        accepted_at=datetime.now(UTC),
+    )
+    assert old.overrides is None
+    await jobs.client.start_workflow(
+        DocumentBatchWorkflow.run,
+        BatchInput(request=old),
+        id=batch_id,
+        task_queue=batch_task_queue(jobs.settings),
+    )
+    status = await finished(batches, batch_id)
+    [outcome] = status.outcomes
+    assert outcome.state is JobState.SUCCEEDED and outcome.job_id == f"cli/pinned.{source.sha256[:16]}"
+    started = await started_with(jobs, outcome.job_id)
+    assert isinstance(started, JobRequest) and started.policy == policy
 
 
 async def test_continue_as_new_keeps_the_progress_and_no_run_carries_the_sources(
