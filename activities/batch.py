@@ -14,9 +14,18 @@ from temporalio import activity
 
 from activities.declared import implements
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.batching import AwaitJobs, EndedJob, RecordOutcomes, RunningJob, StartDocuments, document_request
+from docjobs.domain.batching import (
+    AwaitJobs,
+    EndedJob,
+    RecordOutcomes,
+    RunningJob,
+    StartDocuments,
+    document_input,
+    document_request,
+)
+from docjobs.domain.contract import job_summary
 from docjobs.domain.idempotency import batch_document_key, keyed_job_id
-from docjobs.domain.models import BlobRef, JobRequest, JobStatus
+from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind, JobRequest, JobStatus, SourceRef
 from docjobs.store.batch_store import read_manifest, store_outcomes
 from docjobs.store.storage import BlobStore
 
@@ -29,6 +38,12 @@ class DocumentJobs(Protocol):
 
     @property
     def store(self) -> BlobStore: ...
+
+    def source_ref(self, stored: BlobRef, kind: InputKind = InputKind.DOCUMENT) -> SourceRef: ...
+
+    async def start_input(
+        self, job_id: str, job: DocumentJobInput, *, summary: str | None = None, task_queue: str | None = None
+    ) -> bool: ...
 
     async def start(self, request: JobRequest, *, task_queue: str | None = None) -> bool: ...
 
@@ -51,8 +66,15 @@ class BatchActivities:
         for index in range(step.first, min(step.first + step.count, len(sources))):
             source = sources[index]
             job_id = keyed_job_id(batch.tenant, batch_document_key(batch.key, source.sha256))
-            request = document_request(batch, job_id, source, datetime.now(UTC))
-            await self._jobs.start(request, task_queue=batch.job_task_queue)
+            if batch.overrides is None:
+                # A batch accepted before its documents started with the public input (its request, from an old
+                # history, records no overrides): they start as they always did, pinning the batch's policy.
+                request = document_request(batch, job_id, source, datetime.now(UTC))
+                await self._jobs.start(request, task_queue=batch.job_task_queue)
+            else:
+                job = document_input(batch, batch.overrides, self._jobs.source_ref(source))
+                summary = job_summary(batch.policy.name, batch.policy.watermark.mode)
+                await self._jobs.start_input(job_id, job, summary=summary, task_queue=batch.job_task_queue)
             started.append(RunningJob(index=index, job_id=job_id))
         return started
 

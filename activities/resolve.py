@@ -4,7 +4,9 @@ records it in history (so a replay, a retry or a changed policy file never chang
 and its version, the stage timings, the OCR queue, and the source (a document, or what `generate` makes one
 of) copied into the content-addressed layout with its digest checked. The tenant must be allowed the policy
 (`policy.forbidden`: its list in the tenants file, or every policy not trusted-only) and must own a source it
-names by its digest (`source.missing`, as for a blob nobody stored)."""
+names by its digest (`source.missing`, as for a blob nobody stored). An input that names the policy version it
+must run with (a batch's documents: the version their batch pinned) fails `policy.changed` when the policy
+resolves to another."""
 
 from __future__ import annotations
 
@@ -59,9 +61,12 @@ class ResolveActivities:
             raise DocJobError("policy.unknown")
         book.check_allowed(job.policy, policies_of(self._settings.tenants_file, job.tenant))
         try:
-            return book.resolve(job.policy, job.overrides)
+            policy = book.resolve(job.policy, job.overrides)
         except (pydantic.ValidationError, ConfigError):
             raise DocJobError("policy.invalid") from None
+        if job.policy_version is not None and policy.version != job.policy_version:
+            raise DocJobError("policy.changed")
+        return policy
 
     def _check_callback(self, job: DocumentJobInput) -> None:
         """A job's own callback is signed with its tenant's webhook secret: the tenant must have registered one."""

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env, environ
 
 from docjobs.domain.batching import DOCUMENTS_PER_RUN, BatchState
+from docjobs.domain.models import JobOverrides
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.client import JobClient, connect
@@ -139,7 +140,12 @@ async def submit_and_wait(
     policy = PolicyBook.load(settings.policy_file).get("standard")
     started = time.perf_counter()
     submitted = await batches.submit(
-        sources, policy, tenant="bench", concurrency=concurrency, documents_per_run=documents_per_run
+        sources,
+        policy,
+        overrides=JobOverrides(),
+        tenant="bench",
+        concurrency=concurrency,
+        documents_per_run=documents_per_run,
     )
     status = await batches.wait(submitted.batch_id, timeout=24 * 3600, interval=1.0)
     wall = time.perf_counter() - started

@@ -7,24 +7,26 @@ import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import TypeAdapter
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from docjobs.api.app import create_app
-from docjobs.domain.batching import BatchState, BatchStatus
-from docjobs.domain.models import Policy
+from docjobs.domain.batching import BatchInput, BatchRequest, BatchState, BatchStatus
+from docjobs.domain.models import BlobRef, DocumentJobInput, JobOverrides, JobRequest
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.settings.tenants import CLI_TENANT, TenantBook, add_tenant
-from docjobs.temporal.batches import BatchClient
+from docjobs.store.batch_store import store_manifest
+from docjobs.temporal.batches import BatchClient, BatchSubmitted, batch_task_queue, derive_batch_id
 from docjobs.temporal.client import JobClient, JobNotFound, connect
 from docjobs.temporal.converter import data_converter
 from docjobs.temporal.retention import collect_garbage
@@ -46,8 +48,14 @@ def documents(folder: Path, count: int, tag: str) -> list[Path]:
     return paths
 
 
-def unsigned(policies: PolicyBook) -> Policy:
-    return policies.resolve("standard", job_overrides(sign=False))
+UNSIGNED = job_overrides(sign=False)
+
+
+async def submit_unsigned(
+    batches: BatchClient, policies: PolicyBook, sources: list[BlobRef], **options: Any
+) -> BatchSubmitted:
+    """A batch asked for the standard policy unsigned, pinning it as the workers resolve it."""
+    return await batches.submit(sources, policies.resolve("standard", UNSIGNED), overrides=UNSIGNED, **options)
 
 
 async def batch_client(env: Env, task_queue: str) -> BatchClient:
@@ -106,7 +114,7 @@ async def test_a_batch_of_50_never_runs_more_than_5_and_each_document_has_its_ou
     truncate_pdf(paths[0], broken, fraction=0.4)
     paths.insert(17, broken)
     sources = await batches.accept_files(paths, tenant="cli")
-    submitted = await batches.submit(sources, unsigned(policies), tenant="cli", key="fifty", concurrency=5)
+    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="fifty", concurrency=5)
     assert submitted.created and submitted.total == 50
 
     status = await finished(batches, submitted.batch_id, timeout=600)
@@ -144,7 +152,7 @@ async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
     )
     batches = await batch_client(env, "batch-held")
     sources = await batches.accept_files(documents(tmp_path / "docs", 6, "held"), tenant="cli")
-    submitted = await batches.submit(sources, unsigned(policies), tenant="cli", key="held", concurrency=2)
+    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="held", concurrency=2)
     for _ in range(1200):  # until both running jobs are held in render (at most two minutes)
         if record.read_text().count("enter ") >= 2:
             break
@@ -181,18 +189,99 @@ async def test_a_resubmitted_batch_key_returns_the_same_batch(
 ) -> None:
     batches = BatchClient(jobs)
     sources = await batches.accept_files(documents(tmp_path, 3, "again"), tenant="cli")
-    first = await batches.submit(sources, unsigned(policies), tenant="cli", key="again")
-    again = await batches.submit(sources, unsigned(policies), tenant="cli", key="again", concurrency=1)
+    first = await submit_unsigned(batches, policies, sources, tenant="cli", key="again")
+    again = await submit_unsigned(batches, policies, sources, tenant="cli", key="again", concurrency=1)
     assert first.created and not again.created and not again.conflict
     assert again.batch_id == first.batch_id == "cli/batch-again" and again.total == 3
-    other = await batches.submit(sources[:2], unsigned(policies), tenant="cli", key="again")
+    other = await submit_unsigned(batches, policies, sources[:2], tenant="cli", key="again")
     assert other.conflict and not other.created
     # Without a key, the same documents under the same policy are the same batch.
-    auto = await batches.submit(sources, unsigned(policies), tenant="cli")
-    assert (await batches.submit(sources, unsigned(policies), tenant="cli")).batch_id == auto.batch_id
+    auto = await submit_unsigned(batches, policies, sources, tenant="cli")
+    assert (await submit_unsigned(batches, policies, sources, tenant="cli")).batch_id == auto.batch_id
     status = await finished(batches, first.batch_id)
     assert status.succeeded == 3 and len(status.outcomes) == 3
     await finished(batches, auto.batch_id)
+
+
+async def started_with(jobs: JobClient, job_id: str) -> DocumentJobInput | JobRequest:
+    """The input a job's workflow was started with: the first event of its history, as the worker reads it."""
+    history = await jobs.handle(job_id).fetch_history()
+    payloads = history.events[0].workflow_execution_started_event_attributes.input.payloads
+    [started] = await jobs.client.data_converter.decode(payloads)
+    return TypeAdapter(DocumentJobInput | JobRequest).validate_python(started)
+
+
+async def test_a_batch_starts_its_documents_with_the_public_input_held_to_its_policy_version(
+    env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    batches = BatchClient(jobs)
+    sources = await batches.accept_files(documents(tmp_path, 2, "public"), tenant="cli")
+    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="public")
+    status = await finished(batches, submitted.batch_id)
+    assert status.state is BatchState.COMPLETED and status.succeeded == 2
+    pinned = policies.resolve("standard", UNSIGNED).version
+    assert status.policy_version == pinned
+    for outcome, source in zip(status.outcomes, sources, strict=True):
+        assert outcome.job_id == f"cli/public.{source.sha256[:16]}"  # the job IDs batches always gave
+        started = await started_with(jobs, outcome.job_id)
+        assert isinstance(started, DocumentJobInput)
+        assert (started.policy, started.overrides, started.policy_version) == ("standard", UNSIGNED, pinned)
+        assert (started.source.sha256, started.source.size) == (source.sha256, source.size)
+        assert started.deadline_seconds == policies.get("standard").deadline_seconds
+        memo = await (await jobs.handle(outcome.job_id).describe()).memo_value("input")
+        assert DocumentJobInput.model_validate(memo) == started
+        job = await jobs.status(outcome.job_id)
+        assert job.state is JobState.SUCCEEDED and job.policy_version == pinned and job.signature is None
+
+    # As if the policy file had changed after the batch was accepted: the workers resolve what the batch asks
+    # (the standard policy, signed) to another version than the one it pinned. No document runs with it.
+    changed = await batches.submit(
+        sources[:1], policies.resolve("standard", UNSIGNED), overrides=JobOverrides(), tenant="cli", key="changed"
+    )
+    status = await finished(batches, changed.batch_id)
+    assert (status.state, status.failed) == (BatchState.COMPLETED, 1)
+    [outcome] = status.outcomes
+    assert (outcome.state, outcome.failure_code) == (JobState.FAILED, "policy.changed")
+    assert [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        async for event in jobs.handle(outcome.job_id).fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ] == ["resolve"]
+
+
+async def test_a_batch_accepted_before_the_public_input_keeps_starting_its_documents_pinned(
+    env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """A batch from an old history records no overrides: the start activity (new code) starts its documents with
+    the internal request that pins the batch's policy, exactly as before."""
+    batches = BatchClient(jobs)
+    [source] = await batches.accept_files(documents(tmp_path, 1, "pinned"), tenant="cli")
+    policy = policies.resolve("standard", UNSIGNED)
+    batch_id, key = derive_batch_id("cli", "pinned", "", "")
+    manifest = await asyncio.to_thread(store_manifest, jobs.store, [source])
+    old = BatchRequest(
+        batch_id=batch_id,
+        tenant="cli",
+        key=key,
+        policy=policy,
+        manifest=manifest,
+        total=1,
+        deadline_seconds=policy.deadline_seconds,
+        job_task_queue=jobs.settings.task_queue,
+        accepted_at=datetime.now(UTC),
+    )
+    assert old.overrides is None
+    await jobs.client.start_workflow(
+        DocumentBatchWorkflow.run,
+        BatchInput(request=old),
+        id=batch_id,
+        task_queue=batch_task_queue(jobs.settings),
+    )
+    status = await finished(batches, batch_id)
+    [outcome] = status.outcomes
+    assert outcome.state is JobState.SUCCEEDED and outcome.job_id == f"cli/pinned.{source.sha256[:16]}"
+    started = await started_with(jobs, outcome.job_id)
+    assert isinstance(started, JobRequest) and started.policy == policy
 
 
 async def test_continue_as_new_keeps_the_progress_and_no_run_carries_the_sources(
@@ -200,8 +289,8 @@ async def test_continue_as_new_keeps_the_progress_and_no_run_carries_the_sources
 ) -> None:
     batches = BatchClient(jobs)
     sources = await batches.accept_files(documents(tmp_path, 5, "relay"), tenant="cli")
-    submitted = await batches.submit(
-        sources, unsigned(policies), tenant="cli", key="relay", concurrency=2, documents_per_run=2
+    submitted = await submit_unsigned(
+        batches, policies, sources, tenant="cli", key="relay", concurrency=2, documents_per_run=2
     )
     status = await finished(batches, submitted.batch_id)
     assert status.state is BatchState.COMPLETED and status.succeeded == 5

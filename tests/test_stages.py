@@ -122,7 +122,9 @@ WIRE = {
     "evidence": ("0728cac729e061b2", "363da2c0aac418fe"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
-    "start_batch_documents": ("7970772a69608d25", "5603494387f42eb6"),
+    # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old
+    # batch's request, whose documents keep starting with the pinned request).
+    "start_batch_documents": ("f5c43aaa860cc41e", "5603494387f42eb6"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),

@@ -232,6 +232,7 @@ async def test_a_plain_client_starts_an_html_job_with_the_same_input(
         ("missing", "failed", "source.missing"),
         ("digest", "quarantined", "source.digest_mismatch"),
         ("policy", "failed", "policy.unknown"),
+        ("version", "failed", "policy.changed"),
         ("outside", "failed", "source.outside_store"),
     ],
 )
@@ -249,14 +250,22 @@ async def test_what_the_workflow_cannot_take_ends_with_its_code(
         job = job_input({**source, "sha256": hashlib.sha256(b"another document").hexdigest()})
     elif case == "policy":
         job = job_input(source, policy="no-such-policy")
+    elif case == "version":  # a version the standard policy does not resolve to (a changed policy file)
+        job = job_input(source, policy_version="standard@000000000000")
     elif case == "outside":
         job = job_input({**source, "uri": Path("/etc/hostname").as_uri()})
     handle = await plain.start_workflow("DocumentJob", job, id=workflow_id, task_queue=env.vars["DOCJOBS_TASK_QUEUE"])
     result = await result_of(handle)
     assert (result["state"], result["failure_code"], result["job_id"]) == (state, code, workflow_id)
     assert result["output_sha256"] is None and result["evidence_key"] is None
-    # Refused or unresolved: no stage ran (a refusal runs nothing, the rest only `resolve`).
+    # Refused or unresolved: no stage ran (a refusal runs nothing, the rest only `resolve`, and only once).
     assert await activities_scheduled(handle) == ([] if case == "tenant" else ["resolve"])
+    attempts = [
+        event.activity_task_started_event_attributes.attempt
+        async for event in handle.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert attempts == ([] if case == "tenant" else [1])
 
 
 async def test_a_source_is_named_only_by_a_tenant_that_stored_it(

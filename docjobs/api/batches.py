@@ -246,7 +246,7 @@ async def submit_batch(
             raise ApiError(413, "input.too_large", f"the body is larger than {JSON_BODY_LIMIT} bytes") from None
         except ValidationError:
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
-        chosen = pinned_policy(context, name, stored.policy)
+        chosen, overrides = pinned_policy(context, name, stored.policy)
         try:
             sources = await batches.stored_sources(stored.sources, tenant=name)
         except DocJobError as error:
@@ -270,7 +270,7 @@ async def submit_batch(
                 raise ApiError(413, "input.too_large", message) from None
             except ClientDisconnect:
                 raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-            chosen = pinned_policy(context, name, part)  # checked before anything is stored
+            chosen, overrides = pinned_policy(context, name, part)  # checked before anything is stored
             if not await repeat(context, name, idempotency_key):  # a repeat counts no bytes and no share
                 await context.check_running(name, limits)
                 charged = sum(path.stat().st_size for path in paths)
@@ -283,7 +283,9 @@ async def submit_batch(
     else:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
     try:
-        submitted = await batches.submit(sources, chosen, tenant=name, key=idempotency_key, concurrency=concurrency)
+        submitted = await batches.submit(
+            sources, chosen, overrides=overrides, tenant=name, key=idempotency_key, concurrency=concurrency
+        )
     except BaseException:
         if charged:
             await context.refund(name, charged)

@@ -137,11 +137,11 @@ def tenant_policy(context: ApiContext, tenant: str, part: PolicyPart) -> tuple[s
     return name, overrides
 
 
-def pinned_policy(context: ApiContext, tenant: str, part: PolicyPart) -> Policy:
-    """`tenant_policy` resolved: what a batch pins for all its documents."""
+def pinned_policy(context: ApiContext, tenant: str, part: PolicyPart) -> tuple[Policy, JobOverrides]:
+    """`tenant_policy` resolved (what a batch pins for all its documents), and the overrides it was asked."""
     name, overrides = tenant_policy(context, tenant, part)
     with invalid_overrides():
-        return context.policies.resolve(name, overrides)
+        return context.policies.resolve(name, overrides), overrides
 
 
 async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:

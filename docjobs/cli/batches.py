@@ -87,6 +87,7 @@ async def cmd_submit_batch(args: argparse.Namespace, settings: TemporalSettings,
     submitted = await batches.submit(
         sources,
         policy,
+        overrides=overrides,
         tenant=args.tenant,
         key=args.key,
         concurrency=args.concurrency,

@@ -14,7 +14,16 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, computed_field
 
-from docjobs.domain.models import ActivityTiming, BlobRef, Frozen, JobRequest, Policy
+from docjobs.domain.models import (
+    ActivityTiming,
+    BlobRef,
+    DocumentJobInput,
+    Frozen,
+    JobOverrides,
+    JobRequest,
+    Policy,
+    SourceRef,
+)
 from docjobs.domain.states import JobState
 
 DEFAULT_CONCURRENCY = 4
@@ -37,12 +46,18 @@ class BatchManifest(Frozen):
 
 
 class BatchRequest(Frozen):
-    """Everything fixed when the batch is accepted; the documents' jobs are started from it alone."""
+    """Everything fixed when the batch is accepted; the documents' jobs are started from it alone.
+
+    `policy` is the named policy `policy.name` resolved with `overrides` when the batch was accepted: the batch
+    shows its version, and each document asks for the name and overrides with that version."""
 
     batch_id: str
     tenant: str
     key: str  # the batch's key: its documents' job keys derive from it (docjobs/domain/idempotency.py)
     policy: Policy
+    # None: a batch accepted before its documents started with the public input (an old history): they keep
+    # starting with the internal request that pins `policy` (`document_request`).
+    overrides: JobOverrides | None = None
     manifest: BlobRef
     total: int = Field(ge=1)
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=MAX_CONCURRENCY)
@@ -55,8 +70,23 @@ class BatchRequest(Frozen):
     accepted_at: datetime
 
 
+def document_input(batch: BatchRequest, overrides: JobOverrides, source: SourceRef) -> DocumentJobInput:
+    """A document's public input: the batch's policy name and `overrides` (what the batch was asked), held to
+    the version the batch pinned, so a policy file changed while the batch runs fails `policy.changed`."""
+    return DocumentJobInput(
+        version=1,
+        tenant=batch.tenant,
+        source=source,
+        policy=batch.policy.name,
+        overrides=overrides,
+        deadline_seconds=batch.deadline_seconds,
+        policy_version=batch.policy.version,
+    )
+
+
 def document_request(batch: BatchRequest, job_id: str, source: BlobRef, accepted_at: datetime) -> JobRequest:
-    """A document's job request: exactly what a single submit with the batch's policy would start."""
+    """A document's internal job request, pinning the batch's whole policy: only for a batch accepted before its
+    documents started with the public input (`BatchRequest.overrides` None)."""
     return JobRequest(
         job_id=job_id,
         tenant=batch.tenant,

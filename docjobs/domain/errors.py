@@ -81,6 +81,7 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
     "policy.unknown": (Outcome.FAIL, "no policy of that name is configured"),
     "policy.invalid": (Outcome.FAIL, "the policy overrides are not valid"),
     "policy.forbidden": (Outcome.FAIL, "the tenant may not use this policy"),
+    "policy.changed": (Outcome.FAIL, "the policy resolves to another version than the one the job was started for"),
     "source.outside_store": (Outcome.FAIL, "the source URI does not name a blob inside this deployment's store"),
     "codec.unsealed": (Outcome.FAIL, "the job request was not sealed with this deployment's payload key"),
 }
@@ -393,6 +394,14 @@ FAILURE_GUIDE: dict[str, Guide] = {
         "if the tenant should have it: its entry in `DOCJOBS_TENANTS_FILE` lists its policies (`tenant add NAME "
         "--policies A,B` writes it; the file is re-read while the API and workers run); never unmark a `keep` "
         "policy to let one tenant through",
+    ),
+    "policy.changed": Guide(
+        "failed",
+        "the job was started for a policy version (`policy_version` of the public input: every document of a batch "
+        "names the version its batch pinned) and the named policy with its overrides resolves to another on the "
+        "workers: the policy file changed in between (only `resolve` ran)",
+        "if the new policy is meant: submit again (a new batch for a batch's documents); else restore the policy "
+        "file. Compare `DOCJOBS_POLICY_FILE` of the workers with the API's and the CLI's",
     ),
     "source.outside_store": Guide(
         "failed",

@@ -20,6 +20,7 @@ from docjobs.domain.states import JobState, Stage
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 TENANT_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"  # the first segment of a job ID: no '/', safe in a visibility query
 POLICY_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+POLICY_VERSION_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}@[0-9a-f]{12}$"  # Policy.version
 
 
 class Frozen(BaseModel):
@@ -326,6 +327,13 @@ class DocumentJobInput(Strict):
     deadline_seconds: int | None = Field(default=None, ge=1, le=7 * 24 * 3600, description="None: the policy's")
     callback: str | None = Field(
         default=None, max_length=2048, description="https URL for the terminal event, instead of the tenant's"
+    )
+    policy_version: str | None = Field(
+        default=None,
+        pattern=POLICY_VERSION_PATTERN,
+        description="the policy version (`name@digest`, as a job's status shows it) the job must run with: if the "
+        "policy and overrides resolve to another version (the policy file changed), the job fails `policy.changed`; "
+        "None: whatever they resolve to",
     )
 
 

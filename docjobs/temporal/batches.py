@@ -34,7 +34,7 @@ from docjobs.domain.batching import (
     BatchStatus,
 )
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import BlobRef, Policy
+from docjobs.domain.models import BlobRef, JobOverrides, Policy
 from docjobs.store.batch_store import read_outcomes, store_manifest
 from docjobs.store.storage import owned_source
 from docjobs.temporal.client import QUERY_TIMEOUT, JobClient
@@ -93,13 +93,17 @@ class BatchClient:
         sources: list[BlobRef],
         policy: Policy,
         *,
+        overrides: JobOverrides,
         tenant: str,
         key: str | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
         deadline_seconds: int | None = None,
         documents_per_run: int = DOCUMENTS_PER_RUN,
     ) -> BatchSubmitted:
-        """Start-or-get the batch of `sources` (duplicates by digest count once: they are the same job)."""
+        """Start-or-get the batch of `sources` (duplicates by digest count once: they are the same job).
+
+        `policy`: the named policy `policy.name` resolved with `overrides`, which the batch pins: its documents
+        start with the public input asking for the name and overrides, held to the pinned version."""
         distinct = list({source.sha256: source for source in sources}.values())
         if not distinct:
             raise DocJobError("input.empty", "a batch needs at least one document")
@@ -111,6 +115,7 @@ class BatchClient:
             tenant=tenant,
             key=batch_key,
             policy=policy,
+            overrides=overrides,
             manifest=manifest,
             total=len(distinct),
             concurrency=concurrency,

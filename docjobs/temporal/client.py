@@ -182,11 +182,10 @@ class JobClient:
         named = self.policies().get(policy)  # its name and deadline: the workflow resolves the rest
         overrides = check_overrides(overrides or JobOverrides())
         stored = await self.accept(path, tenant=tenant, hashed=hashed)
-        uri = blob_uri(self.settings.storage_url, stored.key)
         job = DocumentJobInput(
             version=1,
             tenant=tenant,
-            source=SourceRef(uri=uri, sha256=stored.sha256, size=stored.size, kind=input_kind),
+            source=self.source_ref(stored, input_kind),
             policy=named.name,
             overrides=overrides,
             deadline_seconds=deadline_seconds or named.deadline_seconds,
@@ -248,8 +247,16 @@ class JobClient:
         # also counts its pages and fails it with the precise code.
         return stored
 
-    async def start_input(self, job_id: str, job: DocumentJobInput, *, summary: str | None = None) -> bool:
-        """Start the job `job_id` (`{tenant}/{key}`) with the public input; False when the job ID exists already."""
+    def source_ref(self, stored: BlobRef, kind: InputKind = InputKind.DOCUMENT) -> SourceRef:
+        """How the public input names a blob this client stored: its URI in the store, its digest and size."""
+        uri = blob_uri(self.settings.storage_url, stored.key)
+        return SourceRef(uri=uri, sha256=stored.sha256, size=stored.size, kind=kind)
+
+    async def start_input(
+        self, job_id: str, job: DocumentJobInput, *, summary: str | None = None, task_queue: str | None = None
+    ) -> bool:
+        """Start the job `job_id` (`{tenant}/{key}`) with the public input (on `task_queue`, default this client's);
+        False when the job ID exists already."""
         deadline = timedelta(seconds=job.deadline_seconds) if job.deadline_seconds else None
         return await self._start(
             job_id,
@@ -259,6 +266,7 @@ class JobClient:
             memo={"input": job.model_dump(mode="json")},
             summary=summary,
             execution_timeout=deadline + DEADLINE_GRACE if deadline else None,
+            task_queue=task_queue,
         )
 
     async def start(
