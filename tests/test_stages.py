@@ -23,7 +23,7 @@ from docjobs.domain.states import Stage
 from docjobs.isolation.sandbox import ChildLimits, ChildPool
 from docjobs.isolation.stage_work import ENTRIES
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.worker import QUEUES, stage_activities
+from docjobs.worker import QUEUES, chunk_activities, stage_activities
 from workflows import batch_job, document_job, stages
 from workflows.stages import DECLARATIONS, activity_name
 
@@ -71,8 +71,10 @@ def test_every_declaration_has_exactly_one_implementation_of_its_types(
         assert types_of(matching[0]) == types_of(declaration), name
     assert {activity_name(function) for function in implementations} == {activity_name(d) for d in DECLARATIONS}
     assert {activity_name(declaration) for declaration in DECLARATIONS} == RECORDED_NAMES
-    # OCR has its own queue, with the parts of a long document's OCR (workflows/ocr_chunks.py)
+    # OCR has its own queue, with the parts of a long document's OCR (workflows/ocr_chunks.py), which the chunk
+    # queue serves too
     assert [activity_name(function) for function in registered["ocr"]] == ["ocr", "ocr_chunk", "ocr_merge"]
+    assert [activity_name(function) for function in chunk_activities(registered["ocr"])] == ["ocr_chunk", "ocr_merge"]
 
 
 def test_every_stage_is_declared() -> None:
@@ -120,7 +122,8 @@ WIRE = {
     "evidence": ("0728cac729e061b2", "363da2c0aac418fe"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
-    "start_batch_documents": ("7970772a69608d25", "5603494387f42eb6"),
+    # Added since, with a default: the batch request's `ocr_chunk_task_queue` (the queue of long documents' OCR).
+    "start_batch_documents": ("0cdfc1eced7b6733", "5603494387f42eb6"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),

@@ -29,6 +29,9 @@ with workflow.unsafe.imports_passed_through():
 OCR_PARTS = frozenset({stages.activity_name(stages.ocr_chunk), stages.activity_name(stages.ocr_merge)})
 # Asked only for a document longer than one chunk: a run recorded before chunks existed replays its one `ocr`.
 OCR_CHUNKS_PATCH = "ocr-in-page-ranges"
+# Asked only of a job whose request names the queue of page ranges: a run recorded before that queue existed
+# replays its ranges and merge on the OCR queue.
+OCR_CHUNK_QUEUE_PATCH = "ocr-ranges-own-queue"
 
 
 class StageOutput(Protocol):

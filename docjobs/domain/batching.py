@@ -51,6 +51,7 @@ class BatchRequest(Frozen):
     timing: ActivityTiming = ActivityTiming()
     job_task_queue: str  # where the documents' jobs run
     ocr_task_queue: str | None = None
+    ocr_chunk_task_queue: str | None = None
     notify_task_queue: str | None = None
     accepted_at: datetime
 
@@ -68,6 +69,7 @@ def document_request(batch: BatchRequest, job_id: str, source: BlobRef, accepted
         accepted_at=accepted_at,
         timing=batch.timing,
         ocr_task_queue=batch.ocr_task_queue,
+        ocr_chunk_task_queue=batch.ocr_chunk_task_queue,
         notify_task_queue=batch.notify_task_queue,
     )
 

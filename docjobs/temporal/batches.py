@@ -119,6 +119,7 @@ class BatchClient:
             timing=settings.timing,
             job_task_queue=settings.task_queue,
             ocr_task_queue=settings.ocr_task_queue,
+            ocr_chunk_task_queue=settings.ocr_chunk_task_queue,
             notify_task_queue=settings.notify_task_queue,
             accepted_at=datetime.now(UTC),
         )
