@@ -1,7 +1,8 @@
 """The OCR stage of a long document, in page ranges: orchestration only (docjobs/domain/ocr_chunks.py).
 
-Each range is an `ocr_chunk` activity on the OCR queue, up to the policy's `ocr.max_parallel` of them at once,
-each retried on its own: a worker lost in the middle of the stage costs the chunks it held, and the chunks
+Each range is an `ocr_chunk` activity on the queue of long documents' OCR (the OCR workers serve it with slots of
+their own, so a short document's `ocr` never waits behind it), up to the policy's `ocr.max_parallel` of them at
+once, each retried on its own: a worker lost in the middle of the stage costs the chunks it held, and the chunks
 of one scan spread over every OCR worker. Then one `ocr_merge` puts them back into the document, and the
 release gates check the whole of it as they check the output of the single `ocr` activity.
 
