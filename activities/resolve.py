@@ -51,6 +51,7 @@ class ResolveActivities:
                 accepted_at=request.accepted_at,
                 timing=settings.timing,
                 ocr_task_queue=settings.ocr_task_queue,
+                ocr_chunk_task_queue=settings.ocr_chunk_task_queue,
                 notify_task_queue=settings.notify_task_queue,
                 callback=job.callback,
             )

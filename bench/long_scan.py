@@ -10,7 +10,10 @@ SIGKILL like a lost machine):
    from acceptance to `succeeded`, and its history events per page;
 3. the same job again, its worker SIGKILLed once 60% of the pages are OCR'd and a fresh worker started: the
    pages the running chunks had done at the kill (the work done again), the chunks that ran twice, the time;
-4. with `--single`: the job with one chunk as large as the document (today's single `ocr` activity), for
+4. fairness: a 1-page scan as a job (the same policy) on the idle worker, then again while the long scan's
+   chunks run (the long job cancelled after): each FAIR_RUNS times one after the other, the median of its time
+   from acceptance to `succeeded`;
+5. with `--single`: the job with one chunk as large as the document (today's single `ocr` activity), for
    its time and history events per page.
 Prints a table.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env
 
 from docjobs.domain.models import JobStatus, Policy
-from docjobs.domain.states import JobState
+from docjobs.domain.states import JobState, Stage
 from docjobs.pdf.ocr import ocrmypdf_args
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
@@ -44,6 +48,7 @@ from tests.fixtures.scans import make_scan_pdf, scan_words
 from tests.test_ocr_chunk_jobs import chunk_attempts
 
 KILL_AT = 0.6
+FAIR_RUNS = 3
 
 
 def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> float:
@@ -89,6 +94,31 @@ async def killed_run(
     return status, in_flight, done, again, fresh
 
 
+async def short_jobs(jobs: JobClient, scan: Path, policy: Policy, key: str) -> float:
+    """The median seconds (accepted to succeeded) of FAIR_RUNS jobs of `scan`, one after the other."""
+    seconds = []
+    for run in range(FAIR_RUNS):
+        submitted = await jobs.submit(scan, policy, tenant="bench", key=f"{key}-{run}")
+        seconds.append(job_seconds(await finished(jobs, submitted.job_id)))
+    return statistics.median(seconds)
+
+
+async def fairness(jobs: JobClient, scan: Path, one_page: Path, policy: Policy) -> tuple[float, float, bool]:
+    """(a 1-page job's median seconds on the idle worker, the same while the long scan's chunks run, whether the
+    long scan was still in its OCR stage when the last of them ended). The long job is cancelled after."""
+    idle = await short_jobs(jobs, one_page, policy, "fair-idle")
+    long_id = (await jobs.submit(scan, policy, tenant="bench", key="fair-long")).job_id
+    while (status := await jobs.status(long_id)).ocr_chunks is None or (status.progress or {}).get("stage") != "ocr":
+        if status.state is not JobState.QUEUED and status.state is not JobState.PROCESSING:
+            raise SystemExit(f"the long scan ended before its OCR: {status}")
+        await asyncio.sleep(0.2)
+    busy = await short_jobs(jobs, one_page, policy, "fair-busy")
+    still_ocr = (await jobs.status(long_id)).stage is Stage.OCR
+    await jobs.cancel_running(long_id)
+    await wait_for_job(lambda: jobs.status(long_id), timeout=600, max_polls=100_000, max_delay=1.0)
+    return idle, busy, still_ocr
+
+
 def _pages(name: str) -> int:
     first, _, last = name.partition("-")
     return int(last) - int(first) + 1
@@ -110,6 +140,8 @@ async def main() -> None:
         settings = TemporalSettings.from_env()
         scan = folder / "scan.pdf"
         make_scan_pdf(scan, scan_words(options.pages, per_page=30), dpi=options.dpi)
+        one_page = folder / "one-page.pdf"
+        make_scan_pdf(one_page, scan_words(1, per_page=30), dpi=options.dpi)
         body = PolicyBook.load(settings.policy_file).get("scan").model_dump()
         body["sign"]["enabled"] = False  # OCR only (the verify gate still runs)
         body["ocr"].update(chunk_pages=options.chunk_pages, max_parallel=options.max_parallel)
@@ -133,6 +165,16 @@ async def main() -> None:
             )
             events = await events_of(jobs, whole.job_id)
             rows.append(("docjobs, chunks, history events per page", f"{events / options.pages:.2f}", f"{events}"))
+            idle, busy, still_ocr = await fairness(jobs, scan, one_page, policy)
+            rows.append((f"fairness: 1-page OCR job, idle worker, seconds (median of {FAIR_RUNS})", f"{idle:.1f}", ""))
+            during = "" if still_ocr else " (the long scan's OCR had ended: use more pages)"
+            rows.append(
+                (
+                    f"fairness: 1-page OCR job while the long scan's chunks run, seconds (median of {FAIR_RUNS})",
+                    f"{busy:.1f}",
+                    f"{busy - idle:+.1f} s{during}",
+                )
+            )
             killed, in_flight, done_at_kill, again, worker = await killed_run(jobs, scan, policy, start, worker)
             rows.append((f"killed at {done_at_kill} pages: pages the running chunks had done", f"{in_flight}", ""))
             rows.append(("killed: pages of the chunks that ran again", f"{again}", f"chunk = {options.chunk_pages}"))

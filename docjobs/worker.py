@@ -44,6 +44,7 @@ from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from activities.resolve import ResolveActivities
+from docjobs.domain.stage_specs import STAGE_PARTS, spec_of
 from docjobs.isolation.confine import Confinement, SandboxUnavailable, check_sandbox
 from docjobs.isolation.sandbox import ChildLimits, ChildPool, TenantPools
 from docjobs.settings.config import ConfigError
@@ -122,6 +123,12 @@ def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> 
     return served
 
 
+def chunk_activities(served: Sequence[Callable[..., Any]]) -> list[Callable[..., Any]]:
+    """The parts of a long document's OCR among the OCR queue's activities: served on the chunk queue too (the
+    OCR queue keeps them for the jobs that schedule them there: accepted before the chunk queue existed)."""
+    return [function for function in served if spec_of(function) in STAGE_PARTS]
+
+
 def create_workers(
     client: Client,
     settings: TemporalSettings,
@@ -130,8 +137,8 @@ def create_workers(
     queues: Sequence[str] = QUEUES,
 ) -> list[Worker]:
     """One worker per served task queue: `general` runs the job workflow (with its local activities) and the
-    light stages, `notify` (beside `general`) the tenant callbacks, `ocr` the OCR stage, `batch` the batch
-    workflow and its steps. See `serving`."""
+    light stages, `notify` (beside `general`) the tenant callbacks, `ocr` the OCR stage and (beside it, with
+    slots of its own) the page ranges of long documents, `batch` the batch workflow and its steps. See `serving`."""
     common: dict[str, Any] = {
         "graceful_shutdown_timeout": timedelta(seconds=5),
         # Heartbeats carry page progress: send them often enough for a live progress bar.
@@ -180,6 +187,19 @@ def create_workers(
                 **common,
             )
         )
+    if "ocr" in served:
+        # A long document's page ranges: slots of their own, so that they never hold every slot of the OCR
+        # queue while a short document's `ocr` waits (docs/ocr.md, "Fair across jobs").
+        workers.append(
+            Worker(
+                client,
+                task_queue=settings.ocr_chunk_task_queue,
+                activities=chunk_activities(served["ocr"]),
+                activity_executor=threads["ocr_chunks"],
+                max_concurrent_activities=settings.ocr_chunk_threads,
+                **common,
+            )
+        )
     if "batch" in queues:
         batch = BatchActivities(JobClient(client, settings))
         workers.append(
@@ -205,7 +225,8 @@ async def serving(
     Each queue has its own threads, exactly as many as the stages it may run at once (plus, on the general
     queue, the local activities'), so an accepted stage never waits for a thread (its lease running out
     meanwhile) and OCR cannot take the other stages' threads. `notify` has a queue and threads of its own
-    (NOTIFY_SLOTS) beside the general queue's, so a slow callback never holds a stage's slot.
+    (NOTIFY_SLOTS) beside the general queue's, so a slow callback never holds a stage's slot; so have the page
+    ranges of long documents' OCR (DOCJOBS_OCR_CHUNK_THREADS) beside the OCR queue's, sharing its children's pools.
     The document work runs in limited child processes: per queue, a pool of them for each tenant (made on its
     first task), confined to its sandbox (docjobs/isolation/confine.py) unless DOCJOBS_SANDBOX=unconfined.
     """
@@ -227,6 +248,8 @@ async def serving(
     }
     if "general" in stage_queues:
         threads["notify"] = ThreadPoolExecutor(NOTIFY_SLOTS, thread_name_prefix="notify")
+    if "ocr" in stage_queues:
+        threads["ocr_chunks"] = ThreadPoolExecutor(settings.ocr_chunk_threads, thread_name_prefix="ocr-chunks")
     try:
         workers = create_workers(client, settings, pools, threads, queues)
         async with AsyncExitStack() as stack:
@@ -311,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=QUEUES,
         help="serve only these queues (repeatable; default: all). The OCR queue is DOCJOBS_OCR_TASK_QUEUE or "
-        "the general queue's name + '-ocr'; the batch queue is the general queue's name + '-batch'",
+        "the general queue's name + '-ocr' (with its '-chunks' queue for long documents); the batch queue is the "
+        "general queue's name + '-batch'",
     )
     parser.add_argument(
         "--metrics-port",

@@ -1,16 +1,18 @@
 """The real `DocumentJobWorkflow`'s OCR in page ranges, against test doubles (tests/test_workflow_branches.py's):
 at most `max_parallel` ranges at once, in page order, then the merge; a range that fails for good cancels the
-ones running and fails the job with its code; a document of one range keeps the single `ocr` activity."""
+ones running and fails the job with its code; a document of one range keeps the single `ocr` activity; ranges
+run on a queue of their own, so a short document's `ocr` never waits behind a long one's."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import suppress
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio import activity
@@ -36,6 +38,7 @@ from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInp
 from docjobs.domain.states import JobState
 from docjobs.temporal.client import JobClient, connect
 from tests.conftest import Env
+from tests.test_replay import replayer
 from tests.test_workflow_branches import HEARTBEAT_THROTTLE, SOURCE, TIMING, Doubles, Hold, failing
 from workflows.document_job import DocumentJobWorkflow
 
@@ -98,6 +101,9 @@ class Harness:
     jobs: JobClient
     doubles: ChunkDoubles
     started: list[str] = field(default_factory=list)
+    # The queues the requests name for OCR and for the ranges of long documents (None: as a request that does not)
+    ocr_task_queue: str | None = None
+    ocr_chunk_task_queue: str | None = None
 
     async def start(self, chunk_pages: int = OCR.chunk_pages) -> str:
         job_id = f"{TENANT}/{uuid.uuid4().hex[:12]}"
@@ -111,6 +117,8 @@ class Harness:
             deadline_seconds=600,
             accepted_at=datetime.now(UTC),
             timing=TIMING,
+            ocr_task_queue=self.ocr_task_queue,
+            ocr_chunk_task_queue=self.ocr_chunk_task_queue,
         )
         assert await self.jobs.start(request)
         self.started.append(job_id)
@@ -126,23 +134,53 @@ class Harness:
                     names.append(event.user_metadata.summary.data.decode().strip('"'))
         return names
 
+    async def activity_queues(self, job_id: str) -> dict[str, set[str]]:
+        """The task queues each activity of the job was scheduled on, from its history."""
+        history = await self.jobs.handle(job_id).fetch_history()
+        queues: dict[str, set[str]] = {}
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attributes = event.activity_task_scheduled_event_attributes
+                queues.setdefault(attributes.activity_type.name, set()).add(attributes.task_queue.name)
+        return queues
 
-@pytest.fixture
-async def harness(env: Env, tmp_path: Path) -> AsyncIterator[Harness]:
+
+@asynccontextmanager
+async def running_harness(env: Env, folder: Path, *, ocr_queues: bool) -> AsyncIterator[Harness]:
+    """Doubles of every activity on the workflow's queue; with `ocr_queues`, also a worker as an OCR worker
+    runs them: one slot on the OCR queue, and on the queue of long documents' ranges as many as a job runs."""
     client: Client = await connect(env.settings())
     queue = f"chunk-branches-{uuid.uuid4().hex[:8]}"
     settings = env.settings(DOCJOBS_TASK_QUEUE=queue)
-    doubles = ChunkDoubles(settings.blob_store(), tmp_path)
-    worker = Worker(
-        client,
-        task_queue=queue,
-        workflows=[DocumentJobWorkflow],
-        activities=doubles.activities(),
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-    )
-    running = asyncio.create_task(worker.run())
+    doubles = ChunkDoubles(settings.blob_store(), folder)
+    throttle: dict[str, Any] = {
+        "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+        "default_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+    }
+    workers = [
+        Worker(client, task_queue=queue, workflows=[DocumentJobWorkflow], activities=doubles.activities(), **throttle)
+    ]
     made = Harness(JobClient(client, settings), doubles)
+    if ocr_queues:
+        ocr_parts: list[Callable[..., Awaitable[object]]] = [doubles.ocr_chunk, doubles.ocr_merge]
+        workers += [
+            Worker(
+                client,
+                task_queue=settings.ocr_task_queue,
+                activities=[doubles.ocr, *ocr_parts],
+                max_concurrent_activities=1,
+                **throttle,
+            ),
+            Worker(
+                client,
+                task_queue=settings.ocr_chunk_task_queue,
+                activities=ocr_parts,
+                max_concurrent_activities=OCR.max_parallel,
+                **throttle,
+            ),
+        ]
+        made.ocr_task_queue, made.ocr_chunk_task_queue = settings.ocr_task_queue, settings.ocr_chunk_task_queue
+    running = [asyncio.create_task(worker.run()) for worker in workers]
     yield made
     for act in doubles.chunk_behaviour.values():
         if isinstance(act, Hold):
@@ -150,8 +188,20 @@ async def harness(env: Env, tmp_path: Path) -> AsyncIterator[Harness]:
     for job_id in made.started:
         with suppress(RPCError):
             await made.jobs.handle(job_id).terminate("test over")
-    await worker.shutdown()
-    await running
+    await asyncio.gather(*(worker.shutdown() for worker in workers))
+    await asyncio.gather(*running)
+
+
+@pytest.fixture
+async def harness(env: Env, tmp_path: Path) -> AsyncIterator[Harness]:
+    async with running_harness(env, tmp_path, ocr_queues=False) as made:
+        yield made
+
+
+@pytest.fixture
+async def ocr_harness(env: Env, tmp_path: Path) -> AsyncIterator[Harness]:
+    async with running_harness(env, tmp_path, ocr_queues=True) as made:
+        yield made
 
 
 async def test_ranges_run_two_at_once_in_page_order_then_merge(harness: Harness) -> None:
@@ -190,3 +240,45 @@ async def test_a_document_of_one_range_keeps_the_single_ocr_activity(harness: Ha
     assert status.state is JobState.SUCCEEDED, status
     assert status.ocr_chunks is None
     assert [entry for entry in harness.doubles.log if entry.startswith("ocr")] == ["ocr:1"]
+
+
+async def replays(harness: Harness, job_id: str) -> None:
+    history = await harness.jobs.handle(job_id).fetch_history()
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+
+
+async def test_a_short_scan_is_ocred_while_a_long_one_holds_every_range_slot(ocr_harness: Harness) -> None:
+    """The long job's ranges hold every slot of their queue (and, were they on the OCR queue, would hold its
+    one slot): the short job's `ocr` starts on the OCR queue and the job succeeds, no range released."""
+    first, second = Hold(), Hold()
+    ocr_harness.doubles.chunk_behaviour.update({1: first, 3: second})
+    long_job = await ocr_harness.start()
+    await asyncio.wait_for(asyncio.gather(first.started.wait(), second.started.wait()), 60)
+    short_job = await ocr_harness.start(chunk_pages=PAGES)  # one range: the single `ocr` activity
+    status = await asyncio.wait_for(ocr_harness.jobs.ended(short_job), 60)
+    assert status.state is JobState.SUCCEEDED, status
+    assert not (first.released.is_set() or second.released.is_set())
+    assert (await ocr_harness.jobs.status(long_job)).state is JobState.PROCESSING
+    ocr_queue, chunk_queue = ocr_harness.ocr_task_queue, ocr_harness.ocr_chunk_task_queue
+    assert (await ocr_harness.activity_queues(short_job))["ocr"] == {ocr_queue}
+    first.released.set()
+    second.released.set()
+    status = await asyncio.wait_for(ocr_harness.jobs.ended(long_job), 60)
+    assert status.state is JobState.SUCCEEDED, status
+    scheduled = await ocr_harness.activity_queues(long_job)
+    assert (scheduled["ocr_chunk"], scheduled["ocr_merge"]) == ({chunk_queue}, {chunk_queue})
+    await replays(ocr_harness, long_job)
+
+
+async def test_a_job_accepted_before_the_range_queue_runs_its_ranges_on_the_ocr_queue(ocr_harness: Harness) -> None:
+    """A request that names no queue for ranges (accepted by an older client) keeps them on the OCR queue, where
+    the OCR workers still serve them."""
+    ocr_harness.ocr_chunk_task_queue = None
+    ocr_queue = ocr_harness.ocr_task_queue
+    job_id = await ocr_harness.start()
+    status = await asyncio.wait_for(ocr_harness.jobs.ended(job_id), 60)
+    assert status.state is JobState.SUCCEEDED, status
+    scheduled = await ocr_harness.activity_queues(job_id)
+    assert (scheduled["ocr_chunk"], scheduled["ocr_merge"]) == ({ocr_queue}, {ocr_queue})
+    await replays(ocr_harness, job_id)

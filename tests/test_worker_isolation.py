@@ -38,6 +38,23 @@ async def test_each_queue_has_threads_of_its_own_as_many_as_its_slots(env: Env) 
     assert general["activity_executor"] is not ocr["activity_executor"]
 
 
+async def test_long_documents_ocr_ranges_have_a_queue_and_slots_of_their_own(env: Env) -> None:
+    """A long document's page ranges never take the slots (or threads) a short document's `ocr` needs."""
+    settings = env.settings(
+        DOCJOBS_TASK_QUEUE="docjobs-chunk-threads", DOCJOBS_OCR_ACTIVITY_THREADS="1", DOCJOBS_OCR_CHUNK_THREADS="3"
+    )
+    client = await connect(settings)
+    async with serving(client, settings, queues=["ocr"]) as workers:
+        found = {served.task_queue: served.config() for served in workers}
+    assert set(found) == {"docjobs-chunk-threads-ocr", "docjobs-chunk-threads-ocr-chunks"}
+    ocr, chunks = found["docjobs-chunk-threads-ocr"], found["docjobs-chunk-threads-ocr-chunks"]
+    executor = chunks["activity_executor"]
+    assert isinstance(executor, ThreadPoolExecutor) and executor is not ocr["activity_executor"]
+    assert executor._max_workers == chunks["max_concurrent_activities"] == 3
+    assert ocr["max_concurrent_activities"] == 1
+    assert [activity_name(function) for function in chunks["activities"]] == ["ocr_chunk", "ocr_merge"]
+
+
 async def test_notify_has_a_queue_and_threads_of_its_own(env: Env) -> None:
     settings = env.settings(DOCJOBS_TASK_QUEUE="docjobs-notify-threads")
     client = await connect(settings)

@@ -82,7 +82,13 @@ with workflow.unsafe.imports_passed_through():
     from docjobs.domain.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa
     from workflows import stages
-    from workflows.ocr_chunks import OCR_CHUNKS_PATCH, StageOutput, ocr_in_chunks, page_ranges
+    from workflows.ocr_chunks import (
+        OCR_CHUNK_QUEUE_PATCH,
+        OCR_CHUNKS_PATCH,
+        StageOutput,
+        ocr_in_chunks,
+        page_ranges,
+    )
 
 
 InputT = TypeVar("InputT", bound=StageInput)
@@ -604,7 +610,7 @@ class DocumentJobWorkflow:
         # with the real count.
         pages = pages or self._status.page_count or self._request.policy.max_pages
         per_page = spec.per_page(timing)
-        task_queue = self._request.ocr_task_queue if spec.queue is StageQueue.OCR else None
+        task_queue = self._task_queue(spec.queue)
         shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
         cpu = CpuBudget(base_seconds=timing.base_seconds, per_page_seconds=per_page)
         try:
@@ -633,6 +639,15 @@ class DocumentJobWorkflow:
         self._status.attempts[stage.value] = max(result.attempt, self._status.attempts.get(stage.value, 0))
         self._status.cost = self._status.cost.adding(stage.value, result.cost)
         return result
+
+    def _task_queue(self, queue: StageQueue) -> str | None:
+        """The task queue of a stage's activity (None: the workflow's own). A long document's page ranges and
+        their merge run on a queue of their own, with slots of their own on every OCR worker, so that a short
+        document's `ocr` never waits behind them (docs/ocr.md, "Fair across jobs")."""
+        request = self._request
+        if queue is StageQueue.OCR_CHUNKS and request.ocr_chunk_task_queue and workflow.patched(OCR_CHUNK_QUEUE_PATCH):
+            return request.ocr_chunk_task_queue
+        return request.ocr_task_queue if queue in (StageQueue.OCR, StageQueue.OCR_CHUNKS) else None
 
     def _transition(self, state: JobState, stage: Stage | None = None) -> None:
         check_transition(self._status.state, state, stage_from=self._status.stage, stage_to=stage)

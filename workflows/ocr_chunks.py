@@ -1,7 +1,8 @@
 """The OCR stage of a long document, in page ranges: orchestration only (docjobs/domain/ocr_chunks.py).
 
-Each range is an `ocr_chunk` activity on the OCR queue, up to the policy's `ocr.max_parallel` of them at once,
-each retried on its own: a worker lost in the middle of the stage costs the chunks it held, and the chunks
+Each range is an `ocr_chunk` activity on the queue of long documents' OCR (the OCR workers serve it with slots of
+their own, so a short document's `ocr` never waits behind it), up to the policy's `ocr.max_parallel` of them at
+once, each retried on its own: a worker lost in the middle of the stage costs the chunks it held, and the chunks
 of one scan spread over every OCR worker. Then one `ocr_merge` puts them back into the document, and the
 release gates check the whole of it as they check the output of the single `ocr` activity.
 
@@ -29,6 +30,9 @@ with workflow.unsafe.imports_passed_through():
 OCR_PARTS = frozenset({stages.activity_name(stages.ocr_chunk), stages.activity_name(stages.ocr_merge)})
 # Asked only for a document longer than one chunk: a run recorded before chunks existed replays its one `ocr`.
 OCR_CHUNKS_PATCH = "ocr-in-page-ranges"
+# Asked only of a job whose request names the queue of page ranges: a run recorded before that queue existed
+# replays its ranges and merge on the OCR queue.
+OCR_CHUNK_QUEUE_PATCH = "ocr-ranges-own-queue"
 
 
 class StageOutput(Protocol):

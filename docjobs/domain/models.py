@@ -267,6 +267,9 @@ class JobRequest(Frozen):
     accepted_at: datetime
     timing: ActivityTiming = ActivityTiming()
     ocr_task_queue: str | None = None  # None: the workflow's own task queue
+    # Where a long document's OCR runs its page ranges and their merge. None (jobs accepted before it had its
+    # own): the OCR queue.
+    ocr_chunk_task_queue: str | None = None
     notify_task_queue: str | None = None  # None (jobs accepted before it had its own): the workflow's own
     callback: str | None = None  # the terminal event's URL instead of the tenant's (DocumentJobInput.callback)
 

@@ -60,6 +60,9 @@ class ActivitySpec(Generic[InputT, OutputT]):
 class StageQueue(StrEnum):
     GENERAL = "general"  # the workflow's own task queue
     OCR = "ocr"  # the job's `ocr_task_queue` (its own workers: OCR is slow and heavy)
+    # The job's `ocr_chunk_task_queue` (None: its OCR queue): served by the OCR workers with slots of their own,
+    # so that a long document's page ranges never take the slots a short document's `ocr` needs.
+    OCR_CHUNKS = "ocr_chunks"
 
 
 def per_page_seconds(timing: ActivityTiming) -> float:
@@ -132,13 +135,23 @@ OCR = stage_spec(
 REDACT = stage_spec(Stage.REDACT, RedactInput, RedactOutput, status={"redaction": "summary"})
 SIGN = stage_spec(Stage.SIGN, SignInput, SignOutput)
 VERIFY = stage_spec(Stage.VERIFY, VerifyInput, VerifyOutput, status=("signature", "fidelity_checks"))
-# A long document's OCR in page ranges (workflows/ocr_chunks.py): parts of the `ocr` stage, on its queue, timed
-# by the pages of their part; the merged result fills in the status as `OCR`'s does.
+# A long document's OCR in page ranges (workflows/ocr_chunks.py): parts of the `ocr` stage, on the queue of
+# long documents' OCR, timed by the pages of their part; the merged result fills in the status as `OCR`'s does.
 OCR_CHUNK = StageSpec[OcrChunkInput, OcrChunkOutput](
-    "ocr_chunk", OcrChunkInput, OcrChunkOutput, stage=Stage.OCR, queue=StageQueue.OCR, per_page=ocr_per_page_seconds
+    "ocr_chunk",
+    OcrChunkInput,
+    OcrChunkOutput,
+    stage=Stage.OCR,
+    queue=StageQueue.OCR_CHUNKS,
+    per_page=ocr_per_page_seconds,
 )
 OCR_MERGE = StageSpec[OcrMergeInput, OcrMergeOutput](
-    "ocr_merge", OcrMergeInput, OcrMergeOutput, stage=Stage.OCR, queue=StageQueue.OCR, per_page=ocr_per_page_seconds
+    "ocr_merge",
+    OcrMergeInput,
+    OcrMergeOutput,
+    stage=Stage.OCR,
+    queue=StageQueue.OCR_CHUNKS,
+    per_page=ocr_per_page_seconds,
 )
 PUBLISH = stage_spec(Stage.PUBLISH, PublishInput, PublishOutput)
 EVIDENCE = ActivitySpec[EvidenceInput, EvidenceOutput]("evidence", EvidenceInput, EvidenceOutput)

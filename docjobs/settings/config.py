@@ -94,6 +94,7 @@ class Environment(BaseSettings):
     max_attempts: int = 5
     activity_threads: int = Field(default_factory=lambda: max(2, os.cpu_count() or 2))
     ocr_activity_threads: int | None = None  # None: as many as the general queue's
+    ocr_chunk_threads: int | None = None  # None: as many as the OCR queue's
     stage_memory_mb: int = 1536
     stall_seconds: float = 300.0
     child_recycle_after: int = 50
@@ -199,6 +200,7 @@ class Settings:
     activity_threads: int  # concurrent stages of the general queue (each has its own thread)
     temporal_bin: str | None = field(default=None)
     ocr_activity_threads: int = 2  # concurrent OCR stages (a separate pool of threads: no queue starves another)
+    ocr_chunk_threads: int = 2  # concurrent page ranges of long documents' OCR (threads of their own again)
     stage_memory_mb: int = 1536  # address space of each document child
     stall_seconds: float = 300.0  # a document child silent for this long is killed (input.too_complex)
     child_recycle_after: int = 50  # tasks a document child serves before a fresh fork replaces it (1: one per task)
@@ -225,6 +227,12 @@ class Settings:
     def ocr_task_queue(self) -> str:
         """OCR stages have their own queue, so OCR workers scale on their own machines."""
         return self.ocr_task_queue_override or f"{self.task_queue}-ocr"
+
+    @property
+    def ocr_chunk_task_queue(self) -> str:
+        """The page ranges of long documents' OCR have a queue (and slots) of their own beside the OCR queue, so a
+        short document's `ocr` never waits behind a long one's ranges (docs/ocr.md, "Fair across jobs")."""
+        return f"{self.ocr_task_queue}-chunks"
 
     @property
     def notify_task_queue(self) -> str:
@@ -294,6 +302,7 @@ class Settings:
                 max_attempts=env.max_attempts,
             ),
             ocr_activity_threads=env.ocr_activity_threads or env.activity_threads,
+            ocr_chunk_threads=env.ocr_chunk_threads or env.ocr_activity_threads or env.activity_threads,
             metrics_port=env.metrics_port or None,
             codec_keys=_codec_keys(env),
             codec_token=_codec_token(env),

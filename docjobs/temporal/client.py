@@ -220,6 +220,7 @@ class JobClient:
             accepted_at=datetime.now(UTC),
             timing=self.settings.timing,
             ocr_task_queue=self.settings.ocr_task_queue,
+            ocr_chunk_task_queue=self.settings.ocr_chunk_task_queue,
             notify_task_queue=self.settings.notify_task_queue,
         )
         return Submitted(job_id, created=await self.start(request), input_sha256=stored.sha256)
