@@ -4,6 +4,7 @@ it held, a cancel stops every running chunk, and the status counts the pages acr
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ from temporalio.worker import Replayer
 
 from docjobs.domain.models import Policy
 from docjobs.domain.states import JobState, Stage
+from docjobs.isolation.chunk_work import RANGE_NICENESS
+from docjobs.isolation.sandbox_child import NICENESS
 from docjobs.settings.policies import PolicyBook
 from docjobs.store.storage import job_prefix, sha256_file
 from docjobs.temporal.client import JobClient
@@ -89,6 +92,13 @@ def stored_chunks(env: Env, job_id: str) -> dict[str, str]:
     """The chunks in the job's run folder (`first-last-a<attempt>-<id>.pdf`): `first-last` -> sha256."""
     runs = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / job_prefix(job_id) / "runs"
     return {path.stem.split("-a")[0]: sha256_file(path) for path in runs.glob("*/ocr/*.pdf")}
+
+
+def niceness(pid: int) -> int:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except ProcessLookupError:  # ended meanwhile
+        return NICENESS + RANGE_NICENESS
 
 
 def page_words(path: Path) -> list[set[str]]:
@@ -182,6 +192,7 @@ async def test_cancel_stops_every_running_chunk(
     while not ocr_processes(job_id):
         assert time.monotonic() < deadline, "the second chunk's OCR never started"
         await asyncio.sleep(0.05)
+    assert min(niceness(pid) for pid in ocr_processes(job_id)) >= NICENESS + RANGE_NICENESS  # yields to short jobs
     await client.cancel_running(job_id)
     started = time.monotonic()
     while ocr_processes(job_id) and time.monotonic() - started < 10:

@@ -3,6 +3,7 @@ stage's (`stage_work.ENTRIES` serves them as `ocr_chunk` and `ocr_merge`)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,11 @@ from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
 from docjobs.pdf.stamp import stamp
 
 ProgressFn = Callable[[int, int], None]
+# Added to the document child's own niceness for a page range: beside the ranges of a long scan, a short document's
+# `ocr` (which has an OCR slot of its own, see docs/ocr.md "Fair across jobs") also gets most of the CPU when both
+# run in one tenant's pool. Between tenants, each pool is a session of its own, and where the kernel groups
+# sessions (autogroup), they share the CPU equally whatever their niceness.
+RANGE_NICENESS = 5
 
 
 class OcrChunkWork(Frozen):
@@ -32,7 +38,8 @@ class OcrChunkDone(Frozen):
 
 
 def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
-    """OCR one page range of the document (in OCRmyPDF's own child, killed with this one)."""
+    """OCR one page range of the document (in OCRmyPDF's own child, killed with this one), at a lower priority."""
+    os.nice(RANGE_NICENESS)  # a fresh child per task: it never serves another one
     cut = work.workdir / "chunk.pdf"
     cut_chunk(work.source, cut, work.pages)
     offset = work.pages.first - 1
