@@ -76,6 +76,9 @@ async def test_an_html_file_becomes_a_released_pdf(jobs: JobClient, policies: Po
     assert status.generated is not None and status.generated.page_count == status.page_count == 1
     text = text_of(out)
     assert "Quarterly note" in text and "CONFIDENTIAL" in text  # generated, then stamped and signed as any PDF
+    fonts = fonts_of(out)
+    assert fonts and all(embedded == "yes" for _, embedded in fonts), fonts  # the stamp's too
+    assert any("DocjobsStampSans" in name for name, _ in fonts)
 
 
 async def test_a_bundle_brings_its_own_font_and_image(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The text a watermark can carry: what the stamp font (the standard-14 Helvetica, WinAnsiEncoding) can show.
+"""The text a watermark can carry: what the stamp font (embedded Docjobs Stamp Sans, WinAnsiEncoding) can show.
 
 Pure, so the policy model checks a watermark when a job is accepted (and the workflow's sandbox loads no PDF
 library for it); both stamp modes encode the text with the same rules.
@@ -10,7 +10,7 @@ MAX_TEXT_CHARS = 200
 
 
 def encode_text(text: str) -> bytes:
-    """The watermark text in WinAnsiEncoding, which the standard-14 Helvetica can show unembedded.
+    """The watermark text in WinAnsiEncoding, whose every character the embedded stamp font maps.
 
     Raises ValueError for text no watermark can carry (empty, control characters, too long, or
     outside WinAnsi): that is a bad job parameter, best rejected when the job is submitted.

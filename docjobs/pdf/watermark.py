@@ -37,6 +37,7 @@ from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, array_items, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
 from docjobs.pdf.normalize import ensure_appearances, save_normalized
+from docjobs.pdf.stamp_font import STAMP_FONT
 
 # Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
 # measured from the top-left corner; shared with raster mode so both modes stamp the same area.
@@ -44,20 +45,12 @@ STAMP_BAND = (0.1, 0.42, 0.9, 0.58)
 OPACITY = 0.35
 GRAY = 0.45
 
-# Advance widths (1/1000 em) of Helvetica for ASCII 32..126; 1000 bounds every other WinAnsi glyph.
-_HELVETICA_ASCII = (
-    278, 278, 355, 556, 556, 889, 667, 191, 333, 333, 389, 584, 278, 333, 278, 278, 556, 556, 556,
-    556, 556, 556, 556, 556, 556, 556, 278, 278, 584, 584, 584, 556, 1015, 667, 667, 722, 722, 667,
-    611, 778, 722, 278, 500, 667, 556, 833, 722, 778, 667, 778, 722, 667, 611, 722, 667, 944, 667,
-    667, 611, 278, 278, 278, 469, 556, 333, 556, 556, 500, 556, 556, 278, 556, 556, 222, 222, 500,
-    222, 833, 556, 556, 556, 556, 333, 500, 278, 556, 500, 722, 500, 500, 500, 334, 260, 334, 584,
-)  # fmt: skip
-_ASCENT, _DESCENT = 0.718, 0.207  # Helvetica glyph extents above and below the baseline, in em
+_ASCENT, _DESCENT = 0.718, 0.207  # the stamp face's glyph extents above and below the baseline, in em
 
 
 def text_width_em(encoded: bytes) -> float:
-    """Width of WinAnsi-encoded Helvetica text, in em."""
-    return sum(_HELVETICA_ASCII[c - 32] if 32 <= c <= 126 else 1000 for c in encoded) / 1000
+    """Width of WinAnsi-encoded text in the stamp font (docjobs/pdf/stamp_font.py), in em."""
+    return STAMP_FONT.width_em(encoded)
 
 
 def watermark_structure(
@@ -122,13 +115,7 @@ class _Stamper:
         self._width_em = text_width_em(encoded)
         self._resources = pdf.make_indirect(
             pikepdf.Dictionary(
-                Font=pikepdf.Dictionary(
-                    F0=pdf.make_indirect(
-                        pikepdf.Dictionary(
-                            Type=Name.Font, Subtype=Name.Type1, BaseFont=Name.Helvetica, Encoding=Name.WinAnsiEncoding
-                        )
-                    )
-                ),
+                Font=pikepdf.Dictionary(F0=pdf.make_indirect(STAMP_FONT.font_object(pdf))),
                 ExtGState=pikepdf.Dictionary(G0=pikepdf.Dictionary(Type=Name.ExtGState, ca=OPACITY, CA=OPACITY)),
             )
         )
