@@ -58,7 +58,9 @@ REGION = "eu-west-1"
 # the OCR toolchain, `workflow` the session's dev server with in-process activity doubles, `unit` none of them
 # (`make check` runs these). A module that starts such processes itself says so here or with its own `pytestmark`.
 WORKER_FIXTURES = frozenset({"start_worker", "main_worker", "jobs", "held"})
-E2E_MODULES = frozenset({"test_sandbox", "test_compromised_child", "test_ocr_core", "test_ocr_quality", "test_ci_skips"})
+E2E_MODULES = frozenset(
+    {"test_sandbox", "test_compromised_child", "test_ocr_core", "test_ocr_quality", "test_ci_skips"}
+)
 KINDS = ("unit", "workflow", "e2e")
 
 

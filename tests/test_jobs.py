@@ -95,6 +95,25 @@ async def test_raster_mode_rebuilds_pages_with_the_same_geometry(
     assert page_word(1) not in pdftotext(out, 1)  # flattened: no text layer survives
 
 
+async def test_raster_mode_renders_a_long_document_in_page_ranges_in_page_order(
+    jobs: JobClient, tmp_path: Path
+) -> None:
+    """Ten pages, each of its own width: the document child renders them in page ranges at once (one fork per
+    core, inside its sandbox); each released page draws the rendering of its own source page."""
+    source = tmp_path / "widths.pdf"
+    with pikepdf.new() as pdf:
+        for number in range(10):
+            pdf.add_blank_page(page_size=(300 + 20 * number, 400))
+        pdf.save(source)
+    submitted = await jobs.submit(source, "preview", overrides=JobOverrides(watermark_dpi=72), key="r-ranges")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, status
+    out = await fetched(jobs, submitted.job_id, tmp_path)
+    with pikepdf.open(out) as pdf:
+        widths = [int(page.Resources.XObject.Im0.Width) for page in pdf.pages]
+    assert widths == [300 + 20 * number for number in range(10)]  # 72 dpi: a pixel a point
+
+
 async def test_same_key_gives_one_job_even_under_concurrency(jobs: JobClient, samples: Path) -> None:
     policy = "standard"
     first = await jobs.submit(samples / "sample.pdf", policy, key="same-key")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pikepdf
@@ -13,7 +14,7 @@ import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import RedactPolicy
-from docjobs.pdf.page_ranges import read_in_parallel, split_pages
+from docjobs.pdf.page_ranges import map_pages, read_in_parallel, split_pages
 from docjobs.pdf.redaction import gate
 from docjobs.pdf.redaction.patterns import compile_patterns
 from tests.fixtures.samples import make_sample_pdf, page_word
@@ -41,6 +42,31 @@ def test_a_range_that_fails_fails_the_check() -> None:
     with pytest.raises(DocJobError) as caught, read_in_parallel(work, split_pages(PAGES, 3)) as answers:
         answers()
     assert caught.value.code == "fidelity.reader"
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_paged_work_reports_every_page_as_its_range_does_it(parts: int) -> None:
+    def work(pages: range, page_done: Callable[[], None]) -> dict[str, object]:
+        for _ in pages:
+            page_done()
+        return {"first": pages.start, "count": len(pages)}
+
+    reported: list[int] = []
+    answers = map_pages(work, split_pages(PAGES, parts), reported.append)
+    assert reported == list(range(1, PAGES + 1))  # pages done so far, whichever range did them
+    assert [answer["first"] for answer in answers] == [pages.start for pages in split_pages(PAGES, parts)]
+    assert sum(int(answer["count"]) for answer in answers) == PAGES
+
+
+def test_paged_work_that_fails_fails_the_caller() -> None:
+    def work(pages: range, page_done: Callable[[], None]) -> dict[str, object]:
+        if 0 in pages:
+            raise DocJobError("render.failed", "pdftoppm exited with status 1")
+        return {}
+
+    with pytest.raises(DocJobError) as caught:
+        map_pages(work, split_pages(PAGES, 2), lambda _done: None)
+    assert caught.value.code == "render.failed"
 
 
 def test_a_range_killed_by_a_signal_takes_the_caller_down_the_same_way() -> None:

@@ -22,7 +22,9 @@ from PIL import Image, ImageChops
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.stamp_text import encode_text
+from docjobs.pdf import raster
 from docjobs.pdf.inspect import Encryption, PdfInfo, inspect_pdf, sniff_kind
+from docjobs.pdf.page_ranges import split_pages
 from docjobs.pdf.raster import watermark_box, watermark_raster
 from docjobs.pdf.watermark import text_width_em, watermark_structure
 from tests.fixtures.samples import (
@@ -288,6 +290,18 @@ def test_raster_is_deterministic_and_reports_progress(sample: Path, sample_raste
     assert calls == [(1, 3), (2, 3), (3, 3)]
     assert out.read_bytes() == sample_rastered.read_bytes()
     assert list(scratch.iterdir()) == []  # renderings are cleaned up
+
+
+def test_raster_in_page_ranges_writes_the_same_file(
+    sample: Path, sample_rastered: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three ranges rendered by three forks at once: the same bytes as one range, every page reported in order."""
+    monkeypatch.setattr(raster, "ranges_for", lambda count, _min_pages: split_pages(count, 3))
+    calls: list[tuple[int, int]] = []
+    out = tmp_path / "ranges.pdf"
+    watermark_raster(sample, out, TEXT, dpi=72, workdir=tmp_path, on_page=lambda *progress: calls.append(progress))
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+    assert out.read_bytes() == sample_rastered.read_bytes()
 
 
 def test_raster_refuses_pages_too_large_to_rasterise(workdir: Path) -> None:

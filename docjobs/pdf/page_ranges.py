@@ -9,6 +9,9 @@ judges it as it would have judged the caller reading the pages itself.
 
 Short documents, and a caller that runs threads (where a fork could inherit a lock another thread holds), read
 their one range in process.
+
+Work that takes long per page (rendering it: raster mode, the redaction's burn-in) uses `map_pages`: each range
+reports its pages as it finishes them, so the caller's page progress (the stage's heartbeats) keeps going.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import math
 import os
 import resource
+import select
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -30,6 +34,7 @@ MIN_PAGES_PER_RANGE = 64  # below this a fork (a few ms) costs more than the pag
 MAX_RANGES = 8
 
 RangeWork = Callable[[range], dict[str, Any]]
+PagedWork = Callable[[range, Callable[[], None]], dict[str, Any]]  # also given what to call after each page
 
 
 def split_pages(count: int, parts: int) -> list[range]:
@@ -44,12 +49,12 @@ def split_pages(count: int, parts: int) -> list[range]:
     return ranges
 
 
-def ranges_for(count: int) -> list[range]:
-    """How to split `count` pages here: one range per usable core, each of at least `MIN_PAGES_PER_RANGE` pages."""
+def ranges_for(count: int, min_pages: int = MIN_PAGES_PER_RANGE) -> list[range]:
+    """How to split `count` pages here: one range per usable core, each of at least `min_pages` pages."""
     if threading.active_count() > 1:
         return split_pages(count, 1)
     cores = len(os.sched_getaffinity(0))
-    return split_pages(count, min(cores, MAX_RANGES, count // MIN_PAGES_PER_RANGE))
+    return split_pages(count, min(cores, MAX_RANGES, count // min_pages))
 
 
 @contextmanager
@@ -61,11 +66,56 @@ def read_in_parallel(work: RangeWork, ranges: list[range]) -> Iterator[Callable[
         return
     forks: list[_Fork] = []
     try:
-        forks += (_Fork.start(work, pages, len(ranges)) for pages in ranges)
+        forks += (_Fork.start(lambda part, _: work(part), pages, len(ranges)) for pages in ranges)
         yield lambda: [fork.answer() for fork in forks]
     finally:
         for fork in forks:
             fork.end()
+
+
+def map_pages(work: PagedWork, ranges: list[range], on_page: Callable[[int], None]) -> list[dict[str, Any]]:
+    """`work` on each range (forked when there are several), its answers in range order; `on_page(done)` is
+    called with the pages done so far, in all ranges, whenever a range reports one."""
+    done = 0
+
+    def page_done() -> None:
+        nonlocal done
+        done += 1
+        on_page(done)
+
+    if len(ranges) == 1:
+        return [work(ranges[0], page_done)]
+    ticks, ticking = os.pipe()
+    forks: list[_Fork] = []
+    try:
+        forks += (_Fork.start(work, pages, len(ranges), ticking) for pages in ranges)
+        os.close(ticking)
+        ticking = -1
+        _gather(forks, ticks, page_done)
+        return [fork.answer() for fork in forks]
+    finally:
+        for fork in forks:
+            fork.end()
+        for end in (ticks, ticking):
+            if end >= 0:
+                os.close(end)
+
+
+def _gather(forks: list[_Fork], ticks: int, page_done: Callable[[], None]) -> None:
+    """Read the forks' answers and page ticks as they come, until every fork has closed both (it ended)."""
+    open_ends = {fork.reader: fork for fork in forks}
+    waiting = [ticks, *open_ends]
+    while waiting:
+        ready, _, _ = select.select(waiting, [], [])
+        for end in ready:
+            data = os.read(end, 65536)
+            if not data:
+                waiting.remove(end)
+            elif end == ticks:
+                for _ in data:
+                    page_done()
+            else:
+                open_ends[end].sent += data
 
 
 @dataclass
@@ -73,9 +123,12 @@ class _Fork:
     pid: int
     reader: int
     reaped: bool = False
+    sent: bytes = b""
+    gathered: bool = False  # its answer was read by `_gather`
 
     @classmethod
-    def start(cls, work: RangeWork, pages: range, forks: int) -> _Fork:
+    def start(cls, work: PagedWork, pages: range, forks: int, ticks: int = -1) -> _Fork:
+        """Fork `work` on `pages`; with a `ticks` pipe, the work is paged: it writes a byte there per page."""
         reader, writer = os.pipe()
         share = _cpu_share(forks)
         pid = os.fork()
@@ -85,18 +138,20 @@ class _Fork:
                 os.close(reader)
                 if share is not None:
                     resource.setrlimit(resource.RLIMIT_CPU, share)
-                answer = _run(work, pages)
+                answer = _run(work, pages, ticks)
                 with os.fdopen(writer, "wb") as channel:
                     channel.write(json.dumps(answer).encode())
                 status = 0
             finally:
                 os._exit(status)
         os.close(writer)
-        return cls(pid, reader)
+        return cls(pid, reader, gathered=ticks >= 0)
 
     def answer(self) -> dict[str, Any]:
-        with os.fdopen(self.reader, "rb", closefd=False) as channel:
-            sent = channel.read()
+        sent = self.sent
+        if not self.gathered:
+            with os.fdopen(self.reader, "rb", closefd=False) as channel:
+                sent = channel.read()
         _, status = os.waitpid(self.pid, 0)
         self.reaped = True
         if os.WIFSIGNALED(status):  # die as the fork died: the supervisor tells CPU exhaustion from a crash
@@ -123,9 +178,13 @@ def _cpu_share(forks: int) -> tuple[int, int] | None:
     return math.ceil(left / forks), hard
 
 
-def _run(work: RangeWork, pages: range) -> dict[str, Any]:
+def _run(work: PagedWork, pages: range, ticks: int) -> dict[str, Any]:
+    def page_done() -> None:
+        if ticks >= 0:
+            os.write(ticks, b".")
+
     try:
-        return {"answer": work(pages)}
+        return {"answer": work(pages, page_done)}
     except DocJobError as error:
         return {"failure": error.code, "message": error.message}
     except Exception as error:  # noqa: BLE001 - reported by type only: messages may quote the document

@@ -10,6 +10,10 @@ and placed so that one image pixel covers exactly one pixel when rendered at the
 anchored at the corner a viewer shows top-left. Rendering the output with
 `pdftoppm -cropbox` at that dpi reproduces the input's rendering except inside `watermark_box`.
 Images are Flate-compressed (lossless), and grayscale pages are stored as one channel.
+
+A long document's pages are rendered in page ranges at once, one fork of the document child per core
+(`page_ranges.map_pages`), each reporting its pages as it goes: rendering is most of raster mode's time, and of
+the redaction fallback's, which burns pages in the same way (`render_pages`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import shutil
 import subprocess
 import tempfile
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pikepdf
 from pikepdf import Name
@@ -28,9 +35,11 @@ from docjobs.domain.errors import DocJobError
 from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, too_complex
 from docjobs.pdf.inspect import PdfInfo, ProgressFn, open_checked, rotation, visible_box
+from docjobs.pdf.page_ranges import map_pages, ranges_for
 from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND
 
 PAGE_TIMEOUT_S = 120
+MIN_PAGES_PER_RANGE = 4  # a fork costs a few milliseconds, a page's rendering tens to hundreds
 _INSET_PX = 0.01
 _KEPT_PAGE_KEYS = (Name.MediaBox, Name.CropBox, Name.BleedBox, Name.TrimBox, Name.ArtBox, Name.UserUnit)
 _UNROTATE = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_270}
@@ -60,23 +69,84 @@ def watermark_raster(
     encode_text(text)  # same rules as structure mode, so a job's text is valid in either mode
     if not 18 <= dpi <= 1200:
         raise ValueError("dpi must be between 18 and 1200")
-    pdftoppm = shutil.which("pdftoppm")
-    if pdftoppm is None:
-        raise DocJobError("tool.missing", "pdftoppm (poppler-utils) is not installed")
     with open_checked(src, budgets=budgets) as (pdf, info), tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for page in pdf.pages:
             check_page_pixels(page, dpi, budgets)
         clean = Path(tmp) / "input.pdf"
         pdf.save(clean, encryption=False)
+        turns = {number: rotation(page) for number, page in enumerate(pdf.pages, start=1)}
+        rendered = render_pages(clean, turns, dpi, Path(tmp), text=text, on_page=on_page)
         out = pikepdf.new()
         for number, page in enumerate(pdf.pages, start=1):
-            image = render_page(pdftoppm, clean, number, dpi, Path(tmp))
-            _stamp(image, text)
-            _add_page(out, page, image, dpi)
-            if on_page is not None:
-                on_page(number, info.page_count)
+            _add_page(out, page, rendered[number], dpi)
         out.save(dst, deterministic_id=True)
     return info
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """A page's rendering as its new content draws it: turned back into user space, Flate-compressed."""
+
+    width: int
+    height: int
+    gray: bool  # stored as one channel
+    data: bytes
+
+
+def render_pages(
+    pdf: Path,
+    turns: dict[int, int],
+    dpi: int,
+    tmp: Path,
+    *,
+    text: str | None = None,
+    on_page: ProgressFn | None = None,
+) -> dict[int, Rendering]:
+    """Pages `turns` (number from 1 -> its /Rotate) of `pdf` rendered at `dpi`, stamped with `text` if given, in
+    page ranges at once (each a fork with its own folder under `tmp`, reporting its pages to `on_page`)."""
+    pdftoppm = shutil.which("pdftoppm")
+    if pdftoppm is None:
+        raise DocJobError("tool.missing", "pdftoppm (poppler-utils) is not installed")
+    numbers = sorted(turns)
+    with tempfile.TemporaryDirectory(dir=tmp, prefix="pages-") as folder:
+
+        def render_range(part: range, page_done: Callable[[], None]) -> dict[str, Any]:
+            own = Path(tempfile.mkdtemp(dir=folder))  # pdftoppm's output name is fixed: one folder per range
+            shapes = {}
+            for index in part:
+                number = numbers[index]
+                image = render_page(pdftoppm, pdf, number, dpi, own)
+                if text is not None:
+                    _stamp(image, text)
+                rendering = _encoded(image, turns[number])
+                (Path(folder) / f"{number}.z").write_bytes(rendering.data)
+                shapes[str(number)] = [rendering.width, rendering.height, rendering.gray]
+                page_done()
+            return shapes
+
+        def report(done: int) -> None:
+            if on_page is not None:
+                on_page(done, len(numbers))
+
+        answers = map_pages(render_range, ranges_for(len(numbers), MIN_PAGES_PER_RANGE), report)
+        shapes = {number: shape for answer in answers for number, shape in answer.items()}
+        return {number: _read_rendering(Path(folder), number, shapes.get(str(number))) for number in numbers}
+
+
+def _encoded(image: Image.Image, rotate: int) -> Rendering:
+    if rotate:
+        image = image.transpose(_UNROTATE[rotate])
+    gray = _is_gray(image)
+    pixels = image.convert("L") if gray else image
+    return Rendering(image.width, image.height, gray, zlib.compress(pixels.tobytes()))
+
+
+def _read_rendering(folder: Path, number: int, shape: object) -> Rendering:
+    """A range's page, checked: a fork is no more trusted than the child it was forked from."""
+    if not (isinstance(shape, list) and len(shape) == 3 and all(isinstance(value, int) for value in shape)):
+        raise RuntimeError(f"a page range renderer answered out of protocol for page {number}")
+    width, height, gray = shape
+    return Rendering(int(width), int(height), bool(gray), (folder / f"{number}.z").read_bytes())
 
 
 def check_page_pixels(page: pikepdf.Page, dpi: int, budgets: Budgets = DEFAULT_BUDGETS) -> None:
@@ -136,8 +206,8 @@ def _fitting_font(text: str, width: int, height: int) -> ImageFont.FreeTypeFont 
         size = max(1, min(size - 1, int(size * min(width / max(1, right - left), height / max(1, bottom - top)))))
 
 
-def _add_page(out: pikepdf.Pdf, source: pikepdf.Page, image: Image.Image, dpi: int) -> None:
-    resources, contents = image_content(out, source, image, dpi)
+def _add_page(out: pikepdf.Pdf, source: pikepdf.Page, rendering: Rendering, dpi: int) -> None:
+    resources, contents = image_content(out, source, rendering, dpi)
     page = pikepdf.Dictionary(Type=Name.Page, Resources=resources, Contents=contents)
     for key in _KEPT_PAGE_KEYS:
         if key in source.obj:
@@ -149,16 +219,14 @@ def _add_page(out: pikepdf.Pdf, source: pikepdf.Page, image: Image.Image, dpi: i
 
 
 def image_content(
-    out: pikepdf.Pdf, source: pikepdf.Page, image: Image.Image, dpi: int
+    out: pikepdf.Pdf, source: pikepdf.Page, rendering: Rendering, dpi: int
 ) -> tuple[pikepdf.Dictionary, pikepdf.Stream]:
-    """/Resources and /Contents (in `out`) that draw `image`, an upright rendering of `source` at `dpi`,
-    exactly over the visible area of a page with `source`'s boxes and rotation."""
+    """/Resources and /Contents (in `out`) that draw `rendering`, an upright rendering of `source` at `dpi`
+    turned back into user space, exactly over the visible area of a page with `source`'s boxes and rotation."""
     rotate = rotation(source)
-    if rotate:
-        image = image.transpose(_UNROTATE[rotate])
     x0, y0, x1, y1 = visible_box(source)
     pixel = 72 / dpi
-    width, height = image.width * pixel, image.height * pixel
+    width, height = rendering.width * pixel, rendering.height * pixel
     # Anchor at the user-space corner that a viewer shows at the top-left, like pdftoppm does.
     left = x0 if rotate in (0, 90) else x1 - width
     bottom = y1 - height if rotate in (0, 270) else y0
@@ -166,16 +234,14 @@ def image_content(
     # exact fit would be stretched to N+1 pixels and interpolated (blurred).
     inset = _INSET_PX * pixel
     left, bottom, width, height = left + inset, bottom + inset, width - 2 * inset, height - 2 * inset
-    gray = _is_gray(image)
-    pixels = image.convert("L") if gray else image
     xobject = pikepdf.Stream(
         out,
-        zlib.compress(pixels.tobytes()),
+        rendering.data,
         Type=Name.XObject,
         Subtype=Name.Image,
-        Width=image.width,
-        Height=image.height,
-        ColorSpace=Name.DeviceGray if gray else Name.DeviceRGB,
+        Width=rendering.width,
+        Height=rendering.height,
+        ColorSpace=Name.DeviceGray if rendering.gray else Name.DeviceRGB,
         BitsPerComponent=8,
         Filter=Name.FlateDecode,
     )

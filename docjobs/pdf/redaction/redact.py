@@ -26,8 +26,8 @@ from pikepdf import Name
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import PageRedaction, RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
-from docjobs.pdf.inspect import ProgressFn, open_checked
-from docjobs.pdf.raster import check_page_pixels, image_content, render_page
+from docjobs.pdf.inspect import ProgressFn, open_checked, rotation
+from docjobs.pdf.raster import check_page_pixels, image_content, render_pages
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.gate import GateReport, Word, check_redaction, poppler_words
 from docjobs.pdf.redaction.layout import MaskLayout, ResetLine, reset_words_kept
@@ -429,16 +429,13 @@ def _burn_in(boxed: Path, dst: Path, numbers: list[int], dpi: int, tmp: Path, bu
     """Replace each page in `numbers` by its rendering at `dpi` (boxes included): nothing of its content
     survives but pixels. The page object stays, so links and bookmarks to it still resolve. Every page's
     pixels are checked against the budget before the first is rendered."""
-    pdftoppm = shutil.which("pdftoppm")
-    if pdftoppm is None:
-        raise DocJobError("tool.missing", "pdftoppm (poppler-utils) is not installed")
     with pikepdf.open(boxed) as pdf:
         for number in numbers:
             check_page_pixels(pdf.pages[number - 1], dpi, budgets)
+        rendered = render_pages(boxed, {number: rotation(pdf.pages[number - 1]) for number in numbers}, dpi, tmp)
         for number in numbers:
             page = pdf.pages[number - 1]
-            image = render_page(pdftoppm, boxed, number, dpi, tmp)
-            page.obj.Resources, page.obj.Contents = image_content(pdf, page, image, dpi)
+            page.obj.Resources, page.obj.Contents = image_content(pdf, page, rendered[number], dpi)
             for key in (Name.Annots, Name.Group, Name.StructParents):
                 if key in page.obj:
                     del page.obj[key]
