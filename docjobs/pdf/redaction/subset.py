@@ -52,6 +52,7 @@ class _NotSafe(Exception):
 class FontScrub:
     resubset: int  # embedded programs re-subset
     fallback: dict[int, str]  # page -> reason, for the pages whose fonts could not be
+    kinds: dict[int, list[str]] = field(default_factory=dict)  # those pages -> their fonts' kinds (_program_kind)
 
 
 def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DEFAULT_BUDGETS) -> FontScrub:
@@ -69,8 +70,15 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
             resubset += _scrub(pdf, font, usage.codes.get(key, set()), budgets)
         except _NotSafe:
             unsafe.add(key)
-    pages = sorted({page for key in unsafe for page in usage.pages.get(key, set())})
-    return FontScrub(resubset, dict.fromkeys(pages, FALLBACK_REASON))
+    kinds: dict[int, set[str]] = {}
+    for key in unsafe:
+        for page in usage.pages.get(key, set()):
+            kinds.setdefault(page, set()).add(_program_kind(pdf.get_object(key)))
+    return FontScrub(
+        resubset,
+        dict.fromkeys(sorted(kinds), FALLBACK_REASON),
+        {page: sorted(kinds[page]) for page in sorted(kinds)},
+    )
 
 
 @dataclass
@@ -334,7 +342,7 @@ def _program(descriptor: pikepdf.Object | None, budgets: Budgets) -> tuple[pikep
     return descriptor, _Program(program, kind)
 
 
-def program_kind(font: pikepdf.Object | None) -> str:
+def _program_kind(font: pikepdf.Object | None) -> str:
     """The kind of program a font dictionary embeds, as the summary names it: `truetype`, `opentype`, `cff`,
     `type1`, `type3`, `unembedded` or `unknown`."""
     if not isinstance(font, pikepdf.Dictionary):
