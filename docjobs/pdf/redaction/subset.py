@@ -10,11 +10,14 @@ every other code are dropped, and the subset tag is derived from what is kept.
 
 Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
 to glyphs as viewers map them: see `_code_cmap`) and of Type0 fonts with Identity-H over a
-CIDFontType2 (CIDToGIDMap Identity or a stream; its program may lack a cmap). Any other embedded program that
-lost glyphs (Type1, bare CFF), one whose drawn codes cannot all be read or mapped to glyphs, and one the form's
-default resources (/AcroForm /DR) offer for new field values cannot be re-subset safely: the pages that draw it
-are returned for the raster fallback (reason `font_not_resubset`), after which nothing references it. A font
-without an embedded program only loses the entries.
+CIDFontType2 (CIDToGIDMap Identity or a stream; its program may lack a cmap); Type1 (/FontFile) and bare CFF
+(/FontFile3 /Type1C) of simple fonts, written back as a bare CFF program with the drawn codes spelled out in
+/Differences, and CID-keyed bare CFF (/CIDFontType0C) of Type0 fonts over a CIDFontType0 (see `named_glyphs`).
+Any other embedded program that lost glyphs, one fontTools cannot read or write, one whose drawn codes cannot
+all be read or mapped to glyphs, and one the form's default resources (/AcroForm /DR) offer for new field values
+cannot be re-subset safely: the pages that draw it are returned for the raster fallback (reason
+`font_not_resubset`, with the kinds of the fonts), after which nothing references it. A font without an
+embedded program only loses the entries.
 """
 
 from __future__ import annotations
