@@ -13,7 +13,10 @@ finds none get no redaction job). Each file is also opened by poppler (`pdftotex
 Prints a table: succeeded / failed by code / quarantined by code, the share of refused files that poppler
 can read, the files both readers open that did not succeed for a reason other than a policy one
 (`input.signed`), the redaction success rate, the pages that took the raster fallback (by reason, and by
-file), and the leaks: a released redaction in which pdftotext or pypdf still finds the word.
+file), the leaks (a released redaction in which pdftotext or pypdf still finds the word) and the text kept:
+per file, the share of the other words (every pdftotext word of the original but those holding the redacted
+one, counted with repeats) that pdftotext still reads in the released file, their median over the files and
+the files below 0.5.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import hashlib
 import logging
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -61,9 +65,11 @@ class Sample:
     poppler: bool = False  # pdftotext reads it
     qpdf: bool = False  # qpdf --check opens it (warnings allowed)
     word: str | None = None
+    words: list[str] = field(default_factory=list)  # pdftotext's words of the original
     standard: JobStatus | None = None
     redacted: JobStatus | None = None
     leaked: bool = False
+    kept: float | None = None  # share of the other words still extractable after the redaction
     notes: list[str] = field(default_factory=list)
 
 
@@ -104,8 +110,22 @@ def inspect_with_readers(sample: Sample) -> None:
     sample.poppler = text.returncode == 0
     checked = subprocess.run(["qpdf", "--check", str(sample.path)], capture_output=True, timeout=120, check=False)
     sample.qpdf = checked.returncode in (0, 3)  # 3: warnings only
-    found = WORD.search(text.stdout.decode("utf-8", "replace")) if sample.poppler else None
+    words = text.stdout.decode("utf-8", "replace") if sample.poppler else ""
+    found = WORD.search(words)
     sample.word = found.group(0) if found else None
+    sample.words = words.split()
+
+
+def pdftotext_words(pdf: Path) -> list[str]:
+    poppler = subprocess.run(["pdftotext", "-q", str(pdf), "-"], capture_output=True, timeout=300, check=False)
+    return poppler.stdout.decode("utf-8", "replace").split()
+
+
+def other_words_kept(before: list[str], after: list[str], word: str) -> float | None:
+    """The share of `before`'s words (with repeats) not holding `word` that `after` still has (None: none)."""
+    others = Counter(w for w in before if word.lower() not in w.lower())
+    total = sum(others.values())
+    return sum((others & Counter(after)).values()) / total if total else None
 
 
 def still_readable(pdf: Path, word: str) -> bool:
@@ -134,6 +154,7 @@ async def run_sample(jobs: JobClient, policies: PolicyBook, sample: Sample, fold
         out = folder / f"redacted-{sample.path.name}"
         await jobs.fetch(sample.redacted.job_id, out)
         sample.leaked = still_readable(out, sample.word)
+        sample.kept = other_words_kept(sample.words, pdftotext_words(out), sample.word)
 
 
 def burned_in(status: JobStatus | None) -> Counter[str]:
@@ -189,9 +210,16 @@ def report(samples: list[Sample]) -> None:
     )
     reasons = sum((burned_in(s.redacted) for s in done), Counter[str]())
     print(f"| pages burned in (raster fallback), by reason | {dict(sorted(reasons.items())) or 'none'} |")
+    print(f"| pages burned in: font_not_resubset | {reasons['font_not_resubset']} |")
     print(f"| leaks (pdftotext or pypdf still find the word in a released file) | {sum(s.leaked for s in done)} |")
+    shares = [s.kept for s in done if s.kept is not None]
+    median = statistics.median(shares) if shares else float("nan")
+    low = [s for s in done if s.kept is not None and s.kept < 0.5]
+    print(f"| other words still extractable, median over {len(shares)} files | {median:.3f} |")
+    print(f"| files keeping less than half their other words | {len(low)} |")
     burning = [(s, str(dict(sorted(burned_in(s.redacted).items())))) for s in done if burned_in(s.redacted)]
     print_files("pages burned in", "by reason", burning)
+    print_files("other words kept", "share", [(s, f"{s.kept:.3f}") for s in done if s.kept is not None and s.kept < 1])
     print_files("redaction not finished", "outcome", [(s, outcome(s.redacted)) for s in redaction_ran if s not in done])
 
 
@@ -219,7 +247,8 @@ async def run(samples: list[Sample], folder: Path, at_once: int) -> None:
                 await run_sample(jobs, policies, sample, folder)
                 redaction = outcome(sample.redacted) if sample.word is not None else "no word to redact"
                 burned = dict(burned_in(sample.redacted)) or ""
-                print(f"  {sample.path.name}: {outcome(sample.standard)} / {redaction} {burned}", flush=True)
+                kept = f"kept {sample.kept:.3f}" if sample.kept is not None else ""
+                print(f"  {sample.path.name}: {outcome(sample.standard)} / {redaction} {burned} {kept}", flush=True)
 
         async with serving(client, settings):
             await asyncio.gather(*(one(sample) for sample in samples))

@@ -189,6 +189,7 @@ def test_cli_region_removes_exactly_the_region(env: Env, main_worker: object, tm
             "annotations_removed": 0,
             "lines_reset": 1,  # a region over text: its line is re-set around a fixed-width mask, as for a match
             "fallback": None,
+            "fallback_fonts": [],
         }
     ]
 

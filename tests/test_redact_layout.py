@@ -10,12 +10,14 @@ ToUnicode entry that only a name used. The gate and the text-kept check run insi
 from __future__ import annotations
 
 import io
+import string
 import subprocess
 from pathlib import Path
 
 import pikepdf
 import pytest
-from fontTools.ttLib import TTFont
+from fontTools.agl import toUnicode
+from fontTools.ttLib import TTFont, newTable
 from pdfminer.cmapdb import CMapParser, FileUnicodeMap
 from pdfminer.high_level import extract_pages
 from pdfminer.layout import LTChar, LTContainer
@@ -34,12 +36,15 @@ from tests.fixtures.redact_layout import (
     SUFFIX,
     WINANSI_LINE,
     line,
+    make_cff,
+    make_cid_cff,
     make_embedded,
     make_embedded_without_cmap,
     make_superscript,
     make_tight,
     make_truetype_winansi,
     make_type1,
+    vera_cff,
 )
 
 POLICY = RedactPolicy(regexes=(NAME_REGEX,))  # layout `mask` by default
@@ -148,10 +153,54 @@ def test_a_nonsymbolic_truetype_font_keeps_the_glyphs_its_unicode_cmap_gives(tmp
     assert WINANSI_LINE in released and NAMES[3] not in released
 
 
+@pytest.mark.parametrize("make", [make_type1, make_cff, make_cid_cff], ids=["type1", "cff", "cid-cff"])
+def test_a_type1_or_bare_cff_font_is_resubset_with_its_text_kept(make: object, tmp_path: Path) -> None:
+    """The name's letters leave the program (glyph names and outlines), the widths, the encoding and the
+    ToUnicode; every other word stays extractable and no page is burned in."""
+    name = NAMES[3]  # "Zoë Quinby": Z, ë, Q, b are drawn by the name alone
+    out, summary = redact(make, name, tmp_path)
+    assert (summary.fallback_pages, summary.fonts_resubset) == ([], 1)
+    before, after = text(tmp_path / "source.pdf"), text(out)
+    assert sorted(after.split()) == sorted(word for word in before.split() if word not in name.split())
+    extracted = "".join(page.extract_text() for page in PdfReader(out).pages)
+    assert not any(word in released for word in name.split() for released in (after, extracted))
+    kept = set(after) - set(string.whitespace) | {" "}  # the characters still drawn
+    with pikepdf.open(out) as pdf:
+        (font,) = [font for _, font in pdf.pages[0].Resources.Font.items() if font.BaseFont != Name.Helvetica]
+        simple = font.Subtype == Name.Type1
+        described = font if simple else font.DescendantFonts[0]
+        program = described.FontDescriptor.FontFile3
+        assert program.Subtype == (Name.Type1C if simple else Name.CIDFontType0C)
+        charset = _cff_charset(program.read_bytes())
+        if simple:
+            assert {toUnicode(glyph) for glyph in charset} == kept | {""}  # .notdef reads as nothing
+            differences = [str(item)[1:] for item in font.Encoding.Differences if isinstance(item, Name)]
+            assert set(differences) == set(charset) - {".notdef"}
+            drawn = [code for code, width in enumerate(font.Widths, start=int(font.FirstChar)) if width]
+            assert {bytes([code]).decode("cp1252") for code in drawn} == kept
+        else:
+            by_character = vera_cff(cid_keyed=True)[1]
+            assert charset == {".notdef", *(f"cid{by_character[character]:05d}" for character in kept)}
+            assert set(_to_unicode(font.ToUnicode.read_bytes()).values()) == kept
+
+
 def test_a_font_that_cannot_be_resubset_sends_its_pages_to_the_fallback(tmp_path: Path) -> None:
-    out, summary = redact(make_type1, NAMES[3], tmp_path)
+    """A Type1 program cut short (no charstrings): the pages that draw it are burned in, and the summary says
+    which kind of font could not be re-subset."""
+
+    def make_broken_type1(path: Path, name: str) -> None:
+        make_type1(path, name)
+        with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+            for descriptor in [obj for obj in pdf.objects if isinstance(obj, pikepdf.Dictionary)]:
+                if Name.FontFile in descriptor:
+                    program = descriptor.FontFile
+                    descriptor.FontFile = pdf.make_stream(program.read_bytes()[: int(program.Length1)])
+            pdf.save(path, deterministic_id=True)
+
+    out, summary = redact(make_broken_type1, NAMES[3], tmp_path)
     assert summary.fallback_pages == [1, 2]  # page 2 draws the same font
-    assert {page.page: page.fallback for page in summary.pages} == {1: "font_not_resubset", 2: "font_not_resubset"}
+    reasons = {page.page: (page.fallback, page.fallback_fonts) for page in summary.pages}
+    assert reasons == {1: ("font_not_resubset", ["type1"]), 2: ("font_not_resubset", ["type1"])}
     with pikepdf.open(out) as pdf:
         assert not any(Name.Font in page.Resources for page in pdf.pages)
         assert not any(
@@ -279,3 +328,10 @@ def _to_unicode(data: bytes) -> dict[int, str]:
     cmap = FileUnicodeMap()
     CMapParser(cmap, io.BytesIO(data)).run()
     return dict(cmap.cid2unichr)
+
+
+def _cff_charset(data: bytes) -> set[str]:
+    """The glyph names of a bare CFF program, parsed back with fontTools."""
+    table = newTable("CFF ")
+    table.decompile(data, TTFont())
+    return set(table.cff[table.cff.fontNames[0]].charset)

@@ -117,7 +117,8 @@ WIRE = {
     "ocr": ("cf43955ce826c1ac", "8f2d9486220d9f6a"),
     # The redaction summary counts spans (`spans`, defaulted) and no longer the glyphs they removed: a removed
     # field is ignored by older code (Frozen: extra="ignore"), which reads its default, and old histories replay.
-    "redact": ("db1f96fc5b24d8c0", "194ae44c13c7e282"),
+    # Then a page's `fallback_fonts` (defaulted: the kinds of the fonts behind `font_not_resubset`).
+    "redact": ("db1f96fc5b24d8c0", "3386064094867ec2"),
     "sign": ("d292b8c64ec4c00f", "92dfd00402ce8dd4"),
     "verify": ("b581b80482d95e16", "be9fa5725e5708e0"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),

@@ -543,6 +543,9 @@ class PageRedaction(Frozen):
     annotations_removed: int = 0
     lines_reset: int = 0  # lines re-set around their masks (layout `mask`)
     fallback: str | None = None  # why the page was burned in at the fallback DPI instead of rewritten
+    # With fallback `font_not_resubset`: the kinds of the fonts that could not be re-subset there (`type1`, `cff`,
+    # `truetype`, `opentype`, `type3`, `unembedded`, `unknown`). Empty otherwise, and in older summaries.
+    fallback_fonts: list[str] = Field(default_factory=list)
 
 
 class RedactionSummary(Frozen):

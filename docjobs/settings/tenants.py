@@ -153,6 +153,8 @@ def own_limits(entry: object, defaults: TenantLimits) -> TenantLimits:
         return TenantLimits.model_validate(defaults.model_dump() | own)
     except ValidationError:
         return defaults
+
+
 def _listed_policies(entry: object) -> tuple[str, ...] | None:
     """A tenant entry's `policies` list; None when it has none (or is no tenant entry)."""
     listed = entry.get("policies") if isinstance(entry, dict) else None

@@ -53,7 +53,7 @@ def state_clause(state: JobState) -> str:
     """The visibility query for jobs in `state`: by the workflow's state attribute while it runs or once it
     ended itself; a run Temporal closed otherwise still has the attribute of where it was, so it is matched by
     how it closed instead, or, once its workflow had decided a terminal state, by that state."""
-    statuses = '' if is_terminal(state) else ' AND ExecutionStatus IN ("Running", "Completed")'
+    statuses = "" if is_terminal(state) else ' AND ExecutionStatus IN ("Running", "Completed")'
     own = f'({sa.STATE.name} = "{state.value}"{statuses})'
     closed = [f'"{name}"' for name, states in CLOSED_OUTSIDE.items() if state in states]
     return f"({own} OR ExecutionStatus IN ({', '.join(closed)}))" if closed else own

@@ -9,7 +9,7 @@ the whole baseline as possibly covered (see `FontModel.unknown_reason`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pikepdf
@@ -175,13 +175,20 @@ def _standard_name(font: pikepdf.Dictionary) -> str | None:
     return family + suffix if suffix is not None else None
 
 
-def _encoding(font: pikepdf.Dictionary, standard: str) -> list[str]:
+def _encoding(font: pikepdf.Dictionary, standard: str) -> list[str | None]:
     """Glyph names by code for a standard-14 font: base encoding plus /Differences."""
     builtin = {"Symbol": "SymbolEncoding", "ZapfDingbats": "ZapfDingbatsEncoding"}.get(standard, "StandardEncoding")
+    return glyph_names(font, _fontdata.encodings[builtin])
+
+
+def glyph_names(font: pikepdf.Dictionary, builtin: Sequence[str | None]) -> list[str | None]:
+    """Glyph names by code (256 of them) of a simple font with named glyphs (Type1, bare CFF): the encoding its
+    /Encoding names (itself or as /BaseEncoding), else `builtin` (the program's own), with /Differences applied."""
     encoding = font.get(Name.Encoding)
     base = encoding.get(Name.BaseEncoding) if isinstance(encoding, pikepdf.Dictionary) else encoding
-    base_name = str(base)[1:] if isinstance(base, Name) else builtin
-    names = list(_fontdata.encodings.get(base_name, _fontdata.encodings[builtin]))
+    named = _fontdata.encodings.get(str(base)[1:]) if isinstance(base, Name) else None
+    names = list(named or builtin)[:256]
+    names += [None] * (256 - len(names))
     differences = encoding.get(Name.Differences) if isinstance(encoding, pikepdf.Dictionary) else None
     code = 0
     for item in differences if isinstance(differences, pikepdf.Array) else []:

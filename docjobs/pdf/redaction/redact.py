@@ -35,7 +35,7 @@ from docjobs.pdf.redaction.locate import locate, pages_with_glyphs_in
 from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, sensitive_kinds, value_pattern
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.redaction.scrub import scrub_document
-from docjobs.pdf.redaction.subset import scrub_fonts
+from docjobs.pdf.redaction.subset import FALLBACK_REASON, scrub_fonts
 from docjobs.pdf.watermark import wrap_content
 
 BOX_COLOR = "0 g"  # opaque black
@@ -108,6 +108,7 @@ def redact_pdf(
                     "matches": matches,
                     "spans": sum(matches.values()) + explicit[redacted.page],
                     "fallback": removal.fallback.get(redacted.page),
+                    "fallback_fonts": removal.fallback_fonts.get(redacted.page, []),
                 }
             )
         )
@@ -130,6 +131,7 @@ class _Removal:
     drawn: PageRegions  # the boxes drawn, where the gate looks for text left inside
     reset: dict[int, tuple[ResetLine, ...]]  # the lines re-set around their masks, per page
     fonts_resubset: int
+    fallback_fonts: dict[int, list[str]]  # page burned in for `font_not_resubset` -> its fonts' kinds
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,7 @@ def _remove(
         fonts = scrub_fonts(pdf, rewrite.fonts_touched, budgets=budgets)
         for number, reason in fonts.fallback.items():
             fallback.setdefault(number, reason)
+        fallback_fonts = {number: kinds for number, kinds in fonts.kinds.items() if fallback[number] == FALLBACK_REASON}
         scrub = scrub_document(pdf, patterns, values, budgets=budgets)
         pdf.save(boxed, encryption=False, deterministic_id=True)
     return _Removal(
@@ -185,6 +188,7 @@ def _remove(
         drawn=rewrite.drawn,
         reset=rewrite.reset,
         fonts_resubset=fonts.resubset,
+        fallback_fonts=fallback_fonts,
     )
 
 

@@ -10,11 +10,14 @@ every other code are dropped, and the subset tag is derived from what is kept.
 
 Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
 to glyphs as viewers map them: see `_code_cmap`) and of Type0 fonts with Identity-H over a
-CIDFontType2 (CIDToGIDMap Identity or a stream; its program may lack a cmap). Any other embedded program that
-lost glyphs (Type1, bare CFF), one whose drawn codes cannot all be read or mapped to glyphs, and one the form's
-default resources (/AcroForm /DR) offer for new field values cannot be re-subset safely: the pages that draw it
-are returned for the raster fallback (reason `font_not_resubset`), after which nothing references it. A font
-without an embedded program only loses the entries.
+CIDFontType2 (CIDToGIDMap Identity or a stream; its program may lack a cmap); Type1 (/FontFile) and bare CFF
+(/FontFile3 /Type1C) of simple fonts, written back as a bare CFF program with the drawn codes spelled out in
+/Differences, and CID-keyed bare CFF (/CIDFontType0C) of Type0 fonts over a CIDFontType0 (see `named_glyphs`).
+Any other embedded program that lost glyphs, one fontTools cannot read or write, one whose drawn codes cannot
+all be read or mapped to glyphs, and one the form's default resources (/AcroForm /DR) offer for new field values
+cannot be re-subset safely: the pages that draw it are returned for the raster fallback (reason
+`font_not_resubset`, with the kinds of the fonts), after which nothing references it. A font without an
+embedded program only loses the entries.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from pdfminer.psparser import LIT
 from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, decoded_size
-from docjobs.pdf.redaction.fonts import font_model
+from docjobs.pdf.redaction.fonts import font_model, glyph_names
+from docjobs.pdf.redaction.named_glyphs import NamedGlyphProgram, ProgramError
 from docjobs.pdf.redaction.resources import inherited_resources
 
 FALLBACK_REASON = "font_not_resubset"
@@ -51,6 +55,7 @@ class _NotSafe(Exception):
 class FontScrub:
     resubset: int  # embedded programs re-subset
     fallback: dict[int, str]  # page -> reason, for the pages whose fonts could not be
+    kinds: dict[int, list[str]] = field(default_factory=dict)  # those pages -> their fonts' kinds (_program_kind)
 
 
 def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DEFAULT_BUDGETS) -> FontScrub:
@@ -68,8 +73,15 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
             resubset += _scrub(pdf, font, usage.codes.get(key, set()), budgets)
         except _NotSafe:
             unsafe.add(key)
-    pages = sorted({page for key in unsafe for page in usage.pages.get(key, set())})
-    return FontScrub(resubset, dict.fromkeys(pages, FALLBACK_REASON))
+    kinds: dict[int, set[str]] = {}
+    for key in unsafe:
+        for page in usage.pages.get(key, set()):
+            kinds.setdefault(page, set()).add(_program_kind(pdf.get_object(key)))
+    return FontScrub(
+        resubset,
+        dict.fromkeys(sorted(kinds), FALLBACK_REASON),
+        {page: sorted(kinds[page]) for page in sorted(kinds)},
+    )
 
 
 @dataclass
@@ -181,14 +193,17 @@ def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], b
     resubset = 0
     if embedded is not None:
         descriptor, program = embedded
-        ttf = _truetype(program)
-        cmap = _code_cmap(ttf, font)
-        try:
-            kept = {cmap[code] if code in cmap else cmap[0xF000 + code] for code in codes}
-        except KeyError:
-            raise _NotSafe from None
-        subset = _subset(ttf, kept)
-        _write_program(pdf, descriptor, program, subset)
+        if program.kind in ("type1", "cff"):
+            subset = _scrub_named_glyphs(pdf, font, program, codes)
+        else:
+            ttf = _truetype(program.stream)
+            cmap = _code_cmap(ttf, font)
+            try:
+                kept = {cmap[code] if code in cmap else cmap[0xF000 + code] for code in codes}
+            except KeyError:
+                raise _NotSafe from None
+            subset = _subset(ttf, kept)
+            _write_program(pdf, descriptor, program, subset)
         _retag(subset, (font, descriptor))
         resubset = 1
     widths = font.get(Name.Widths)
@@ -219,12 +234,18 @@ def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int]
         raise _NotSafe
     embedded = _program(descendant.get(Name.FontDescriptor), budgets)
     model = font_model(font)
-    if embedded is not None:
+    if embedded is not None and embedded[1].kind == "cff":
+        descriptor, program = embedded
+        if descendant.get(Name.Subtype) != Name.CIDFontType0:
+            raise _NotSafe
+        subset = _scrub_cid_cff(pdf, descriptor, program, codes)
+        _retag(subset, (font, descendant, descriptor))
+    elif embedded is not None:
         descriptor, program = embedded
         if descendant.get(Name.Subtype) != Name.CIDFontType2:
             raise _NotSafe
         to_gid = _cid_to_gid(descendant.get(Name.CIDToGIDMap), budgets)
-        ttf = _truetype(program)
+        ttf = _truetype(program.stream)
         order = ttf.getGlyphOrder()
         gids = {cid: to_gid(cid) for cid in codes}
         if any(gid >= len(order) for gid in gids.values()):
@@ -237,12 +258,12 @@ def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int]
         for cid, gid in gids.items():
             table[2 * cid : 2 * cid + 2] = renumbered[order[gid]].to_bytes(2, "big")
         descendant.CIDToGIDMap = pdf.make_stream(bytes(table))
-        if Name.CIDSet in descriptor:
-            bits = bytearray((max(codes, default=0) + 8) // 8)
-            for cid in {0, *codes}:
-                bits[cid // 8] |= 0x80 >> (cid % 8)
-            descriptor.CIDSet = pdf.make_stream(bytes(bits))
         _retag(subset, (font, descendant, descriptor))
+    if embedded is not None and Name.CIDSet in embedded[0]:
+        bits = bytearray((max(codes, default=0) + 8) // 8)
+        for cid in {0, *codes}:
+            bits[cid // 8] |= 0x80 >> (cid % 8)
+        embedded[0].CIDSet = pdf.make_stream(bytes(bits))
     default = model.default_width if model.default_width is not None else 1.0
     listed = sorted(code for code in codes if model.widths.get(code, default) != default)
     descendant.W = pikepdf.Array(
@@ -252,24 +273,99 @@ def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int]
     return 1 if embedded is not None else 0
 
 
-def _program(descriptor: pikepdf.Object | None, budgets: Budgets) -> tuple[pikepdf.Dictionary, pikepdf.Stream] | None:
-    """The descriptor and its embedded TrueType/OpenType program (None when there is none); any other kind
-    of program is not safe."""
+def _scrub_named_glyphs(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, program: _Program, codes: set[int]) -> bytes:
+    """Re-subset a simple font's Type1 or bare CFF program to the glyphs of `codes` (embedded as `/Type1C`)
+    and spell those codes out in its /Differences, so no viewer needs the built-in encoding that listed the
+    others. A code whose glyph the program lacks draws .notdef, before and after."""
+    try:
+        source = NamedGlyphProgram.read(program.stream.read_bytes(), program.kind)
+        if source.cid_keyed:
+            raise _NotSafe  # a CID-keyed program under a simple font: codes do not name its glyphs
+        names = glyph_names(font, source.builtin_encoding)
+        drawn = {code: name for code in sorted(codes) if code < len(names) and (name := names[code]) is not None}
+        data = source.subset(set(drawn.values()), drawn)
+    except ProgramError:
+        raise _NotSafe from None
+    differences: list[pikepdf.Object | int] = []
+    for code, name in drawn.items():
+        differences += [code, Name("/" + name)]
+    font.Encoding = pikepdf.Dictionary(Type=Name.Encoding, Differences=pikepdf.Array(differences))
+    descriptor = font.FontDescriptor
+    for key in (Name.FontFile, Name.FontFile2):
+        if key in descriptor:
+            del descriptor[key]
+    descriptor.FontFile3 = pdf.make_stream(data, Subtype=Name.Type1C)
+    return data
+
+
+def _scrub_cid_cff(pdf: pikepdf.Pdf, descriptor: pikepdf.Dictionary, program: _Program, cids: set[int]) -> bytes:
+    """Re-subset a CIDFontType0's CID-keyed CFF program to the glyphs of `cids`: its charset keeps their CIDs,
+    so the codes still reach them. A name-keyed program there is drawn by glyph index (CID = GID), which
+    renumbering would break: not safe."""
+    try:
+        source = NamedGlyphProgram.read(program.stream.read_bytes(), program.kind)
+        if not source.cid_keyed:
+            raise _NotSafe
+        data = source.subset({f"cid{cid:05d}" for cid in cids}, {})
+    except ProgramError:
+        raise _NotSafe from None
+    descriptor.FontFile3 = pdf.make_stream(data, Subtype=program.stream.get(Name.Subtype, Name.CIDFontType0C))
+    return data
+
+
+@dataclass(frozen=True)
+class _Program:
+    stream: pikepdf.Stream
+    kind: str  # "truetype", "opentype", "cff" (bare CFF: Type1C, CIDFontType0C) or "type1"
+
+
+_FONT_FILE3_KINDS = {"/OpenType": "opentype", "/Type1C": "cff", "/CIDFontType0C": "cff"}
+
+
+def _program(descriptor: pikepdf.Object | None, budgets: Budgets) -> tuple[pikepdf.Dictionary, _Program] | None:
+    """The descriptor and its embedded program (None when there is none); a program of another kind is not
+    safe."""
     if not isinstance(descriptor, pikepdf.Dictionary):
         return None
     if Name.FontFile in descriptor:
-        raise _NotSafe  # Type1: fontTools cannot subset it
-    program = descriptor.get(Name.FontFile2)
-    if program is None and Name.FontFile3 in descriptor:
+        program, kind = descriptor.FontFile, "type1"
+    elif Name.FontFile2 in descriptor:
+        program, kind = descriptor.FontFile2, "truetype"
+    elif Name.FontFile3 in descriptor:
         program = descriptor.FontFile3
-        if not isinstance(program, pikepdf.Stream) or program.get(Name.Subtype) != Name.OpenType:
-            raise _NotSafe  # bare CFF
-    if program is None:
+        subtype = str(program.get(Name.Subtype, "")) if isinstance(program, pikepdf.Stream) else ""
+        if subtype not in _FONT_FILE3_KINDS:
+            raise _NotSafe
+        kind = _FONT_FILE3_KINDS[subtype]
+    else:
         return None
     if not isinstance(program, pikepdf.Stream):
         raise _NotSafe
     decoded_size(program, limit=budgets.max_stream_bytes)
-    return descriptor, program
+    return descriptor, _Program(program, kind)
+
+
+def _program_kind(font: pikepdf.Object | None) -> str:
+    """The kind of program a font dictionary embeds, as the summary names it: `truetype`, `opentype`, `cff`,
+    `type1`, `type3`, `unembedded` or `unknown`."""
+    if not isinstance(font, pikepdf.Dictionary):
+        return "unknown"
+    if font.get(Name.Subtype) == Name.Type3:
+        return "type3"
+    descendants = font.get(Name.DescendantFonts)
+    if font.get(Name.Subtype) == Name.Type0:
+        font = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+    descriptor = font.get(Name.FontDescriptor) if isinstance(font, pikepdf.Dictionary) else None
+    if not isinstance(descriptor, pikepdf.Dictionary):
+        return "unembedded"
+    program = descriptor.get(Name.FontFile3)
+    if Name.FontFile in descriptor:
+        return "type1"
+    if Name.FontFile2 in descriptor:
+        return "truetype"
+    if isinstance(program, pikepdf.Stream):
+        return _FONT_FILE3_KINDS.get(str(program.get(Name.Subtype, "")), "unknown")
+    return "unknown" if program is not None else "unembedded"
 
 
 def _truetype(program: pikepdf.Stream) -> TTFont:
@@ -352,11 +448,11 @@ def _subset(ttf: TTFont, glyphs: set[str]) -> bytes:
     return data.getvalue()
 
 
-def _write_program(pdf: pikepdf.Pdf, descriptor: pikepdf.Dictionary, old: pikepdf.Stream, data: bytes) -> None:
+def _write_program(pdf: pikepdf.Pdf, descriptor: pikepdf.Dictionary, old: _Program, data: bytes) -> None:
     program = pdf.make_stream(data)
     program.Length1 = len(data)
-    if Name.Subtype in old:
-        program.Subtype = old.Subtype
+    if Name.Subtype in old.stream:
+        program.Subtype = old.stream.Subtype
     key = Name.FontFile2 if Name.FontFile2 in descriptor else Name.FontFile3
     descriptor[key] = program
 
