@@ -6,11 +6,12 @@ OpenDocument's `mimetype` entry, the stream names of an OLE2 compound file's dir
 is taken from a file name. A macro-enabled OOXML package (a `macroEnabled` content type, or a VBA project
 part) is refused with `input.active_content` before LibreOffice starts, unless the policy allows it.
 
-Every conversion runs `soffice --headless --convert-to pdf` as a tool of the child, so under all of the child's
-limits and its sandbox (no network, Landlock: only the attempt folder writable), in a session of its own that
-is killed as a whole at the policy's time limit (`input.too_complex`). Its user profile is made fresh in the
-attempt folder for each conversion, preset so that no macro runs and no link is updated (`_PROFILE_SETTINGS`). What
-LibreOffice prints is never kept: it can quote the document. Only an outcome becomes a code.
+Every conversion runs LibreOffice (`soffice.bin --headless --convert-to pdf`) as a tool of the child, so under
+all of the child's limits and its sandbox (no network, Landlock: only the attempt folder writable), in a session
+of its own that is killed as a whole at the policy's time limit (`input.too_complex`). Its user profile is made
+fresh in the attempt folder for each conversion, preset so that no macro runs and no link is updated
+(`_PROFILE_SETTINGS`). What LibreOffice prints is never kept: it can quote the document. Only an outcome becomes
+a code.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import time
 import zipfile
 from enum import StrEnum
 from pathlib import Path
@@ -93,6 +95,7 @@ _PROFILE_SETTINGS = (
 )
 SOFFICE_ARGUMENTS = ("--headless", "--norestore", "--nolockcheck", "--nodefault", "--nofirststartwizard")
 _KILL_GRACE_SECONDS = 2.0
+_RESTART = 81  # soffice.bin's "restart me" (E_RESTART in desktop/source/app), after it set a fresh profile up
 
 
 def office_format(path: Path) -> OfficeFormat:
@@ -188,10 +191,17 @@ def convert_to_pdf(source: Path, found: OfficeFormat, output: Path, workdir: Pat
     """LibreOffice's PDF of office document `source` (of format `found`) at `output`, made in `workdir` (the profile,
     a temporary folder and LibreOffice's output: the attempt's folder) within `seconds` of wall-clock time.
 
+    `soffice.bin` is run itself, not through the `soffice` launcher: the launcher (oosplash) puts LibreOffice's pipe
+    in /tmp or /var/tmp and nowhere else, and the child may write neither, whereas soffice.bin takes the folder
+    OSL_SOCKET_PATH names when /tmp is not writable (it runs in the attempt's `office/tmp`). On a fresh profile
+    soffice.bin first sets the profile up and asks to be restarted (exit status 81), as the launcher would do: it
+    is started once more.
+
     Raises DocJobError: input.too_complex (the time limit, or a limit of the child ended LibreOffice),
     input.malformed (it made no PDF), tool.missing."""
-    soffice = shutil.which("soffice")
-    if soffice is None:
+    launcher = shutil.which("soffice")
+    program = Path(os.path.realpath(launcher)).parent / "soffice.bin" if launcher else None
+    if program is None or not program.is_file():
         raise DocJobError("tool.missing", "soffice (libreoffice-*-nogui) is not installed")
     office = workdir / "office"
     profile, outdir, tmp = office / "lo-profile", office / "out", office / "tmp"
@@ -201,7 +211,7 @@ def convert_to_pdf(source: Path, found: OfficeFormat, output: Path, workdir: Pat
     document = office / f"document.{found.value}"  # the format decided above: LibreOffice's filter follows it
     shutil.copyfile(source, document)
     command = [
-        soffice,
+        str(program),
         *SOFFICE_ARGUMENTS,
         f"-env:UserInstallation={profile.as_uri()}",
         "--convert-to",
@@ -211,28 +221,40 @@ def convert_to_pdf(source: Path, found: OfficeFormat, output: Path, workdir: Pat
         str(document),
     ]
     environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(office), "TMPDIR": str(tmp)}
-    environment["LANG"] = "C.UTF-8"
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,  # can quote the document: never read
-        env=environment,
-        cwd=office,
-        start_new_session=True,
-    )
-    try:
-        status = process.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        raise DocJobError("input.too_complex", f"the conversion took longer than {seconds:g} s") from None
-    finally:
-        _end_session(process)
+    # The pipe's path is relative to the folder LibreOffice runs in: an attempt folder's absolute path, with the
+    # pipe's name, would not fit in a socket address (108 bytes).
+    environment.update(LANG="C.UTF-8", OSL_SOCKET_PATH=".")
+    deadline = time.monotonic() + seconds
+    status = _RESTART
+    while status == _RESTART:
+        status = _run(command, environment, tmp, deadline - time.monotonic(), seconds)
     converted = outdir / "document.pdf"
     if status < 0:  # ended by a signal: a limit of the child (CPU, memory, file size), or a crash
         raise DocJobError("input.too_complex", f"the converter was ended by signal {-status}")
     if status != 0 or not converted.is_file() or converted.stat().st_size == 0:
         raise DocJobError("input.malformed", f"the office document could not be converted (exit status {status})")
     shutil.move(converted, output)
+
+
+def _run(command: list[str], environment: dict[str, str], cwd: Path, left: float, seconds: float) -> int:
+    """One run of LibreOffice in a session of its own, killed as a whole when it ends or at the time limit."""
+    if left <= 0:
+        raise DocJobError("input.too_complex", f"the conversion took longer than {seconds:g} s")
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,  # can quote the document: never read
+        env=environment,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        return process.wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        raise DocJobError("input.too_complex", f"the conversion took longer than {seconds:g} s") from None
+    finally:
+        _end_session(process)
 
 
 def _end_session(process: subprocess.Popen[bytes]) -> None:
