@@ -5,9 +5,11 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .docjobs
 # WeasyPrint (the generate stage) needs Pango (with its HarfBuzz) and fontconfig: libraries, no tool to look for.
 # bubblewrap (bwrap) is the document children's sandbox: a worker without it refuses to start (docjobs/isolation/confine.py).
+# LibreOffice without a GUI (the -nogui flavours) converts office input in the render stage (docs/office.md).
 SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils chromium libpango-1.0-0 libpangoft2-1.0-0 \
-	libharfbuzz-subset0 fontconfig fonts-dejavu-core bubblewrap
-SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts chromium fc-list bwrap
+	libharfbuzz-subset0 fontconfig fonts-dejavu-core bubblewrap \
+	libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui
+SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts chromium fc-list bwrap soffice
 SYSTEM_LIBRARIES := libpango-1.0.so.0 libpangoft2-1.0.so.0 libharfbuzz-subset.so.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

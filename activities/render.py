@@ -1,4 +1,5 @@
-"""The `render` stage: normalize the input to PDF (scans become pages), strip active content, stamp the watermark."""
+"""The `render` stage: normalize the input to PDF (office documents are converted, scans become pages), strip active
+content, stamp the watermark."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ class RenderActivities(IsolatedStages):
     @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         with self._attempt(specs.RENDER.name, request) as attempt:
-            source, output = attempt.folder / "input", attempt.folder / "output.pdf"
+            folder = attempt.folder
+            source, output = folder / "input", folder / "output.pdf"
             self._fetch_job_input(request.job_id, request.source, source)
             # The input is its settings (and more): sent to the child as RenderSettings, only they go there.
-            work = RenderWork(source=source, output=output, workdir=attempt.folder, settings=request)
+            work = RenderWork(source=source, output=output, workdir=folder, settings=request)
             done = self._isolated(attempt, stage_work.RENDER, work, request.cpu, max_pages=request.max_pages)
             staged = self._put_staged("render", attempt.number, output)
+            # An office input: the PDF it was converted to is the job's document from here on (verify compares with it).
+            converted = None
+            if done.converted_from is not None:
+                converted = self._put_staged("render", attempt.number, folder / stage_work.CONVERTED, ".converted.pdf")
         pages = min(done.page_count, request.max_pages)  # the child's count is a claim: capped
-        return self._output(specs.RENDER, done.model_copy(update={"page_count": pages}), attempt, staged=staged)
+        done = done.model_copy(update={"page_count": pages})
+        return self._output(specs.RENDER, done, attempt, staged=staged, converted=converted)

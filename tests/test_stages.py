@@ -110,8 +110,11 @@ def test_the_workflow_calls_activities_only_by_declaration() -> None:
 # workflows, recorded histories and other-language clients send or read: add a field with a default, never
 # rename or retype one. `resolve` is left out: its input and output are the workflow's own input (JobRequest).
 WIRE = {
-    "generate": ("9fdb50986a6797d9", "a9d31aa13fe73412"),
-    "render": ("faefd526bf335531", "749ad98bae540878"),
+    # Office input (docs/office.md), all additions: the `office` value of InputKind (in `generate`'s input), the
+    # policy's defaulted `office` section (in `render`'s, `evidence`'s and the batch's inputs), and render's
+    # defaulted `converted_from` and `converted` outputs.
+    "generate": ("a282910d3b38757a", "a9d31aa13fe73412"),
+    "render": ("fb6fb0ab892426b9", "853f9c148fdf64b5"),
     # Additions since, each with a default (OCR in page ranges): the OCR policy's `chunk_pages` and `max_parallel`
     # (in `ocr`'s input and the batch's pinned policy) and the status's `ocr_chunks` (in `evidence`'s input).
     "ocr": ("cf43955ce826c1ac", "8f2d9486220d9f6a"),
@@ -122,12 +125,12 @@ WIRE = {
     "sign": ("d292b8c64ec4c00f", "92dfd00402ce8dd4"),
     "verify": ("b581b80482d95e16", "be9fa5725e5708e0"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
-    "evidence": ("0728cac729e061b2", "363da2c0aac418fe"),
+    "evidence": ("7224d3bf354d6841", "363da2c0aac418fe"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
     # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old
     # batch's request, whose documents keep starting with the pinned request).
-    "start_batch_documents": ("f5c43aaa860cc41e", "5603494387f42eb6"),
+    "start_batch_documents": ("23a405f7c3fa47fe", "5603494387f42eb6"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),

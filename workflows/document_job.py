@@ -433,7 +433,7 @@ class DocumentJobWorkflow:
         stamp_at = watermark_stage(policy.watermark.mode, ocr_on=ocr_on, redact_on=redact_on)
         try:
             source = request.source  # what every stage after `generate` takes as the job's document
-            if request.input_kind is not InputKind.DOCUMENT:  # HTML, bundle and template jobs
+            if request.input_kind not in (InputKind.DOCUMENT, InputKind.OFFICE):  # HTML, bundle and template jobs
                 generate = GenerateInput(
                     job_id=request.job_id,
                     source=request.source,
@@ -451,8 +451,12 @@ class DocumentJobWorkflow:
                 sanitize=policy.sanitize,
                 limits=policy.limits,
                 refuse_encrypted=policy.refuse_encrypted,
+                office=policy.office,
             )
             rendered = await self._stage(stages.render, render)
+            # An office input was converted: the PDF it became is what later stages compare with, as a generated one.
+            # (No patch: an older history has no converted document, and takes the same path as before.)
+            source = rendered.converted or source
             self._status.repaired = rendered.repair_warnings > 0
             staged, text = rendered.staged, None
             if ocr_on:

@@ -37,7 +37,9 @@ from docjobs.temporal.client import asked_of, derive_job_id
 
 log = logging.getLogger("docjobs.api")
 
-UNSUPPORTED_MESSAGE = "the body is not a PDF, PNG, JPEG or TIFF, HTML (Content-Type: text/html) or a zip bundle"
+UNSUPPORTED_MESSAGE = (
+    "the body is not a PDF, PNG, JPEG or TIFF, an office document, HTML (Content-Type: text/html) or a zip bundle"
+)
 RETRY_AFTER_SECONDS = 2
 INTERNAL_FIELDS = {"artifact_key", "evidence_key"}  # storage layout, not the caller's business
 
@@ -166,8 +168,8 @@ async def submit(
 def check_kind(head: bytes) -> None:
     """Accept only documents (a batch's: no HTML, bundles or templates), by their magic bytes (nothing parses
     the document here)."""
-    if input_kind(head, declared_html=False) != InputKind.DOCUMENT:
-        raise ApiError(415, "input.unsupported", "the body is not a PDF, PNG, JPEG or TIFF document")
+    if input_kind(head, declared_html=False) not in (InputKind.DOCUMENT, InputKind.OFFICE):
+        raise ApiError(415, "input.unsupported", "the body is not a PDF, PNG, JPEG, TIFF or office document")
 
 
 def acceptance_error(error: DocJobError) -> ApiError:

@@ -193,6 +193,15 @@ class GeneratePolicy(Frozen):
     bundle_files: int = Field(default=500, gt=0)
 
 
+class OfficePolicy(Frozen):
+    """Office documents (Word, Excel, PowerPoint, OpenDocument, RTF), converted to PDF by LibreOffice in the render
+    stage's document child (docjobs/generate/office.py, docs/office.md)."""
+
+    enabled: bool = True  # False: an office document fails `input.unsupported`
+    allow_macro_formats: bool = False  # False: a macro-enabled format (.docm, .xlsm, .pptm): `input.active_content`
+    convert_seconds: float = Field(default=120.0, gt=0, le=3600)  # wall-clock limit of one conversion
+
+
 class LimitsPolicy(Frozen):
     """Parser budgets for a document class (docjobs/pdf/budgets.py); raised for a trusted tenant whose
     documents fail `input.too_complex`. The page limit is the policy's `max_pages`."""
@@ -221,11 +230,15 @@ class Policy(Frozen):
     sanitize: SanitizePolicy = SanitizePolicy()
     limits: LimitsPolicy = LimitsPolicy()
     generate: GeneratePolicy = GeneratePolicy()
+    office: OfficePolicy = OfficePolicy()
 
     @property
     def version(self) -> str:
-        """`name@digest` of the canonical policy: an override makes a new version, so a new job."""
-        return f"{self.name}@{canonical_sha256(self)[:12]}"
+        """`name@digest` of the canonical policy: an override makes a new version, so a new job. A section added
+        after versions were first recorded (`office`) counts only when it differs from its defaults, so every
+        policy that does not use it keeps the version it had (pinned batches, recorded jobs)."""
+        unset = {"office"} if self.office == OfficePolicy() else None
+        return f"{self.name}@{canonical_sha256(self, unset)[:12]}"
 
 
 class BlobRef(Frozen):
@@ -252,6 +265,7 @@ class InputKind(StrEnum):
     DOCUMENT = "document"
     HTML = "html"  # one HTML file
     BUNDLE = "bundle"  # a zip: index.html with its CSS, images and fonts
+    OFFICE = "office"  # Word, Excel, PowerPoint, OpenDocument or RTF: render converts it (docs/office.md)
     TEMPLATE = "template"  # a template manifest (docjobs/store/templates.py): a stored template version and JSON data
 
 
@@ -296,9 +310,10 @@ class SourceRef(Strict):
     size: int = Field(ge=0)
     kind: InputKind = Field(
         default=InputKind.DOCUMENT,
-        description="document (a PDF or image), html (one HTML file), bundle (a zip: index.html with its assets) "
-        "or template (a manifest naming a stored template version and its JSON data): the last three are made "
-        "into a PDF by the job's `generate` step",
+        description="document (a PDF or image), html (one HTML file), bundle (a zip: index.html with its assets), "
+        "template (a manifest naming a stored template version and its JSON data): these three are made into a PDF "
+        "by the job's `generate` step; or office (Word, Excel, PowerPoint, OpenDocument, RTF), converted to PDF by "
+        "its `render` step",
     )
 
 
@@ -457,6 +472,7 @@ class RenderSettings(Frozen):
     allow_signed_input: bool = False  # False: an input with signatures fails `input.signed`
     sanitize: SanitizePolicy = SanitizePolicy()
     refuse_encrypted: bool = False  # True: an input encrypted with an empty user password fails too
+    office: OfficePolicy = OfficePolicy()  # how an office document is converted first (or refused)
 
 
 class RenderInput(RenderSettings, StageInput):
@@ -469,10 +485,12 @@ class RenderDone(Frozen):
     invalidated_signatures: int = 0  # signatures of an (allowed) signed input that processing voids
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count
     repair_warnings: int = Field(default=0, ge=0)  # qpdf's warnings on the input: render worked on its repair
+    converted_from: str | None = None  # an office input: its format (docx, odt, ...), never its content
 
 
 class RenderOutput(RenderDone):
     staged: BlobRef
+    converted: BlobRef | None = None  # an office input: the PDF LibreOffice made, the job's document from here on
     attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
@@ -694,6 +712,7 @@ class JobStatus(BaseModel):
     invalidated_signatures: int = 0  # the input's own signatures, voided by processing (when allowed)
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count, never content
     generated: GeneratedSummary | None = None  # HTML and template jobs: what `generate` made
+    converted_from: str | None = None  # office jobs: the input's format (docx, xlsx, odt, rtf, ...), nothing else
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None

@@ -122,7 +122,14 @@ RENDER = stage_spec(
     Stage.RENDER,
     RenderInput,
     RenderOutput,
-    status=("page_count", "input_encryption", "invalidated_signatures", "sanitized", "repair_warnings"),
+    status=(
+        "page_count",
+        "input_encryption",
+        "invalidated_signatures",
+        "sanitized",
+        "repair_warnings",
+        "converted_from",
+    ),
 )
 OCR = stage_spec(
     Stage.OCR,

@@ -57,6 +57,7 @@ ETC_ENTRIES = (
     "ld.so.conf",
     "ld.so.conf.d",
     "libpaper.d",
+    "libreoffice",  # LibreOffice's shared configuration (its share/registry links here)
     "localtime",
     "magic",
     "mime.types",

@@ -36,13 +36,14 @@ from docjobs.domain.models import (
     VerifySettings,
 )
 from docjobs.generate.bundle import INDEX, unpack_bundle
+from docjobs.generate.office import check_office_input, convert_to_pdf
 from docjobs.generate.templating import load_data, render_template
 from docjobs.generate.weasy import html_to_pdf
 from docjobs.isolation.chunk_work import OcrChunkDone, OcrChunkWork, OcrMergeDone, OcrMergeWork, ocr_chunk, ocr_merge
 from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
-from docjobs.pdf.inspect import Encryption, sniff_kind
+from docjobs.pdf.inspect import WINDOW, Encryption, sniff_kind
 from docjobs.pdf.normalize import repair_input
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
 from docjobs.pdf.redaction.gate import check_redaction
@@ -59,6 +60,7 @@ ProgressFn = Callable[[int, int], None]
 WorkT = TypeVar("WorkT", bound=BaseModel)
 DoneT = TypeVar("DoneT", bound=BaseModel)
 IMAGE_KINDS = ("png", "jpeg", "tiff")
+CONVERTED = "converted.pdf"  # in render's workdir: an office input's PDF (the activity stages it: later stages use it)
 
 
 class GenerateWork(Frozen):
@@ -97,17 +99,22 @@ class RenderWork(Frozen):
 
 
 def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
-    """Normalize the input to PDF (a scan becomes image pages), validate it and repair what qpdf recovers,
-    strip active content, stamp the watermark."""
+    """Normalize the input to PDF (an office document is converted, a scan becomes image pages), validate it and
+    repair what qpdf recovers, strip active content, stamp the watermark."""
     with work.source.open("rb") as head:
-        kind = sniff_kind(head.read(16))
+        kind = sniff_kind(head.read(WINDOW))
     settings = work.settings
     normalized = work.workdir / "normalized.pdf"
     budgets = budgets_for(settings.limits, settings.max_pages)
     source = work.source  # not a PDF either: inspection says which code
+    converted_from = None
     if kind in IMAGE_KINDS:
         source = work.workdir / "scan.pdf"
         image_to_pdf(work.source, source, max_pages=settings.max_pages, budgets=budgets)
+    elif kind == "office":
+        found = check_office_input(work.source, settings.office)
+        source, converted_from = work.workdir / CONVERTED, found.value
+        convert_to_pdf(work.source, found, source, work.workdir, seconds=settings.office.convert_seconds)
     info = repair_input(source, normalized, max_pages=settings.max_pages, budgets=budgets)
     if settings.refuse_encrypted and info.encryption is not Encryption.NONE:
         raise DocJobError("input.encrypted", "the policy refuses encrypted inputs")
@@ -128,6 +135,7 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
         invalidated_signatures=signatures,
         sanitized=sanitized,
         repair_warnings=info.repair_warnings,
+        converted_from=converted_from,
     )
 
 

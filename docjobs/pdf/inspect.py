@@ -56,14 +56,23 @@ from docjobs.pdf.budgets import (
 ProgressFn = Callable[[int, int], None]
 """Called as (pages_done, pages_total) after each page; lets the caller heartbeat."""
 
-Kind = Literal["pdf", "png", "jpeg", "tiff", "zip", "unknown"]
+Kind = Literal["pdf", "png", "jpeg", "tiff", "office", "zip", "unknown"]
 Box = tuple[float, float, float, float]  # (x0, y0, x1, y1) in PDF user space, normalised
 
 # What parsing untrusted bytes can raise from qpdf/pikepdf. OSError is deliberately absent: an I/O
 # failure is the worker's problem (retried), not a verdict on the input.
 _PARSE_ERRORS = (pikepdf.PdfError, RuntimeError, ValueError, TypeError, KeyError, IndexError)
 
-_WINDOW = 1024  # readers accept the header within the first, and %%EOF within the last, KiB
+WINDOW = 1024  # readers accept the header within the first, and %%EOF within the last, KiB
+# Office documents by their first bytes (docs/office.md, "What acceptance reads"): an OLE2 compound file (.doc,
+# .xls, .ppt), RTF, or a zip whose first entry is an OOXML package's or an OpenDocument's. OOXML writers put
+# `[Content_Types].xml` first, or (LibreOffice) the package's relationships and parts; an OpenDocument starts
+# with its stored `mimetype` entry (ODF 1.2 part 3, 3.3), whose value follows the entry's name.
+_OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_RTF_MAGIC = b"{\\rtf"
+_ZIP_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, then the name's and the extra field's lengths
+_OOXML_FIRST_ENTRIES = ("[Content_Types].xml", "_rels/", "docProps/", "word/", "xl/", "ppt/", "customXml/")
+_ODF_MIMETYPE = b"application/vnd.oasis.opendocument."
 _PADDING = b"\0\t\n\f\r "  # what may follow a file's end (PDF whitespace)
 # How qpdf words a stream whose data does not decode: the data is lost, not repaired.
 _UNDECODABLE = "error decoding stream data"
@@ -89,19 +98,36 @@ def sniff_kind(head: bytes) -> Kind:
         return "jpeg"
     if head.startswith((b"II*\x00", b"MM\x00*")):
         return "tiff"
+    if head.startswith((_OLE2_MAGIC, _RTF_MAGIC)):
+        return "office"
     if head.startswith(b"PK\x03\x04"):
-        return "zip"
-    if b"%PDF-" in head[:_WINDOW]:
+        return "office" if _office_zip(head) else "zip"
+    if b"%PDF-" in head[:WINDOW]:
         return "pdf"
     return "unknown"
 
 
+def _office_zip(head: bytes) -> bool:
+    """Whether a zip's first local file header (within `head`) names an OOXML package's part or an OpenDocument's
+    `mimetype`: nothing else of the zip is read here (its directory is at its end, and is the child's to read)."""
+    if len(head) < _ZIP_LOCAL_HEADER.size:
+        return False
+    _, name_length, extra_length = _ZIP_LOCAL_HEADER.unpack_from(head)
+    name = head[_ZIP_LOCAL_HEADER.size : _ZIP_LOCAL_HEADER.size + name_length].decode("cp437")
+    if name == "mimetype":
+        value = _ZIP_LOCAL_HEADER.size + name_length + extra_length
+        return head[value : value + len(_ODF_MIMETYPE)] == _ODF_MIMETYPE
+    return name.startswith(_OOXML_FIRST_ENTRIES)
+
+
 def input_kind(head: bytes, *, declared_html: bool) -> InputKind | None:
-    """What an input is, by its magic bytes: a document (PDF or image) or a zip bundle. HTML has no magic: the
-    caller declares it (`Content-Type: text/html`, a `.html` file). None: not an accepted input."""
+    """What an input is, by its magic bytes: a document (PDF or image), an office document or a zip bundle. HTML
+    has no magic: the caller declares it (`Content-Type: text/html`, a `.html` file). None: not an accepted input."""
     kind = sniff_kind(head)
     if kind == "zip":
         return InputKind.BUNDLE
+    if kind == "office":
+        return InputKind.OFFICE
     if kind != "unknown":
         return InputKind.DOCUMENT
     return InputKind.HTML if declared_html else None
@@ -127,7 +153,7 @@ def open_checked(
     already validated this way (the costliest check on large scans; the verify gate re-checks the output).
     """
     with path.open("rb") as file:
-        head = file.read(_WINDOW)
+        head = file.read(WINDOW)
         tail = _tail(file)
     if sniff_kind(head) != "pdf":
         raise DocJobError("input.unsupported")
@@ -165,16 +191,16 @@ def open_checked(
 
 
 def _tail(file: BinaryIO) -> bytes:
-    """The last _WINDOW bytes of `file` before its trailing padding (NULs, whitespace)."""
+    """The last WINDOW bytes of `file` before its trailing padding (NULs, whitespace)."""
     end = os.fstat(file.fileno()).st_size
     while end > 0:  # back over the padding, a window at a time
-        start = max(0, end - _WINDOW)
+        start = max(0, end - WINDOW)
         file.seek(start)
         kept = len(file.read(end - start).rstrip(_PADDING))
         end = start + kept
         if kept:
             break
-    file.seek(max(0, end - _WINDOW))
+    file.seek(max(0, end - WINDOW))
     return file.read(end - file.tell())
 
 

@@ -1,0 +1,265 @@
+"""Office documents (Word, Excel, PowerPoint, OpenDocument, RTF) made into PDF by LibreOffice, in the document child.
+
+Acceptance only sniffed the first bytes (docjobs/pdf/inspect.py); here, inside the render stage's child, the format
+is decided from the package itself: an OOXML package's main content type (`[Content_Types].xml`), an
+OpenDocument's `mimetype` entry, the stream names of an OLE2 compound file's directory, or RTF's magic. Nothing
+is taken from a file name. A macro-enabled OOXML package (a `macroEnabled` content type, or a VBA project
+part) is refused with `input.active_content` before LibreOffice starts, unless the policy allows it.
+
+Every conversion runs LibreOffice (`soffice.bin --headless --convert-to pdf`) as a tool of the child, so under
+all of the child's limits and its sandbox (no network, Landlock: only the attempt folder writable), in a session
+of its own that is killed as a whole at the policy's time limit (`input.too_complex`). Its user profile is made
+fresh in the attempt folder for each conversion, preset so that no macro runs and no link is updated
+(`_PROFILE_SETTINGS`). What LibreOffice prints is never kept: it can quote the document. Only an outcome becomes
+a code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import time
+import zipfile
+from enum import StrEnum
+from pathlib import Path
+
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import OfficePolicy
+
+
+class OfficeFormat(StrEnum):
+    DOCX = "docx"
+    DOCM = "docm"
+    XLSX = "xlsx"
+    XLSM = "xlsm"
+    PPTX = "pptx"
+    PPTM = "pptm"
+    DOC = "doc"
+    XLS = "xls"
+    PPT = "ppt"
+    ODT = "odt"
+    ODS = "ods"
+    ODP = "odp"
+    RTF = "rtf"
+
+
+MACRO_FORMATS = frozenset({OfficeFormat.DOCM, OfficeFormat.XLSM, OfficeFormat.PPTM})
+
+# An OOXML package's main part, by its content type (ECMA-376 part 1, and Microsoft's macro-enabled variants).
+_OOXML_MAIN_TYPES = {
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml": OfficeFormat.DOCX,
+    "application/vnd.ms-word.document.macroEnabled.main+xml": OfficeFormat.DOCM,
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml": OfficeFormat.XLSX,
+    "application/vnd.ms-excel.sheet.macroEnabled.main+xml": OfficeFormat.XLSM,
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml": OfficeFormat.PPTX,
+    "application/vnd.ms-powerpoint.presentation.macroEnabled.main+xml": OfficeFormat.PPTM,
+}
+_VBA_PROJECT_TYPE = "application/vnd.ms-office.vbaProject"  # a macro project in any package: macro-enabled
+_WITH_MACROS = {OfficeFormat.DOCX: OfficeFormat.DOCM, OfficeFormat.XLSX: OfficeFormat.XLSM}
+_WITH_MACROS[OfficeFormat.PPTX] = OfficeFormat.PPTM
+_ODF_TYPES = {
+    b"application/vnd.oasis.opendocument.text": OfficeFormat.ODT,
+    b"application/vnd.oasis.opendocument.spreadsheet": OfficeFormat.ODS,
+    b"application/vnd.oasis.opendocument.presentation": OfficeFormat.ODP,
+}
+# The stream that holds an OLE2 file's document (MS-DOC, MS-XLS: `Workbook`, or `Book` before Excel 97, MS-PPT).
+_OLE2_STREAMS = {"WordDocument": OfficeFormat.DOC, "Workbook": OfficeFormat.XLS, "Book": OfficeFormat.XLS}
+_OLE2_STREAMS["PowerPoint Document"] = OfficeFormat.PPT
+_OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_OLE2_LAST_SECTOR = 0xFFFFFFFA  # sector numbers from here on are markers (end of chain, free, FAT, DIFAT)
+_CONTENT_TYPES_MAX = 1 << 20  # a package's [Content_Types].xml is a few KiB: more is not read
+_CONTENT_TYPE = re.compile(rb'ContentType\s*=\s*"([^"]{1,200})"')
+
+_REGISTRY_NAMESPACE = "http://openoffice.org/2001/registry"
+# The user profile's settings (registrymodifications.xcu), keys from LibreOffice's configuration schema
+# (officecfg/registry/schema/org/openoffice/Office/*.xcs; as installed: /etc/libreoffice/registry/main.xcd):
+# - Common.xcs Security/Scripting MacroSecurityLevel: 3 is "very high", only macros from trusted locations run,
+#   and the fresh profile lists none (SecureURL empty);
+# - Common.xcs Security/Scripting DisableMacrosExecution: no macro runs at all, whatever the level says;
+# - Common.xcs Security/Scripting BlockUntrustedRefererLinks: a document outside the trusted locations (every
+#   one here) loads no linked image or object from another place;
+# - Writer.xcs Content/Update/Link: 0, never update links (css.document.LinkUpdateModes NEVER);
+# - Calc.xcs Content/Update/Link: 1, never (ScLkUpdMode LM_NEVER; 0 is always, 2 on request).
+_PROFILE_SETTINGS = (
+    ("org.openoffice.Office.Common/Security/Scripting", "MacroSecurityLevel", "3"),
+    ("org.openoffice.Office.Common/Security/Scripting", "DisableMacrosExecution", "true"),
+    ("org.openoffice.Office.Common/Security/Scripting", "SecureURL", ""),
+    ("org.openoffice.Office.Common/Security/Scripting", "BlockUntrustedRefererLinks", "true"),
+    ("org.openoffice.Office.Writer/Content/Update", "Link", "0"),
+    ("org.openoffice.Office.Calc/Content/Update", "Link", "1"),
+)
+SOFFICE_ARGUMENTS = ("--headless", "--norestore", "--nolockcheck", "--nodefault", "--nofirststartwizard")
+_KILL_GRACE_SECONDS = 2.0
+_RESTART = 81  # soffice.bin's "restart me" (E_RESTART in desktop/source/app), after it set a fresh profile up
+
+
+def office_format(path: Path) -> OfficeFormat:
+    """What office document `path` is, from its package (see the module docstring); `input.unsupported` if it is
+    none of the accepted formats, `input.malformed` if its package cannot be read."""
+    with path.open("rb") as file:
+        head = file.read(len(_OLE2_MAGIC))
+    if head.startswith(b"{\\rtf"):
+        return OfficeFormat.RTF
+    if head == _OLE2_MAGIC:
+        return _ole2_format(path)
+    try:
+        with zipfile.ZipFile(path) as package:
+            names = set(package.namelist())
+            if "mimetype" in names:
+                with package.open("mimetype") as entry:
+                    found = _ODF_TYPES.get(entry.read(100).strip())
+            elif "[Content_Types].xml" in names:
+                with package.open("[Content_Types].xml") as entry:
+                    found = _ooxml_format(entry.read(_CONTENT_TYPES_MAX))
+            else:
+                found = None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError):
+        raise DocJobError("input.malformed", "the office document's package cannot be read") from None
+    if found is None:
+        raise DocJobError("input.unsupported", "the package is not a Word, Excel, PowerPoint or OpenDocument file")
+    return found
+
+
+def _ooxml_format(content_types: bytes) -> OfficeFormat | None:
+    types = [match.decode("ascii", "replace") for match in _CONTENT_TYPE.findall(content_types)]
+    found = next((_OOXML_MAIN_TYPES[name] for name in types if name in _OOXML_MAIN_TYPES), None)
+    if found is not None and _VBA_PROJECT_TYPE in types:
+        return _WITH_MACROS.get(found, found)
+    return found
+
+
+def _ole2_format(path: Path) -> OfficeFormat:
+    """An OLE2 compound file's format, from the names in its directory (MS-CFB): the header's sector size, its
+    first 109 FAT sectors (what a document below 7 MiB of FAT needs), and the directory's chain of sectors."""
+    data = path.read_bytes()
+    names: set[str] = set()
+    try:
+        size = 1 << struct.unpack_from("<H", data, 0x1E)[0]
+        if size not in (512, 4096):
+            raise ValueError("sector size")
+        directory = struct.unpack_from("<I", data, 0x30)[0]
+        fat: list[int] = []
+        for sector in struct.unpack_from("<109I", data, 0x4C):
+            if sector < _OLE2_LAST_SECTOR:
+                fat += struct.unpack_from(f"<{size // 4}I", data, (sector + 1) * size)
+        seen: set[int] = set()
+        while directory < _OLE2_LAST_SECTOR and directory not in seen and directory < len(fat):
+            seen.add(directory)
+            start = (directory + 1) * size
+            for entry in range(start, min(start + size, len(data)) - 127, 128):
+                length = struct.unpack_from("<H", data, entry + 64)[0]
+                if 2 <= length <= 64 and data[entry + 66] == 2:  # a stream (1: a storage, 5: the root)
+                    names.add(data[entry : entry + length - 2].decode("utf-16-le", "replace"))
+            directory = fat[directory]
+    except (struct.error, ValueError):
+        raise DocJobError("input.malformed", "the office document's compound file cannot be read") from None
+    found = next((_OLE2_STREAMS[name] for name in sorted(names) if name in _OLE2_STREAMS), None)
+    if found is None:
+        raise DocJobError("input.unsupported", "the compound file is not a Word, Excel or PowerPoint document")
+    return found
+
+
+def check_office_input(path: Path, policy: OfficePolicy) -> OfficeFormat:
+    """The format of office document `path`, if the policy takes it: `input.unsupported` when the policy takes no
+    office documents, `input.active_content` for a macro-enabled format it does not allow."""
+    if not policy.enabled:
+        raise DocJobError("input.unsupported", "the policy takes no office documents")
+    found = office_format(path)
+    if found in MACRO_FORMATS and not policy.allow_macro_formats:
+        raise DocJobError("input.active_content", f"a macro-enabled document ({found.value}) is refused by the policy")
+    return found
+
+
+def write_profile(profile: Path) -> None:
+    """A fresh LibreOffice user profile at `profile`, with `_PROFILE_SETTINGS` only."""
+    (profile / "user").mkdir(parents=True)
+    items = "".join(
+        f'<item oor:path="/{path}"><prop oor:name="{name}" oor:op="fuse"><value>{value}</value></prop></item>\n'
+        for path, name, value in _PROFILE_SETTINGS
+    )
+    (profile / "user" / "registrymodifications.xcu").write_text(
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<oor:items xmlns:oor="{_REGISTRY_NAMESPACE}">\n{items}</oor:items>\n'
+    )
+
+
+def convert_to_pdf(source: Path, found: OfficeFormat, output: Path, workdir: Path, *, seconds: float) -> None:
+    """LibreOffice's PDF of office document `source` (of format `found`) at `output`, made in `workdir` (the profile,
+    a temporary folder and LibreOffice's output: the attempt's folder) within `seconds` of wall-clock time.
+
+    `soffice.bin` is run itself, not through the `soffice` launcher: the launcher (oosplash) puts LibreOffice's pipe
+    in /tmp or /var/tmp and nowhere else, and the child may write neither, whereas soffice.bin takes the folder
+    OSL_SOCKET_PATH names when /tmp is not writable (it runs in the attempt's `office/tmp`). On a fresh profile
+    soffice.bin first sets the profile up and asks to be restarted (exit status 81), as the launcher would do: it
+    is started once more.
+
+    Raises DocJobError: input.too_complex (the time limit, or a limit of the child ended LibreOffice),
+    input.malformed (it made no PDF), tool.missing."""
+    launcher = shutil.which("soffice")
+    program = Path(os.path.realpath(launcher)).parent / "soffice.bin" if launcher else None
+    if program is None or not program.is_file():
+        raise DocJobError("tool.missing", "soffice (libreoffice-*-nogui) is not installed")
+    office = workdir / "office"
+    profile, outdir, tmp = office / "lo-profile", office / "out", office / "tmp"
+    for folder in (outdir, tmp):
+        folder.mkdir(parents=True)
+    write_profile(profile)
+    document = office / f"document.{found.value}"  # the format decided above: LibreOffice's filter follows it
+    shutil.copyfile(source, document)
+    command = [
+        str(program),
+        *SOFFICE_ARGUMENTS,
+        f"-env:UserInstallation={profile.as_uri()}",
+        "--convert-to",
+        "pdf",
+        "--outdir",
+        str(outdir),
+        str(document),
+    ]
+    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(office), "TMPDIR": str(tmp)}
+    # The pipe's path is relative to the folder LibreOffice runs in: an attempt folder's absolute path, with the
+    # pipe's name, would not fit in a socket address (108 bytes).
+    environment.update(LANG="C.UTF-8", OSL_SOCKET_PATH=".")
+    deadline = time.monotonic() + seconds
+    status = _RESTART
+    while status == _RESTART:
+        status = _run(command, environment, tmp, deadline - time.monotonic(), seconds)
+    converted = outdir / "document.pdf"
+    if status < 0:  # ended by a signal: a limit of the child (CPU, memory, file size), or a crash
+        raise DocJobError("input.too_complex", f"the converter was ended by signal {-status}")
+    if status != 0 or not converted.is_file() or converted.stat().st_size == 0:
+        raise DocJobError("input.malformed", f"the office document could not be converted (exit status {status})")
+    shutil.move(converted, output)
+
+
+def _run(command: list[str], environment: dict[str, str], cwd: Path, left: float, seconds: float) -> int:
+    """One run of LibreOffice in a session of its own, killed as a whole when it ends or at the time limit."""
+    if left <= 0:
+        raise DocJobError("input.too_complex", f"the conversion took longer than {seconds:g} s")
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,  # can quote the document: never read
+        env=environment,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        return process.wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        raise DocJobError("input.too_complex", f"the conversion took longer than {seconds:g} s") from None
+    finally:
+        _end_session(process)
+
+
+def _end_session(process: subprocess.Popen[bytes]) -> None:
+    """Kill what is left of LibreOffice's session (soffice.bin outlives its launcher on a timeout), then reap."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=_KILL_GRACE_SECONDS)

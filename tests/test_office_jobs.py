@@ -1,0 +1,85 @@
+"""Office documents end to end: a real worker converts them in its confined document child, and the PDF goes
+through the whole pipeline (watermark, sign, verify, publish); what is refused, and the time limit."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from docjobs.domain.models import InputKind, OfficePolicy, Policy
+from docjobs.domain.states import JobState
+from docjobs.settings.policies import PolicyBook
+from docjobs.temporal.client import JobClient
+from tests.ci_skips import needs_tools
+from tests.conftest import wait_terminal
+from tests.fixtures.office_samples import converted_by_libreoffice, letter_html, macro_enabled, odt
+from tests.test_jobs import fetched
+
+pytestmark = needs_tools("soffice", "pdftotext")
+
+
+def with_office(policy: Policy, **office: object) -> Policy:
+    return Policy.model_validate({**policy.model_dump(), "office": OfficePolicy(**office).model_dump()})  # type: ignore[arg-type]
+
+
+def text_of(pdf: Path) -> str:
+    return subprocess.run(["pdftotext", "-q", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("target", ["docx", "odt"])
+async def test_an_office_document_becomes_a_released_pdf(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path, target: str
+) -> None:
+    marker = f"office marker {uuid.uuid4().hex[:8]}"
+    document = converted_by_libreoffice(letter_html(marker), target, tmp_path / "made")
+    submitted = await jobs.submit(document, policies.get("standard"), input_kind=InputKind.OFFICE)
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+    assert status.converted_from == target and status.page_count == 1
+    assert status.signature is not None and status.signature["valid"]
+    text = text_of(await fetched(jobs, submitted.job_id, tmp_path))
+    assert marker in text and "HbA1c" in text and "CONFIDENTIAL" in text
+
+
+async def test_a_macro_enabled_document_is_refused(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
+    docx = converted_by_libreoffice(letter_html("macro"), "docx", tmp_path / "made")
+    docm = macro_enabled(docx, tmp_path / "letter.docx")
+    submitted = await jobs.submit(docm, policies.get("standard"), input_kind=InputKind.OFFICE)
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.FAILED, "input.active_content")
+    assert status.converted_from is None
+
+
+async def test_a_document_with_a_macro_and_a_linked_image_converts_confined(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """In the child, the macro (bound to the document's opening) runs not, and the image's URL is not fetched; the
+    sandbox would stop both anyway (tests/test_office.py shows the profile alone does, unconfined)."""
+    marker = tmp_path / "macro-ran"
+    document = odt(
+        tmp_path / "hostile.odt", "hostile letter body", macro_writes=marker, image_url="http://127.0.0.1:9/x.png"
+    )
+    submitted = await jobs.submit(document, policies.get("standard"), input_kind=InputKind.OFFICE)
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+    assert status.converted_from == "odt"
+    assert "hostile letter body" in text_of(await fetched(jobs, submitted.job_id, tmp_path))
+    assert not marker.exists()
+
+
+async def test_the_conversion_time_limit_fails_the_job(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
+    document = converted_by_libreoffice(letter_html("slow"), "docx", tmp_path / "made")
+    policy = with_office(policies.get("standard"), convert_seconds=0.05)
+    submitted = await jobs.submit(document, policy, input_kind=InputKind.OFFICE)
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.FAILED, "input.too_complex")
+
+
+async def test_a_policy_can_refuse_office_documents(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
+    document = odt(tmp_path / "letter.odt", "refused letter")
+    submitted = await jobs.submit(document, with_office(policies.get("standard"), enabled=False))
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.FAILED, "input.unsupported")
