@@ -1,5 +1,7 @@
 """Every font of every released output is embedded, the stamp's included: structure and raster mode, OCR,
-redaction (its fonts re-subset). Generated documents are checked in tests/test_generate_jobs.py."""
+redaction (its fonts re-subset), from inputs whose own fonts are embedded (structure mode keeps a document's
+fonts as they are: an input's unembedded Helvetica stays so). Generated documents: tests/test_generate_jobs.py,
+office documents: tests/test_office_jobs.py."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from docjobs.domain.states import JobState
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import wait_terminal
-from tests.fixtures.redact_samples import make_plain
+from tests.fixtures.redact_layout import NAME_REGEX, NAMES, make_embedded
 from tests.fixtures.samples import make_sample_pdf
 from tests.fixtures.scans import make_scan_pdf
 from tests.test_jobs import fetched
@@ -37,11 +39,15 @@ def sample(path: Path) -> None:
     make_sample_pdf(path, pages=2)
 
 
+def letter(path: Path) -> None:
+    make_embedded(path, NAMES[4])  # an embedded TrueType subset (fpdf2)
+
+
 CASES: dict[str, tuple[Callable[[Path], None], str, JobOverrides, bool]] = {
     # case: (fixture, policy, overrides, whether the output draws text)
-    "structure": (sample, "standard", JobOverrides(), True),
+    "structure": (letter, "standard", JobOverrides(), True),
     "raster": (sample, "preview", JobOverrides(watermark_dpi=72), False),
-    "redaction": (make_plain, "external", JobOverrides(), True),
+    "redaction": (letter, "external", JobOverrides(redact_patterns=(NAME_REGEX,)), True),
     "ocr": (scan, "scan", JobOverrides(), True),
 }
 
