@@ -11,16 +11,20 @@ SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils chromium libpang
 	libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui
 SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts chromium fc-list bwrap soffice
 SYSTEM_LIBRARIES := libpango-1.0.so.0 libpangoft2-1.0.so.0 libharfbuzz-subset.so.0
+# LibreOffice's modules are no commands: Writer, Calc and Impress, by a library each package installs.
+SYSTEM_FILES := /usr/lib/libreoffice/program/libswlo.so /usr/lib/libreoffice/program/libsclo.so \
+	/usr/lib/libreoffice/program/libslideshowlo.so
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test check deps system-deps lint stop clean serve secrets
 
 deps: system-deps $(VENV)/.installed
 
-# Debian packages, installed only when a tool is missing.
+# Debian packages, installed only when a tool, library or file of theirs is missing.
 system-deps:
 	@missing=""; for tool in $(SYSTEM_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	for lib in $(SYSTEM_LIBRARIES); do ldconfig -p | grep -q "$$lib" || missing="$$missing $$lib"; done; \
+	for file in $(SYSTEM_FILES); do [ -e "$$file" ] || missing="$$missing $$file"; done; \
 	$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages (missing:$$missing)"; \
