@@ -48,6 +48,7 @@ from tests.fixtures.redact_layout import (
 )
 
 POLICY = RedactPolicy(regexes=(NAME_REGEX,))  # layout `mask` by default
+_SHOWS = ("Tj", "TJ", "'", '"')
 Glyph = tuple[str, float, float, float, float]
 
 
@@ -137,6 +138,34 @@ def test_the_subset_font_keeps_only_what_the_kept_text_draws(make: object, tmp_p
         assert len(TTFont(io.BytesIO(program)).getGlyphOrder()) == len(set(mapped.values())) + 1  # and .notdef
         assert {int(cid) for cid in widths[::2]} <= set(mapped)
     assert len(programs) == 1  # the same program bytes, whichever name was there
+
+
+@pytest.mark.parametrize("make", [make_embedded, make_embedded_without_cmap], ids=["embedded", "without-cmap"])
+def test_the_kept_codes_do_not_count_the_removed_letters(make: object, tmp_path: Path) -> None:
+    """fpdf2 numbers codes in order of first use, so a longer name pushes up the codes of every letter first drawn
+    after it: re-subset, the font's codes are re-numbered from what is still drawn, and a name of two letters and
+    one of twenty-two leave the same shown strings, widths, ToUnicode, CID map and program."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        out, _ = redact(make, name, tmp_path)
+        with pikepdf.open(out) as pdf:
+            (font,) = [font for _, font in pdf.pages[0].Resources.Font.items()]
+            descendant = font.DescendantFonts[0]
+            program = descendant.FontDescriptor.FontFile2.read_bytes()
+            released.add(
+                (
+                    tuple(_shown_strings(pdf.pages[0])),
+                    repr(descendant.W),
+                    font.ToUnicode.read_bytes(),
+                    descendant.CIDToGIDMap.read_bytes(),
+                    tuple(TTFont(io.BytesIO(program)).getGlyphOrder()),
+                    program,
+                )
+            )
+        assert sorted(text(out).split()) == sorted(
+            word for word in text(tmp_path / "source.pdf").split() if word not in name.split()
+        )
+    assert len(released) == 1
 
 
 def test_a_nonsymbolic_truetype_font_keeps_the_glyphs_its_unicode_cmap_gives(tmp_path: Path) -> None:
@@ -322,6 +351,17 @@ def _line_at(positions: list[Glyph], first_word: str) -> list[Glyph]:
 
 def _spells(positions: list[Glyph], index: int, word: str) -> bool:
     return "".join(glyph[0] for glyph in positions[index : index + len(word)]) == word
+
+
+def _shown_strings(page: pikepdf.Page) -> list[bytes]:
+    """Every string the page's text operators show, in order (TJ arrays without their offsets)."""
+    shown = []
+    for instruction in pikepdf.parse_content_stream(page):
+        if isinstance(instruction, pikepdf.ContentStreamInstruction) and str(instruction.operator) in _SHOWS:
+            operand = instruction.operands[-1]
+            items = operand if isinstance(operand, pikepdf.Array) else [operand]
+            shown += [bytes(item) for item in items if isinstance(item, pikepdf.String)]
+    return shown
 
 
 def _to_unicode(data: bytes) -> dict[int, str]:
