@@ -168,6 +168,47 @@ def test_the_kept_codes_do_not_count_the_removed_letters(make: object, tmp_path:
     assert len(released) == 1
 
 
+def make_embedded_with_form(path: Path, name: str) -> None:
+    """`embedded` with its last line drawn by a Form XObject that is also a stamp annotation's appearance."""
+    make_embedded(path, name)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        page = pdf.pages[0]
+        content = page.Contents.read_bytes()
+        last = content.rindex(b"BT ")
+        resources = pikepdf.Dictionary(Font=page.Resources.Font)
+        form = pdf.make_stream(
+            b"/F1 12 Tf " + content[last:], Type=Name.XObject, Subtype=Name.Form, BBox=[0, 0, 612, 792]
+        )
+        form.Resources = resources
+        page.Resources.XObject = pikepdf.Dictionary(Fm0=form)
+        page.Contents = pdf.make_stream(content[:last] + b"/Fm0 Do\n")
+        stamp = pikepdf.Dictionary(Type=Name.Annot, Subtype=Name.Stamp, Rect=[72, 500, 400, 540])
+        stamp.AP = pikepdf.Dictionary(N=form)
+        page.Annots = pdf.make_indirect(pikepdf.Array([pdf.make_indirect(stamp)]))
+        pdf.save(path, deterministic_id=True)
+
+
+def test_a_form_drawn_by_the_page_and_an_annotation_is_renumbered_once(tmp_path: Path) -> None:
+    """The kept line's strings sit in a Form XObject that the page draws and an annotation shows: rewritten once,
+    they still read as that line through the new ToUnicode, and are the same bytes whichever name was removed."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        out, summary = redact(make_embedded_with_form, name, tmp_path)
+        assert (summary.fonts_resubset, summary.fallback_pages) == (1, []), name
+        with pikepdf.open(out) as pdf:
+            page = pdf.pages[0]
+            (font,) = [font for _, font in page.Resources.Font.items()]
+            mapped = _to_unicode(font.ToUnicode.read_bytes())
+            (form,) = [xobject for _, xobject in page.Resources.XObject.items()]
+            assert page.Annots[0].AP.N.objgen == form.objgen
+            shown = b"".join(_shown_strings(form))
+        codes = [int.from_bytes(shown[i : i + 2], "big") for i in range(0, len(shown), 2)]
+        assert "".join(mapped[code] for code in codes) == OTHER_LINES[1], name
+        assert OTHER_LINES[1] in text(out)
+        released.add(shown)
+    assert len(released) == 1
+
+
 def test_a_nonsymbolic_truetype_font_keeps_the_glyphs_its_unicode_cmap_gives(tmp_path: Path) -> None:
     """WinAnsi codes reach glyphs through Unicode and the (3,1) cmap, as viewers draw them: the subset keeps the
     right quote and eth that the kept line draws (the (1,0) cmap gives iacute for one and nothing for the other)."""
@@ -353,10 +394,10 @@ def _spells(positions: list[Glyph], index: int, word: str) -> bool:
     return "".join(glyph[0] for glyph in positions[index : index + len(word)]) == word
 
 
-def _shown_strings(page: pikepdf.Page) -> list[bytes]:
-    """Every string the page's text operators show, in order (TJ arrays without their offsets)."""
+def _shown_strings(content: pikepdf.Page | pikepdf.Stream) -> list[bytes]:
+    """Every string a page's or stream's text operators show, in order (TJ arrays without their offsets)."""
     shown = []
-    for instruction in pikepdf.parse_content_stream(page):
+    for instruction in pikepdf.parse_content_stream(content):
         if isinstance(instruction, pikepdf.ContentStreamInstruction) and str(instruction.operator) in _SHOWS:
             operand = instruction.operands[-1]
             items = operand if isinstance(operand, pikepdf.Array) else [operand]
