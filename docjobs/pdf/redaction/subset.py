@@ -9,9 +9,9 @@ of the removed ones remains; layout tables dropped), the width, ToUnicode, Diffe
 every other code are dropped, and the subset tag is derived from what is kept.
 
 Producers that number codes in order of first use would still tell, through the kept codes, how many distinct
-new letters the removed text brought. So a Type0 font over a CIDFontType2 gets new codes, dense in order of
-first use in the released document, in every string it shows and in its entries and program alike (see
-`_renumberable` for when its codes cannot be rewritten safely and stay as they were).
+new letters the removed text brought. So a Type0 font over a CIDFontType2 with a TrueType program gets new codes,
+dense in order of first use in the released document, in every string it shows and in its entries and program
+alike (see `_renumberable` for when its codes cannot be rewritten safely and stay as they were).
 
 Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
 to glyphs as viewers map them: see `_code_cmap`) and of Type0 fonts with Identity-H over a
@@ -102,9 +102,10 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
 
 def _renumberable(font: pikepdf.Object, key: FontId, usage: _Usage) -> bool:
     """Whether the font's codes can be re-numbered densely in order of first use: a Type0 font over a CIDFontType2
-    with an embedded program (whose CIDToGIDMap is rewritten with them) and a ToUnicode (extraction follows the new
-    codes; without one a reader may take a CID for a character of its ordering), every string it shows read in
-    full from a stream that shows the same fonts wherever it is drawn (so each is rewritten once, the same way)."""
+    with an embedded TrueType program (whose glyphs are reordered and CIDToGIDMap rewritten with them) and a
+    ToUnicode (extraction follows the new codes; without one a reader may take a CID for a character of its
+    ordering), every string it shows read in full from a stream that shows the same fonts wherever it is drawn (so
+    each is rewritten once, the same way)."""
     if key in usage.fixed or not isinstance(font, pikepdf.Dictionary) or font.get(Name.Subtype) != Name.Type0:
         return False
     descendants = font.get(Name.DescendantFonts)
@@ -113,7 +114,7 @@ def _renumberable(font: pikepdf.Object, key: FontId, usage: _Usage) -> bool:
         isinstance(descendant, pikepdf.Dictionary)
         and descendant.get(Name.Subtype) == Name.CIDFontType2
         and isinstance(font.get(Name.ToUnicode), pikepdf.Stream)
-        and _program_kind(font) in ("truetype", "opentype")
+        and _program_kind(font) == "truetype"  # an OpenType program may hold CFF outlines, whose FDSelect is by GID
     )
 
 
