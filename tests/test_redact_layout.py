@@ -48,6 +48,7 @@ from tests.fixtures.redact_layout import (
 )
 
 POLICY = RedactPolicy(regexes=(NAME_REGEX,))  # layout `mask` by default
+_SHOWS = ("Tj", "TJ", "'", '"')
 Glyph = tuple[str, float, float, float, float]
 
 
@@ -137,6 +138,75 @@ def test_the_subset_font_keeps_only_what_the_kept_text_draws(make: object, tmp_p
         assert len(TTFont(io.BytesIO(program)).getGlyphOrder()) == len(set(mapped.values())) + 1  # and .notdef
         assert {int(cid) for cid in widths[::2]} <= set(mapped)
     assert len(programs) == 1  # the same program bytes, whichever name was there
+
+
+@pytest.mark.parametrize("make", [make_embedded, make_embedded_without_cmap], ids=["embedded", "without-cmap"])
+def test_the_kept_codes_do_not_count_the_removed_letters(make: object, tmp_path: Path) -> None:
+    """fpdf2 numbers codes in order of first use, so a longer name pushes up the codes of every letter first drawn
+    after it: re-subset, the font's codes are re-numbered from what is still drawn, and a name of two letters and
+    one of twenty-two leave the same shown strings, widths, ToUnicode, CID map and program."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        out, _ = redact(make, name, tmp_path)
+        with pikepdf.open(out) as pdf:
+            (font,) = [font for _, font in pdf.pages[0].Resources.Font.items()]
+            descendant = font.DescendantFonts[0]
+            program = descendant.FontDescriptor.FontFile2.read_bytes()
+            released.add(
+                (
+                    tuple(_shown_strings(pdf.pages[0])),
+                    repr(descendant.W),
+                    font.ToUnicode.read_bytes(),
+                    descendant.CIDToGIDMap.read_bytes(),
+                    tuple(TTFont(io.BytesIO(program)).getGlyphOrder()),
+                    program,
+                )
+            )
+        assert sorted(text(out).split()) == sorted(
+            word for word in text(tmp_path / "source.pdf").split() if word not in name.split()
+        )
+    assert len(released) == 1
+
+
+def make_embedded_with_form(path: Path, name: str) -> None:
+    """`embedded` with its last line drawn by a Form XObject that is also a stamp annotation's appearance."""
+    make_embedded(path, name)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        page = pdf.pages[0]
+        content = page.Contents.read_bytes()
+        last = content.rindex(b"BT ")
+        resources = pikepdf.Dictionary(Font=page.Resources.Font)
+        form = pdf.make_stream(
+            b"/F1 12 Tf " + content[last:], Type=Name.XObject, Subtype=Name.Form, BBox=[0, 0, 612, 792]
+        )
+        form.Resources = resources
+        page.Resources.XObject = pikepdf.Dictionary(Fm0=form)
+        page.Contents = pdf.make_stream(content[:last] + b"/Fm0 Do\n")
+        stamp = pikepdf.Dictionary(Type=Name.Annot, Subtype=Name.Stamp, Rect=[72, 500, 400, 540])
+        stamp.AP = pikepdf.Dictionary(N=form)
+        page.Annots = pdf.make_indirect(pikepdf.Array([pdf.make_indirect(stamp)]))
+        pdf.save(path, deterministic_id=True)
+
+
+def test_a_form_drawn_by_the_page_and_an_annotation_is_renumbered_once(tmp_path: Path) -> None:
+    """The kept line's strings sit in a Form XObject that the page draws and an annotation shows: rewritten once,
+    they still read as that line through the new ToUnicode, and are the same bytes whichever name was removed."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        out, summary = redact(make_embedded_with_form, name, tmp_path)
+        assert (summary.fonts_resubset, summary.fallback_pages) == (1, []), name
+        with pikepdf.open(out) as pdf:
+            page = pdf.pages[0]
+            (font,) = [font for _, font in page.Resources.Font.items()]
+            mapped = _to_unicode(font.ToUnicode.read_bytes())
+            (form,) = [xobject for _, xobject in page.Resources.XObject.items() if isinstance(xobject, pikepdf.Stream)]
+            assert page.Annots[0].AP.N.objgen == form.objgen
+            shown = b"".join(_shown_strings(form))
+        codes = [int.from_bytes(shown[i : i + 2], "big") for i in range(0, len(shown), 2)]
+        assert "".join(mapped[code] for code in codes) == OTHER_LINES[1], name
+        assert OTHER_LINES[1] in text(out)
+        released.add(shown)
+    assert len(released) == 1
 
 
 def test_a_nonsymbolic_truetype_font_keeps_the_glyphs_its_unicode_cmap_gives(tmp_path: Path) -> None:
@@ -322,6 +392,17 @@ def _line_at(positions: list[Glyph], first_word: str) -> list[Glyph]:
 
 def _spells(positions: list[Glyph], index: int, word: str) -> bool:
     return "".join(glyph[0] for glyph in positions[index : index + len(word)]) == word
+
+
+def _shown_strings(content: pikepdf.Page | pikepdf.Stream) -> list[bytes]:
+    """Every string a page's or stream's text operators show, in order (TJ arrays without their offsets)."""
+    shown = []
+    for instruction in pikepdf.parse_content_stream(content):
+        if isinstance(instruction, pikepdf.ContentStreamInstruction) and str(instruction.operator) in _SHOWS:
+            operand = instruction.operands[-1]
+            items = operand if isinstance(operand, pikepdf.Array) else [operand]
+            shown += [bytes(item) for item in items if isinstance(item, pikepdf.String)]
+    return shown
 
 
 def _to_unicode(data: bytes) -> dict[int, str]:

@@ -8,6 +8,11 @@ program is re-subset with fontTools to the glyphs of those codes (glyph ids renu
 of the removed ones remains; layout tables dropped), the width, ToUnicode, Differences and CIDSet entries of
 every other code are dropped, and the subset tag is derived from what is kept.
 
+Producers that number codes in order of first use would still tell, through the kept codes, how many distinct
+new letters the removed text brought. So a Type0 font over a CIDFontType2 with a TrueType program gets new codes,
+dense in order of first use in the released document, in every string it shows and in its entries and program
+alike (see `_renumberable` for when its codes cannot be rewritten safely and stay as they were).
+
 Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
 to glyphs as viewers map them: see `_code_cmap`) and of Type0 fonts with Identity-H over a
 CIDFontType2 (CIDToGIDMap Identity or a stream; its program may lack a cmap); Type1 (/FontFile) and bare CFF
@@ -32,6 +37,7 @@ from struct import error as struct_error
 import pikepdf
 from fontTools import subset as ftsubset
 from fontTools.ttLib import TTFont, TTLibError, newTable
+from fontTools.ttLib.reorderGlyphs import reorderGlyphs
 from pdfminer.cmapdb import CMapParser, FileUnicodeMap
 from pdfminer.encodingdb import EncodingDB
 from pdfminer.psparser import LIT
@@ -40,7 +46,9 @@ from pikepdf import Name
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, decoded_size
 from docjobs.pdf.redaction.fonts import font_model, glyph_names
 from docjobs.pdf.redaction.named_glyphs import NamedGlyphProgram, ProgramError
-from docjobs.pdf.redaction.resources import inherited_resources
+from docjobs.pdf.redaction.regions import UnsafePage
+from docjobs.pdf.redaction.resources import Instruction, inherited_resources
+from docjobs.pdf.redaction.stream import parse_instructions
 
 FALLBACK_REASON = "font_not_resubset"
 _SHOWS = ("Tj", "TJ", "'", '"')
@@ -67,12 +75,20 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
     usage.collect(pdf)
     unsafe = set(usage.unsure) | _form_defaults(pdf, touched)
     resubset = 0
+    renumbered: dict[FontId, dict[int, int]] = {}
     for key in sorted(touched - unsafe):
         font = pdf.get_object(key)
+        drawn = list(usage.codes.get(key, {}))
+        codes = {code: new for new, code in enumerate(drawn, start=1)} if _renumberable(font, key, usage) else {}
         try:
-            resubset += _scrub(pdf, font, usage.codes.get(key, set()), budgets)
+            resubset += _scrub(pdf, font, codes or {code: code for code in drawn}, budgets)
         except _NotSafe:
             unsafe.add(key)
+            continue
+        if codes:
+            renumbered[key] = codes
+    if renumbered:
+        usage.renumber(pdf, renumbered)
     kinds: dict[int, set[str]] = {}
     for key in unsafe:
         for page in usage.pages.get(key, set()):
@@ -84,26 +100,56 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
     )
 
 
+def _renumberable(font: pikepdf.Object, key: FontId, usage: _Usage) -> bool:
+    """Whether the font's codes can be re-numbered densely in order of first use: a Type0 font over a CIDFontType2
+    with an embedded TrueType program (whose glyphs are reordered and CIDToGIDMap rewritten with them) and a
+    ToUnicode (extraction follows the new codes; without one a reader may take a CID for a character of its
+    ordering), every string it shows read in full from a stream that shows the same fonts wherever it is drawn (so
+    each is rewritten once, the same way)."""
+    if key in usage.fixed or not isinstance(font, pikepdf.Dictionary) or font.get(Name.Subtype) != Name.Type0:
+        return False
+    descendants = font.get(Name.DescendantFonts)
+    descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+    return (
+        isinstance(descendant, pikepdf.Dictionary)
+        and descendant.get(Name.Subtype) == Name.CIDFontType2
+        and isinstance(font.get(Name.ToUnicode), pikepdf.Stream)
+        and _program_kind(font) == "truetype"  # an OpenType program may hold CFF outlines, whose FDSelect is by GID
+    )
+
+
 @dataclass
 class _Usage:
-    """The codes each wanted font draws, and the pages it draws them on."""
+    """The codes each wanted font draws (in order of first use), and the pages it draws them on; then, once
+    `renumber` is given the new codes, the walk that rewrites every string those fonts show."""
 
     wanted: set[FontId]
     budgets: Budgets
-    codes: dict[FontId, set[int]] = field(default_factory=dict)
+    codes: dict[FontId, dict[int, None]] = field(default_factory=dict)  # ordered: first use first
     pages: dict[FontId, set[int]] = field(default_factory=dict)
     unsure: set[FontId] = field(default_factory=set)
+    fixed: set[FontId] = field(default_factory=set)  # cut down, but their codes cannot be re-numbered
+    shown_by: dict[FontId, list[FontId | None]] = field(default_factory=dict)  # stream -> its strings' fonts
+    renumbered: dict[FontId, dict[int, int]] = field(default_factory=dict)  # font -> old code -> new code
+    rewritten: set[FontId] = field(default_factory=set)  # streams the renumbering walk has been through
 
     def collect(self, pdf: pikepdf.Pdf) -> None:
         operators = OperatorBudget(self.budgets)
         for number, page in enumerate(pdf.pages, start=1):
             seen: set[tuple[FontId, FontId | None]] = set()
-            self._walk(page.obj, inherited_resources(page.obj), None, number, operators, seen, 0)
+            self._walk(pdf, page.obj, inherited_resources(page.obj), None, number, operators, seen, 0)
             for appearance in _appearances(page.obj):
-                self._walk(appearance, appearance.get(Name.Resources), None, number, operators, seen, 1)
+                self._walk(pdf, appearance, appearance.get(Name.Resources), None, number, operators, seen, 1)
+
+    def renumber(self, pdf: pikepdf.Pdf, codes: dict[FontId, dict[int, int]]) -> None:
+        """Rewrite every string the fonts of `codes` show with their new codes: each page's content into a new
+        stream of its own, each Form XObject, pattern and appearance stream in place, once."""
+        self.renumbered = codes
+        self.collect(pdf)
 
     def _walk(
         self,
+        pdf: pikepdf.Pdf,
         owner: pikepdf.Object,
         resources: pikepdf.Object | None,
         font: pikepdf.Object | None,
@@ -115,16 +161,22 @@ class _Usage:
         if depth > self.budgets.max_depth:
             self._doubt(resources)
             return
+        shared = isinstance(owner, pikepdf.Stream) and owner.is_indirect
+        if self.renumbered and shared:
+            if owner.objgen in self.rewritten:
+                return
+            self.rewritten.add(owner.objgen)
         resources = resources if isinstance(resources, pikepdf.Dictionary) else pikepdf.Dictionary()
-        operators.spend(owner)
         try:
             target = owner if isinstance(owner, pikepdf.Stream) else pikepdf.Page(owner)
-            instructions = pikepdf.parse_content_stream(target)
+            instructions, repaired = _parse(target, operators)
         except (pikepdf.PdfError, TypeError, ValueError):
             self._doubt(resources)  # its codes are unknown: no font it may use is cut down
             return
+        shows: list[FontId | None] = []
+        changed = False
         stack: list[pikepdf.Object | None] = []
-        for instruction in instructions:
+        for index, instruction in enumerate(instructions):
             if isinstance(instruction, pikepdf.ContentStreamInlineImage):
                 continue
             operator, operands = str(instruction.operator), list(instruction.operands)
@@ -140,7 +192,15 @@ class _Usage:
                 if isinstance(chosen, pikepdf.Array) and len(chosen):
                     font = chosen[0]
             elif operator in _SHOWS and operands:
-                self._shown(font, operands[-1], page)
+                shown = _id(font)
+                shows.append(shown)
+                mapping = self.renumbered.get(shown) if shown is not None else None
+                if mapping is not None:
+                    operands[-1] = _renumbered(operands[-1], mapping)
+                    instructions[index] = pikepdf.ContentStreamInstruction(operands, instruction.operator)
+                    changed = True
+                elif not self.renumbered:
+                    self._shown(font, operands[-1], page)
             elif operator == "Do" and operands:
                 xobject = _entry(resources, Name.XObject, operands[0])
                 if isinstance(xobject, pikepdf.Stream) and xobject.get(Name.Subtype) == Name.Form:
@@ -148,12 +208,28 @@ class _Usage:
                     if not xobject.is_indirect or key not in seen:
                         seen.add(key)
                         inner = xobject.get(Name.Resources, resources)
-                        self._walk(xobject, inner, font, page, operators, seen, depth + 1)
+                        self._walk(pdf, xobject, inner, font, page, operators, seen, depth + 1)
         for pattern in _tiling_patterns(resources):
             key = (pattern.objgen, None)
             if not pattern.is_indirect or key not in seen:
                 seen.add(key)
-                self._walk(pattern, pattern.get(Name.Resources), None, page, operators, seen, depth + 1)
+                self._walk(pdf, pattern, pattern.get(Name.Resources), None, page, operators, seen, depth + 1)
+        if changed:
+            data = pikepdf.unparse_content_stream(instructions)
+            if isinstance(owner, pikepdf.Stream):
+                owner.write(data)
+            else:  # a page's content may be an array of streams other pages share: a stream of its own
+                owner.Contents = pdf.make_stream(data)
+        elif not self.renumbered:
+            self._judge(owner if shared else None, shows, repaired)
+
+    def _judge(self, stream: pikepdf.Object | None, shows: list[FontId | None], repaired: bool) -> None:
+        """Keep the codes of the wanted fonts a stream shows when rewriting it could change more than their
+        strings: the parser repaired it (written back, what it skipped would be lost), or it is drawn elsewhere
+        with other fonts (a Form XObject that inherits the caller's font), so one rewrite cannot suit both."""
+        earlier = self.shown_by.setdefault(stream.objgen, shows) if stream is not None else shows
+        if repaired or earlier != shows:
+            self.fixed.update(key for key in (*earlier, *shows) if key in self.wanted)
 
     def _shown(self, font: pikepdf.Object | None, operand: pikepdf.Object, page: int) -> None:
         key = _id(font)
@@ -165,10 +241,13 @@ class _Usage:
             self.unsure.add(key)
             return
         items = list(operand) if isinstance(operand, pikepdf.Array) else [operand]
-        codes = self.codes.setdefault(key, set())
+        codes = self.codes.setdefault(key, {})
         for item in items:
             if isinstance(item, pikepdf.String):
-                codes.update(int.from_bytes(glyph.code, "big") for glyph in model.glyphs(bytes(item)))
+                data = bytes(item)
+                if model.two_byte and len(data) % 2:
+                    self.fixed.add(key)  # a byte left over: the string cannot be rewritten code by code
+                codes.update(dict.fromkeys(int.from_bytes(glyph.code, "big") for glyph in model.glyphs(data)))
 
     def _doubt(self, resources: pikepdf.Object | None) -> None:
         fonts = resources.get(Name.Font) if isinstance(resources, pikepdf.Dictionary) else None
@@ -176,14 +255,40 @@ class _Usage:
             self.unsure.update(key for _, font in fonts.items() if (key := _id(font)) in self.wanted)
 
 
-def _scrub(pdf: pikepdf.Pdf, font: pikepdf.Object, codes: set[int], budgets: Budgets) -> int:
-    """Scrub one font; 1 when an embedded program was re-subset, 0 when only the entries were trimmed."""
+def _parse(target: pikepdf.Page | pikepdf.Stream, operators: OperatorBudget) -> tuple[list[Instruction], bool]:
+    """The stream's instructions, and whether the parser had to repair it (see `parse_instructions`)."""
+    try:
+        return parse_instructions(target, operators), False
+    except UnsafePage:
+        return list(pikepdf.parse_content_stream(target)), True
+
+
+def _renumbered(operand: pikepdf.Object, mapping: dict[int, int]) -> pikepdf.Object:
+    """A shown string (or TJ array) of two-byte codes with each code replaced by its new one."""
+
+    def recoded(item: pikepdf.Object) -> pikepdf.Object:
+        if not isinstance(item, pikepdf.String):
+            return item
+        data = bytes(item)
+        return pikepdf.String(
+            b"".join(mapping[int.from_bytes(data[i : i + 2], "big")].to_bytes(2, "big") for i in range(0, len(data), 2))
+        )
+
+    if isinstance(operand, pikepdf.Array):
+        return pikepdf.Array([recoded(item) for item in operand])
+    return recoded(operand)
+
+
+def _scrub(pdf: pikepdf.Pdf, font: pikepdf.Object, codes: dict[int, int], budgets: Budgets) -> int:
+    """Scrub one font down to the drawn `codes` (old code -> new code, in order of first use); 1 when an embedded
+    program was re-subset, 0 when only the entries were trimmed. Only a composite font's codes are re-numbered
+    (see `_renumberable`): a simple font's are the identity."""
     if not isinstance(font, pikepdf.Dictionary):
         raise _NotSafe
     if font.get(Name.Subtype) == Name.Type0:
         return _scrub_composite(pdf, font, codes, budgets)
     if font.get(Name.Subtype) in (Name.TrueType, Name.Type1, Name.MMType1):
-        return _scrub_simple(pdf, font, codes, budgets)
+        return _scrub_simple(pdf, font, set(codes), budgets)
     raise _NotSafe  # Type3 glyphs are never removed (their pages are burned in), so one here is unexpected
 
 
@@ -223,11 +328,15 @@ def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], b
         encoding.Differences = _differences(differences, codes)
     if isinstance(descriptor, pikepdf.Dictionary) and Name.CharSet in descriptor:
         del descriptor[Name.CharSet]  # glyph names, the removed ones among them
-    _trim_to_unicode(pdf, font, codes, 1, budgets)
+    _trim_to_unicode(pdf, font, {code: code for code in codes}, 1, budgets)
     return resubset
 
 
-def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], budgets: Budgets) -> int:
+def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, renumber: dict[int, int], budgets: Budgets) -> int:
+    """Scrub a Type0 font with Identity-H; its CIDs become `renumber`'s new ones, and when they change, so does
+    the glyph order of its CIDFontType2 program: .notdef, then the glyphs by their new CIDs."""
+    codes = set(renumber)
+    renumbered = any(old != new for old, new in renumber.items())
     descendants = font.get(Name.DescendantFonts)
     descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
     if font.get(Name.Encoding) != Name("/Identity-H") or not isinstance(descendant, pikepdf.Dictionary):
@@ -250,26 +359,26 @@ def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int]
         gids = {cid: to_gid(cid) for cid in codes}
         if any(gid >= len(order) for gid in gids.values()):
             raise _NotSafe
-        kept = {order[gid] for gid in gids.values()}
-        subset = _subset(ttf, kept)
+        by_new_cid = [order[gids[cid]] for cid in sorted(codes, key=renumber.__getitem__)]
+        subset = _subset(ttf, set(by_new_cid), by_new_cid if renumbered else None)
         _write_program(pdf, descriptor, program, subset)
-        renumbered = {name: gid for gid, name in enumerate(ttf.getGlyphOrder())}
-        table = bytearray(2 * (max(codes, default=0) + 1))
+        new_gids = {name: gid for gid, name in enumerate(ttf.getGlyphOrder())}
+        table = bytearray(2 * (max(renumber.values(), default=0) + 1))
         for cid, gid in gids.items():
-            table[2 * cid : 2 * cid + 2] = renumbered[order[gid]].to_bytes(2, "big")
+            table[2 * renumber[cid] : 2 * renumber[cid] + 2] = new_gids[order[gid]].to_bytes(2, "big")
         descendant.CIDToGIDMap = pdf.make_stream(bytes(table))
         _retag(subset, (font, descendant, descriptor))
     if embedded is not None and Name.CIDSet in embedded[0]:
-        bits = bytearray((max(codes, default=0) + 8) // 8)
-        for cid in {0, *codes}:
+        bits = bytearray((max(renumber.values(), default=0) + 8) // 8)
+        for cid in {0, *renumber.values()}:
             bits[cid // 8] |= 0x80 >> (cid % 8)
         embedded[0].CIDSet = pdf.make_stream(bytes(bits))
     default = model.default_width if model.default_width is not None else 1.0
-    listed = sorted(code for code in codes if model.widths.get(code, default) != default)
+    listed = sorted((new, old) for old, new in renumber.items() if model.widths.get(old, default) != default)
     descendant.W = pikepdf.Array(
-        [item for cid in listed for item in (cid, pikepdf.Array([round(model.widths[cid] * 1000, 3)]))]
+        [item for new, old in listed for item in (new, pikepdf.Array([round(model.widths[old] * 1000, 3)]))]
     )
-    _trim_to_unicode(pdf, font, codes, 2, budgets)
+    _trim_to_unicode(pdf, font, renumber, 2, budgets)
     return 1 if embedded is not None else 0
 
 
@@ -422,7 +531,10 @@ def _unicode_encoding(font: pikepdf.Dictionary) -> dict[int, str]:
     return {code: text for code, text in EncodingDB.get_encoding(name, items).items() if len(text) == 1}
 
 
-def _subset(ttf: TTFont, glyphs: set[str]) -> bytes:
+def _subset(ttf: TTFont, glyphs: set[str], first: list[str] | None = None) -> bytes:
+    """`ttf` cut down to `glyphs` (and .notdef) in place, as program bytes; with `first`, glyph 0 is followed
+    by the glyphs of `first` in its order, then the components they are built of as they are first met, so the
+    order tells nothing of the original program's."""
     options = ftsubset.Options()
     options.notdef_outline = True
     options.recalc_timestamp = False
@@ -439,6 +551,8 @@ def _subset(ttf: TTFont, glyphs: set[str]) -> bytes:
     try:
         subsetter.populate(glyphs=sorted({".notdef"} & set(ttf.getGlyphOrder()) | glyphs))
         subsetter.subset(ttf)
+        if first is not None:
+            reorderGlyphs(ttf, _glyph_order(ttf, first))
         if without_cmap and "OS/2" in ttf:  # the producer's character range: no cmap for the subsetter to renew it
             ttf["OS/2"].usFirstCharIndex = ttf["OS/2"].usLastCharIndex = 0
         data = io.BytesIO()
@@ -446,6 +560,19 @@ def _subset(ttf: TTFont, glyphs: set[str]) -> bytes:
     except (TTLibError, AssertionError, KeyError, ValueError, struct_error):
         raise _NotSafe from None
     return data.getvalue()
+
+
+def _glyph_order(ttf: TTFont, first: list[str]) -> list[str]:
+    present = ttf.getGlyphOrder()
+    order = list(dict.fromkeys([present[0], *first]))
+    glyf = ttf.get("glyf")
+    index = 0
+    while glyf is not None and index < len(order):  # grows as it goes: components of components
+        glyph = glyf[order[index]]
+        if glyph.isComposite():
+            order += [name for name in glyph.getComponentNames(glyf) if name not in order]
+        index += 1
+    return list(dict.fromkeys([*order, *present]))
 
 
 def _write_program(pdf: pikepdf.Pdf, descriptor: pikepdf.Dictionary, old: _Program, data: bytes) -> None:
@@ -508,8 +635,10 @@ def _differences(differences: pikepdf.Array, codes: set[int]) -> pikepdf.Array:
     return pikepdf.Array(kept)
 
 
-def _trim_to_unicode(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], width: int, budgets: Budgets) -> None:
-    """Rewrite /ToUnicode with the drawn codes' entries only."""
+def _trim_to_unicode(
+    pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: dict[int, int], width: int, budgets: Budgets
+) -> None:
+    """Rewrite /ToUnicode with the drawn codes' entries only (`codes`: old code -> new code)."""
     stream = font.get(Name.ToUnicode)
     if not isinstance(stream, pikepdf.Stream):
         if Name.ToUnicode in font:
@@ -521,7 +650,7 @@ def _trim_to_unicode(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int]
         CMapParser(cmap, io.BytesIO(stream.read_bytes())).run()
     except Exception:  # noqa: BLE001 - pdfminer raises many kinds on a broken CMap: the entries are dropped
         cmap = FileUnicodeMap()
-    entries = {code: text for code, text in cmap.cid2unichr.items() if code in codes and isinstance(text, str)}
+    entries = {codes[code]: text for code, text in cmap.cid2unichr.items() if code in codes and isinstance(text, str)}
     font.ToUnicode = pdf.make_stream(_to_unicode_cmap(entries, width))
 
 
