@@ -16,8 +16,9 @@ from docjobs.pdf import pdfa
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import wait_terminal
-from tests.fixtures.pdfa_samples import make_pdfa
+from tests.fixtures.pdfa_samples import make_pdfa, make_scanned_pdfa
 from tests.test_jobs import fetched
+from tests.test_ocr_jobs import needs_ocr_tools, words_for
 
 pytestmark = needs_tools("qpdf")
 
@@ -31,16 +32,22 @@ CASES: dict[str, tuple[str, str, JobOverrides, tuple[bool, str | None]]] = {
         JobOverrides(redact_patterns=(r"patient was (?P<redact>seen)",)),
         (True, None),
     ),
+    "ocr": ("scanned pdf/a-2b", "scan", JobOverrides(), (True, None)),
     "pdf/a-1b stamped": ("pdf/a-1b", "standard", JobOverrides(), (False, "transparency")),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@needs_ocr_tools
 async def test_a_pdf_a_input_is_released_with_its_claim_kept_or_the_reason(
     case: str, jobs: JobClient, tmp_path: Path
 ) -> None:
     variant, policy, overrides, (kept, reason) = CASES[case]
-    source = make_pdfa(tmp_path / "letter.pdf", variant=variant, marker=uuid.uuid4().hex[:8])
+    if variant.startswith("scanned"):
+        variant = variant.removeprefix("scanned ")
+        source = make_scanned_pdfa(tmp_path / "scan.pdf", words_for(1)[0])
+    else:
+        source = make_pdfa(tmp_path / "letter.pdf", variant=variant, marker=uuid.uuid4().hex[:8])
     submitted = await jobs.submit(source, policy, overrides=overrides)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
@@ -50,6 +57,8 @@ async def test_a_pdf_a_input_is_released_with_its_claim_kept_or_the_reason(
     out = await fetched(jobs, submitted.job_id, tmp_path)
     found = pdfa.problems(out)
     assert (found == []) is kept, found
+    if policy == "scan":
+        assert status.pages_ocred == [1]
     if policy == "external":
         assert status.redaction is not None and status.redaction.spans >= 1
     if kept:
