@@ -13,6 +13,7 @@ import pytest
 
 from docjobs.domain.models import InputKind, JobStatus, Policy
 from docjobs.domain.states import JobState
+from docjobs.pdf import pdfa
 from docjobs.settings.policies import PolicyBook
 from docjobs.store.templates import zip_folder
 from docjobs.temporal.client import JobClient, Submitted
@@ -153,6 +154,9 @@ async def test_a_pdf_a_2b_job_carries_its_identification_and_output_intent(
         assert (metadata.get("pdfaid:part"), metadata.get("pdfaid:conformance")) == ("2", "B")
         intents = pdf.Root.OutputIntents
         assert len(intents) == 1 and intents[0].S == "/GTS_PDFA1" and "/DestOutputProfile" in intents[0]
+    # Stamped and signed, the released file still holds the claim (docjobs/pdf/pdfa.py), and the status says so.
+    assert pdfa.problems(out) == []
+    assert status.pdfa is not None and (status.pdfa.claimed, status.pdfa.kept) == ("2b", True)
 
 
 @pytest.mark.parametrize("missing", ["ignore", "fail"])

@@ -123,7 +123,8 @@ WIRE = {
     # Then a page's `fallback_fonts` (defaulted: the kinds of the fonts behind `font_not_resubset`).
     "redact": ("db1f96fc5b24d8c0", "3386064094867ec2"),
     "sign": ("d292b8c64ec4c00f", "92dfd00402ce8dd4"),
-    "verify": ("b581b80482d95e16", "be9fa5725e5708e0"),
+    # An addition with a default (PDF/A outputs, docs/policies.md): verify's `pdfa` output (None in older results).
+    "verify": ("b581b80482d95e16", "06aaec864041d3b9"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
     "evidence": ("7224d3bf354d6841", "363da2c0aac418fe"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),

@@ -607,9 +607,18 @@ class VerifyInput(VerifySettings, StageInput):
     tenant: str | None = None  # set: the signature must name this tenant and lock the document (None: no such check)
 
 
+class PdfaOutcome(Frozen):
+    """Whether the released file still holds the PDF/A claim of the job's document (docjobs/pdf/pdfa.py)."""
+
+    claimed: str  # part and conformance claimed by the job's document ("2b"), else by the output (OCR's `pdfa`)
+    kept: bool  # the output claims the same and the check finds nothing that breaks it
+    reason: str | None = None  # not kept: a stable code (claim_dropped, claim_changed, transparency, ...)
+
+
 class VerifyDone(Frozen):
     signature: dict[str, str | bool | int | None] | None
     fidelity_checks: list[str]
+    pdfa: PdfaOutcome | None = None  # None: neither the job's document nor the output claims PDF/A
 
 
 class VerifyOutput(VerifyDone):
@@ -713,6 +722,7 @@ class JobStatus(BaseModel):
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count, never content
     generated: GeneratedSummary | None = None  # HTML and template jobs: what `generate` made
     converted_from: str | None = None  # office jobs: the input's format (docx, xlsx, odt, rtf, ...), nothing else
+    pdfa: PdfaOutcome | None = None  # a PDF/A document or output: whether the released file keeps the claim
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None

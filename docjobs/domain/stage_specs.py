@@ -141,7 +141,7 @@ OCR = stage_spec(
 )
 REDACT = stage_spec(Stage.REDACT, RedactInput, RedactOutput, status={"redaction": "summary"})
 SIGN = stage_spec(Stage.SIGN, SignInput, SignOutput)
-VERIFY = stage_spec(Stage.VERIFY, VerifyInput, VerifyOutput, status=("signature", "fidelity_checks"))
+VERIFY = stage_spec(Stage.VERIFY, VerifyInput, VerifyOutput, status=("signature", "fidelity_checks", "pdfa"))
 # A long document's OCR in page ranges (workflows/ocr_chunks.py): parts of the `ocr` stage, on the queue of
 # long documents' OCR, timed by the pages of their part; the merged result fills in the status as `OCR`'s does.
 OCR_CHUNK = StageSpec[OcrChunkInput, OcrChunkOutput](

@@ -46,6 +46,7 @@ from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import WINDOW, Encryption, sniff_kind
 from docjobs.pdf.normalize import repair_input
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
+from docjobs.pdf.pdfa import outcome as pdfa_outcome
 from docjobs.pdf.redaction.gate import check_redaction
 from docjobs.pdf.redaction.patterns import compile_patterns
 from docjobs.pdf.redaction.redact import redact_pdf
@@ -291,7 +292,7 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
         checks.append("redaction_patterns")
     if settings.sanitize is not None:  # on the bytes to be released: no active content came back
         checks += check_no_active_content(work.output, settings.sanitize)
-    return VerifyDone(signature=signature, fidelity_checks=checks)
+    return VerifyDone(signature=signature, fidelity_checks=checks, pdfa=pdfa_outcome(source, work.output))
 
 
 @dataclass(frozen=True)

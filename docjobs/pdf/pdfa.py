@@ -1,0 +1,272 @@
+"""PDF/A: what a document claims, and a partial check that the claim still holds.
+
+No full PDF/A validator (veraPDF) can be installed from the package registries this project builds from, so
+this is our own check of the rules a processing step can break: the ones our stages touch. It checks
+
+- the claim: XMP metadata with `pdfaid:part` and `pdfaid:conformance` (`claim`);
+- an output intent of subtype GTS_PDFA1 with an embedded ICC profile (`DestOutputProfile`);
+- no encryption, and a trailer /ID;
+- every font used by a page, a form XObject or an annotation's appearance embedded (FontFile, FontFile2,
+  FontFile3; a Type 3 font draws itself);
+- no JavaScript and no Launch action anywhere; for part 2 and 3, no embedded file that is not itself a PDF
+  (by its declared /Subtype; its own conformance is not checked);
+- for part 1, no transparency: no soft mask, no constant alpha below 1, no transparency group;
+- every annotation but a Popup printable and not hidden, and one with an area has an appearance;
+- the Info dictionary's dates match the XMP's (xmp:ModifyDate, xmp:CreateDate) when both are there.
+
+It does not check (see docs/policies.md, "PDF/A outputs"): that a font program is valid and holds every glyph
+used with the widths the font dictionary states, the ICC profile's content, that device colour spaces match the
+output intent, XMP schema validity (extension schemas), the file structure rules (header, xref, stream
+lengths), the content-stream operators and limits of ISO 19005, or anything of level a/u (tags, Unicode).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pikepdf
+from pikepdf import Name
+
+from docjobs.domain.models import PdfaOutcome
+
+_XMP_PART = re.compile(rb"pdfaid:part(?:>|\s*=\s*[\"'])\s*(\d)")
+_XMP_CONFORMANCE = re.compile(rb"pdfaid:conformance(?:>|\s*=\s*[\"'])\s*([ABUabu])")
+_XMP_DATE = {
+    Name.ModDate: re.compile(rb"xmp:ModifyDate(?:>|\s*=\s*[\"'])\s*([^<\"']+)"),
+    Name.CreationDate: re.compile(rb"xmp:CreateDate(?:>|\s*=\s*[\"'])\s*([^<\"']+)"),
+}
+_PRINT, _HIDDEN, _INVISIBLE, _NO_VIEW = 1 << 2, 1 << 1, 1 << 0, 1 << 5
+
+
+def claim(pdf: pikepdf.Pdf) -> str | None:
+    """The PDF/A part and conformance the document's XMP metadata claims ("2b"), or None."""
+    xmp = _xmp(pdf)
+    part, conformance = _XMP_PART.search(xmp), _XMP_CONFORMANCE.search(xmp)
+    if part is None or conformance is None:
+        return None
+    return part.group(1).decode() + conformance.group(1).decode().lower()
+
+
+def outcome(document: Path, output: Path) -> PdfaOutcome | None:
+    """Whether `output` keeps the PDF/A claim of `document` (the job's document, as the stages got it); None
+    when neither claims PDF/A. An output that claims PDF/A on its own (OCR's `pdfa` output type) is checked too."""
+    with pikepdf.open(document) as pdf:
+        claimed = claim(pdf)
+    with pikepdf.open(output) as pdf:
+        released = claim(pdf)
+    if claimed is None and released is None:
+        return None
+    found = problems(output)
+    if released is None:
+        reason: str | None = "claim_dropped"
+    elif claimed is not None and released != claimed:
+        reason = "claim_changed"
+    else:
+        reason = found[0] if found else None
+    return PdfaOutcome(claimed=claimed or str(released), kept=reason is None, reason=reason)
+
+
+def problems(path: Path) -> list[str]:
+    """What breaks the PDF/A claim of the file at `path`, as stable codes (empty: nothing this check knows of).
+
+    `not_claimed` alone when the file claims no PDF/A."""
+    with pikepdf.open(path) as pdf:
+        claimed = claim(pdf)
+        if claimed is None:
+            return ["not_claimed"]
+        found: list[str] = []
+        if pdf.is_encrypted:
+            found.append("encrypted")
+        if Name.ID not in pdf.trailer:
+            found.append("no_file_id")
+        if not _has_pdfa_intent(pdf):
+            found.append("no_output_intent")
+        if not _dates_match(pdf):
+            found.append("xmp_dates")
+        fonts = list(_used_fonts(pdf))
+        if any(not _embedded(font) for font in fonts):
+            found.append("font_not_embedded")
+        objects = list(_dictionaries(pdf))
+        if any(_is_active(obj) for obj in objects):
+            found.append("active_content")
+        if claimed[0] == "1" and any(_is_transparent(obj) for obj in objects):
+            found.append("transparency")
+        if claimed[0] in "23" and any(_non_pdf_attachment(obj) for obj in objects):
+            found.append("attachment")
+        if any(not _annotation_ok(annotation) for page in pdf.pages for annotation in _annotations(page)):
+            found.append("annotation")
+        return found
+
+
+def _dictionaries(pdf: pikepdf.Pdf) -> Iterator[pikepdf.Dictionary | pikepdf.Stream]:
+    """Every dictionary and stream of the file, the direct ones nested in others included."""
+    pending: list[pikepdf.Object] = [obj for obj in pdf.objects if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream)]
+    while pending:
+        obj = pending.pop()
+        if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
+            yield obj
+            children = obj.values()
+        elif isinstance(obj, pikepdf.Array):
+            children = list(obj)
+        else:
+            continue
+        pending.extend(
+            child
+            for child in children
+            if isinstance(child, pikepdf.Dictionary | pikepdf.Stream | pikepdf.Array) and not child.is_indirect
+        )
+
+
+def _xmp(pdf: pikepdf.Pdf) -> bytes:
+    metadata = pdf.Root.get(Name.Metadata)
+    return metadata.read_bytes() if isinstance(metadata, pikepdf.Stream) else b""
+
+
+def _has_pdfa_intent(pdf: pikepdf.Pdf) -> bool:
+    intents = pdf.Root.get(Name.OutputIntents)
+    if not isinstance(intents, pikepdf.Array):
+        return False
+    return any(
+        isinstance(intent, pikepdf.Dictionary)
+        and intent.get(Name.S) == Name.GTS_PDFA1
+        and isinstance(intent.get(Name.DestOutputProfile), pikepdf.Stream)
+        for intent in intents
+    )
+
+
+def _dates_match(pdf: pikepdf.Pdf) -> bool:
+    """Each Info date equals its XMP twin (to the second, same offset), when the Info dictionary has it."""
+    info, xmp = pdf.trailer.get(Name.Info), _xmp(pdf)
+    if not isinstance(info, pikepdf.Dictionary):
+        return True
+    for key, pattern in _XMP_DATE.items():
+        value = info.get(key)
+        if value is None:
+            continue
+        found = pattern.search(xmp)
+        if found is None or _normal_date(str(value)) != _normal_date(found.group(1).decode()):
+            return False
+    return True
+
+
+_DATE = re.compile(
+    r"(?:D:)?(\d{4})-?(\d{2})?-?(\d{2})?T?(\d{2})?:?(\d{2})?:?(\d{2})?(?:\.\d+)?\s*(Z|[+\-]\d{2}'?:?\d{2}'?)?"
+)
+
+
+def _normal_date(value: str) -> str:
+    """`D:20261201162000+00'00'` and `2026-12-01T16:20:00+00:00` both as `20261201162000+0000` (Z as +0000)."""
+    found = _DATE.match(value.strip())
+    if found is None:
+        return value
+    year, month, day, hour, minute, second, zone = found.groups()
+    stamp = year + (month or "01") + (day or "01") + (hour or "00") + (minute or "00") + (second or "00")
+    zone = "" if zone is None else "+0000" if zone == "Z" else zone.replace("'", "").replace(":", "")
+    return stamp + ("+0000" if zone == "-0000" else zone)
+
+
+def _resources_fonts(resources: object, seen: set[tuple[int, int]]) -> Iterator[pikepdf.Dictionary]:
+    """The fonts of a resource dictionary and of the forms and patterns it names, each object once."""
+    if not isinstance(resources, pikepdf.Dictionary):
+        return
+    fonts = resources.get(Name.Font)
+    if isinstance(fonts, pikepdf.Dictionary):
+        for font in fonts.values():
+            if isinstance(font, pikepdf.Dictionary):
+                yield font
+    for kind in (Name.XObject, Name.Pattern):
+        named = resources.get(kind)
+        if not isinstance(named, pikepdf.Dictionary):
+            continue
+        for child in named.values():
+            if not isinstance(child, pikepdf.Stream | pikepdf.Dictionary) or child.objgen in seen:
+                continue
+            if child.objgen != (0, 0):
+                seen.add(child.objgen)
+            yield from _resources_fonts(child.get(Name.Resources), seen)
+
+
+def _used_fonts(pdf: pikepdf.Pdf) -> Iterator[pikepdf.Dictionary]:
+    seen: set[tuple[int, int]] = set()
+    for page in pdf.pages:
+        yield from _resources_fonts(page.obj.get(Name.Resources), seen)
+        for annotation in _annotations(page):
+            appearances = annotation.get(Name.AP)
+            if not isinstance(appearances, pikepdf.Dictionary):
+                continue
+            for state in appearances.values():
+                streams = (
+                    state.values()
+                    if isinstance(state, pikepdf.Dictionary) and not isinstance(state, pikepdf.Stream)
+                    else [state]
+                )
+                for stream in streams:
+                    if isinstance(stream, pikepdf.Stream):
+                        yield from _resources_fonts(stream.get(Name.Resources), seen)
+
+
+def _embedded(font: pikepdf.Dictionary) -> bool:
+    subtype = font.get(Name.Subtype)
+    if subtype == Name.Type3:
+        return True
+    if subtype == Name.Type0:
+        descendants = font.get(Name.DescendantFonts)
+        return isinstance(descendants, pikepdf.Array) and all(
+            isinstance(d, pikepdf.Dictionary) and _embedded(d) for d in descendants
+        )
+    descriptor = font.get(Name.FontDescriptor)
+    return isinstance(descriptor, pikepdf.Dictionary) and any(
+        isinstance(descriptor.get(key), pikepdf.Stream) for key in (Name.FontFile, Name.FontFile2, Name.FontFile3)
+    )
+
+
+def _is_active(obj: object) -> bool:
+    if not isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
+        return False
+    if obj.get(Name.S) in (Name.JavaScript, Name.Launch):
+        return True
+    names = obj.get(Name.Names) if Name.Dests in obj or Name.EmbeddedFiles in obj or Name.JavaScript in obj else None
+    return isinstance(names, pikepdf.Dictionary) and Name.JavaScript in names
+
+
+def _is_transparent(obj: object) -> bool:
+    if not isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
+        return False
+    if obj.get(Name.Type) == Name.ExtGState:
+        soft = obj.get(Name.SMask)
+        if soft is not None and soft != Name("/None"):
+            return True
+        return any(float(obj.get(key, 1)) < 1 for key in (Name.ca, Name.CA))
+    group = obj.get(Name.Group)
+    if isinstance(group, pikepdf.Dictionary) and group.get(Name.S) == Name.Transparency:
+        return True
+    return isinstance(obj, pikepdf.Stream) and obj.get(Name.Subtype) == Name.Image and Name.SMask in obj
+
+
+def _non_pdf_attachment(obj: object) -> bool:
+    if not isinstance(obj, pikepdf.Stream) or obj.get(Name.Type) != Name.EmbeddedFile:
+        return False
+    return obj.get(Name.Subtype) != Name("/application#2Fpdf")
+
+
+def _annotations(page: pikepdf.Page) -> Iterator[pikepdf.Dictionary]:
+    annotations = page.obj.get(Name.Annots)
+    if isinstance(annotations, pikepdf.Array):
+        yield from (a for a in annotations if isinstance(a, pikepdf.Dictionary))
+
+
+def _annotation_ok(annotation: pikepdf.Dictionary) -> bool:
+    if annotation.get(Name.Subtype) == Name.Popup:
+        return True
+    flags = int(annotation.get(Name.F, 0))
+    if not flags & _PRINT or flags & (_HIDDEN | _INVISIBLE | _NO_VIEW):
+        return False
+    rect = annotation.get(Name.Rect)
+    has_area = (
+        isinstance(rect, pikepdf.Array)
+        and len(rect) == 4
+        and (float(rect[2]) != float(rect[0]) and float(rect[3]) != float(rect[1]))
+    )
+    return not has_area or isinstance(annotation.get(Name.AP), pikepdf.Dictionary)

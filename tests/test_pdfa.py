@@ -1,0 +1,86 @@
+"""The partial PDF/A check (docjobs/pdf/pdfa.py): each rule it knows finds what breaks it, and a stamped and
+signed PDF/A-2b document keeps its claim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pikepdf
+import pytest
+from pikepdf import Name
+
+from docjobs.pdf import pdfa
+from docjobs.pdf.watermark import watermark_structure
+from docjobs.signing.dev_ca import ensure_dev_signer
+from docjobs.signing.sign import sign_pdf
+from tests.fixtures.pdfa_samples import make_pdfa
+
+
+@pytest.fixture(scope="module")
+def archival(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pdfa(tmp_path_factory.mktemp("pdfa") / "letter.pdf")
+
+
+def edited(src: Path, dst: Path, edit: str) -> Path:
+    """`src` with one rule broken, as `edit` names it."""
+    with pikepdf.open(src) as pdf:
+        page = pdf.pages[0].obj
+        if edit == "no_output_intent":
+            del pdf.Root[Name.OutputIntents]
+        elif edit == "font_not_embedded":
+            fonts = page.Resources.Font
+            fonts[Name.H] = pikepdf.Dictionary(Type=Name.Font, Subtype=Name.Type1, BaseFont=Name.Helvetica)
+        elif edit == "xmp_dates":
+            pdf.docinfo[Name.ModDate] = "D:20200101000000Z"
+        elif edit == "active_content":
+            pdf.Root.OpenAction = pikepdf.Dictionary(S=Name.JavaScript, JS="app.alert(1)")
+        elif edit == "annotation":
+            link = pikepdf.Dictionary(Type=Name.Annot, Subtype=Name.Square, Rect=[10, 10, 50, 50], F=4)
+            page.Annots = pdf.make_indirect(pikepdf.Array([link]))  # an area and no appearance
+        elif edit == "not_claimed":
+            del pdf.Root[Name.Metadata]
+        pdf.save(dst)
+    return dst
+
+
+def test_a_pdf_a_2b_document_claims_2b_and_passes(archival: Path) -> None:
+    with pikepdf.open(archival) as pdf:
+        assert pdfa.claim(pdf) == "2b"
+    assert pdfa.problems(archival) == []
+
+
+@pytest.mark.parametrize(
+    "edit", ["no_output_intent", "font_not_embedded", "xmp_dates", "active_content", "annotation", "not_claimed"]
+)
+def test_each_broken_rule_is_found(archival: Path, tmp_path: Path, edit: str) -> None:
+    assert edit in pdfa.problems(edited(archival, tmp_path / "broken.pdf", edit))
+
+
+def test_the_stamp_and_the_signature_keep_pdf_a_2b(archival: Path, tmp_path: Path) -> None:
+    watermark_structure(archival, stamped := tmp_path / "stamped.pdf", "CONFIDENTIAL")
+    assert pdfa.problems(stamped) == []
+    sign_pdf(stamped, signed := tmp_path / "signed.pdf", ensure_dev_signer(tmp_path / "ca"))
+    assert pdfa.problems(signed) == []
+    outcome = pdfa.outcome(archival, signed)
+    assert outcome is not None and (outcome.claimed, outcome.kept, outcome.reason) == ("2b", True, None)
+    with pikepdf.open(signed) as pdf:
+        assert b"xmp:ModifyDate" in pdf.Root.Metadata.read_bytes()  # the signer dated the XMP too
+
+
+def test_the_stamps_opacity_breaks_pdf_a_1b(tmp_path: Path) -> None:
+    """PDF/A-1 forbids transparency; the stamp is drawn at 35% opacity, so the status says the claim is lost."""
+    source = make_pdfa(tmp_path / "a1.pdf", variant="pdf/a-1b")
+    assert pdfa.problems(source) == []
+    watermark_structure(source, stamped := tmp_path / "stamped.pdf", "CONFIDENTIAL")
+    outcome = pdfa.outcome(source, stamped)
+    assert outcome is not None and (outcome.claimed, outcome.kept, outcome.reason) == ("1b", False, "transparency")
+
+
+def test_an_output_without_the_claim_is_reported_dropped(archival: Path, tmp_path: Path) -> None:
+    outcome = pdfa.outcome(archival, edited(archival, tmp_path / "plain.pdf", "not_claimed"))
+    assert outcome is not None and (outcome.kept, outcome.reason) == (False, "claim_dropped")
+
+
+def test_no_claim_on_either_side_reports_nothing(archival: Path, tmp_path: Path) -> None:
+    plain = edited(archival, tmp_path / "plain.pdf", "not_claimed")
+    assert pdfa.outcome(plain, plain) is None
