@@ -3,13 +3,16 @@ signed PDF/A-2b document keeps its claim."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pikepdf
 import pytest
 from pikepdf import Name
 
+from docjobs.domain.errors import DocJobError
 from docjobs.pdf import pdfa
+from docjobs.pdf.budgets import DEFAULT_BUDGETS
 from docjobs.pdf.watermark import watermark_structure
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.signing.sign import sign_pdf
@@ -54,6 +57,22 @@ def test_a_pdf_a_2b_document_claims_2b_and_passes(archival: Path) -> None:
 )
 def test_each_broken_rule_is_found(archival: Path, tmp_path: Path, edit: str) -> None:
     assert edit in pdfa.problems(edited(archival, tmp_path / "broken.pdf", edit))
+
+
+def test_the_walks_are_bounded_and_follow_a_cycle_once(archival: Path, tmp_path: Path) -> None:
+    """A form that draws itself (a cycle) and a chain of forms: each form is looked at once, and a walk past the
+    budget fails `input.too_complex` (never a recursion through the document)."""
+    with pikepdf.open(archival) as pdf:
+        page = pdf.pages[0].obj
+        forms = [pdf.make_stream(b"", Type=Name.XObject, Subtype=Name.Form, BBox=[0, 0, 1, 1]) for _ in range(50)]
+        for form, drawn in zip(forms, [*forms[1:], forms[0]], strict=True):  # a ring of fifty forms
+            form.Resources = pikepdf.Dictionary(XObject=pikepdf.Dictionary(F=drawn))
+        page.Resources.XObject = pikepdf.Dictionary(F=forms[0])
+        pdf.save(ring := tmp_path / "ring.pdf")
+    assert pdfa.problems(ring) == []
+    with pytest.raises(DocJobError) as caught:
+        pdfa.problems(ring, dataclasses.replace(DEFAULT_BUDGETS, max_objects=20))
+    assert caught.value.code == "input.too_complex"
 
 
 def test_the_stamp_and_the_signature_keep_pdf_a_2b(archival: Path, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.domain.models import PdfaOutcome
+from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, walk
 
 _XMP_PART = re.compile(rb"pdfaid:part(?:>|\s*=\s*[\"'])\s*(\d)")
 _XMP_CONFORMANCE = re.compile(rb"pdfaid:conformance(?:>|\s*=\s*[\"'])\s*([ABUabu])")
@@ -38,6 +39,7 @@ _XMP_DATE = {
     Name.CreationDate: re.compile(rb"xmp:CreateDate(?:>|\s*=\s*[\"'])\s*([^<\"']+)"),
 }
 _PRINT, _HIDDEN, _INVISIBLE, _NO_VIEW = 1 << 2, 1 << 1, 1 << 0, 1 << 5
+_CONTAINERS = (pikepdf.Dictionary, pikepdf.Stream, pikepdf.Array)
 
 
 def claim(pdf: pikepdf.Pdf) -> str | None:
@@ -49,7 +51,7 @@ def claim(pdf: pikepdf.Pdf) -> str | None:
     return part.group(1).decode() + conformance.group(1).decode().lower()
 
 
-def outcome(document: Path, output: Path) -> PdfaOutcome | None:
+def outcome(document: Path, output: Path, budgets: Budgets = DEFAULT_BUDGETS) -> PdfaOutcome | None:
     """Whether `output` keeps the PDF/A claim of `document` (the job's document, as the stages got it); None
     when neither claims PDF/A. An output that claims PDF/A on its own (OCR's `pdfa` output type) is checked too."""
     with pikepdf.open(document) as pdf:
@@ -58,7 +60,7 @@ def outcome(document: Path, output: Path) -> PdfaOutcome | None:
         released = claim(pdf)
     if claimed is None and released is None:
         return None
-    found = problems(output)
+    found = problems(output, budgets)
     if released is None:
         reason: str | None = "claim_dropped"
     elif claimed is not None and released != claimed:
@@ -68,7 +70,7 @@ def outcome(document: Path, output: Path) -> PdfaOutcome | None:
     return PdfaOutcome(claimed=claimed or str(released), kept=reason is None, reason=reason)
 
 
-def problems(path: Path) -> list[str]:
+def problems(path: Path, budgets: Budgets = DEFAULT_BUDGETS) -> list[str]:
     """What breaks the PDF/A claim of the file at `path`, as stable codes (empty: nothing this check knows of).
 
     `not_claimed` alone when the file claims no PDF/A."""
@@ -85,10 +87,10 @@ def problems(path: Path) -> list[str]:
             found.append("no_output_intent")
         if not _dates_match(pdf):
             found.append("xmp_dates")
-        fonts = list(_used_fonts(pdf))
+        fonts = list(_used_fonts(pdf, budgets))
         if any(not _embedded(font) for font in fonts):
             found.append("font_not_embedded")
-        objects = list(_dictionaries(pdf))
+        objects = list(_dictionaries(pdf, budgets))
         if any(_is_active(obj) for obj in objects):
             found.append("active_content")
         if claimed[0] == "1" and any(_is_transparent(obj) for obj in objects):
@@ -100,23 +102,17 @@ def problems(path: Path) -> list[str]:
         return found
 
 
-def _dictionaries(pdf: pikepdf.Pdf) -> Iterator[pikepdf.Dictionary | pikepdf.Stream]:
-    """Every dictionary and stream of the file, the direct ones nested in others included."""
-    pending: list[pikepdf.Object] = [obj for obj in pdf.objects if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream)]
-    while pending:
-        obj = pending.pop()
+def _dictionaries(pdf: pikepdf.Pdf, budgets: Budgets) -> Iterator[pikepdf.Dictionary | pikepdf.Stream]:
+    """Every dictionary and stream of the file, the direct ones nested in others included (within `budgets`)."""
+
+    def nested(obj: pikepdf.Object) -> list[pikepdf.Object]:
+        children = obj.values() if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream) else obj
+        return [child for child in children if isinstance(child, _CONTAINERS) and not child.is_indirect]
+
+    indirect = (obj for obj in pdf.objects if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream))
+    for obj in walk(indirect, nested, what="the file's dictionaries", budgets=budgets):
         if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
             yield obj
-            children = obj.values()
-        elif isinstance(obj, pikepdf.Array):
-            children = list(obj)
-        else:
-            continue
-        pending.extend(
-            child
-            for child in children
-            if isinstance(child, pikepdf.Dictionary | pikepdf.Stream | pikepdf.Array) and not child.is_indirect
-        )
 
 
 def _xmp(pdf: pikepdf.Pdf) -> bytes:
@@ -167,44 +163,38 @@ def _normal_date(value: str) -> str:
     return stamp + ("+0000" if zone == "-0000" else zone)
 
 
-def _resources_fonts(resources: object, seen: set[tuple[int, int]]) -> Iterator[pikepdf.Dictionary]:
-    """The fonts of a resource dictionary and of the forms and patterns it names, each object once."""
-    if not isinstance(resources, pikepdf.Dictionary):
-        return
-    fonts = resources.get(Name.Font)
-    if isinstance(fonts, pikepdf.Dictionary):
-        for font in fonts.values():
-            if isinstance(font, pikepdf.Dictionary):
-                yield font
-    for kind in (Name.XObject, Name.Pattern):
-        named = resources.get(kind)
-        if not isinstance(named, pikepdf.Dictionary):
-            continue
-        for child in named.values():
-            if not isinstance(child, pikepdf.Stream | pikepdf.Dictionary) or child.objgen in seen:
-                continue
-            if child.objgen != (0, 0):
-                seen.add(child.objgen)
-            yield from _resources_fonts(child.get(Name.Resources), seen)
-
-
-def _used_fonts(pdf: pikepdf.Pdf) -> Iterator[pikepdf.Dictionary]:
-    seen: set[tuple[int, int]] = set()
+def _used_fonts(pdf: pikepdf.Pdf, budgets: Budgets) -> Iterator[pikepdf.Dictionary]:
+    """The fonts of every page, annotation appearance, and form and pattern these draw (each form once)."""
+    holders: list[pikepdf.Object] = []
     for page in pdf.pages:
-        yield from _resources_fonts(page.obj.get(Name.Resources), seen)
+        holders.append(page.obj)
         for annotation in _annotations(page):
             appearances = annotation.get(Name.AP)
             if not isinstance(appearances, pikepdf.Dictionary):
                 continue
             for state in appearances.values():
-                streams = (
-                    state.values()
-                    if isinstance(state, pikepdf.Dictionary) and not isinstance(state, pikepdf.Stream)
-                    else [state]
-                )
-                for stream in streams:
-                    if isinstance(stream, pikepdf.Stream):
-                        yield from _resources_fonts(stream.get(Name.Resources), seen)
+                is_group = isinstance(state, pikepdf.Dictionary) and not isinstance(state, pikepdf.Stream)
+                holders += [
+                    stream for stream in (state.values() if is_group else [state]) if isinstance(stream, pikepdf.Stream)
+                ]
+    for holder in walk(holders, _drawn, what="the forms and patterns of the pages", budgets=budgets):
+        resources = holder.get(Name.Resources) if isinstance(holder, pikepdf.Dictionary | pikepdf.Stream) else None
+        fonts = resources.get(Name.Font) if isinstance(resources, pikepdf.Dictionary) else None
+        if isinstance(fonts, pikepdf.Dictionary):
+            yield from (font for font in fonts.values() if isinstance(font, pikepdf.Dictionary))
+
+
+def _drawn(holder: pikepdf.Object) -> list[pikepdf.Object]:
+    """The forms and patterns a page or form names in its resources."""
+    resources = holder.get(Name.Resources) if isinstance(holder, pikepdf.Dictionary | pikepdf.Stream) else None
+    if not isinstance(resources, pikepdf.Dictionary):
+        return []
+    found: list[pikepdf.Object] = []
+    for kind in (Name.XObject, Name.Pattern):
+        named = resources.get(kind)
+        if isinstance(named, pikepdf.Dictionary):
+            found += [child for child in named.values() if isinstance(child, pikepdf.Dictionary | pikepdf.Stream)]
+    return found
 
 
 def _embedded(font: pikepdf.Dictionary) -> bool:
