@@ -137,8 +137,11 @@ async def test_worker_killed_during_ocr_another_finishes(
 
 def test_worker_serves_any_subset_of_queues(start_worker: StartWorker) -> None:
     both = start_worker("docjobs-subset")
-    served = "task queues docjobs-subset, docjobs-subset-notify, docjobs-subset-ocr, docjobs-subset-batch at"
-    assert served in both.log_path.read_text()  # the general queue brings its callbacks' queue
+    served = (
+        "task queues docjobs-subset, docjobs-subset-notify, docjobs-subset-ocr, docjobs-subset-ocr-chunks, "
+        "docjobs-subset-batch at"
+    )
+    assert served in both.log_path.read_text()  # the general queue brings its callbacks', the OCR its ranges'
     ocr_only = start_worker("docjobs-subset", "--queue", "ocr")
-    assert "task queues docjobs-subset-ocr at" in ocr_only.log_path.read_text()
+    assert "task queues docjobs-subset-ocr, docjobs-subset-ocr-chunks at" in ocr_only.log_path.read_text()
     assert (both.stop(), ocr_only.stop()) == (0, 0)
