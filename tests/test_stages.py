@@ -125,7 +125,8 @@ WIRE = {
     "sign": ("d292b8c64ec4c00f", "92dfd00402ce8dd4"),
     "verify": ("b581b80482d95e16", "be9fa5725e5708e0"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
-    "evidence": ("7224d3bf354d6841", "363da2c0aac418fe"),
+    # An addition with a default: `converted` (an office input's PDF, which the evidence binds; None in old jobs).
+    "evidence": ("cee2cd1b87aade0f", "363da2c0aac418fe"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
     # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old

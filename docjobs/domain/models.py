@@ -644,6 +644,7 @@ class EvidenceInput(Frozen):
     output_sha256: str | None
     ocr_text_sha256: str | None
     redaction_summary_sha256: str | None = None
+    converted: BlobRef | None = None  # an office input's PDF (render's staged copy): kept beside the evidence
     sanitized: dict[str, int] | None = None  # active content removed at render: kind -> count
     signature: dict[str, str | bool | int | None] | None = None  # verify's verdict (None: unsigned, older code)
     stage_attempts: dict[str, int]
