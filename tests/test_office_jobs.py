@@ -13,6 +13,7 @@ from docjobs.domain.models import InputKind, OfficePolicy, Policy
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
+from docjobs.store.storage import sha256_file
 from tests.ci_skips import needs_tools
 from tests.conftest import wait_terminal
 from tests.fixtures.office_samples import converted_by_libreoffice, letter_html, macro_enabled, odt
@@ -42,6 +43,11 @@ async def test_an_office_document_becomes_a_released_pdf(
     assert status.signature is not None and status.signature["valid"]
     text = text_of(await fetched(jobs, submitted.job_id, tmp_path))
     assert marker in text and "HbA1c" in text and "CONFIDENTIAL" in text
+    # The evidence binds both files: the office document as accepted, and the PDF it became (kept beside it).
+    check = await jobs.verify_evidence(submitted.job_id)
+    assert check.ok, check.broken
+    assert check.evidence is not None and check.evidence.input_sha256 == sha256_file(document)
+    assert check.evidence.converted_sha256 not in (None, check.evidence.input_sha256, status.output_sha256)
 
 
 async def test_a_macro_enabled_document_is_refused(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
@@ -83,3 +89,15 @@ async def test_a_policy_can_refuse_office_documents(jobs: JobClient, policies: P
     submitted = await jobs.submit(document, with_office(policies.get("standard"), enabled=False))
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.unsupported")
+
+
+async def test_the_page_limit_of_a_converted_document_fails_it_as_too_complex(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """Its pages are the converter's work, not what was sent (a PDF over the limit is `input.too_large`)."""
+    html = letter_html("two pages").replace("<table", "<p style='page-break-before: always'>page two</p><table")
+    document = converted_by_libreoffice(html, "odt", tmp_path / "made")
+    policy = policies.get("standard").model_copy(update={"max_pages": 1})
+    submitted = await jobs.submit(document, policy, input_kind=InputKind.OFFICE)
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.FAILED, "input.too_complex")

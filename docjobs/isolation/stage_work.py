@@ -115,7 +115,13 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
         found = check_office_input(work.source, settings.office)
         source, converted_from = work.workdir / CONVERTED, found.value
         convert_to_pdf(work.source, found, source, work.workdir, seconds=settings.office.convert_seconds)
-    info = repair_input(source, normalized, max_pages=settings.max_pages, budgets=budgets)
+    try:
+        info = repair_input(source, normalized, max_pages=settings.max_pages, budgets=budgets)
+    except DocJobError as error:  # an office document's pages are its converter's work, not what was sent
+        if converted_from is None or error.code != "input.too_large":
+            raise
+        pages = settings.max_pages
+        raise DocJobError("input.too_complex", f"the converted document has more than {pages} pages") from None
     if settings.refuse_encrypted and info.encryption is not Encryption.NONE:
         raise DocJobError("input.encrypted", "the policy refuses encrypted inputs")
     progress(0, info.page_count)  # the page count is known: the child's CPU budget grows with it
