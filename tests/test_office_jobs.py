@@ -12,11 +12,19 @@ import pytest
 from docjobs.domain.models import InputKind, OfficePolicy, Policy
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
-from docjobs.temporal.client import JobClient
 from docjobs.store.storage import sha256_file
+from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import wait_terminal
-from tests.fixtures.office_samples import converted_by_libreoffice, letter_html, macro_enabled, odt
+from tests.fixtures.office_samples import (
+    converted_by_libreoffice,
+    letter_html,
+    macro_enabled,
+    odt,
+    saved_as,
+    slides,
+    workbook,
+)
 from tests.test_jobs import fetched
 
 pytestmark = needs_tools("soffice", "pdftotext")
@@ -30,19 +38,34 @@ def text_of(pdf: Path) -> str:
     return subprocess.run(["pdftotext", "-q", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
 
 
-@pytest.mark.parametrize("target", ["docx", "odt"])
+def office_sample(target: str, folder: Path, marker: str) -> tuple[Path, list[str]]:
+    """A document in format `target`, and the texts of its pages: a letter with a table (Writer's formats), a
+    workbook of two sheets, or two slides; LibreOffice saves an OpenDocument made here in the other formats."""
+    folder.mkdir(parents=True)
+    if target in ("xlsx", "ods"):
+        texts = [f"{marker} sheet one", f"{marker} sheet two"]
+        made = workbook(folder / "sheets.ods", {"Results": texts[0], "Notes": texts[1]})
+    elif target in ("pptx", "odp"):
+        texts = [f"{marker} slide one", f"{marker} slide two"]
+        made = slides(folder / "deck.odp", texts)
+    else:
+        return converted_by_libreoffice(letter_html(marker), target, folder), [marker, "HbA1c"]
+    return (made if made.suffix == f".{target}" else saved_as(made, target)), texts
+
+
+@pytest.mark.parametrize("target", ["docx", "odt", "doc", "rtf", "xlsx", "ods", "pptx", "odp"])
 async def test_an_office_document_becomes_a_released_pdf(
     jobs: JobClient, policies: PolicyBook, tmp_path: Path, target: str
 ) -> None:
     marker = f"office marker {uuid.uuid4().hex[:8]}"
-    document = converted_by_libreoffice(letter_html(marker), target, tmp_path / "made")
+    document, texts = office_sample(target, tmp_path / "made", marker)
     submitted = await jobs.submit(document, policies.get("standard"), input_kind=InputKind.OFFICE)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
-    assert status.converted_from == target and status.page_count == 1
+    assert status.converted_from == target and status.page_count == (1 if marker in texts else 2)
     assert status.signature is not None and status.signature["valid"]
     text = text_of(await fetched(jobs, submitted.job_id, tmp_path))
-    assert marker in text and "HbA1c" in text and "CONFIDENTIAL" in text
+    assert all(expected in text for expected in texts) and "CONFIDENTIAL" in text
     # The evidence binds both files: the office document as accepted, and the PDF it became (kept beside it).
     check = await jobs.verify_evidence(submitted.job_id)
     assert check.ok, check.broken
