@@ -11,7 +11,7 @@ import pytest
 
 from docjobs.domain.models import InputKind, OfficePolicy, Policy
 from docjobs.domain.states import JobState
-from docjobs.settings.policies import PolicyBook
+from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.store.storage import sha256_file
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
@@ -124,3 +124,20 @@ async def test_the_page_limit_of_a_converted_document_fails_it_as_too_complex(
     submitted = await jobs.submit(document, policy, input_kind=InputKind.OFFICE)
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.too_complex")
+
+
+async def test_a_name_in_a_docx_is_redacted(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
+    """The converted PDF goes through redaction and its gate: the released file has nothing of the name left."""
+    name = f"Zbigniew Quarterfield {uuid.uuid4().hex[:6]}"
+    html = letter_html("the referral").replace("<h1>", f"<p>Patient: {name} was seen today.</p><h1>")
+    document = converted_by_libreoffice(html, "docx", tmp_path / "made")
+    policy = policies.resolve("external", job_overrides(redact=[r"Patient: (?P<redact>[^.]+?) was seen"]))
+    submitted = await jobs.submit(document, policy, input_kind=InputKind.OFFICE)
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+    assert status.converted_from == "docx" and status.redaction is not None
+    assert sum(page.spans for page in status.redaction.pages) >= 1 and status.redaction.gate
+    text = text_of(await fetched(jobs, submitted.job_id, tmp_path))
+    assert "Patient:" in text and "HbA1c" in text
+    assert name not in text and "".join(name.split()) not in "".join(text.split())
+    assert "Quarterfield" not in text and name not in status.model_dump_json()
