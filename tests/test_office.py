@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import socket
 import struct
+import subprocess
 import threading
 import uuid
 import zipfile
@@ -20,7 +21,7 @@ from docjobs.generate.office import OfficeFormat, check_office_input, convert_to
 from docjobs.pdf.inspect import input_kind, sniff_kind
 from docjobs.settings.policies import PolicyBook
 from tests.ci_skips import needs_tools
-from tests.fixtures.office_samples import converted_by_libreoffice, letter_html, macro_enabled, odt
+from tests.fixtures.office_samples import converted_by_libreoffice, letter_html, macro_enabled, odt, slides, workbook
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -108,9 +109,25 @@ def test_a_document_macro_bound_to_its_opening_does_not_run(tmp_path: Path) -> N
     document = odt(tmp_path / "macro.odt", "a letter with a macro", macro_writes=marker)
     work = tmp_path / "work"
     work.mkdir()
-    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120)
+    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120, max_pages=10)
     assert (tmp_path / "out.pdf").stat().st_size > 0
     assert not marker.exists()
+
+
+@needs_tools("soffice", "pdfinfo")
+@pytest.mark.parametrize("deck", [False, True], ids=["workbook", "slides"])
+def test_no_more_than_one_page_past_the_limit_is_exported(tmp_path: Path, deck: bool) -> None:
+    """Five sheets or slides, a limit of two pages: three are exported, enough to show the document is over it."""
+    texts = [f"page {number}" for number in range(5)]
+    if deck:
+        document = slides(tmp_path / "deck.odp", texts)
+    else:
+        document = workbook(tmp_path / "sheets.ods", {text: text for text in texts})
+    work = tmp_path / "work"
+    work.mkdir()
+    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120, max_pages=2)
+    info = subprocess.run(["pdfinfo", str(tmp_path / "out.pdf")], capture_output=True, text=True, check=True).stdout
+    assert "Pages:           3" in info
 
 
 @pytest.fixture
@@ -147,7 +164,7 @@ def test_a_linked_remote_image_is_not_fetched(tmp_path: Path, listener: tuple[in
     document = odt(tmp_path / "linked.odt", "a letter with a linked image", image_url=f"http://127.0.0.1:{port}/x.png")
     work = tmp_path / "work"
     work.mkdir()
-    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120)
+    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120, max_pages=10)
     assert (tmp_path / "out.pdf").stat().st_size > 0
     assert connections == []
 
@@ -155,7 +172,7 @@ def test_a_linked_remote_image_is_not_fetched(tmp_path: Path, listener: tuple[in
 @needs_tools("soffice")
 def test_the_time_limit_ends_the_conversion(docx: Path, tmp_path: Path) -> None:
     with pytest.raises(DocJobError) as slow:
-        convert_to_pdf(docx, OfficeFormat.DOCX, tmp_path / "out.pdf", tmp_path, seconds=0.05)
+        convert_to_pdf(docx, OfficeFormat.DOCX, tmp_path / "out.pdf", tmp_path, seconds=0.05, max_pages=10)
     assert slow.value.code == "input.too_complex"
 
 

@@ -4,6 +4,7 @@ through the whole pipeline (watermark, sign, verify, publish); what is refused, 
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -20,10 +21,12 @@ from tests.fixtures.office_samples import (
     converted_by_libreoffice,
     letter_html,
     macro_enabled,
+    million_rows,
     odt,
     saved_as,
     slides,
     workbook,
+    zip_bomb,
 )
 from tests.test_jobs import fetched
 
@@ -141,3 +144,21 @@ async def test_a_name_in_a_docx_is_redacted(jobs: JobClient, policies: PolicyBoo
     assert "Patient:" in text and "HbA1c" in text
     assert name not in text and "".join(name.split()) not in "".join(text.split())
     assert "Quarterfield" not in text and name not in status.model_dump_json()
+
+
+@pytest.mark.parametrize("hostile", ["zip bomb", "million rows"])
+async def test_a_document_too_big_to_convert_ends_with_a_limit_code(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path, hostile: str
+) -> None:
+    """A `.docx` whose main part unpacks to 1 GiB (3 MiB sent), and a spreadsheet of a million rows (under 1 KiB
+    sent): the child's limits end the conversion, the worker carries on."""
+    if hostile == "zip bomb":
+        letter = converted_by_libreoffice(letter_html("bomb"), "docx", tmp_path / "made")
+        document = zip_bomb(letter, tmp_path / "bomb.docx", megabytes=1024)
+    else:
+        document = million_rows(tmp_path / "rows.ods")
+    started = time.monotonic()
+    submitted = await jobs.submit(document, policies.get("standard"))
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.FAILED and status.failure_code in ("input.too_complex", "input.too_large")
+    assert time.monotonic() - started < 60
