@@ -28,6 +28,7 @@ from tests.fixtures.office_samples import (
     workbook,
     zip_bomb,
 )
+from tests.fixtures.samples import make_sample_pdf
 from tests.test_jobs import fetched
 
 pytestmark = needs_tools("soffice", "pdftotext")
@@ -162,3 +163,15 @@ async def test_a_document_too_big_to_convert_ends_with_a_limit_code(
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.FAILED and status.failure_code in ("input.too_complex", "input.too_large")
     assert time.monotonic() - started < 60
+
+
+async def test_the_bytes_decide_not_the_name(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
+    """A PDF named `.docx` is processed as the PDF it is; a `.docx` named `.pdf` is converted."""
+    make_sample_pdf(pdf := tmp_path / "letter.docx", pages=1, marker="a pdf in disguise")
+    docx = converted_by_libreoffice(letter_html("a docx in disguise"), "docx", tmp_path / "made")
+    disguised = docx.rename(tmp_path / "letter.pdf")
+    for document, converted_from, marker in ((pdf, None, "a pdf in disguise"), (disguised, "docx", "a docx in")):
+        status = await wait_terminal(jobs, (await jobs.submit(document, policies.get("standard"))).job_id)
+        assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+        assert status.converted_from == converted_from
+        assert marker in text_of(await fetched(jobs, status.job_id, tmp_path))
