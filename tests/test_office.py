@@ -17,7 +17,13 @@ import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import InputKind, OfficePolicy, Policy
-from docjobs.generate.office import OfficeFormat, check_office_input, convert_to_pdf, office_format
+from docjobs.generate.office import (
+    OfficeFormat,
+    check_office_input,
+    convert_to_pdf,
+    office_format,
+    substituted_fonts,
+)
 from docjobs.pdf.inspect import input_kind, sniff_kind
 from docjobs.settings.policies import PolicyBook
 from tests.ci_skips import needs_tools
@@ -128,6 +134,33 @@ def test_no_more_than_one_page_past_the_limit_is_exported(tmp_path: Path, deck: 
     convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120, max_pages=2)
     info = subprocess.run(["pdfinfo", str(tmp_path / "out.pdf")], capture_output=True, text=True, check=True).stdout
     assert "Pages:           3" in info
+
+
+@needs_tools("soffice", "pdffonts")
+def test_calibri_and_cambria_become_their_metric_compatible_substitutes_embedded(tmp_path: Path) -> None:
+    """This machine has neither (no Microsoft fonts): LibreOffice lays the text out in Carlito and Caladea, which
+    keep their widths, and embeds them."""
+    html = "<html><body><p style='font-family: Calibri'>in Calibri</p><p style='font-family: Cambria'>in Cambria</p>"
+    document = converted_by_libreoffice(html + "</body></html>", "docx", tmp_path / "made")
+    work = tmp_path / "work"
+    work.mkdir()
+    convert_to_pdf(document, OfficeFormat.DOCX, tmp_path / "out.pdf", work, seconds=120, max_pages=10)
+    fonts = subprocess.run(["pdffonts", str(tmp_path / "out.pdf")], capture_output=True, text=True, check=True)
+    rows = [line.split() for line in fonts.stdout.splitlines()[2:]]
+    names = {(row[0].partition("+")[2] or row[0]).partition("-")[0] for row in rows}  # no subset tag, no style
+    assert {"Carlito", "Caladea"} <= names and not any("Calibri" in name or "Cambria" in name for name in names)
+    assert all(row[-5] == "yes" for row in rows)  # emb
+    assert substituted_fonts(document, OfficeFormat.DOCX, tmp_path / "out.pdf") == 2
+
+
+@needs_tools("soffice")
+def test_fonts_the_machine_has_are_not_counted_as_substituted(docx: Path, tmp_path: Path) -> None:
+    """LibreOffice's letter asks for Liberation Serif, and declares Times New Roman and Arial, whose substitutes
+    are Liberation fonts it asks for itself."""
+    work = tmp_path / "work"
+    work.mkdir()
+    convert_to_pdf(docx, OfficeFormat.DOCX, tmp_path / "out.pdf", work, seconds=120, max_pages=10)
+    assert substituted_fonts(docx, OfficeFormat.DOCX, tmp_path / "out.pdf") == 0
 
 
 @pytest.fixture

@@ -175,3 +175,13 @@ async def test_the_bytes_decide_not_the_name(jobs: JobClient, policies: PolicyBo
         assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
         assert status.converted_from == converted_from
         assert marker in text_of(await fetched(jobs, status.job_id, tmp_path))
+
+
+async def test_fonts_the_machine_lacks_are_substituted_and_counted(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    html = "<html><body><p style='font-family: Calibri'>in Calibri</p><p style='font-family: Cambria'>in Cambria</p>"
+    document = converted_by_libreoffice(html + "</body></html>", "docx", tmp_path / "made")
+    status = await wait_terminal(jobs, (await jobs.submit(document, policies.get("standard"))).job_id)
+    assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+    assert status.fonts_substituted == 2  # Carlito and Caladea drawn, embedded (tests/test_office.py)

@@ -114,7 +114,8 @@ WIRE = {
     # policy's defaulted `office` section (in `render`'s, `evidence`'s and the batch's inputs), and render's
     # defaulted `converted_from` and `converted` outputs.
     "generate": ("a282910d3b38757a", "a9d31aa13fe73412"),
-    "render": ("fb6fb0ab892426b9", "853f9c148fdf64b5"),
+    # Then render's defaulted `fonts_substituted` output (an office input's font families drawn with a substitute).
+    "render": ("fb6fb0ab892426b9", "7a875a8530369afc"),
     # Additions since, each with a default (OCR in page ranges): the OCR policy's `chunk_pages` and `max_parallel`
     # (in `ocr`'s input and the batch's pinned policy) and the status's `ocr_chunks` (in `evidence`'s input).
     "ocr": ("cf43955ce826c1ac", "8f2d9486220d9f6a"),

@@ -486,6 +486,7 @@ class RenderDone(Frozen):
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count
     repair_warnings: int = Field(default=0, ge=0)  # qpdf's warnings on the input: render worked on its repair
     converted_from: str | None = None  # an office input: its format (docx, odt, ...), never its content
+    fonts_substituted: int = Field(default=0, ge=0)  # an office input's font families drawn with a substitute
 
 
 class RenderOutput(RenderDone):
@@ -714,6 +715,7 @@ class JobStatus(BaseModel):
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count, never content
     generated: GeneratedSummary | None = None  # HTML and template jobs: what `generate` made
     converted_from: str | None = None  # office jobs: the input's format (docx, xlsx, odt, rtf, ...), nothing else
+    fonts_substituted: int = 0  # office jobs: font families the document asks for, lacking here, drawn in another
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None

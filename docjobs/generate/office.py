@@ -28,6 +28,8 @@ import zipfile
 from enum import StrEnum
 from pathlib import Path
 
+import pikepdf
+
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import OfficePolicy
 
@@ -249,6 +251,101 @@ def convert_to_pdf(
     if status != 0 or not converted.is_file() or converted.stat().st_size == 0:
         raise DocJobError("input.malformed", f"the office document could not be converted (exit status {status})")
     shutil.move(converted, output)
+
+
+# Where each format names the fonts it asks for: (parts of its package, or None for the file itself; the pattern of
+# a font's family name in them). Binary formats (.doc, .xls, .ppt) are not read: their fonts are not counted.
+_ASKED_FONTS: dict[OfficeFormat, tuple[tuple[str, ...] | None, re.Pattern[bytes]]] = {}
+_ASKED_FONTS.update(
+    dict.fromkeys(
+        (OfficeFormat.DOCX, OfficeFormat.DOCM),
+        (("word/fontTable.xml",), re.compile(rb'<w:font w:name="([^"]{1,100})"')),
+    )
+)
+_ASKED_FONTS.update(
+    dict.fromkeys(
+        (OfficeFormat.XLSX, OfficeFormat.XLSM), (("xl/styles.xml",), re.compile(rb'<(?:\w+:)?name val="([^"]{1,100})"'))
+    )
+)
+_ASKED_FONTS.update(
+    dict.fromkeys(
+        (OfficeFormat.PPTX, OfficeFormat.PPTM),
+        (("ppt/theme/theme1.xml",), re.compile(rb'typeface="([^"+][^"]{0,99})"')),
+    )
+)
+_ASKED_FONTS.update(
+    dict.fromkeys(
+        (OfficeFormat.ODT, OfficeFormat.ODS, OfficeFormat.ODP),
+        (("content.xml", "styles.xml"), re.compile(rb'svg:font-family="([^"]{1,100})"')),
+    )
+)
+_ASKED_FONTS[OfficeFormat.RTF] = (None, re.compile(rb"\{\\f\d+(?:\\[a-z]+-?\d*)*\s?([^;\\{}]{1,100});"))
+_FONT_PART_MAX = 1 << 20  # the start of a part, where its font declarations are: never the whole of a huge one
+
+
+def substituted_fonts(document: Path, found: OfficeFormat, pdf: Path) -> int:
+    """How many font families `document` asks for are not on this machine and were drawn with a substitute in `pdf`.
+
+    A family counts when fontconfig has no font of that name and the family fontconfig gives in its place (for
+    Calibri, Carlito) is a font of the PDF that the document does not ask for itself. A count, not a proof: a
+    family declared and used nowhere counts if its substitute draws another missing one; the families the binary
+    formats (.doc, .xls, .ppt) name are not read."""
+    asked = _asked_families(document, found)
+    if not asked:
+        return 0
+    installed = {_squeezed(name) for name in _tool_lines(["fc-list", ":", "family"]) for name in name.split(",")}
+    drawn = _pdf_font_families(pdf)
+    wanted = {_squeezed(family) for family in asked}
+    missing = [family for family in asked if _squeezed(family) not in installed]
+    substitutes = (_squeezed(_substitute(family)) for family in missing)
+    return sum(1 for substitute in substitutes if substitute in drawn and substitute not in wanted)
+
+
+def _asked_families(document: Path, found: OfficeFormat) -> set[str]:
+    parts, pattern = _ASKED_FONTS.get(found, ((), None))
+    if pattern is None:
+        return set()
+    texts: list[bytes] = []
+    try:
+        if parts is None:
+            with document.open("rb") as file:
+                texts.append(file.read(_FONT_PART_MAX))
+        else:
+            with zipfile.ZipFile(document) as package:
+                names = set(package.namelist())
+                for part in (name for name in parts if name in names):
+                    with package.open(part) as entry:
+                        texts.append(entry.read(_FONT_PART_MAX))
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
+        return set()
+    decoded = (match.decode("utf-8", "replace") for text in texts for match in pattern.findall(text))
+    return {name.replace("&apos;", "").strip("'\" ") for name in decoded} - {""}
+
+
+def _substitute(family: str) -> str:
+    lines = _tool_lines(["fc-match", "-f", "%{family[0]}", family])
+    return lines[0] if lines else ""
+
+
+def _tool_lines(command: list[str]) -> list[str]:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    return done.stdout.splitlines() if done.returncode == 0 else []
+
+
+def _pdf_font_families(pdf: Path) -> set[str]:
+    """The families of the fonts the PDF's pages use: a base font's name without its subset tag and style."""
+    families: set[str] = set()
+    with pikepdf.open(pdf) as opened:
+        for page in opened.pages:
+            fonts = page.obj.get("/Resources", pikepdf.Dictionary()).get("/Font", pikepdf.Dictionary())
+            for font in fonts.values() if isinstance(fonts, pikepdf.Dictionary) else ():
+                name = str(font.get("/BaseFont", "")).lstrip("/")
+                families.add(_squeezed(re.split(r"[-,]", name.partition("+")[2] or name)[0]))
+    return families
+
+
+def _squeezed(name: str) -> str:
+    return "".join(name.split()).lower()
 
 
 def _run(command: list[str], environment: dict[str, str], cwd: Path, left: float, seconds: float) -> int:
