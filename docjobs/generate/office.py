@@ -328,7 +328,11 @@ def _substitute(family: str) -> str:
 
 
 def _tool_lines(command: list[str]) -> list[str]:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    """What a fontconfig tool prints (font names, never the document's): nothing if it fails, so nothing counts."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
     return done.stdout.splitlines() if done.returncode == 0 else []
 
 
