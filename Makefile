@@ -5,10 +5,13 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .docjobs
 # WeasyPrint (the generate stage) needs Pango (with its HarfBuzz) and fontconfig: libraries, no tool to look for.
 # bubblewrap (bwrap) is the document children's sandbox: a worker without it refuses to start (docjobs/isolation/confine.py).
-# LibreOffice without a GUI (the -nogui flavours) converts office input in the render stage (docs/office.md).
+# LibreOffice without a GUI (the -nogui flavours) converts office input in the render stage (docs/office.md), with
+# Carlito and Caladea, metric-compatible with Calibri and Cambria, for documents that name them.
 SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils chromium libpango-1.0-0 libpangoft2-1.0-0 \
 	libharfbuzz-subset0 fontconfig fonts-dejavu-core bubblewrap \
-	libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui
+	libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui \
+	fonts-crosextra-carlito fonts-crosextra-caladea
+SYSTEM_FONTS := Carlito Caladea
 SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts chromium fc-list bwrap soffice
 SYSTEM_LIBRARIES := libpango-1.0.so.0 libpangoft2-1.0.so.0 libharfbuzz-subset.so.0
 # LibreOffice's modules are no commands: Writer, Calc and Impress, by a library each package installs.
@@ -20,11 +23,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 deps: system-deps $(VENV)/.installed
 
-# Debian packages, installed only when a tool, library or file of theirs is missing.
+# Debian packages, installed only when a tool, library, file or font of theirs is missing.
 system-deps:
 	@missing=""; for tool in $(SYSTEM_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	for lib in $(SYSTEM_LIBRARIES); do ldconfig -p | grep -q "$$lib" || missing="$$missing $$lib"; done; \
 	for file in $(SYSTEM_FILES); do [ -e "$$file" ] || missing="$$missing $$file"; done; \
+	for font in $(SYSTEM_FONTS); do fc-list -q "$$font" 2>/dev/null || missing="$$missing $$font"; done; \
 	$(PYTHON) -c "import ensurepip, venv" 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing system packages (missing:$$missing)"; \

@@ -13,7 +13,7 @@ from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef, EvidenceInput, EvidenceOutput
 from docjobs.signing.environment import signer_from_env
 from docjobs.signing.evidence import Evidence, envelope_evidence, sign_evidence, tool_versions
-from docjobs.store.storage import BlobStore, RunScope, evidence_key, sha256_file
+from docjobs.store.storage import BlobStore, RunScope, converted_key, evidence_key, sha256_file
 
 
 class EvidenceActivities(StoreStages):
@@ -25,6 +25,9 @@ class EvidenceActivities(StoreStages):
     def evidence(self, request: EvidenceInput) -> EvidenceOutput:
         with typed_failures("evidence") as attempt, self._folder("evidence") as folder:
             run = marked_run(self._store)
+            converted = None  # render's staged copy is deleted at cleanup: the one the evidence binds stays
+            if request.converted is not None:
+                converted, _ = self._store.promote(request.converted, converted_key(run))
             evidence = Evidence(
                 job_id=request.job_id,
                 run_id=run.run_id,
@@ -36,6 +39,7 @@ class EvidenceActivities(StoreStages):
                 output_sha256=request.output_sha256,
                 ocr_text_sha256=request.ocr_text_sha256,
                 redaction_summary_sha256=request.redaction_summary_sha256,
+                converted_sha256=converted.sha256 if converted else None,
                 sanitized=request.sanitized,
                 signature=request.signature,
                 stage_attempts=request.stage_attempts,

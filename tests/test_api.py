@@ -39,6 +39,7 @@ from docjobs.temporal.client import JobClient
 from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import REPO, Env, HeldQueue, WorkerProcess, free_port, run_starter, serving_app
 from tests.fixtures.generate_samples import bundle_folder, invoice_data, invoice_template
+from tests.fixtures.office_samples import converted_by_libreoffice, letter_html
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_redact_jobs import assert_nothing_left
@@ -136,6 +137,17 @@ async def test_fifty_concurrent_uploads_without_key_make_one_job(
     assert codes == [200] * 49 + [202], [r.text for r in responses if r.status_code not in (200, 202)]
     ids = {response.json()["job_id"] for response in responses}
     assert len(ids) == 1 and ids.pop().startswith("acme/auto-")
+
+
+@pytest.mark.skipif(shutil.which("soffice") is None, reason="needs soffice (make installs libreoffice-*-nogui)")
+async def test_a_docx_upload_is_converted(api: Api, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    docx = converted_by_libreoffice(letter_html("uploaded docx"), "docx", tmp_path)
+    files = {"file": ("letter.docx", docx.read_bytes())}
+    policy = json.dumps({"name": "standard"})
+    created = await http.post("/v1/jobs", files=files, data={"policy": policy}, headers=api.auth())
+    assert created.status_code == 202, created.text
+    status = await wait_api_terminal(http, api, created.json()["job_id"])
+    assert (status["state"], status["converted_from"]) == ("succeeded", "docx"), status
 
 
 async def exists(jobs: JobClient, job_id: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import socket
 import struct
+import subprocess
 import threading
 import uuid
 import zipfile
@@ -16,11 +17,17 @@ import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import InputKind, OfficePolicy, Policy
-from docjobs.generate.office import OfficeFormat, check_office_input, convert_to_pdf, office_format
+from docjobs.generate.office import (
+    OfficeFormat,
+    check_office_input,
+    convert_to_pdf,
+    office_format,
+    substituted_fonts,
+)
 from docjobs.pdf.inspect import input_kind, sniff_kind
 from docjobs.settings.policies import PolicyBook
 from tests.ci_skips import needs_tools
-from tests.fixtures.office_samples import converted_by_libreoffice, letter_html, macro_enabled, odt
+from tests.fixtures.office_samples import converted_by_libreoffice, letter_html, macro_enabled, odt, slides, workbook
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -108,9 +115,52 @@ def test_a_document_macro_bound_to_its_opening_does_not_run(tmp_path: Path) -> N
     document = odt(tmp_path / "macro.odt", "a letter with a macro", macro_writes=marker)
     work = tmp_path / "work"
     work.mkdir()
-    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120)
+    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120, max_pages=10)
     assert (tmp_path / "out.pdf").stat().st_size > 0
     assert not marker.exists()
+
+
+@needs_tools("soffice", "pdfinfo")
+@pytest.mark.parametrize("deck", [False, True], ids=["workbook", "slides"])
+def test_no_more_than_one_page_past_the_limit_is_exported(tmp_path: Path, deck: bool) -> None:
+    """Five sheets or slides, a limit of two pages: three are exported, enough to show the document is over it."""
+    texts = [f"page {number}" for number in range(5)]
+    if deck:
+        document = slides(tmp_path / "deck.odp", texts)
+    else:
+        document = workbook(tmp_path / "sheets.ods", {text: text for text in texts})
+    work = tmp_path / "work"
+    work.mkdir()
+    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120, max_pages=2)
+    info = subprocess.run(["pdfinfo", str(tmp_path / "out.pdf")], capture_output=True, text=True, check=True).stdout
+    assert "Pages:           3" in info
+
+
+@needs_tools("soffice", "pdffonts")
+def test_calibri_and_cambria_become_their_metric_compatible_substitutes_embedded(tmp_path: Path) -> None:
+    """This machine has neither (no Microsoft fonts): LibreOffice lays the text out in Carlito and Caladea, which
+    keep their widths, and embeds them."""
+    html = "<html><body><p style='font-family: Calibri'>in Calibri</p><p style='font-family: Cambria'>in Cambria</p>"
+    document = converted_by_libreoffice(html + "</body></html>", "docx", tmp_path / "made")
+    work = tmp_path / "work"
+    work.mkdir()
+    convert_to_pdf(document, OfficeFormat.DOCX, tmp_path / "out.pdf", work, seconds=120, max_pages=10)
+    fonts = subprocess.run(["pdffonts", str(tmp_path / "out.pdf")], capture_output=True, text=True, check=True)
+    rows = [line.split() for line in fonts.stdout.splitlines()[2:]]
+    names = {(row[0].partition("+")[2] or row[0]).partition("-")[0] for row in rows}  # no subset tag, no style
+    assert {"Carlito", "Caladea"} <= names and not any("Calibri" in name or "Cambria" in name for name in names)
+    assert all(row[-5] == "yes" for row in rows)  # emb
+    assert substituted_fonts(document, OfficeFormat.DOCX, tmp_path / "out.pdf") == 2
+
+
+@needs_tools("soffice")
+def test_fonts_the_machine_has_are_not_counted_as_substituted(docx: Path, tmp_path: Path) -> None:
+    """LibreOffice's letter asks for Liberation Serif, and declares Times New Roman and Arial, whose substitutes
+    are Liberation fonts it asks for itself."""
+    work = tmp_path / "work"
+    work.mkdir()
+    convert_to_pdf(docx, OfficeFormat.DOCX, tmp_path / "out.pdf", work, seconds=120, max_pages=10)
+    assert substituted_fonts(docx, OfficeFormat.DOCX, tmp_path / "out.pdf") == 0
 
 
 @pytest.fixture
@@ -147,7 +197,7 @@ def test_a_linked_remote_image_is_not_fetched(tmp_path: Path, listener: tuple[in
     document = odt(tmp_path / "linked.odt", "a letter with a linked image", image_url=f"http://127.0.0.1:{port}/x.png")
     work = tmp_path / "work"
     work.mkdir()
-    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120)
+    convert_to_pdf(document, office_format(document), tmp_path / "out.pdf", work, seconds=120, max_pages=10)
     assert (tmp_path / "out.pdf").stat().st_size > 0
     assert connections == []
 
@@ -155,7 +205,7 @@ def test_a_linked_remote_image_is_not_fetched(tmp_path: Path, listener: tuple[in
 @needs_tools("soffice")
 def test_the_time_limit_ends_the_conversion(docx: Path, tmp_path: Path) -> None:
     with pytest.raises(DocJobError) as slow:
-        convert_to_pdf(docx, OfficeFormat.DOCX, tmp_path / "out.pdf", tmp_path, seconds=0.05)
+        convert_to_pdf(docx, OfficeFormat.DOCX, tmp_path / "out.pdf", tmp_path, seconds=0.05, max_pages=10)
     assert slow.value.code == "input.too_complex"
 
 

@@ -655,6 +655,24 @@ def test_evidence_digest_not_recorded(work: Path, evidence: Evidence, dev: Signe
     assert check.broken == ["ocr_text_sha256"]  # a file given for a binding the evidence does not make
 
 
+def test_evidence_binds_an_office_inputs_converted_pdf(
+    work: Path, evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, SignInfo]
+) -> None:
+    """The accepted office file is `source`; the PDF it was converted to, which every later stage worked on, is a
+    subject of its own, and a changed byte in it breaks its binding alone."""
+    out, _ = signed
+    converted = evidence.model_copy(update={"converted_sha256": sha256(out)})
+    envelope = sign_evidence(converted, dev)
+    _, statement = opened(envelope)
+    assert {"name": "converted.pdf", "digest": {"sha256": sha256(out)}} in statement["subject"]
+    assert "converted_sha256" not in statement["predicate"]
+    assert verify_evidence(envelope, dev, artifact=out, source=sample, converted=out).ok
+    tampered = work / "converted-flipped.pdf"
+    tampered.write_bytes(flip_byte(out.read_bytes(), 100))
+    assert verify_evidence(envelope, dev, source=sample, converted=tampered).broken == ["converted_sha256"]
+    assert verify_evidence(sign_evidence(evidence, dev), dev, converted=out).broken == ["converted_sha256"]
+
+
 @pytest.mark.parametrize(
     "tamper",
     [

@@ -114,7 +114,8 @@ WIRE = {
     # policy's defaulted `office` section (in `render`'s, `evidence`'s and the batch's inputs), and render's
     # defaulted `converted_from` and `converted` outputs.
     "generate": ("a282910d3b38757a", "a9d31aa13fe73412"),
-    "render": ("fb6fb0ab892426b9", "853f9c148fdf64b5"),
+    # Then render's defaulted `fonts_substituted` output (an office input's font families drawn with a substitute).
+    "render": ("fb6fb0ab892426b9", "7a875a8530369afc"),
     # Additions since, each with a default (OCR in page ranges): the OCR policy's `chunk_pages` and `max_parallel`
     # (in `ocr`'s input and the batch's pinned policy) and the status's `ocr_chunks` (in `evidence`'s input).
     "ocr": ("cf43955ce826c1ac", "8f2d9486220d9f6a"),
@@ -126,7 +127,8 @@ WIRE = {
     # An addition with a default (PDF/A outputs, docs/policies.md): verify's `pdfa` output (None in older results).
     "verify": ("b581b80482d95e16", "06aaec864041d3b9"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
-    "evidence": ("7224d3bf354d6841", "363da2c0aac418fe"),
+    # An addition with a default: `converted` (an office input's PDF, which the evidence binds; None in old jobs).
+    "evidence": ("cee2cd1b87aade0f", "363da2c0aac418fe"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
     # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old

@@ -238,6 +238,7 @@ class DocumentJobWorkflow:
     def __init__(self, request: RequestInput = NO_REQUEST) -> None:
         self._cancel_reason: str | None = None
         self._decided = False  # the outcome is decided: a cancel comes too late
+        self._converted: BlobRef | None = None  # an office input's PDF, as render made it: the evidence binds it
         info = workflow.info()
         admitted = admit(request, info.workflow_id)
         self._refusal = admitted if isinstance(admitted, str) else None
@@ -457,6 +458,7 @@ class DocumentJobWorkflow:
             # An office input was converted: the PDF it became is what later stages compare with, as a generated one.
             # (No patch: an older history has no converted document, and takes the same path as before.)
             source = rendered.converted or source
+            self._converted = rendered.converted
             self._status.repaired = rendered.repair_warnings > 0
             staged, text = rendered.staged, None
             if ocr_on:
@@ -515,6 +517,7 @@ class DocumentJobWorkflow:
             output_sha256=status.output_sha256 if ending.state is JobState.SUCCEEDED else None,
             ocr_text_sha256=status.ocr_text_sha256,
             redaction_summary_sha256=status.redaction.sha256 if status.redaction else None,
+            converted=self._converted,
             sanitized=status.sanitized,
             signature=status.signature if ending.state is JobState.SUCCEEDED else None,
             stage_attempts=dict(status.attempts),

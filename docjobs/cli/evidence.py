@@ -36,6 +36,7 @@ async def cmd_verify_evidence(args: argparse.Namespace, settings: TemporalSettin
             artifact=Path(args.artifact) if args.artifact else None,
             source=Path(args.source) if args.source else None,
             ocr_text=Path(args.text) if args.text else None,
+            converted=Path(args.converted) if args.converted else None,
         )
     elif args.job_id:
         check = await (await job_client(settings)).verify_evidence(args.job_id)
@@ -58,4 +59,5 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     check.add_argument("--artifact", metavar="PDF", help="the released PDF the envelope binds")
     check.add_argument("--source", metavar="FILE", help="the input the envelope binds")
     check.add_argument("--text", metavar="FILE", help="the OCR text (text.json) the envelope binds")
+    check.add_argument("--converted", metavar="PDF", help="an office input's PDF (converted.pdf) the envelope binds")
     check.set_defaults(handler=cmd_verify_evidence)

@@ -486,6 +486,7 @@ class RenderDone(Frozen):
     sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count
     repair_warnings: int = Field(default=0, ge=0)  # qpdf's warnings on the input: render worked on its repair
     converted_from: str | None = None  # an office input: its format (docx, odt, ...), never its content
+    fonts_substituted: int = Field(default=0, ge=0)  # an office input's font families drawn with a substitute
 
 
 class RenderOutput(RenderDone):
@@ -653,6 +654,7 @@ class EvidenceInput(Frozen):
     output_sha256: str | None
     ocr_text_sha256: str | None
     redaction_summary_sha256: str | None = None
+    converted: BlobRef | None = None  # an office input's PDF (render's staged copy): kept beside the evidence
     sanitized: dict[str, int] | None = None  # active content removed at render: kind -> count
     signature: dict[str, str | bool | int | None] | None = None  # verify's verdict (None: unsigned, older code)
     stage_attempts: dict[str, int]
@@ -723,6 +725,7 @@ class JobStatus(BaseModel):
     generated: GeneratedSummary | None = None  # HTML and template jobs: what `generate` made
     converted_from: str | None = None  # office jobs: the input's format (docx, xlsx, odt, rtf, ...), nothing else
     pdfa: PdfaOutcome | None = None  # a PDF/A document or output: whether the released file keeps the claim
+    fonts_substituted: int = 0  # office jobs: font families the document asks for, lacking here, drawn in another
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None

@@ -129,6 +129,7 @@ RENDER = stage_spec(
         "sanitized",
         "repair_warnings",
         "converted_from",
+        "fonts_substituted",
     ),
 )
 OCR = stage_spec(

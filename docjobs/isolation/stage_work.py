@@ -36,7 +36,7 @@ from docjobs.domain.models import (
     VerifySettings,
 )
 from docjobs.generate.bundle import INDEX, unpack_bundle
-from docjobs.generate.office import check_office_input, convert_to_pdf
+from docjobs.generate.office import check_office_input, convert_to_pdf, substituted_fonts
 from docjobs.generate.templating import load_data, render_template
 from docjobs.generate.weasy import html_to_pdf
 from docjobs.isolation.chunk_work import OcrChunkDone, OcrChunkWork, OcrMergeDone, OcrMergeWork, ocr_chunk, ocr_merge
@@ -108,15 +108,23 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     normalized = work.workdir / "normalized.pdf"
     budgets = budgets_for(settings.limits, settings.max_pages)
     source = work.source  # not a PDF either: inspection says which code
-    converted_from = None
+    converted_from, found = None, None
     if kind in IMAGE_KINDS:
         source = work.workdir / "scan.pdf"
         image_to_pdf(work.source, source, max_pages=settings.max_pages, budgets=budgets)
     elif kind == "office":
         found = check_office_input(work.source, settings.office)
         source, converted_from = work.workdir / CONVERTED, found.value
-        convert_to_pdf(work.source, found, source, work.workdir, seconds=settings.office.convert_seconds)
-    info = repair_input(source, normalized, max_pages=settings.max_pages, budgets=budgets)
+        seconds, pages = settings.office.convert_seconds, settings.max_pages
+        convert_to_pdf(work.source, found, source, work.workdir, seconds=seconds, max_pages=pages)
+    try:
+        info = repair_input(source, normalized, max_pages=settings.max_pages, budgets=budgets)
+    except DocJobError as error:  # an office document's pages are its converter's work, not what was sent
+        if converted_from is None or error.code != "input.too_large":
+            raise
+        pages = settings.max_pages
+        raise DocJobError("input.too_complex", f"the converted document has more than {pages} pages") from None
+    substituted = 0 if found is None else substituted_fonts(work.source, found, normalized)
     if settings.refuse_encrypted and info.encryption is not Encryption.NONE:
         raise DocJobError("input.encrypted", "the policy refuses encrypted inputs")
     progress(0, info.page_count)  # the page count is known: the child's CPU budget grows with it
@@ -137,6 +145,7 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
         sanitized=sanitized,
         repair_warnings=info.repair_warnings,
         converted_from=converted_from,
+        fonts_substituted=substituted,
     )
 
 

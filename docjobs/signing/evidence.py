@@ -9,8 +9,9 @@ tools and without docjobs:
   * STATEMENT: ``{"_type": "https://in-toto.io/Statement/v1", "subject": [...], "predicateType":
     "https://docjobs.dev/evidence/v1", "predicate": {...}}`` in UTF-8 (written as RFC 8785 canonical JSON, but
     verified as the exact bytes it is). Its subjects are the released artifact (``artifact.pdf``, only when the
-    job succeeded), the accepted input (``source``) and the OCR text (``text.json``, when there is one), each
-    with its ``sha256`` digest; the predicate is everything else the job binds (`Evidence` without those three
+    job succeeded), the accepted input (``source``), the OCR text (``text.json``, when there is one) and an
+    office input's PDF as LibreOffice made it (``converted.pdf``, when it was converted), each with its
+    ``sha256`` digest; the predicate is everything else the job binds (`Evidence` without those
     digests; schema: ``schemas/evidence-v1.schema.json``). Datetimes are ISO 8601 in UTC with a ``Z`` suffix.
   * SIGNATURE: over DSSE's pre-authentication encoding of the payload's exact bytes,
     ``PAE = "DSSEv1" SP len(type) SP type SP len(payload) SP payload`` (lengths in ASCII decimal): RSASSA-PSS
@@ -60,13 +61,18 @@ from docjobs.store.storage import sha256_file
 Algorithm = Literal["rsa-pss-sha256", "ecdsa-p256-sha256"]
 
 # Bindings a verifier can recompute from a file, in the order they are reported.
-DIGEST_FIELDS = ("input_sha256", "output_sha256", "ocr_text_sha256", "redaction_summary_sha256")
+DIGEST_FIELDS = ("input_sha256", "output_sha256", "ocr_text_sha256", "redaction_summary_sha256", "converted_sha256")
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://docjobs.dev/evidence/v1"
 # The statement's subjects: the name of each file it binds -> the evidence field holding its digest.
-SUBJECTS = {"artifact.pdf": "output_sha256", "source": "input_sha256", "text.json": "ocr_text_sha256"}
+SUBJECTS = {
+    "artifact.pdf": "output_sha256",
+    "source": "input_sha256",
+    "text.json": "ocr_text_sha256",
+    "converted.pdf": "converted_sha256",
+}
 
 _PACKAGES = ("pikepdf", "pyHanko", "pyhanko-certvalidator", "cryptography", "pydantic", "temporalio")
 _TOOLS = {"qpdf": ["qpdf", "--version"], "pdftoppm": ["pdftoppm", "-v"], "tesseract": ["tesseract", "--version"]}
@@ -86,6 +92,8 @@ class Evidence(Frozen):
     output_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)  # None unless succeeded
     ocr_text_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
     redaction_summary_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
+    # an office input's PDF, the document every stage after render worked on (None: no conversion, or older)
+    converted_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
     sanitized: dict[str, int] | None = None  # active content removed, kind -> count (None: an older envelope)
     # the verify stage's verdict on the release signature, naming its tenant and lock (None: unsigned, or older)
     signature: dict[str, str | bool | int | None] | None = None
@@ -263,6 +271,7 @@ def verify_evidence(
     ocr_text: Path | None = None,
     source: Path | None = None,
     redaction_summary: Path | None = None,
+    converted: Path | None = None,
 ) -> EvidenceCheck:
     """Check the envelope's signature and every digest for which a file is given.
 
@@ -299,6 +308,7 @@ def verify_evidence(
         "output_sha256": artifact,
         "ocr_text_sha256": ocr_text,
         "redaction_summary_sha256": redaction_summary,
+        "converted_sha256": converted,
     }
     for name in DIGEST_FIELDS:
         path = files[name]

@@ -209,6 +209,7 @@ def job_prefix(job_id: str) -> str:
 RUNS_FOLDER = "runs"
 RUN_MARKER = "run.json"
 TEXT_BLOB = "text.json"
+CONVERTED_BLOB = "converted.pdf"  # an office input's PDF, beside the evidence that binds it
 
 
 class RunScope(Frozen):
@@ -267,6 +268,11 @@ def evidence_key(run: RunScope) -> str:
 def text_key(run: RunScope) -> str:
     """The searchable text of every page (OCR), beside the artifact."""
     return f"{run.prefix}/{TEXT_BLOB}"
+
+
+def converted_key(run: RunScope) -> str:
+    """An office input's PDF as LibreOffice made it, kept for the evidence's binding to be checked later."""
+    return f"{run.prefix}/{CONVERTED_BLOB}"
 
 
 def beside(key: str, name: str) -> str:

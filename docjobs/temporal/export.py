@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from docjobs.domain.canonical import canonical_model
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import JobStatus
-from docjobs.store.storage import TEXT_BLOB, BlobStore, beside, sha256_file, source_key
+from docjobs.store.storage import CONVERTED_BLOB, TEXT_BLOB, BlobStore, beside, sha256_file, source_key
 
 if TYPE_CHECKING:
     from docjobs.signing.config import SignerConfig
@@ -59,6 +59,14 @@ async def verify_stored_evidence(
         summary = None
         if status.redaction is not None:  # the summary the job reports must be the one the evidence binds
             (summary := folder / "redaction.json").write_bytes(canonical_model(status.redaction))
+        converted = None
+        if _claims_converted(envelope):  # kept beside the evidence; a missing one is an empty file: it breaks
+            converted = folder / CONVERTED_BLOB
+            key = beside(status.evidence_key, CONVERTED_BLOB)
+            if store.exists(key):
+                copy_blob(store, key, converted)
+            else:
+                converted.write_bytes(b"")
         return await asyncio.to_thread(
             verify_evidence,
             envelope,
@@ -69,4 +77,15 @@ async def verify_stored_evidence(
             source=source,
             ocr_text=text,
             redaction_summary=summary,
+            converted=converted,
         )
+
+
+def _claims_converted(envelope: bytes) -> bool:
+    """Whether the envelope says it binds an office input's PDF (a claim: `verify_evidence` checks it)."""
+    from docjobs.signing.evidence import envelope_evidence
+
+    try:
+        return envelope_evidence(envelope).converted_sha256 is not None
+    except (ValueError, KeyError, TypeError, UnicodeError):
+        return False
