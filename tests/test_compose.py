@@ -377,3 +377,14 @@ def test_admin_tools_register_every_search_attribute() -> None:
     command = " ".join(SERVICES["temporal-admin-tools"]["command"])
     for key in search_attributes.ALL:
         assert f"--name {key.name} --type Keyword" in command
+
+
+def test_the_worker_image_installs_what_the_makefile_installs() -> None:
+    """The image's Debian packages are the Makefile's, but chromium (only the API docs page's test drives it):
+    a package the worker's stages need (LibreOffice, a font, a tool) cannot be left out of one of them."""
+    makefile = (REPO / "Makefile").read_text()
+    listed = re.search(r"^SYSTEM_PACKAGES := (.*?)\n(?=\S)", makefile, re.MULTILINE | re.DOTALL)
+    assert listed is not None
+    packages = set(listed.group(1).replace("\\", " ").split()) - {"chromium"}
+    installed = set((REPO / "Dockerfile").read_text().replace("\\", " ").split())
+    assert packages - installed == set()
