@@ -54,12 +54,12 @@ BUCKET = "docjobs-test"
 REGION = "eu-west-1"
 
 
-# What a test starts decides its marker (docs/tests.md, "Markers"): `e2e` real worker processes, document children or
-# the OCR toolchain, `workflow` the session's dev server with in-process activity doubles, `unit` none of them
-# (`make check` runs these). A module that starts such processes itself says so here or with its own `pytestmark`.
+# What a test starts decides its marker (docs/tests.md, "Markers"): `e2e` real worker processes, document children,
+# the OCR toolchain or LibreOffice, `workflow` the session's dev server with in-process activity doubles, `unit` none
+# of them (`make check` runs these). A module that starts such processes itself says so here or with its `pytestmark`.
 WORKER_FIXTURES = frozenset({"start_worker", "main_worker", "jobs", "held"})
 E2E_MODULES = frozenset(
-    {"test_sandbox", "test_compromised_child", "test_ocr_core", "test_ocr_quality", "test_ci_skips"}
+    {"test_sandbox", "test_compromised_child", "test_ocr_core", "test_ocr_quality", "test_office", "test_ci_skips"}
 )
 KINDS = ("unit", "workflow", "e2e")
 
