@@ -82,9 +82,9 @@ lint: deps
 test: lint
 	$(PY) -m pytest
 
-# The fast loop: the linters and the tests that start no Temporal server, worker, child or OCR tool.
+# The fast loop: the linters and the tests that start no Temporal server, worker, child or OCR tool, on every core.
 check: lint
-	$(PY) -m pytest -q -m unit
+	$(PY) -m pytest -q -m unit -n auto
 
 stop:
 	@[ -x $(PY) ] && $(PY) starter.py server stop || true
