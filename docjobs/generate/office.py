@@ -255,31 +255,18 @@ def convert_to_pdf(
 
 # Where each format names the fonts it asks for: (parts of its package, or None for the file itself; the pattern of
 # a font's family name in them). Binary formats (.doc, .xls, .ppt) are not read: their fonts are not counted.
-_ASKED_FONTS: dict[OfficeFormat, tuple[tuple[str, ...] | None, re.Pattern[bytes]]] = {}
-_ASKED_FONTS.update(
-    dict.fromkeys(
-        (OfficeFormat.DOCX, OfficeFormat.DOCM),
-        (("word/fontTable.xml",), re.compile(rb'<w:font w:name="([^"]{1,100})"')),
-    )
-)
-_ASKED_FONTS.update(
-    dict.fromkeys(
-        (OfficeFormat.XLSX, OfficeFormat.XLSM), (("xl/styles.xml",), re.compile(rb'<(?:\w+:)?name val="([^"]{1,100})"'))
-    )
-)
-_ASKED_FONTS.update(
-    dict.fromkeys(
-        (OfficeFormat.PPTX, OfficeFormat.PPTM),
-        (("ppt/theme/theme1.xml",), re.compile(rb'typeface="([^"+][^"]{0,99})"')),
-    )
-)
-_ASKED_FONTS.update(
-    dict.fromkeys(
+_FONT_DECLARATIONS: tuple[tuple[tuple[OfficeFormat, ...], tuple[str, ...] | None, re.Pattern[bytes]], ...] = (
+    ((OfficeFormat.DOCX, OfficeFormat.DOCM), ("word/fontTable.xml",), re.compile(rb'<w:font w:name="([^"]{1,100})"')),
+    ((OfficeFormat.XLSX, OfficeFormat.XLSM), ("xl/styles.xml",), re.compile(rb'<(?:\w+:)?name val="([^"]{1,100})"')),
+    ((OfficeFormat.PPTX, OfficeFormat.PPTM), ("ppt/theme/theme1.xml",), re.compile(rb'typeface="([^"+][^"]{0,99})"')),
+    (
         (OfficeFormat.ODT, OfficeFormat.ODS, OfficeFormat.ODP),
-        (("content.xml", "styles.xml"), re.compile(rb'svg:font-family="([^"]{1,100})"')),
-    )
+        ("content.xml", "styles.xml"),
+        re.compile(rb'svg:font-family="([^"]{1,100})"'),
+    ),
+    ((OfficeFormat.RTF,), None, re.compile(rb"\{\\f\d+(?:\\[a-z]+-?\d*)*\s?([^;\\{}]{1,100});")),
 )
-_ASKED_FONTS[OfficeFormat.RTF] = (None, re.compile(rb"\{\\f\d+(?:\\[a-z]+-?\d*)*\s?([^;\\{}]{1,100});"))
+_ASKED_FONTS = {found: (parts, pattern) for formats, parts, pattern in _FONT_DECLARATIONS for found in formats}
 _FONT_PART_MAX = 1 << 20  # the start of a part, where its font declarations are: never the whole of a huge one
 
 
