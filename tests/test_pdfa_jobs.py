@@ -1,6 +1,6 @@
 """PDF/A through real jobs: a PDF/A-2b input released by a structure-mode job (stamp, sign, verify) still passes
 the PDF/A check (docjobs/pdf/pdfa.py), and the status says so; where a stage cannot keep the claim, the status
-says `kept: false` and why. Generated PDF/A-2b documents: tests/test_generate_jobs.py."""
+says `pdfa_kept: false` and why. Generated PDF/A-2b documents: tests/test_generate_jobs.py."""
 
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ async def test_a_pdf_a_input_is_released_with_its_claim_kept_or_the_reason(
     assert status.pdfa is not None
     claimed = variant.removeprefix("pdf/a-")
     assert (status.pdfa.claimed, status.pdfa.kept, status.pdfa.reason) == (claimed, kept, reason)
+    answer = status.model_dump(mode="json")  # the fields as the issue spells them, at the top of the status
+    assert (answer["pdfa_kept"], answer["pdfa_reason"]) == (kept, reason)
     out = await fetched(jobs, submitted.job_id, tmp_path)
     found = pdfa.problems(out)
     assert (found == []) is kept, found

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from docjobs.domain.canonical import canonical_sha256
 from docjobs.domain.linear_regex import LinearRegex
@@ -695,8 +695,16 @@ class TransitionRecord(Frozen):
     at: datetime
 
 
+def _derived_fields_optional(schema: dict[str, Any]) -> None:
+    """The status's derived fields are left out of `required`: an older worker's answer has none of them."""
+    schema["required"] = [name for name in schema.get("required", ()) if name not in JobStatus.DERIVED]
+
+
 class JobStatus(BaseModel):
     """What `status`, `wait` and `run` report; also the workflow's result."""
+
+    model_config = ConfigDict(json_schema_extra=_derived_fields_optional)
+    DERIVED: ClassVar[tuple[str, ...]] = ("pdfa_kept", "pdfa_reason")  # computed from the fields below
 
     job_id: str
     tenant: str
@@ -739,6 +747,18 @@ class JobStatus(BaseModel):
     transitions: list[TransitionRecord] = Field(default_factory=list)
     progress: dict[str, int | str | None] | None = None  # live page progress of the running stage (client side)
     trace_id: str | None = None  # the job's OpenTelemetry trace (client side, from the memo written at start)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pdfa_kept(self) -> bool | None:
+        """`pdfa.kept` at the top level, as scripts read it (None: no PDF/A claim either side)."""
+        return self.pdfa.kept if self.pdfa else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pdfa_reason(self) -> str | None:
+        """Why the claim was not kept (`pdfa.reason`): a stable code, None when kept or not claimed."""
+        return self.pdfa.reason if self.pdfa else None
 
 
 class JobSummary(BaseModel):
