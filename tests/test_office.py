@@ -3,6 +3,7 @@ from the package, what is refused before LibreOffice starts, and conversions tha
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import struct
@@ -13,17 +14,20 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pikepdf
 import pytest
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import InputKind, OfficePolicy, Policy
+from docjobs.domain.models import InputKind, OfficePolicy, PdfVariant, Policy
 from docjobs.generate.office import (
     OfficeFormat,
     check_office_input,
     convert_to_pdf,
+    export_filter,
     office_format,
     substituted_fonts,
 )
+from docjobs.pdf import pdfa
 from docjobs.pdf.inspect import input_kind, sniff_kind
 from docjobs.settings.policies import PolicyBook
 from tests.ci_skips import needs_tools
@@ -214,3 +218,25 @@ def test_the_office_section_at_its_defaults_changes_no_policy_version() -> None:
     assert policy.version == "standard@c6ebf2338fd1"  # as before office input existed
     refusing = Policy.model_validate({**policy.model_dump(), "office": {"enabled": False}})
     assert refusing.version != policy.version
+    # `pdf_variant`, added to the section later, changes no version either until a policy sets it.
+    assert refusing.version == "standard@b284847433e7"  # as before `office.pdf_variant` existed
+    archival = Policy.model_validate({**policy.model_dump(), "office": {"enabled": False, "pdf_variant": "pdf/a-2b"}})
+    assert archival.version not in (refusing.version, policy.version)
+
+
+def test_the_export_filter_asks_the_variant_the_policy_names() -> None:
+    plain = export_filter(OfficeFormat.XLSX, 10)
+    assert plain == 'pdf:calc_pdf_Export:{"PageRange":{"type":"string","value":"1-11"}}'
+    options = json.loads(export_filter(OfficeFormat.DOCX, 10, PdfVariant.PDF_A_2B).split(":", 2)[2])
+    assert options["SelectPdfVersion"] == {"type": "long", "value": "2"} and "PageRange" in options
+    assert '"value":"3"' in export_filter(OfficeFormat.ODP, 10, PdfVariant.PDF_A_3B)
+    assert '"PDFUACompliance"' in export_filter(OfficeFormat.ODT, 10, PdfVariant.PDF_UA_1)
+
+
+@needs_tools("soffice")
+def test_a_document_converted_as_pdf_a_2b_passes_the_check(docx: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.pdf"
+    convert_to_pdf(docx, OfficeFormat.DOCX, out, tmp_path, seconds=120, max_pages=10, variant=PdfVariant.PDF_A_2B)
+    with pikepdf.open(out) as pdf:
+        assert pdfa.claim(pdf) == "2b"
+    assert pdfa.problems(out) == []

@@ -12,6 +12,7 @@ import pytest
 
 from docjobs.domain.models import InputKind, OfficePolicy, Policy
 from docjobs.domain.states import JobState
+from docjobs.pdf import pdfa
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.store.storage import sha256_file
 from docjobs.temporal.client import JobClient
@@ -75,6 +76,21 @@ async def test_an_office_document_becomes_a_released_pdf(
     assert check.ok, check.broken
     assert check.evidence is not None and check.evidence.input_sha256 == sha256_file(document)
     assert check.evidence.converted_sha256 not in (None, check.evidence.input_sha256, status.output_sha256)
+
+
+async def test_a_policy_asks_pdf_a_2b_from_an_office_document(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """LibreOffice exports PDF/A-2b; stamped, signed and verified, the released file keeps the claim."""
+    document = converted_by_libreoffice(letter_html(f"archival {uuid.uuid4().hex[:8]}"), "docx", tmp_path / "made")
+    submitted = await jobs.submit(document, with_office(policies.get("standard"), pdf_variant="pdf/a-2b"))
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+    answer = status.model_dump(mode="json")
+    assert (answer["pdfa"]["claimed"], answer["pdfa_kept"], answer["pdfa_reason"]) == ("2b", True, None)
+    out = await fetched(jobs, submitted.job_id, tmp_path)
+    assert pdfa.problems(out) == []
+    assert status.signature is not None and status.signature["valid"]
 
 
 async def test_a_macro_enabled_document_is_refused(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:

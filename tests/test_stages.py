@@ -115,7 +115,9 @@ WIRE = {
     # defaulted `converted_from` and `converted` outputs.
     "generate": ("a282910d3b38757a", "a9d31aa13fe73412"),
     # Then render's defaulted `fonts_substituted` output (an office input's font families drawn with a substitute).
-    "render": ("fb6fb0ab892426b9", "7a875a8530369afc"),
+    # Then the policy's `office.pdf_variant` (defaulted: None, a plain export), in render's, evidence's and the
+    # batch's inputs.
+    "render": ("c9b494a97d1077e1", "7a875a8530369afc"),
     # Additions since, each with a default (OCR in page ranges): the OCR policy's `chunk_pages` and `max_parallel`
     # (in `ocr`'s input and the batch's pinned policy) and the status's `ocr_chunks` (in `evidence`'s input).
     "ocr": ("cf43955ce826c1ac", "8f2d9486220d9f6a"),
@@ -128,12 +130,12 @@ WIRE = {
     "verify": ("b581b80482d95e16", "06aaec864041d3b9"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
     # An addition with a default: `converted` (an office input's PDF, which the evidence binds; None in old jobs).
-    "evidence": ("cee2cd1b87aade0f", "363da2c0aac418fe"),
+    "evidence": ("b3b104c621da8e11", "363da2c0aac418fe"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
     # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old
     # batch's request, whose documents keep starting with the pinned request).
-    "start_batch_documents": ("23a405f7c3fa47fe", "5603494387f42eb6"),
+    "start_batch_documents": ("d6e88805f0e1397f", "5603494387f42eb6"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),

@@ -27,12 +27,15 @@ def canonical_json(value: Any) -> bytes:
     return rfc8785.dumps(value)
 
 
-def canonical_model(model: BaseModel, exclude: set[str] | None = None) -> bytes:
+Exclude = set[str] | dict[str, Any] | None  # pydantic's: field names, or per field a nested exclusion (or True)
+
+
+def canonical_model(model: BaseModel, exclude: Exclude = None) -> bytes:
     """A model's canonical JSON: its JSON dump (datetimes ISO 8601, enums their values; without the fields in
     `exclude`), canonicalized."""
     return canonical_json(model.model_dump(mode="json", exclude=exclude))
 
 
-def canonical_sha256(model: BaseModel, exclude: set[str] | None = None) -> str:
+def canonical_sha256(model: BaseModel, exclude: Exclude = None) -> str:
     """The sha256 of a model's canonical JSON (without the fields in `exclude`): equal content, equal digest."""
     return hashlib.sha256(canonical_model(model, exclude)).hexdigest()

@@ -200,6 +200,7 @@ class OfficePolicy(Frozen):
     enabled: bool = True  # False: an office document fails `input.unsupported`
     allow_macro_formats: bool = False  # False: a macro-enabled format (.docm, .xlsm, .pptm): `input.active_content`
     convert_seconds: float = Field(default=120.0, gt=0, le=3600)  # wall-clock limit of one conversion
+    pdf_variant: PdfVariant | None = None  # what LibreOffice exports: PDF/A-2b, PDF/A-3b or PDF/UA-1 (None: plain)
 
 
 class LimitsPolicy(Frozen):
@@ -235,9 +236,14 @@ class Policy(Frozen):
     @property
     def version(self) -> str:
         """`name@digest` of the canonical policy: an override makes a new version, so a new job. A section added
-        after versions were first recorded (`office`) counts only when it differs from its defaults, so every
-        policy that does not use it keeps the version it had (pinned batches, recorded jobs)."""
-        unset = {"office"} if self.office == OfficePolicy() else None
+        after versions were first recorded (`office`) counts only when it differs from its defaults, and so does a
+        field added to it since (`office.pdf_variant`), so every policy that does not use them keeps the version it
+        had (pinned batches, recorded jobs)."""
+        unset: dict[str, Any] | None = None
+        if self.office == OfficePolicy():
+            unset = {"office": True}
+        elif self.office.pdf_variant is None:
+            unset = {"office": {"pdf_variant"}}
         return f"{self.name}@{canonical_sha256(self, unset)[:12]}"
 
 

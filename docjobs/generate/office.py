@@ -17,6 +17,7 @@ a code.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ from pathlib import Path
 import pikepdf
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import OfficePolicy
+from docjobs.domain.models import OfficePolicy, PdfVariant
 
 
 class OfficeFormat(StrEnum):
@@ -105,6 +106,16 @@ _PDF_FILTERS.update(
 _PDF_FILTERS.update(
     dict.fromkeys((OfficeFormat.PPTX, OfficeFormat.PPTM, OfficeFormat.PPT, OfficeFormat.ODP), "impress_pdf_Export")
 )
+# The PDF export filter's options for each variant a policy may ask (vcl/source/filter/ipdf's PDFWriter versions, as
+# the filter's `SelectPdfVersion` takes them: 2 is PDF/A-2b, 3 PDF/A-3b; PDF/UA is tagged PDF with a flag of its own).
+_VARIANT_OPTIONS: dict[PdfVariant, dict[str, dict[str, object]]] = {
+    PdfVariant.PDF_A_2B: {"SelectPdfVersion": {"type": "long", "value": "2"}},
+    PdfVariant.PDF_A_3B: {"SelectPdfVersion": {"type": "long", "value": "3"}},
+    PdfVariant.PDF_UA_1: {
+        "PDFUACompliance": {"type": "boolean", "value": "true"},
+        "UseTaggedPDF": {"type": "boolean", "value": "true"},
+    },
+}
 SOFFICE_ARGUMENTS = ("--headless", "--norestore", "--nolockcheck", "--nodefault", "--nofirststartwizard")
 _KILL_GRACE_SECONDS = 2.0
 _RESTART = 81  # soffice.bin's "restart me" (E_RESTART in desktop/source/app), after it set a fresh profile up
@@ -199,11 +210,26 @@ def write_profile(profile: Path) -> None:
     )
 
 
+def export_filter(found: OfficeFormat, max_pages: int, variant: PdfVariant | None = None) -> str:
+    """`--convert-to`'s argument: the PDF export filter of `found`'s kind, with its options as JSON."""
+    options: dict[str, dict[str, object]] = {"PageRange": {"type": "string", "value": f"1-{max_pages + 1}"}}
+    options.update(_VARIANT_OPTIONS[variant] if variant else {})
+    return f"pdf:{_PDF_FILTERS[found]}:{json.dumps(options, separators=(',', ':'))}"
+
+
 def convert_to_pdf(
-    source: Path, found: OfficeFormat, output: Path, workdir: Path, *, seconds: float, max_pages: int
+    source: Path,
+    found: OfficeFormat,
+    output: Path,
+    workdir: Path,
+    *,
+    seconds: float,
+    max_pages: int,
+    variant: PdfVariant | None = None,
 ) -> None:
     """LibreOffice's PDF of office document `source` (of format `found`) at `output`, made in `workdir` (the profile,
-    a temporary folder and LibreOffice's output: the attempt's folder) within `seconds` of wall-clock time.
+    a temporary folder and LibreOffice's output: the attempt's folder) within `seconds` of wall-clock time; as
+    `variant` (PDF/A or PDF/UA) when a policy asks it.
 
     Only pages 1 to `max_pages` + 1 are exported (the filter's `PageRange`): a document over the page limit still
     shows it, and a million rows cost their layout, not a million pages of PDF (13 s instead of over 120 s).
@@ -232,7 +258,7 @@ def convert_to_pdf(
         *SOFFICE_ARGUMENTS,
         f"-env:UserInstallation={profile.as_uri()}",
         "--convert-to",
-        f'pdf:{_PDF_FILTERS[found]}:{{"PageRange":{{"type":"string","value":"1-{max_pages + 1}"}}}}',
+        export_filter(found, max_pages, variant),
         "--outdir",
         str(outdir),
         str(document),

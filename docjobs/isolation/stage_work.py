@@ -115,8 +115,16 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     elif kind == "office":
         found = check_office_input(work.source, settings.office)
         source, converted_from = work.workdir / CONVERTED, found.value
-        seconds, pages = settings.office.convert_seconds, settings.max_pages
-        convert_to_pdf(work.source, found, source, work.workdir, seconds=seconds, max_pages=pages)
+        office, pages = settings.office, settings.max_pages
+        convert_to_pdf(
+            work.source,
+            found,
+            source,
+            work.workdir,
+            seconds=office.convert_seconds,
+            max_pages=pages,
+            variant=office.pdf_variant,
+        )
     try:
         info = repair_input(source, normalized, max_pages=settings.max_pages, budgets=budgets)
     except DocJobError as error:  # an office document's pages are its converter's work, not what was sent
