@@ -12,6 +12,7 @@ Process-group checks find the OCR processes by their DOCJOBS_OCR_TAG in /proc/*/
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -420,6 +421,35 @@ def test_should_stop_kills_the_whole_process_group(three_page_scan: Path, tmp_pa
     assert not left, f"still running 5 s after the stop: {left}"
     assert not (tmp_path / "out.pdf").exists()
     assert list(workdir.iterdir()) == [], "the temporary files are gone"
+
+
+def test_tesseract_runs_one_thread_a_page_even_on_a_one_page_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OCRmyPDF would give a 1-page scan's Tesseract 2 OpenMP threads on 2 jobs; spinning, they starve beside other
+    OCR (docjobs/pdf/ocr.py, TESSERACT_THREADS). Seen in the running Tesseract's own environment."""
+    monkeypatch.delenv("OMP_THREAD_LIMIT", raising=False)
+    make_scan_pdf(tmp_path / "one.pdf", scan_words(1, 40, seed=3))
+    tag = f"test-threads-{os.getpid()}-{time.monotonic_ns()}"
+    seen: dict[int, str] = {}
+    limits: set[bytes] = set()
+    stop = _stop_when_tesseract_runs(tag, seen)
+
+    def should_stop() -> bool:
+        stopping = stop()
+        for pid, name in seen.items():
+            if name == "tesseract":
+                with contextlib.suppress(OSError):
+                    variables = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+                    limits.update(v for v in variables if v.startswith(b"OMP_THREAD_LIMIT="))
+        return stopping
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with pytest.raises(OcrCanceled):
+        scan, out = tmp_path / "one.pdf", tmp_path / "out.pdf"
+        run_ocr(scan, out, SKIP, workdir=workdir, should_stop=should_stop, jobs=2, tag=tag)
+    assert limits == {b"OMP_THREAD_LIMIT=1"}, (seen, limits)
 
 
 def test_dead_parent_leaves_no_ocr_behind(three_page_scan: Path, tmp_path: Path) -> None:
