@@ -1,6 +1,6 @@
 """A long scan through docjobs' OCR in page ranges: speed against plain OCRmyPDF, a worker killed at 60%, history.
 
-    .venv/bin/python bench/long_scan.py [--pages 200] [--dpi 200] [--chunk-pages 16] [--single]
+    .venv/bin/python bench/long_scan.py [--pages 200] [--dpi 200] [--chunk-pages 16] [--parts speed,fairness,kill]
 
 On an embedded dev server in a throwaway data dir, with one real worker process (`worker.py`, killed with
 SIGKILL like a lost machine):
@@ -13,9 +13,11 @@ SIGKILL like a lost machine):
 4. fairness: a 1-page scan as a job (the same policy) on the idle worker, then again while the long scan's
    chunks run (the long job cancelled after): each FAIR_RUNS times one after the other, the median of its time
    from acceptance to `succeeded`;
-5. with `--single`: the job with one chunk as large as the document (today's single `ocr` activity), for
-   its time and history events per page.
-Prints a table.
+5. `single` (or `--single`): the job with one chunk as large as the document (today's single `ocr` activity), for
+   its time and history events per page;
+6. `pinned`: the job with one worker pinned to CPU 0 (`taskset -c 0`), then with two workers pinned to CPUs 0
+   and 1: the single-machine picture of a cluster's OCR workers, each with a core of its own.
+`--parts` picks them (default: 1-4 as speed, fairness, kill). Prints a table.
 """
 
 from __future__ import annotations
@@ -124,14 +126,40 @@ def _pages(name: str) -> int:
     return int(last) - int(first) + 1
 
 
+async def pinned(jobs: JobClient, scan: Path, policy: Policy, start: Callable[[str], WorkerProcess]) -> list[float]:
+    """The long scan's seconds (accepted to succeeded) with one worker pinned to CPU 0, then with two workers, pinned
+    to CPU 0 and CPU 1: the single-machine picture of a cluster's OCR workers, each with its own core."""
+    seconds = []
+    for key, cpus in (("pinned-one", ["0"]), ("pinned-two", ["0", "1"])):
+        workers = [start(cpu) for cpu in cpus]
+        try:
+            status = await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key=key)).job_id)
+            seconds.append(job_seconds(status))
+        finally:
+            for worker in workers:
+                worker.stop()
+    return seconds
+
+
+PARTS = ("speed", "fairness", "kill", "pinned", "single")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=200)
     parser.add_argument("--dpi", type=int, default=200)
     parser.add_argument("--chunk-pages", type=int, default=16)
     parser.add_argument("--max-parallel", type=int, default=4)
+    parser.add_argument(
+        "--parts",
+        default="speed,fairness,kill",
+        help=f"which measures, comma-separated, of {','.join(PARTS)} (default: speed,fairness,kill)",
+    )
     parser.add_argument("--single", action="store_true", help="also run the job as one chunk (today's ocr activity)")
     options = parser.parse_args()
+    parts = set(options.parts.split(",")) | ({"single"} if options.single else set())
+    if unknown := parts - set(PARTS):
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
 
     with tempfile.TemporaryDirectory(prefix="docjobs-bench-") as tmp:
         folder = Path(tmp)
@@ -150,36 +178,43 @@ async def main() -> None:
         jobs = JobClient(await connect(settings), settings)
         logs = iter(range(100))
 
-        def start() -> WorkerProcess:
-            return WorkerProcess(env, settings.task_queue, folder / f"worker-{next(logs)}.log")
+        def start(cpus: str | None = None) -> WorkerProcess:
+            return WorkerProcess(env, settings.task_queue, folder / f"worker-{next(logs)}.log", cpus=cpus)
 
         rows: list[tuple[str, str, str]] = []
-        worker = start()
+        worker = start() if parts - {"pinned"} else None
         try:
-            plain = await asyncio.to_thread(plain_ocrmypdf, scan, folder / "plain.pdf", args)
-            rows.append(("plain ocrmypdf --jobs 2, seconds", f"{plain:.1f}", "1.00"))
-            whole = await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key="whole")).job_id)
-            seconds = job_seconds(whole)
-            rows.append(
-                ("docjobs, chunks, seconds (accepted to succeeded)", f"{seconds:.1f}", f"{plain / seconds:.2f}")
-            )
-            events = await events_of(jobs, whole.job_id)
-            rows.append(("docjobs, chunks, history events per page", f"{events / options.pages:.2f}", f"{events}"))
-            idle, busy, still_ocr = await fairness(jobs, scan, one_page, policy)
-            rows.append((f"fairness: 1-page OCR job, idle worker, seconds (median of {FAIR_RUNS})", f"{idle:.1f}", ""))
-            during = "" if still_ocr else " (the long scan's OCR had ended: use more pages)"
-            rows.append(
-                (
-                    f"fairness: 1-page OCR job while the long scan's chunks run, seconds (median of {FAIR_RUNS})",
-                    f"{busy:.1f}",
-                    f"{busy - idle:+.1f} s{during}",
+            if "speed" in parts:
+                plain = await asyncio.to_thread(plain_ocrmypdf, scan, folder / "plain.pdf", args)
+                rows.append(("plain ocrmypdf --jobs 2, seconds", f"{plain:.1f}", "1.00"))
+                whole = await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key="whole")).job_id)
+                seconds = job_seconds(whole)
+                rows.append(
+                    ("docjobs, chunks, seconds (accepted to succeeded)", f"{seconds:.1f}", f"{plain / seconds:.2f}")
                 )
-            )
-            killed, in_flight, done_at_kill, again, worker = await killed_run(jobs, scan, policy, start, worker)
-            rows.append((f"killed at {done_at_kill} pages: pages the running chunks had done", f"{in_flight}", ""))
-            rows.append(("killed: pages of the chunks that ran again", f"{again}", f"chunk = {options.chunk_pages}"))
-            rows.append(("killed: seconds (accepted to succeeded)", f"{job_seconds(killed):.1f}", ""))
-            if options.single:
+                events = await events_of(jobs, whole.job_id)
+                rows.append(("docjobs, chunks, history events per page", f"{events / options.pages:.2f}", f"{events}"))
+            if "fairness" in parts:
+                idle, busy, still_ocr = await fairness(jobs, scan, one_page, policy)
+                rows.append(
+                    (f"fairness: 1-page OCR job, idle worker, seconds (median of {FAIR_RUNS})", f"{idle:.1f}", "")
+                )
+                during = "" if still_ocr else " (the long scan's OCR had ended: use more pages)"
+                rows.append(
+                    (
+                        f"fairness: 1-page OCR job while the long scan's chunks run, seconds (median of {FAIR_RUNS})",
+                        f"{busy:.1f}",
+                        f"{busy - idle:+.1f} s{during}",
+                    )
+                )
+            if "kill" in parts and worker is not None:
+                killed, in_flight, done_at_kill, again, worker = await killed_run(jobs, scan, policy, start, worker)
+                rows.append((f"killed at {done_at_kill} pages: pages the running chunks had done", f"{in_flight}", ""))
+                rows.append(
+                    ("killed: pages of the chunks that ran again", f"{again}", f"chunk = {options.chunk_pages}")
+                )
+                rows.append(("killed: seconds (accepted to succeeded)", f"{job_seconds(killed):.1f}", ""))
+            if "single" in parts:
                 one = policy.model_copy(update={"ocr": policy.ocr.model_copy(update={"chunk_pages": options.pages})})
                 single = await finished(jobs, (await jobs.submit(scan, one, tenant="bench", key="single")).job_id)
                 rows.append(("docjobs, one ocr activity, seconds", f"{job_seconds(single):.1f}", ""))
@@ -191,13 +226,23 @@ async def main() -> None:
                         f"{single_events}",
                     )
                 )
+            if "pinned" in parts:
+                if worker is not None:
+                    worker.stop()
+                    worker = None
+                one_core, two_cores = await pinned(jobs, scan, policy, start)
+                rows.append(("one worker pinned to one CPU (taskset), seconds", f"{one_core:.1f}", "1.00"))
+                ratio = f"{two_cores / one_core:.2f}"
+                rows.append(("two workers, each pinned to its own CPU, seconds", f"{two_cores:.1f}", ratio))
         finally:
-            worker.stop()
+            if worker is not None:
+                worker.stop()
             stop_dev_server(settings)
 
     print(
         f"Long scan: {options.pages} pages at {options.dpi} dpi, chunks of {options.chunk_pages}, up to "
-        f"{options.max_parallel} at once, one worker, {os.cpu_count()} CPUs"
+        f"{options.max_parallel} at once, {os.cpu_count()} CPUs; OCR ranges a worker runs at once: "
+        f"{os.environ.get('DOCJOBS_OCR_CHUNK_THREADS', 'the default')}"
     )
     print()
     print("| measure | value | ratio / note |")

@@ -31,6 +31,7 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from docjobs.domain.models import JobStatus, Policy
+from docjobs.isolation.confine import Confinement
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.codec import ENCODING
@@ -75,6 +76,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             kind = "workflow" if "env" in fixtures else "unit"
         item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture
+def confined_root(tmp_path: Path) -> Path:
+    """A tenant's work root that a confined pool's sandbox uid may write (a root worker's sandbox drops to its own)."""
+    root = tmp_path / "tenant"
+    root.mkdir()
+    uid = Confinement(root).uid
+    if uid != os.geteuid():
+        os.chown(root, uid, uid)
+    return root
 
 
 def free_port() -> int:
@@ -181,12 +193,15 @@ class WorkerProcess:
         log_path: Path,
         *extra_args: str,
         script: Path = REPO / "worker.py",
+        cpus: str | None = None,
         **overrides: str,
     ) -> None:
+        """`cpus`: pin the worker (and every process it starts) to these CPUs, as `taskset -c` takes them."""
         self.log_path = log_path
         self.log = log_path.open("ab")
+        pinned = ["taskset", "-c", cpus] if cpus else []
         self.process = subprocess.Popen(
-            [sys.executable, str(script), "--task-queue", task_queue, *extra_args],
+            [*pinned, sys.executable, str(script), "--task-queue", task_queue, *extra_args],
             cwd=REPO,
             env=env.process_env(**overrides),
             stdout=self.log,
