@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -36,9 +37,14 @@ class Seen(Frozen):
     parent: int = 0
     group: int = 0
     folder: str = ""
+    faults: int = 0  # minor page faults the task took (a copy-on-write copy is one)
 
 
 _REMEMBERED: list[str] = []  # what earlier tasks of this process left in its memory
+# Pages the zygote wrote when it imported this module: shared with every fork until one writes them.
+SHARED_PAGES = 256
+_SHARED = bytearray(SHARED_PAGES * 4096)
+_SHARED[::4096] = b"z" * SHARED_PAGES
 
 
 def environment(order: Order, progress: ProgressFn) -> Seen:
@@ -146,6 +152,14 @@ def forge(order: Order, progress: ProgressFn) -> Seen:
     os._exit(0)
 
 
+def write_shared(order: Order, progress: ProgressFn) -> Seen:
+    """Writes each of the zygote's shared pages once: a copy-on-write fault each, unless they were copied ahead."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for page in range(SHARED_PAGES):
+        _SHARED[page * 4096] = 1
+    return Seen(pid=os.getpid(), faults=resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+
+
 def lie(order: Order, progress: ProgressFn) -> Frozen:
     class Other(Frozen):
         pid: str = "not a number"
@@ -168,5 +182,6 @@ ENTRIES = {
         "recurse": recurse,
         "lie": lie,
         "forge": forge,
+        "write_shared": write_shared,
     }.items()
 }

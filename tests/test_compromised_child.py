@@ -474,16 +474,6 @@ def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
         worker.kill()
 
 
-@pytest.fixture
-def confined_root(tmp_path: Path) -> Path:
-    root = tmp_path / "tenant"
-    root.mkdir()
-    uid = Confinement(root).uid
-    if uid != os.geteuid():
-        os.chown(root, uid, uid)
-    return root
-
-
 def test_a_confined_child_keeps_its_limits(confined_root: Path) -> None:
     """Inside the sandbox the CPU budget still ends a spinning document, and a file beyond the size limit is
     `input.too_complex`, as a limit should be (not a crash to retry)."""

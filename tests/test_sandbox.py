@@ -5,22 +5,27 @@ Real child processes of a real pool, driven by the stage doubles in tests/sandbo
 
 from __future__ import annotations
 
+import array
+import ctypes
+import mmap
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import CpuBudget
+from docjobs.isolation import prefault
+from docjobs.isolation.confine import Confinement
 from docjobs.isolation.protocol import TaskUsage
 from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped
-from tests.sandbox_entries import Order, Seen
+from tests.sandbox_entries import SHARED_PAGES, Order, Seen
 
 REPO = Path(__file__).resolve().parent.parent
 SECRETS = {
@@ -253,3 +258,69 @@ def test_a_killed_zygote_is_replaced_and_the_next_task_succeeds(pool: ChildPool)
     assert wait_gone(zygote) and all(wait_gone(child) for child in idle)  # its children died with it
     seen = pool.run("pages", Order(pages=2), Seen, cpu=QUICK)
     assert seen.parent == pool.zygote_pid() not in (None, zygote)
+
+
+# --- copy-on-write faults taken ahead (docjobs/isolation/prefault.py) ------------------------------------------------
+
+
+def _in_a_fork(work: Callable[[], list[int]]) -> list[int]:
+    """`work()` run in a fork of this process: what it returned."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, array.array("Q", work()).tobytes())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        data = answer.read()
+    os.waitpid(pid, 0)
+    return array.array("Q", data).tolist()
+
+
+def test_a_fork_reports_the_pages_it_wrote_and_those_copied_ahead() -> None:
+    page = prefault.PAGE
+    shared = mmap.mmap(-1, 8 * page, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    shared[::page] = b"p" * 8  # present here, so shared with a fork until it writes them
+    start = ctypes.addressof(ctypes.c_char.from_buffer(shared))
+    mapping = [(start, start + 8 * page)]
+
+    def write_two_copy_one() -> list[int]:
+        shared[2 * page] = shared[5 * page] = 1
+        prefault.populate(prefault.runs([start + 6 * page]))
+        return prefault.touched_pages(mapping)
+
+    assert _in_a_fork(write_two_copy_one) == [start + 2 * page, start + 5 * page, start + 6 * page]
+    assert _in_a_fork(lambda: prefault.touched_pages(mapping)) == []  # a fork that writes nothing maps nothing alone
+
+
+def test_a_report_is_a_claim_only_pages_of_the_zygote_are_taken(tmp_path: Path) -> None:
+    page = prefault.PAGE
+    mappings = [(16 * page, 20 * page), (40 * page, 41 * page)]
+    claimed = [16 * page, 19 * page, 20 * page, 40 * page, 16 * page + 1, 0, 2**63]
+    array.array("Q", claimed).tofile((tmp_path / prefault.REPORT).open("wb"))
+    assert prefault.read_report(tmp_path, mappings) == {16 * page, 19 * page, 40 * page}
+    assert prefault.read_report(tmp_path / "missing", mappings) == set()
+    for planted in ("link", "fifo"):  # what a compromised child may leave instead: neither is followed nor waited on
+        folder = tmp_path / planted
+        folder.mkdir()
+        if planted == "link":
+            (folder / prefault.REPORT).symlink_to(tmp_path / prefault.REPORT)
+        else:
+            os.mkfifo(folder / prefault.REPORT)
+        assert prefault.read_report(folder, mappings) == set()
+    assert prefault.runs([3 * page, 1 * page, 2 * page, 7 * page]) == [(page, 3 * page), (7 * page, page)]
+
+
+def test_a_confined_pool_copies_ahead_the_pages_its_tasks_write(confined_root: Path) -> None:
+    """A fresh child per task: the first tasks fault on every shared page they write; their reports teach the
+    zygote those pages, and the spares forked after copy them while they wait, so later tasks fault on none."""
+    confined = Confinement(confined_root)
+    pool = ChildPool(ChildLimits(), home=confined_root, warm=1, entries="tests.sandbox_entries", confinement=confined)
+    pool.start()
+    try:
+        faults = [pool.run("write_shared", Order(), Seen, cpu=QUICK).faults for _ in range(5)]
+    finally:
+        pool.close()
+    assert faults[0] >= SHARED_PAGES and faults[-1] < SHARED_PAGES // 4, faults

@@ -30,10 +30,12 @@ import signal
 import socket
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
+
+from docjobs.isolation import prefault
 
 if TYPE_CHECKING:
     from docjobs.isolation.landlock import Ruleset
@@ -220,8 +222,9 @@ def _confine_files(task: Task) -> None:
     _RESTRICTED_TO.append(folder)
 
 
-def _serve_task(channel: int, task: Task, entries: dict[str, Any]) -> bool:
-    """Run one task and answer it; False when this child must not take another one."""
+def _serve_task(channel: int, task: Task, entries: dict[str, Any], report: prefault.Ranges = ()) -> bool:
+    """Run one task and answer it; False when this child must not take another one. `report`: the zygote's
+    mappings, whose pages this child wrote are listed for the zygote after a success (docjobs/isolation/prefault.py)."""
     from docjobs.domain.errors import DocJobError  # imported by the zygote, with the entries and the protocol
     from docjobs.isolation.protocol import Crash, Failure, Progress, Result
 
@@ -255,6 +258,8 @@ def _serve_task(channel: int, task: Task, entries: dict[str, Any]) -> bool:
         entry = entries[task.entry]
         work = entry.work_type.model_validate(task.work)
         result = entry.run(work, progress)
+        if report:  # before the answer: the worker ends a confined child once it has its result
+            prefault.write_report(Path.cwd(), report)
         _send(channel, Result(value=result.model_dump(mode="json"), usage=usage.report()))
         return True
     except DocJobError as error:
@@ -282,9 +287,20 @@ def private_folder(home: Path, zygote: str, pid: int) -> Path:
     return home / f"child-{zygote}-{pid}"
 
 
-def _serve_forked(zygote: int, tag: str, tasks: int, channel: int, entries: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class _Learned:
+    """What a zygote knows of the pages its forks' tasks write (docjobs/isolation/prefault.py), for its next fork."""
+
+    copy_ahead: list[tuple[int, int]] = field(default_factory=list)  # runs of pages a spare copies while it waits
+    report: prefault.Ranges = ()  # the zygote's mappings, to report the pages written in (empty: no report asked)
+
+
+def _serve_forked(
+    zygote: int, tag: str, tasks: int, channel: int, entries: dict[str, Any], learned: _Learned = _Learned()
+) -> None:
     """A fork's whole life: its own process group, death with the zygote, none of the zygote's or other forks'
-    descriptors, a folder of its own; then tasks until one fails or the worker closes the task pipe."""
+    descriptors, a folder of its own, the pages tasks write copied ahead; then tasks until one fails or the worker
+    closes the task pipe."""
     os.setpgid(0, 0)  # the zygote does it too, before it tells the worker the pid: no kill can miss the group
     _die_with_parent(zygote, _end_group)
     low, high = sorted((tasks, channel))
@@ -300,6 +316,7 @@ def _serve_forked(zygote: int, tag: str, tasks: int, channel: int, entries: dict
 
         with contextlib.suppress(LandlockUnavailable, OSError):  # tried again, and reported, when the task comes
             _PREPARED_RULES.append(_rules_before_task())
+    prefault.populate(learned.copy_ahead)
     from pydantic import ValidationError
 
     from docjobs.isolation.protocol import Crash, read_task
@@ -311,7 +328,7 @@ def _serve_forked(zygote: int, tag: str, tasks: int, channel: int, entries: dict
             except ValidationError:  # nothing of it runs
                 _send(channel, Crash(error="malformed task"))
                 break
-            if not _serve_task(channel, task, entries):
+            if not _serve_task(channel, task, entries, learned.report):
                 break  # after any failure the child is not reused: it ends, and the pool forks a fresh one
 
 
@@ -331,6 +348,11 @@ class _Zygote:
         self.tag = os.urandom(6).hex()
         self.home = Path.cwd()
         self.forks: dict[int, _Fork] = {}  # by pidfd
+        # Confined (a fresh fork per task), the pages tasks write: learned from the first forks, copied by the next.
+        self.mappings: prefault.Ranges = ()  # this zygote's private writable mappings, as every fork inherits them
+        self.written: set[int] = set()
+        self.reports = 0
+        self.learned = _Learned()
         self.poller = select.poll()
         self.poller.register(control, select.POLLIN)
 
@@ -371,7 +393,7 @@ class _Zygote:
         if pid == 0:
             status = 1
             try:
-                _serve_forked(self.pid, self.tag, tasks, channel, self.entries)
+                _serve_forked(self.pid, self.tag, tasks, channel, self.entries, self.learned)
                 status = 0
             finally:
                 os._exit(status)  # nothing of the zygote's runs here: no atexit, no buffers flushed twice
@@ -402,9 +424,22 @@ class _Zygote:
         with contextlib.suppress(OSError):
             _send(fork.channel, account)
         os.close(fork.channel)
-        shutil.rmtree(private_folder(self.home, self.tag, fork.pid), ignore_errors=True)
+        folder = private_folder(self.home, self.tag, fork.pid)
+        if self.learned.report:
+            self._learn(prefault.read_report(folder, self.mappings))
+        shutil.rmtree(folder, ignore_errors=True)
         if os.environ.get(CONFINED_ENV):
             self._kill_strays()
+
+    def _learn(self, written: set[int]) -> None:
+        """A fork's report taken in: its pages join the ones later forks copy ahead, up to prefault.MAX_PAGES."""
+        if not written:
+            return
+        self.reports += 1
+        room = prefault.MAX_PAGES - len(self.written)
+        self.written.update(sorted(written - self.written)[: max(room, 0)])
+        asking = self.mappings if self.reports < prefault.LEARN_REPORTS else ()
+        self.learned = _Learned(copy_ahead=prefault.runs(self.written), report=asking)
 
     def _kill_strays(self) -> None:
         """Inside the sandbox (its own PID namespace: /proc shows only its processes) nothing may outlive the task
@@ -467,6 +502,9 @@ def main() -> None:
         shared.mkdir(exist_ok=True)
         _SHARED_WRITABLE.append(str(shared))
     gc.freeze()  # what every fork shares stays shared: the collector never writes to it
+    if os.environ.get(CONFINED_ENV):  # a fresh fork per task: the pages its task writes are learned and copied ahead
+        zygote.mappings = prefault.private_writable()
+        zygote.learned = _Learned(report=zygote.mappings)
     zygote.serve()
 
 
