@@ -13,6 +13,8 @@ is never run), `docjobs.isolation.sandbox` has why. The zygote keeps a copy of e
 reaped that fork: it then kills what is left of the fork's group, writes the kernel's account of the fork (exit
 status, CPU seconds, peak memory) as the channel's last message and closes it. So the worker's end reaches its end
 of file only once the fork's pid is free, and until then a signal to that process group cannot reach anyone else.
+Confined (a fresh fork per task), the zygote learns from its first forks' reports which of its pages tasks write,
+and each later fork copies them while it waits as a spare (docjobs/isolation/prefault.py).
 """
 
 from __future__ import annotations
