@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import dev_server_env
+from harness import dev_server_env, print_table
 
 from docjobs.domain.models import (
     CpuBudget,
@@ -104,11 +104,11 @@ def stage_versus_plain(folder: Path, rows: int, runs: int) -> None:
         pool.close()
     baseline = pages / statistics.median(timings["plain weasyprint command"])
     print(f"The invoice with {rows} rows: {pages} pages, median of {runs} (alternating)\n")
-    print("| runner | median seconds | pages/s | ratio |")
-    print("|---|---|---|---|")
-    for runner, samples in timings.items():
-        median = statistics.median(samples)
-        print(f"| {runner} | {median:.2f} | {pages / median:.2f} | {pages / median / baseline:.2f} |")
+    medians = {runner: statistics.median(samples) for runner, samples in timings.items()}
+    print_table(
+        ("runner", "median seconds", "pages/s", "ratio"),
+        ((runner, f"{m:.2f}", f"{pages / m:.2f}", f"{pages / m / baseline:.2f}") for runner, m in medians.items()),
+    )
 
 
 async def invoice_job(jobs: JobClient, policy: Policy, data: Path, folder: Path) -> tuple[float, JobStatus]:
@@ -149,11 +149,13 @@ async def invoice_latency(folder: Path, runs: int) -> None:
     finally:
         stop_dev_server(settings)
     print(f"\nOne invoice job (demo data, {status.page_count} pages, standard policy), median of {runs}:\n")
-    print("| measure | median seconds |")
-    print("|---|---|")
-    print(f"| submit -> succeeded (client side) | {statistics.median(latencies):.2f} |")
-    for name, samples in stages.items():
-        print(f"| stage {name} | {statistics.median(samples):.2f} |")
+    print_table(
+        ("measure", "median seconds"),
+        [
+            ("submit -> succeeded (client side)", f"{statistics.median(latencies):.2f}"),
+            *((f"stage {name}", f"{statistics.median(samples):.2f}") for name, samples in stages.items()),
+        ],
+    )
 
 
 def main() -> None:

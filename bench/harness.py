@@ -1,4 +1,5 @@
-"""What the benchmarks share: a median timer, a 100 KB upload, and a throwaway dev server's environment.
+"""What the benchmarks share: a median timer, a 100 KB upload, a throwaway dev server's environment, and the
+Markdown table they print.
 
 A script runs as `python bench/NAME.py`, so this folder is first on its path: it imports this as `harness`.
 """
@@ -10,7 +11,7 @@ import socket
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,6 +25,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def print_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """A Markdown table, as bench/README.md keeps them: `header`, then a line a row (cells as they print)."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")
 
 
 def median_ms(runs: int, action: Callable[[], object]) -> float:

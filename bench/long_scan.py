@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import dev_server_env
+from harness import dev_server_env, print_table
 
 from docjobs.domain.models import JobStatus, Policy
 from docjobs.domain.states import JobState, Stage
@@ -245,10 +245,7 @@ async def main() -> None:
         f"{os.environ.get('DOCJOBS_OCR_CHUNK_THREADS', 'the default')}"
     )
     print()
-    print("| measure | value | ratio / note |")
-    print("|---|---|---|")
-    for row in rows:
-        print(f"| {' | '.join(row)} |")
+    print_table(("measure", "value", "ratio / note"), rows)
 
 
 if __name__ == "__main__":

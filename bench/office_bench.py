@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import dev_server_env
+from harness import dev_server_env, print_table
 
 from docjobs.domain.states import JobState
 from docjobs.generate.office import SOFFICE_ARGUMENTS
@@ -120,16 +120,16 @@ def main() -> None:
         totals, renders, job_pages = asyncio.run(jobs_seconds(docx, folder / "jobs", options.runs))
     baseline = statistics.median(cold)
     print(f"A {pages}-page .docx letter (the job counted {job_pages}), median of {options.runs}\n")
-    print("| runner | median seconds | seconds per page | ratio to the cold conversion |")
-    print("|---|---|---|---|")
-    for runner, samples in (
-        ("soffice --convert-to pdf, fresh profile (cold)", cold),
-        ("soffice --convert-to pdf, reused profile (warm)", warm),
-        ("docjobs render stage (conversion in the confined child, stamp)", renders),
-        ("docjobs job, submit to succeeded (standard policy)", totals),
-    ):
-        median = statistics.median(samples)
-        print(f"| {runner} | {median:.2f} | {median / pages:.3f} | {median / baseline:.2f} |")
+    medians = {
+        "soffice --convert-to pdf, fresh profile (cold)": statistics.median(cold),
+        "soffice --convert-to pdf, reused profile (warm)": statistics.median(warm),
+        "docjobs render stage (conversion in the confined child, stamp)": statistics.median(renders),
+        "docjobs job, submit to succeeded (standard policy)": statistics.median(totals),
+    }
+    print_table(
+        ("runner", "median seconds", "seconds per page", "ratio to the cold conversion"),
+        ((runner, f"{m:.2f}", f"{m / pages:.3f}", f"{m / baseline:.2f}") for runner, m in medians.items()),
+    )
 
 
 if __name__ == "__main__":
