@@ -16,7 +16,9 @@ SIGKILL like a lost machine):
 5. `single` (or `--single`): the job with one chunk as large as the document (today's single `ocr` activity), for
    its time and history events per page;
 6. `pinned`: the job with one worker pinned to CPU 0 (`taskset -c 0`), then with two workers pinned to CPUs 0
-   and 1: the single-machine picture of a cluster's OCR workers, each with a core of its own.
+   and 1: the single-machine picture of a cluster's OCR workers, each with a core of its own;
+7. `memory`: the job alone (for a 1,000-page scan, without the plain run): its time, history events per page,
+   the worker's peak memory and the largest peak of a document child with its tools.
 `--parts` picks them (default: 1-4 as speed, fairness, kill). Prints a table.
 """
 
@@ -141,7 +143,15 @@ async def pinned(jobs: JobClient, scan: Path, policy: Policy, start: Callable[[s
     return seconds
 
 
-PARTS = ("speed", "fairness", "kill", "pinned", "single")
+def peak_rss_mb(pid: int) -> float:
+    """The peak resident memory of process `pid` so far (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+PARTS = ("speed", "fairness", "kill", "pinned", "single", "memory")
 
 
 async def main() -> None:
@@ -173,6 +183,8 @@ async def main() -> None:
         body = PolicyBook.load(settings.policy_file).get("scan").model_dump()
         body["sign"]["enabled"] = False  # OCR only (the verify gate still runs)
         body["ocr"].update(chunk_pages=options.chunk_pages, max_parallel=options.max_parallel)
+        # A scan longer than the policy allows (the `scan` policy's 500 pages, 30 minutes) gets room for its length.
+        body.update(max_pages=max(body["max_pages"], options.pages), deadline_seconds=max(1800, 6 * options.pages))
         policy = Policy.model_validate(body)
         args = ocrmypdf_args(policy.ocr, jobs=2)
         jobs = JobClient(await connect(settings), settings)
@@ -226,6 +238,14 @@ async def main() -> None:
                         f"{single_events}",
                     )
                 )
+            if "memory" in parts and worker is not None:
+                big = await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key="memory")).job_id)
+                rows.append(("docjobs alone, seconds (accepted to succeeded)", f"{job_seconds(big):.1f}", ""))
+                big_events = await events_of(jobs, big.job_id)
+                rows.append(("history events per page", f"{big_events / options.pages:.2f}", f"{big_events}"))
+                rows.append(("peak memory of the worker process, MiB", f"{peak_rss_mb(worker.process.pid):.0f}", ""))
+                children = max(cost.peak_memory_mb for cost in big.cost.stages.values())
+                rows.append(("peak memory of one document child (and its tools), MiB", f"{children:.0f}", ""))
             if "pinned" in parts:
                 if worker is not None:
                     worker.stop()
