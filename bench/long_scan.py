@@ -183,8 +183,10 @@ async def main() -> None:
         body = PolicyBook.load(settings.policy_file).get("scan").model_dump()
         body["sign"]["enabled"] = False  # OCR only (the verify gate still runs)
         body["ocr"].update(chunk_pages=options.chunk_pages, max_parallel=options.max_parallel)
-        # A scan longer than the policy allows (the `scan` policy's 500 pages, 30 minutes) gets room for its length.
+        # A scan longer than the policy allows (the `scan` policy's 500 pages, 30 minutes, 2 GiB of decoded images: a
+        # 200 dpi page decodes to about 3.7 MB) gets room for its length.
         body.update(max_pages=max(body["max_pages"], options.pages), deadline_seconds=max(1800, 6 * options.pages))
+        body["limits"]["document_decoded_mb"] = max(body["limits"]["document_decoded_mb"], 6 * options.pages)
         policy = Policy.model_validate(body)
         args = ocrmypdf_args(policy.ocr, jobs=2)
         jobs = JobClient(await connect(settings), settings)
