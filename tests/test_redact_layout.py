@@ -9,6 +9,7 @@ ToUnicode entry that only a name used. The gate and the text-kept check run insi
 
 from __future__ import annotations
 
+import functools
 import io
 import string
 import subprocess
@@ -40,6 +41,7 @@ from tests.fixtures.redact_layout import (
     make_cid_cff,
     make_embedded,
     make_embedded_without_cmap,
+    make_first_use_truetype,
     make_superscript,
     make_tight,
     make_truetype_winansi,
@@ -49,6 +51,7 @@ from tests.fixtures.redact_layout import (
 
 POLICY = RedactPolicy(regexes=(NAME_REGEX,))  # layout `mask` by default
 _SHOWS = ("Tj", "TJ", "'", '"')
+NAME_BAND = (98, 118)  # pixel rows at 72 dpi of the name's line, below the first line and above the third
 Glyph = tuple[str, float, float, float, float]
 
 
@@ -166,6 +169,47 @@ def test_the_kept_codes_do_not_count_the_removed_letters(make: object, tmp_path:
             word for word in text(tmp_path / "source.pdf").split() if word not in name.split()
         )
     assert len(released) == 1
+
+
+def test_a_simple_font_numbered_by_first_use_gets_codes_that_count_nothing(tmp_path: Path) -> None:
+    """cairo numbers a simple TrueType subset's one-byte codes 1, 2, 3... in order of first use (symbolic, no
+    /Encoding, a (3,0) cmap): re-subset, its codes are re-numbered from what is still drawn, so a name of two
+    letters and one of twenty-two leave the same shown strings, widths, ToUnicode and program, whose symbolic cmap
+    reaches every kept glyph: poppler reads the same words and draws the kept lines as in the source."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        out, summary = redact(make_first_use_truetype, name, tmp_path)
+        assert (summary.fonts_resubset, summary.fallback_pages) == (1, []), name
+        with pikepdf.open(out) as pdf:
+            (font,) = [font for _, font in pdf.pages[0].Resources.Font.items()]
+            program = font.FontDescriptor.FontFile2.read_bytes()
+            shown = tuple(_shown_strings(pdf.pages[0]))
+            entries = (int(font.FirstChar), repr(font.Widths), font.ToUnicode.read_bytes(), str(font.BaseFont))
+        released.add((shown, entries, program))
+        codes = {code for string in shown for code in string}
+        assert sorted(codes) == list(range(1, len(codes) + 1)), name  # dense from 1 (fewer than 32)
+        assert {code - 0xF000 for code in TTFont(io.BytesIO(program))["cmap"].getcmap(3, 0).cmap} == codes
+        source = tmp_path / "source.pdf"
+        assert sorted(text(out).split()) == sorted(word for word in text(source).split() if word not in name.split())
+        assert _outside_the_name(out, tmp_path) == _outside_the_name(source, tmp_path), name
+    assert len(released) == 1
+
+
+def test_a_simple_font_drawing_code_32_under_word_spacing_keeps_its_codes(tmp_path: Path) -> None:
+    """Word spacing applies to code 32 whatever glyph it draws: where the document sets one, a font numbered by
+    first use that draws code 32 (a digit of the fourth line) keeps its codes, and its kept lines read and draw as
+    in the source."""
+    spaced_line = "Call 0123456789 today."
+    out, summary = redact(functools.partial(make_first_use_truetype, spaced_line=spaced_line), NAMES[0], tmp_path)
+    assert (summary.fonts_resubset, summary.fallback_pages) == (1, [])
+    source = tmp_path / "source.pdf"
+    with pikepdf.open(source) as before, pikepdf.open(out) as after:
+        kept = _shown_strings(before.pages[0])[-1]
+        assert 32 in kept
+        assert _shown_strings(after.pages[0])[-1] == kept
+    read = [[line for line in text(pdf).splitlines() if line.startswith("Call")] for pdf in (source, out)]
+    assert read[0] == read[1] and len(read[0]) == 1  # "Call 01 23456789": the spacing after code 32 shows
+    assert _outside_the_name(out, tmp_path) == _outside_the_name(source, tmp_path)
 
 
 def make_embedded_with_form(path: Path, name: str) -> None:
@@ -403,6 +447,12 @@ def _shown_strings(content: pikepdf.Page | pikepdf.Stream) -> list[bytes]:
             items = operand if isinstance(operand, pikepdf.Array) else [operand]
             shown += [bytes(item) for item in items if isinstance(item, pikepdf.String)]
     return shown
+
+
+def _outside_the_name(pdf: Path, tmp_path: Path) -> bytes:
+    """The page's pixels at 72 dpi above and below the name's line (NAME_BAND): the lines not re-set."""
+    rendered, (top, bottom) = pixels(pdf, tmp_path), NAME_BAND
+    return rendered[: top * 612] + rendered[bottom * 612 :]
 
 
 def _to_unicode(data: bytes) -> dict[int, str]:
