@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 import string
 import subprocess
 from pathlib import Path
@@ -28,6 +29,8 @@ from pypdf import PdfReader
 
 from docjobs.domain.models import RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction.redact import redact_pdf
+from tests.ci_skips import needs_tools
+from tests.fixtures.office_samples import converted_by_libreoffice, letter_html
 from tests.fixtures.redact_layout import (
     LAYOUT_FIXTURES,
     NAME_REGEX,
@@ -51,6 +54,7 @@ from tests.fixtures.redact_layout import (
 
 POLICY = RedactPolicy(regexes=(NAME_REGEX,))  # layout `mask` by default
 _SHOWS = ("Tj", "TJ", "'", '"')
+LINE_GAP = 6  # pixel rows at 72 dpi: a blank band this tall or less may lie within a line (antialiased serifs)
 NAME_BAND = (98, 118)  # pixel rows at 72 dpi of the name's line, below the first line and above the third
 Glyph = tuple[str, float, float, float, float]
 
@@ -210,6 +214,27 @@ def test_a_simple_font_drawing_code_32_under_word_spacing_keeps_its_codes(tmp_pa
     read = [[line for line in text(pdf).splitlines() if line.startswith("Call")] for pdf in (source, out)]
     assert read[0] == read[1] and len(read[0]) == 1  # "Call 01 23456789": the spacing after code 32 shows
     assert _outside_the_name(out, tmp_path) == _outside_the_name(source, tmp_path)
+
+
+@needs_tools("soffice")
+def test_a_libreoffice_letter_is_renumbered_and_still_drawn(tmp_path: Path) -> None:
+    """LibreOffice writes its TrueType subsets as simple fonts numbered by first use (symbolic, no /Encoding, a
+    (3,0) cmap, a ToUnicode): re-subset, two names of different lengths leave the same shown strings and fonts,
+    and poppler draws everything below the name's line as in the source (with the cmap the subsetter dropped,
+    it drew nothing of the re-subset font)."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        html = letter_html("the referral").replace("<h1>", f"<p>{line(name)}</p><h1>")
+        source = converted_by_libreoffice(html, "pdf", tmp_path / str(len(name)))
+        summary = redact_pdf(source, out := source.with_name("out.pdf"), POLICY, workdir=source.parent)
+        assert (summary.fonts_resubset, summary.fallback_pages) == (1, []), name
+        with pikepdf.open(out) as pdf:
+            fonts = [font for _, font in sorted(pdf.pages[0].Resources.Font.items())]
+            entries = [(repr(font.Widths), font.ToUnicode.read_bytes(), str(font.BaseFont)) for font in fonts]
+            programs = [font.FontDescriptor.FontFile2.read_bytes() for font in fonts]
+            released.add((tuple(_shown_strings(pdf.pages[0])), tuple(entries), tuple(programs)))
+        assert _below_the_first_line(source, tmp_path) == _below_the_first_line(out, tmp_path, source), name
+    assert len(released) == 1
 
 
 def make_embedded_with_form(path: Path, name: str) -> None:
@@ -453,6 +478,20 @@ def _outside_the_name(pdf: Path, tmp_path: Path) -> bytes:
     """The page's pixels at 72 dpi above and below the name's line (NAME_BAND): the lines not re-set."""
     rendered, (top, bottom) = pixels(pdf, tmp_path), NAME_BAND
     return rendered[: top * 612] + rendered[bottom * 612 :]
+
+
+def _below_the_first_line(pdf: Path, tmp_path: Path, ruler: Path | None = None) -> bytes:
+    """The pixels poppler draws (72 dpi, gray) below the first line of ink of `ruler` (by default `pdf` itself):
+    from halfway between that line and the next one down (the first blank band taller than LINE_GAP rows)."""
+    rows = []
+    for page in (ruler or pdf, pdf):
+        subprocess.run(["pdftoppm", "-r", "72", "-gray", "-singlefile", str(page), str(tmp_path / "page")], check=True)
+        with Image.open(tmp_path / "page.pgm") as image:
+            data, width = image.tobytes(), image.width
+        rows.append([data[start : start + width] for start in range(0, len(data), width)])
+    inked = [number for number, row in enumerate(rows[0]) if min(row) < 128]
+    end, start = next((above, below) for above, below in itertools.pairwise(inked) if below - above > LINE_GAP)
+    return b"".join(rows[1][(end + start) // 2 :])
 
 
 def _to_unicode(data: bytes) -> dict[int, str]:
