@@ -590,8 +590,11 @@ def _subset(
         if without_cmap and "OS/2" in ttf:  # the producer's character range: no cmap for the subsetter to renew it
             ttf["OS/2"].usFirstCharIndex = ttf["OS/2"].usLastCharIndex = 0
         if codes is not None:
-            ttf["cmap"].tables = [_symbolic_cmap(3, 0, {0xF000 + code: glyph for code, glyph in codes.items()})]
-            ttf["cmap"].tables.append(_symbolic_cmap(1, 0, codes))
+            by_byte = 0 if all(ttf.getGlyphID(glyph) < 256 for glyph in codes.values()) else 6  # 0: one-byte ids
+            ttf["cmap"].tables = [
+                _cmap_subtable(4, (3, 0), {0xF000 + code: glyph for code, glyph in codes.items()}),
+                _cmap_subtable(by_byte, (1, 0), codes),
+            ]
         data = io.BytesIO()
         ttf.save(data)
     except (TTLibError, AssertionError, KeyError, ValueError, struct_error):
@@ -599,9 +602,9 @@ def _subset(
     return data.getvalue()
 
 
-def _symbolic_cmap(platform: int, encoding: int, glyphs: dict[int, str]) -> CmapSubtable:
-    table = CmapSubtable.newSubtable(4 if platform == 3 else 0)
-    table.platformID, table.platEncID, table.language, table.cmap = platform, encoding, 0, glyphs
+def _cmap_subtable(form: int, platform: tuple[int, int], glyphs: dict[int, str]) -> CmapSubtable:
+    table = CmapSubtable.newSubtable(form)
+    (table.platformID, table.platEncID), table.language, table.cmap = platform, 0, glyphs
     return table
 
 
