@@ -175,8 +175,8 @@ def test_the_kept_codes_do_not_count_the_removed_letters(make: object, tmp_path:
 
 
 def test_a_simple_font_numbered_by_first_use_gets_codes_that_count_nothing(tmp_path: Path) -> None:
-    """cairo numbers a simple TrueType subset's one-byte codes 1, 2, 3... in order of first use (symbolic, no
-    /Encoding, a (3,0) cmap): re-subset, its codes are re-numbered from what is still drawn, so a name of two
+    """A simple TrueType subset whose one-byte codes are 1, 2, 3... in order of first use (symbolic, no /Encoding,
+    a (3,0) cmap): re-subset, its codes are re-numbered from what is still drawn, so a name of two
     letters and one of twenty-two leave the same shown strings, widths, ToUnicode and program, whose symbolic cmap
     reaches every kept glyph: poppler reads the same words and draws the kept lines as in the source."""
     released = set()

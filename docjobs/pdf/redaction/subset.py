@@ -10,10 +10,10 @@ every other code are dropped, and the subset tag is derived from what is kept.
 
 Producers that number codes in order of first use would still tell, through the kept codes, how many distinct
 new letters the removed text brought. So a font with a TrueType program whose codes mean no letter (a Type0 font
-over a CIDFontType2; a symbolic simple TrueType font without an encoding, as LibreOffice and cairo write their
-subsets) gets new codes, dense in order of first use in the released document, in every string it shows and in
-its entries and program alike (see `_fresh_codes` for which, and when its codes cannot be rewritten safely and
-stay as they were). A simple TrueType program read by code through its (3,0) or (1,0) cmap gets that cmap written
+over a CIDFontType2; a symbolic simple TrueType font without an encoding, as LibreOffice writes its subsets) gets
+new codes, dense in order of first use in the released document, in every string it shows and in its entries and
+program alike (see `_fresh_codes` for which, and when its codes cannot be rewritten safely and stay as they
+were). A simple TrueType program read by code through its (3,0) or (1,0) cmap gets that cmap written
 anew: the subsetter drops it.
 
 Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
