@@ -9,7 +9,9 @@ ToUnicode entry that only a name used. The gate and the text-kept check run insi
 
 from __future__ import annotations
 
+import functools
 import io
+import itertools
 import string
 import subprocess
 from pathlib import Path
@@ -27,6 +29,8 @@ from pypdf import PdfReader
 
 from docjobs.domain.models import RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction.redact import redact_pdf
+from tests.ci_skips import needs_tools
+from tests.fixtures.office_samples import converted_by_libreoffice, letter_html
 from tests.fixtures.redact_layout import (
     LAYOUT_FIXTURES,
     NAME_REGEX,
@@ -40,6 +44,7 @@ from tests.fixtures.redact_layout import (
     make_cid_cff,
     make_embedded,
     make_embedded_without_cmap,
+    make_first_use_truetype,
     make_superscript,
     make_tight,
     make_truetype_winansi,
@@ -49,6 +54,7 @@ from tests.fixtures.redact_layout import (
 
 POLICY = RedactPolicy(regexes=(NAME_REGEX,))  # layout `mask` by default
 _SHOWS = ("Tj", "TJ", "'", '"')
+LINE_GAP = 6  # pixel rows at 72 dpi: a blank band this tall or less may lie within a line (antialiased serifs)
 Glyph = tuple[str, float, float, float, float]
 
 
@@ -165,6 +171,68 @@ def test_the_kept_codes_do_not_count_the_removed_letters(make: object, tmp_path:
         assert sorted(text(out).split()) == sorted(
             word for word in text(tmp_path / "source.pdf").split() if word not in name.split()
         )
+    assert len(released) == 1
+
+
+def test_a_simple_font_numbered_by_first_use_gets_codes_that_count_nothing(tmp_path: Path) -> None:
+    """A simple TrueType subset whose one-byte codes are 1, 2, 3... in order of first use (symbolic, no /Encoding,
+    a (3,0) cmap): re-subset, its codes are re-numbered from what is still drawn, so a name of two
+    letters and one of twenty-two leave the same shown strings, widths, ToUnicode and program, whose symbolic cmap
+    reaches every kept glyph: poppler reads the same words and draws the kept lines as in the source."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        out, summary = redact(make_first_use_truetype, name, tmp_path)
+        assert (summary.fonts_resubset, summary.fallback_pages) == (1, []), name
+        with pikepdf.open(out) as pdf:
+            (font,) = [font for _, font in pdf.pages[0].Resources.Font.items()]
+            program = font.FontDescriptor.FontFile2.read_bytes()
+            shown = tuple(_shown_strings(pdf.pages[0]))
+            entries = (int(font.FirstChar), repr(font.Widths), font.ToUnicode.read_bytes(), str(font.BaseFont))
+        released.add((shown, entries, program))
+        codes = {code for string in shown for code in string}
+        assert sorted(codes) == list(range(1, len(codes) + 1)), name  # dense from 1 (fewer than 32)
+        assert {code - 0xF000 for code in TTFont(io.BytesIO(program))["cmap"].getcmap(3, 0).cmap} == codes
+        source = tmp_path / "source.pdf"
+        assert sorted(text(out).split()) == sorted(word for word in text(source).split() if word not in name.split())
+        assert _but_line(1, out, source, tmp_path) == _but_line(1, source, source, tmp_path), name  # the name's
+    assert len(released) == 1
+
+
+def test_a_simple_font_drawing_code_32_under_word_spacing_keeps_its_codes(tmp_path: Path) -> None:
+    """Word spacing applies to code 32 whatever glyph it draws: where the document sets one, a font numbered by
+    first use that draws code 32 (a digit of the fourth line) keeps its codes, and its kept lines read and draw as
+    in the source."""
+    spaced_line = "Call 0123456789 today."
+    out, summary = redact(functools.partial(make_first_use_truetype, spaced_line=spaced_line), NAMES[0], tmp_path)
+    assert (summary.fonts_resubset, summary.fallback_pages) == (1, [])
+    source = tmp_path / "source.pdf"
+    with pikepdf.open(source) as before, pikepdf.open(out) as after:
+        kept = _shown_strings(before.pages[0])[-1]
+        assert 32 in kept
+        assert _shown_strings(after.pages[0])[-1] == kept
+    read = [[line for line in text(pdf).splitlines() if line.startswith("Call")] for pdf in (source, out)]
+    assert read[0] == read[1] and len(read[0]) == 1  # "Call 01 23456789": the spacing after code 32 shows
+    assert _but_line(1, out, source, tmp_path) == _but_line(1, source, source, tmp_path)
+
+
+@needs_tools("soffice")
+def test_a_libreoffice_letter_is_renumbered_and_still_drawn(tmp_path: Path) -> None:
+    """LibreOffice writes its TrueType subsets as simple fonts numbered by first use (symbolic, no /Encoding, a
+    (3,0) cmap, a ToUnicode): re-subset, two names of different lengths leave the same shown strings and fonts,
+    and poppler draws everything below the name's line as in the source (with the cmap the subsetter dropped,
+    it drew nothing of the re-subset font)."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        html = letter_html("the referral").replace("<h1>", f"<p>{line(name)}</p><h1>")
+        source = converted_by_libreoffice(html, "pdf", tmp_path / str(len(name)))
+        summary = redact_pdf(source, out := source.with_name("out.pdf"), POLICY, workdir=source.parent)
+        assert (summary.fonts_resubset, summary.fallback_pages) == (1, []), name
+        with pikepdf.open(out) as pdf:
+            fonts = [font for _, font in sorted(pdf.pages[0].Resources.Font.items())]
+            entries = [(repr(font.Widths), font.ToUnicode.read_bytes(), str(font.BaseFont)) for font in fonts]
+            programs = [font.FontDescriptor.FontFile2.read_bytes() for font in fonts]
+            released.add((tuple(_shown_strings(pdf.pages[0])), tuple(entries), tuple(programs)))
+        assert _but_line(0, out, source, tmp_path) == _but_line(0, source, source, tmp_path), name  # the name's
     assert len(released) == 1
 
 
@@ -403,6 +471,21 @@ def _shown_strings(content: pikepdf.Page | pikepdf.Stream) -> list[bytes]:
             items = operand if isinstance(operand, pikepdf.Array) else [operand]
             shown += [bytes(item) for item in items if isinstance(item, pikepdf.String)]
     return shown
+
+
+def _but_line(number: int, pdf: Path, ruler: Path, tmp_path: Path) -> bytes:
+    """The pixels poppler draws of `pdf` (72 dpi, gray) but the band of `ruler`'s line of ink `number` (from 0, top
+    down), which reaches halfway to the lines around it (a blank band taller than LINE_GAP rows parts two lines)."""
+    rows = []
+    for page in (ruler, pdf):
+        subprocess.run(["pdftoppm", "-r", "72", "-gray", "-singlefile", str(page), str(tmp_path / "page")], check=True)
+        with Image.open(tmp_path / "page.pgm") as image:
+            data, width = image.tobytes(), image.width
+        rows.append([data[start : start + width] for start in range(0, len(data), width)])
+    inked = [row for row, pixels in enumerate(rows[0]) if min(pixels) < 128]
+    parts = [(above + below) // 2 for above, below in itertools.pairwise(inked) if below - above > LINE_GAP]
+    top, bottom = [0, *parts, len(rows[0])][number : number + 2]
+    return b"".join(rows[1][:top] + rows[1][bottom:])
 
 
 def _to_unicode(data: bytes) -> dict[int, str]:

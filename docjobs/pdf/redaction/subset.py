@@ -9,9 +9,12 @@ of the removed ones remains; layout tables dropped), the width, ToUnicode, Diffe
 every other code are dropped, and the subset tag is derived from what is kept.
 
 Producers that number codes in order of first use would still tell, through the kept codes, how many distinct
-new letters the removed text brought. So a Type0 font over a CIDFontType2 with a TrueType program gets new codes,
-dense in order of first use in the released document, in every string it shows and in its entries and program
-alike (see `_renumberable` for when its codes cannot be rewritten safely and stay as they were).
+new letters the removed text brought. So a font with a TrueType program whose codes mean no letter (a Type0 font
+over a CIDFontType2; a symbolic simple TrueType font without an encoding, as LibreOffice writes its subsets) gets
+new codes, dense in order of first use in the released document, in every string it shows and in its entries and
+program alike (see `_fresh_codes` for which, and when its codes cannot be rewritten safely and stay as they
+were). A simple TrueType program read by code through its (3,0) or (1,0) cmap gets that cmap written
+anew: the subsetter drops it.
 
 Programs re-subset: TrueType (/FontFile2) and OpenType (/FontFile3 /OpenType) of simple TrueType fonts (codes
 to glyphs as viewers map them: see `_code_cmap`) and of Type0 fonts with Identity-H over a
@@ -38,6 +41,7 @@ import pikepdf
 from fontTools import subset as ftsubset
 from fontTools.ttLib import TTFont, TTLibError, newTable
 from fontTools.ttLib.reorderGlyphs import reorderGlyphs
+from fontTools.ttLib.tables._c_m_a_p import CmapSubtable
 from pdfminer.cmapdb import CMapParser, FileUnicodeMap
 from pdfminer.encodingdb import EncodingDB
 from pdfminer.psparser import LIT
@@ -79,7 +83,7 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
     for key in sorted(touched - unsafe):
         font = pdf.get_object(key)
         drawn = list(usage.codes.get(key, {}))
-        codes = {code: new for new, code in enumerate(drawn, start=1)} if _renumberable(font, key, usage) else {}
+        codes = dict(zip(drawn, _fresh_codes(font, key, usage), strict=False))
         try:
             resubset += _scrub(pdf, font, codes or {code: code for code in drawn}, budgets)
         except _NotSafe:
@@ -100,22 +104,36 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
     )
 
 
-def _renumberable(font: pikepdf.Object, key: FontId, usage: _Usage) -> bool:
-    """Whether the font's codes can be re-numbered densely in order of first use: a Type0 font over a CIDFontType2
-    with an embedded TrueType program (whose glyphs are reordered and CIDToGIDMap rewritten with them) and a
-    ToUnicode (extraction follows the new codes; without one a reader may take a CID for a character of its
-    ordering), every string it shows read in full from a stream that shows the same fonts wherever it is drawn (so
-    each is rewritten once, the same way)."""
-    if key in usage.fixed or not isinstance(font, pikepdf.Dictionary) or font.get(Name.Subtype) != Name.Type0:
-        return False
+def _fresh_codes(font: pikepdf.Object, key: FontId, usage: _Usage) -> list[int]:
+    """The codes the font's drawn codes get, in order of first use (none when they stay as they were). Re-numbered
+    are the fonts with an embedded TrueType program (an OpenType one may hold CFF outlines, whose FDSelect is by
+    glyph index) and a ToUnicode (extraction follows the new codes), every string of which is read in full from
+    a stream that shows the same fonts wherever it is drawn (so each is rewritten once, the same way):
+
+    * a Type0 font over a CIDFontType2 (its glyphs are reordered and its CIDToGIDMap rewritten with them): 1, 2,
+      3...; without a ToUnicode a reader may take a CID for a character of its ordering;
+    * a simple TrueType font whose codes mean no letter (no /Encoding, not Nonsymbolic: viewers reach its glyphs
+      through the program's symbolic cmap, which is rewritten with them): 1, 2, 3... skipping 32, the one code word
+      spacing applies to. One that draws code 32 in a document that sets a word spacing anywhere keeps its codes:
+      moved, that glyph would lose the spacing, and kept in place, it would still tell how many came before it."""
+    if (
+        key in usage.fixed
+        or not isinstance(font, pikepdf.Dictionary)
+        or not isinstance(font.get(Name.ToUnicode), pikepdf.Stream)
+        or _program_kind(font) != "truetype"
+    ):
+        return []
+    drawn = usage.codes.get(key, {})
+    if font.get(Name.Subtype) == Name.TrueType:
+        if Name.Encoding in font or _nonsymbolic(font) or (32 in drawn and usage.word_spaced):
+            return []
+        fresh = [code for code in range(1, 256) if code != 32][: len(drawn)]
+        return fresh if len(fresh) == len(drawn) else []
     descendants = font.get(Name.DescendantFonts)
     descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
-    return (
-        isinstance(descendant, pikepdf.Dictionary)
-        and descendant.get(Name.Subtype) == Name.CIDFontType2
-        and isinstance(font.get(Name.ToUnicode), pikepdf.Stream)
-        and _program_kind(font) == "truetype"  # an OpenType program may hold CFF outlines, whose FDSelect is by GID
-    )
+    if not isinstance(descendant, pikepdf.Dictionary) or descendant.get(Name.Subtype) != Name.CIDFontType2:
+        return []
+    return list(range(1, len(drawn) + 1))
 
 
 @dataclass
@@ -130,6 +148,7 @@ class _Usage:
     unsure: set[FontId] = field(default_factory=set)
     fixed: set[FontId] = field(default_factory=set)  # cut down, but their codes cannot be re-numbered
     shown_by: dict[FontId, list[FontId | None]] = field(default_factory=dict)  # stream -> its strings' fonts
+    word_spaced: bool = False  # a word spacing (Tw, ") other than 0 is set somewhere
     renumbered: dict[FontId, dict[int, int]] = field(default_factory=dict)  # font -> old code -> new code
     rewritten: set[FontId] = field(default_factory=set)  # streams the renumbering walk has been through
 
@@ -180,6 +199,8 @@ class _Usage:
             if isinstance(instruction, pikepdf.ContentStreamInlineImage):
                 continue
             operator, operands = str(instruction.operator), list(instruction.operands)
+            if operator in ("Tw", '"') and operands and operands[0] != 0:
+                self.word_spaced = True
             if operator == "q":
                 stack.append(font)
             elif operator == "Q" and stack:
@@ -196,7 +217,8 @@ class _Usage:
                 shows.append(shown)
                 mapping = self.renumbered.get(shown) if shown is not None else None
                 if mapping is not None:
-                    operands[-1] = _renumbered(operands[-1], mapping)
+                    composite = isinstance(font, pikepdf.Dictionary) and font.get(Name.Subtype) == Name.Type0
+                    operands[-1] = _renumbered(operands[-1], mapping, 2 if composite else 1)
                     instructions[index] = pikepdf.ContentStreamInstruction(operands, instruction.operator)
                     changed = True
                 elif not self.renumbered:
@@ -263,15 +285,18 @@ def _parse(target: pikepdf.Page | pikepdf.Stream, operators: OperatorBudget) -> 
         return list(pikepdf.parse_content_stream(target)), True
 
 
-def _renumbered(operand: pikepdf.Object, mapping: dict[int, int]) -> pikepdf.Object:
-    """A shown string (or TJ array) of two-byte codes with each code replaced by its new one."""
+def _renumbered(operand: pikepdf.Object, mapping: dict[int, int], width: int) -> pikepdf.Object:
+    """A shown string (or TJ array) of `width`-byte codes with each code replaced by its new one."""
 
     def recoded(item: pikepdf.Object) -> pikepdf.Object:
         if not isinstance(item, pikepdf.String):
             return item
         data = bytes(item)
         return pikepdf.String(
-            b"".join(mapping[int.from_bytes(data[i : i + 2], "big")].to_bytes(2, "big") for i in range(0, len(data), 2))
+            b"".join(
+                mapping[int.from_bytes(data[i : i + width], "big")].to_bytes(width, "big")
+                for i in range(0, len(data), width)
+            )
         )
 
     if isinstance(operand, pikepdf.Array):
@@ -280,55 +305,60 @@ def _renumbered(operand: pikepdf.Object, mapping: dict[int, int]) -> pikepdf.Obj
 
 
 def _scrub(pdf: pikepdf.Pdf, font: pikepdf.Object, codes: dict[int, int], budgets: Budgets) -> int:
-    """Scrub one font down to the drawn `codes` (old code -> new code, in order of first use); 1 when an embedded
-    program was re-subset, 0 when only the entries were trimmed. Only a composite font's codes are re-numbered
-    (see `_renumberable`): a simple font's are the identity."""
+    """Scrub one font down to the drawn `codes` (old code -> new code, in order of first use: see `_fresh_codes`);
+    1 when an embedded program was re-subset, 0 when only the entries were trimmed."""
     if not isinstance(font, pikepdf.Dictionary):
         raise _NotSafe
     if font.get(Name.Subtype) == Name.Type0:
         return _scrub_composite(pdf, font, codes, budgets)
     if font.get(Name.Subtype) in (Name.TrueType, Name.Type1, Name.MMType1):
-        return _scrub_simple(pdf, font, set(codes), budgets)
+        return _scrub_simple(pdf, font, codes, budgets)
     raise _NotSafe  # Type3 glyphs are never removed (their pages are burned in), so one here is unexpected
 
 
-def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, codes: set[int], budgets: Budgets) -> int:
+def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, renumber: dict[int, int], budgets: Budgets) -> int:
+    """Scrub a simple font; its codes become `renumber`'s new ones (only a symbolic TrueType font's change: see
+    `_fresh_codes`), and when they do, so does its program's glyph order: .notdef, then the glyphs by new code."""
     descriptor = font.get(Name.FontDescriptor)
     embedded = _program(descriptor, budgets)
     resubset = 0
     if embedded is not None:
         descriptor, program = embedded
         if program.kind in ("type1", "cff"):
-            subset = _scrub_named_glyphs(pdf, font, program, codes)
+            subset = _scrub_named_glyphs(pdf, font, program, set(renumber))
         else:
             ttf = _truetype(program.stream)
-            cmap = _code_cmap(ttf, font)
+            cmap, by_code = _code_cmap(ttf, font)
             try:
-                kept = {cmap[code] if code in cmap else cmap[0xF000 + code] for code in codes}
+                glyphs = {renumber[code]: cmap[code] if code in cmap else cmap[0xF000 + code] for code in renumber}
             except KeyError:
                 raise _NotSafe from None
-            subset = _subset(ttf, kept)
+            by_new_code = [glyphs[code] for code in sorted(glyphs)]
+            renumbered = any(old != new for old, new in renumber.items())
+            subset = _subset(ttf, set(by_new_code), by_new_code if renumbered else None, glyphs if by_code else None)
             _write_program(pdf, descriptor, program, subset)
         _retag(subset, (font, descriptor))
         resubset = 1
     widths = font.get(Name.Widths)
-    if isinstance(widths, pikepdf.Array) and codes:
+    if isinstance(widths, pikepdf.Array) and renumber:
         first = int(font.get(Name.FirstChar, 0))
-        low, high = min(codes), max(codes)
+        missing = descriptor.get(Name.MissingWidth, 0) if isinstance(descriptor, pikepdf.Dictionary) else 0
+        old = {new: code for code, new in renumber.items()}
+        low, high = min(old), max(old)
         font.Widths = pikepdf.Array(
             [
-                widths[code - first] if code in codes and 0 <= code - first < len(widths) else 0
-                for code in range(low, high + 1)
+                (widths[old[new] - first] if 0 <= old[new] - first < len(widths) else missing) if new in old else 0
+                for new in range(low, high + 1)
             ]
         )
         font.FirstChar, font.LastChar = low, high
     encoding = font.get(Name.Encoding)
     differences = encoding.get(Name.Differences) if isinstance(encoding, pikepdf.Dictionary) else None
     if isinstance(encoding, pikepdf.Dictionary) and isinstance(differences, pikepdf.Array):
-        encoding.Differences = _differences(differences, codes)
+        encoding.Differences = _differences(differences, set(renumber))
     if isinstance(descriptor, pikepdf.Dictionary) and Name.CharSet in descriptor:
         del descriptor[Name.CharSet]  # glyph names, the removed ones among them
-    _trim_to_unicode(pdf, font, {code: code for code in codes}, 1, budgets)
+    _trim_to_unicode(pdf, font, renumber, 1, budgets)
     return resubset
 
 
@@ -486,21 +516,22 @@ def _truetype(program: pikepdf.Stream) -> TTFont:
     return ttf
 
 
-def _code_cmap(ttf: TTFont, font: pikepdf.Dictionary) -> dict[int, str]:
-    """Byte code -> glyph name as viewers read a simple TrueType (ISO 32000-2, 9.6.5.4): a font with a named
-    encoding or the Nonsymbolic flag through its encoding's Unicode and the program's (3,1) cmap when it has one,
-    else through the program's (3,0) or (1,0) cmap. Read through the (1,0) cmap instead, a WinAnsi code such as
-    the right quote would keep another glyph (MacRoman's), and one MacRoman lacks no glyph at all."""
+def _code_cmap(ttf: TTFont, font: pikepdf.Dictionary) -> tuple[dict[int, str], bool]:
+    """Byte code -> glyph name as viewers read a simple TrueType (ISO 32000-2, 9.6.5.4), and whether read by code
+    (not through Unicode): a font with a named encoding or the Nonsymbolic flag through its encoding's Unicode and the
+    program's (3,1) cmap when it has one, else through the program's (3,0) or (1,0) cmap (keyed by code, or by
+    0xF000 + code). Read through the (1,0) cmap instead, a WinAnsi code such as the right quote would keep another
+    glyph (MacRoman's), and one MacRoman lacks no glyph at all."""
     if "cmap" not in ttf:
         raise _NotSafe
     unicode_table = ttf["cmap"].getcmap(3, 1)
     if unicode_table is not None and _nonsymbolic(font):
         glyphs: dict[int, str] = unicode_table.cmap
-        return {code: glyphs[ord(text)] for code, text in _unicode_encoding(font).items() if ord(text) in glyphs}
+        return {code: glyphs[ord(text)] for code, text in _unicode_encoding(font).items() if ord(text) in glyphs}, False
     for platform, encoding in ((3, 0), (1, 0)):
         table = ttf["cmap"].getcmap(platform, encoding)
         if table is not None:
-            return dict(table.cmap)
+            return dict(table.cmap), True
     raise _NotSafe  # a symbolic font without a (3,0) or (1,0) cmap
 
 
@@ -531,10 +562,13 @@ def _unicode_encoding(font: pikepdf.Dictionary) -> dict[int, str]:
     return {code: text for code, text in EncodingDB.get_encoding(name, items).items() if len(text) == 1}
 
 
-def _subset(ttf: TTFont, glyphs: set[str], first: list[str] | None = None) -> bytes:
+def _subset(
+    ttf: TTFont, glyphs: set[str], first: list[str] | None = None, codes: dict[int, str] | None = None
+) -> bytes:
     """`ttf` cut down to `glyphs` (and .notdef) in place, as program bytes; with `first`, glyph 0 is followed
     by the glyphs of `first` in its order, then the components they are built of as they are first met, so the
-    order tells nothing of the original program's."""
+    order tells nothing of the original program's. With `codes` (a simple font's code -> glyph), the cmap becomes
+    the symbolic (3,0) and (1,0) subtables that reach them, which the subsetter would drop."""
     options = ftsubset.Options()
     options.notdef_outline = True
     options.recalc_timestamp = False
@@ -555,11 +589,23 @@ def _subset(ttf: TTFont, glyphs: set[str], first: list[str] | None = None) -> by
             reorderGlyphs(ttf, _glyph_order(ttf, first))
         if without_cmap and "OS/2" in ttf:  # the producer's character range: no cmap for the subsetter to renew it
             ttf["OS/2"].usFirstCharIndex = ttf["OS/2"].usLastCharIndex = 0
+        if codes is not None:
+            by_byte = 0 if all(ttf.getGlyphID(glyph) < 256 for glyph in codes.values()) else 6  # 0: one-byte ids
+            ttf["cmap"].tables = [
+                _cmap_subtable(4, (3, 0), {0xF000 + code: glyph for code, glyph in codes.items()}),
+                _cmap_subtable(by_byte, (1, 0), codes),
+            ]
         data = io.BytesIO()
         ttf.save(data)
     except (TTLibError, AssertionError, KeyError, ValueError, struct_error):
         raise _NotSafe from None
     return data.getvalue()
+
+
+def _cmap_subtable(form: int, platform: tuple[int, int], glyphs: dict[int, str]) -> CmapSubtable:
+    table = CmapSubtable.newSubtable(form)
+    (table.platformID, table.platEncID), table.language, table.cmap = platform, 0, glyphs
+    return table
 
 
 def _glyph_order(ttf: TTFont, first: list[str]) -> list[str]:
