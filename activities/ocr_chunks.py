@@ -5,6 +5,8 @@ document child of its own, so a cancel or a lost lease kills that chunk's OCRmyP
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from activities.declared import implements
 from activities.isolated import IsolatedStages
 from activities.runs import marked_run
@@ -12,10 +14,19 @@ from docjobs.domain import stage_specs as specs
 from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput
 from docjobs.isolation import stage_work
 from docjobs.isolation.chunk_work import OcrChunkFile, OcrChunkWork, OcrMergeWork
-from docjobs.store.storage import ocr_chunk_key
+from docjobs.isolation.sandbox import ChildPool, TenantPools
+from docjobs.pdf.ocr import pages_at_once
+from docjobs.store.storage import BlobStore, ocr_chunk_key
 
 
 class OcrChunkActivities(IsolatedStages):
+    def __init__(
+        self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools, *, range_slots: int = 1
+    ) -> None:
+        """`range_slots`: how many ranges this worker OCRs at once; they share its CPUs (pages_at_once)."""
+        super().__init__(store, workdir, pool)
+        self._pages_at_once = pages_at_once(range_slots)
+
     @implements(specs.OCR_CHUNK)
     def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
         with self._attempt("ocr_chunk", request) as attempt:
@@ -30,6 +41,7 @@ class OcrChunkActivities(IsolatedStages):
                     ocr=request.ocr,
                     pages=request.pages,
                     tag=request.job_id,
+                    jobs=self._pages_at_once,
                 ),
             )
             key = ocr_chunk_key(marked_run(self._store), request.pages.first, request.pages.last, attempt.number)

@@ -3,6 +3,7 @@ document (page order, boxes, rotation, text layer; the document's outline and li
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from pikepdf import Array, Dictionary, Name, OutlineItem
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import OcrOutputType, OcrPolicy
 from docjobs.domain.ocr_chunks import PageRange, chunk_plan
+from docjobs.pdf.ocr import pages_at_once
 from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
 from workflows.ocr_chunks import page_ranges
 
@@ -27,6 +29,13 @@ def test_the_plan_covers_the_document_in_order_with_a_short_last_chunk() -> None
     assert ranges(chunk_plan(500, 16))[-1] == (497, 500)
     assert sum(chunk.pages for chunk in chunk_plan(500, 16)) == 500
     assert ranges(chunk_plan(3, 1)) == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_a_workers_ranges_share_its_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each range's OCRmyPDF gets the worker's CPUs over its range slots: two ranges on two cores run a page each."""
+    for cpus, slots, jobs in ((2, 2, 1), (4, 2, 2), (8, 3, 2), (1, 2, 1), (2, 1, 2), (2, 0, 2)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
+        assert pages_at_once(slots) == jobs, (cpus, slots)
 
 
 def test_a_document_of_one_chunk_keeps_the_single_ocr_activity() -> None:

@@ -29,6 +29,7 @@ class OcrChunkWork(Frozen):
     ocr: OcrPolicy
     pages: PageRange
     tag: str  # put in the OCR processes' environment, so they can be found
+    jobs: int | None = None  # pages OCR'd at once (None: one per CPU): the worker's CPUs shared by its range slots
 
 
 class OcrChunkDone(Frozen):
@@ -52,6 +53,7 @@ def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
         tag=work.tag,
         input_validated=True,  # render validated the document it was cut from
         page_offset=offset,
+        jobs=work.jobs,
     )
     return OcrChunkDone(
         pages_ocred=[number + offset for number in result.pages_ocred],

@@ -510,6 +510,14 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+def pages_at_once(processes: int) -> int:
+    """OCRmyPDF's `--jobs` for each of `processes` OCR runs side by side (a worker's page ranges): this process's CPUs
+    shared between them, at least one. Two ranges of `--jobs 2` on 2 cores ran a 200-page scan at 0.86 of plain
+    OCRmyPDF, two of `--jobs 1` at 0.93 (bench/README.md, "Long scans in page ranges"): four Tesseracts on two
+    cores only contend."""
+    return max(1, _cpus() // max(1, processes))
+
+
 def _cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))  # what this process may use (containers, taskset)
