@@ -4,7 +4,8 @@
 The zygote imports only the standard library until it has limited itself (memory, core dumps, priority, death
 with its worker), then imports the stage work once, freezes what it imported out of the garbage collector's
 reach, and forks a child each time its worker asks (a message with two pipe ends: the child's task pipe and its
-answer channel). It never reads a task: tenants' bytes are parsed only in its forks.
+answer channel). It never reads a task: tenants' bytes are parsed only in its forks (of what a fork leaves,
+it reads only its report of pages: addresses, each checked against the zygote's own mappings).
 
 Each fork inherits the zygote's limits, takes a process group of its own, dies with the zygote (which dies with the
 worker), and serves tasks read as JSON lines on its task pipe, one at a time, answering on its channel: the messages
