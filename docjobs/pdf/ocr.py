@@ -512,9 +512,9 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 
 def pages_at_once(processes: int) -> int:
     """OCRmyPDF's `--jobs` for each of `processes` OCR runs side by side (a worker's page ranges): this process's CPUs
-    shared between them, at least one. Two ranges of `--jobs 2` on 2 cores ran a 200-page scan at 0.86 of plain
-    OCRmyPDF, two of `--jobs 1` at 0.93 (bench/README.md, "Long scans in page ranges"): four Tesseracts on two
-    cores only contend."""
+    shared between them, at least one, so that a worker runs a Tesseract per core, not two. A 200-page scan took
+    136 and 147 s with two ranges of `--jobs 2` on 2 cores, 138 and 138 s with two of `--jobs 1`
+    (bench/README.md, "Long scans in page ranges"): no faster within the noise, with half the processes."""
     return max(1, _cpus() // max(1, processes))
 
 
