@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pikepdf
 import pytest
+from pikepdf import Name
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import InputKind, OfficePolicy, PdfVariant, Policy
@@ -240,3 +241,12 @@ def test_a_document_converted_as_pdf_a_2b_passes_the_check(docx: Path, tmp_path:
     with pikepdf.open(out) as pdf:
         assert pdfa.claim(pdf) == "2b"
     assert pdfa.problems(out) == []
+
+
+@needs_tools("soffice")
+def test_a_document_converted_as_pdf_ua_is_tagged(docx: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.pdf"
+    convert_to_pdf(docx, OfficeFormat.DOCX, out, tmp_path, seconds=120, max_pages=10, variant=PdfVariant.PDF_UA_1)
+    with pikepdf.open(out) as pdf:
+        assert Name.StructTreeRoot in pdf.Root and pdf.Root.MarkInfo.Marked
+        assert pdf.open_metadata().get("pdfuaid:part") == "1"
