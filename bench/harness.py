@@ -35,6 +35,17 @@ def print_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> None
         print("| " + " | ".join(str(cell) for cell in row) + " |")
 
 
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident memory of process `pid` so far (its VmHWM), in MiB; 0 once it is gone."""
+    try:
+        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def median_ms(runs: int, action: Callable[[], object]) -> float:
     """Median milliseconds of `runs` calls, after one warm-up call."""
     action()

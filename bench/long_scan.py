@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import dev_server_env, print_table
+from harness import dev_server_env, peak_rss_mib, print_table
 
 from docjobs.domain.models import JobStatus, Policy
 from docjobs.domain.states import JobState, Stage
@@ -72,6 +72,11 @@ async def finished(jobs: JobClient, job_id: str) -> JobStatus:
     return result.status
 
 
+async def succeeded(jobs: JobClient, scan: Path, policy: Policy, key: str) -> JobStatus:
+    """`scan` submitted as the bench tenant's job `key`, and its status once it succeeded."""
+    return await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key=key)).job_id)
+
+
 async def events_of(jobs: JobClient, job_id: str) -> int:
     return len((await jobs.client.get_workflow_handle(job_id).fetch_history()).events)
 
@@ -102,8 +107,7 @@ async def short_jobs(jobs: JobClient, scan: Path, policy: Policy, key: str) -> f
     """The median seconds (accepted to succeeded) of FAIR_RUNS jobs of `scan`, one after the other."""
     seconds = []
     for run in range(FAIR_RUNS):
-        submitted = await jobs.submit(scan, policy, tenant="bench", key=f"{key}-{run}")
-        seconds.append(job_seconds(await finished(jobs, submitted.job_id)))
+        seconds.append(job_seconds(await succeeded(jobs, scan, policy, f"{key}-{run}")))
     return statistics.median(seconds)
 
 
@@ -135,20 +139,12 @@ async def pinned(jobs: JobClient, scan: Path, policy: Policy, start: Callable[[s
     for key, cpus in (("pinned-one", ["0"]), ("pinned-two", ["0", "1"])):
         workers = [start(cpu) for cpu in cpus]
         try:
-            status = await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key=key)).job_id)
+            status = await succeeded(jobs, scan, policy, key)
             seconds.append(job_seconds(status))
         finally:
             for worker in workers:
                 worker.stop()
     return seconds
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The peak resident memory of process `pid` so far (VmHWM), in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 PARTS = ("speed", "fairness", "kill", "pinned", "single", "memory")
@@ -201,7 +197,7 @@ async def main() -> None:
             if "speed" in parts:
                 plain = await asyncio.to_thread(plain_ocrmypdf, scan, folder / "plain.pdf", args)
                 rows.append(("plain ocrmypdf --jobs 2, seconds", f"{plain:.1f}", "1.00"))
-                whole = await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key="whole")).job_id)
+                whole = await succeeded(jobs, scan, policy, "whole")
                 seconds = job_seconds(whole)
                 rows.append(
                     ("docjobs, chunks, seconds (accepted to succeeded)", f"{seconds:.1f}", f"{plain / seconds:.2f}")
@@ -230,7 +226,7 @@ async def main() -> None:
                 rows.append(("killed: seconds (accepted to succeeded)", f"{job_seconds(killed):.1f}", ""))
             if "single" in parts:
                 one = policy.model_copy(update={"ocr": policy.ocr.model_copy(update={"chunk_pages": options.pages})})
-                single = await finished(jobs, (await jobs.submit(scan, one, tenant="bench", key="single")).job_id)
+                single = await succeeded(jobs, scan, one, "single")
                 rows.append(("docjobs, one ocr activity, seconds", f"{job_seconds(single):.1f}", ""))
                 single_events = await events_of(jobs, single.job_id)
                 rows.append(
@@ -241,11 +237,11 @@ async def main() -> None:
                     )
                 )
             if "memory" in parts and worker is not None:
-                big = await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key="memory")).job_id)
+                big = await succeeded(jobs, scan, policy, "memory")
                 rows.append(("docjobs alone, seconds (accepted to succeeded)", f"{job_seconds(big):.1f}", ""))
                 big_events = await events_of(jobs, big.job_id)
                 rows.append(("history events per page", f"{big_events / options.pages:.2f}", f"{big_events}"))
-                rows.append(("peak memory of the worker process, MiB", f"{peak_rss_mb(worker.process.pid):.0f}", ""))
+                rows.append(("peak memory of the worker process, MiB", f"{peak_rss_mib(worker.process.pid):.0f}", ""))
                 children = max(cost.peak_memory_mb for cost in big.cost.stages.values())
                 rows.append(("peak memory of one document child (and its tools), MiB", f"{children:.0f}", ""))
             if "pinned" in parts:

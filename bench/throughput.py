@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 import pikepdf
-from harness import api_answers, dev_server_env, environ, free_port, hundred_kb_pdf, wait_for
+from harness import api_answers, dev_server_env, environ, free_port, hundred_kb_pdf, peak_rss_mib, wait_for
 from pyhanko.keys import load_cert_from_pemder
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.pdf_utils.reader import PdfFileReader
@@ -139,16 +139,6 @@ def cpu_seconds(pid: int, *, with_reaped: bool = True) -> float:
         return 0.0
     ticks = int(stat[11]) + int(stat[12]) + ((int(stat[13]) + int(stat[14])) if with_reaped else 0)
     return ticks / TICKS
-
-
-def peak_rss_mib(pid: int) -> float:
-    try:
-        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 @dataclass
