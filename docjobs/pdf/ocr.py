@@ -68,8 +68,9 @@ TEXT_TIMEOUT_SECONDS = 60.0  # pdftotext/pdftoppm, plus a second per page
 BLANK_DPI = 50
 BLANK_LEVEL = 160  # a pixel darker than this is ink
 BLANK_INK_FRACTION = 0.0005  # a page with less ink than this is blank: no text expected
-# Tesseract's OpenMP threads per page. Left unset, Tesseract takes a thread per core (OpenMP's default: no limit
-# reached it from the OCRmyPDF here), and OpenMP's threads spin while they wait for each other: beside other OCR
+# Tesseract's OpenMP threads per page. Left to OCRmyPDF, a short document's Tesseract gets up to 3 (its jobs over its
+# pages: 2 for a 1-page scan on 2 jobs) and its other calls none, so OpenMP's default of one a core (seen through a
+# wrapper, tests/test_ocr_core.py); OpenMP's threads spin while they wait for each other: beside other OCR
 # (a long scan's page ranges) a 1-page scan then burned 3 to 9 times its CPU and took 10 to 27 s instead of 2.5
 # (bench/long_scan.py, fairness). One thread a page, and pages in parallel (`--jobs`), is as fast on an idle machine
 # and fair on a busy one. An operator's OMP_THREAD_LIMIT (passed to the children) wins.
