@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
@@ -702,15 +702,14 @@ class TransitionRecord(Frozen):
 
 
 def _derived_fields_optional(schema: dict[str, Any]) -> None:
-    """The status's derived fields are left out of `required`: an older worker's answer has none of them."""
-    schema["required"] = [name for name in schema.get("required", ()) if name not in JobStatus.DERIVED]
+    """The status's computed fields are left out of `required`: an older worker's answer has none of them."""
+    schema["required"] = [name for name in schema.get("required", ()) if name not in JobStatus.model_computed_fields]
 
 
 class JobStatus(BaseModel):
     """What `status`, `wait` and `run` report; also the workflow's result."""
 
     model_config = ConfigDict(json_schema_extra=_derived_fields_optional)
-    DERIVED: ClassVar[tuple[str, ...]] = ("pdfa_kept", "pdfa_reason")  # computed from the fields below
 
     job_id: str
     tenant: str
