@@ -299,7 +299,7 @@ def test_a_report_is_a_claim_only_pages_of_the_zygote_are_taken(tmp_path: Path) 
     page = prefault.PAGE
     mappings = [(16 * page, 20 * page), (40 * page, 41 * page)]
     claimed = [16 * page, 19 * page, 20 * page, 40 * page, 16 * page + 1, 0, 2**63]
-    array.array("Q", claimed).tofile((tmp_path / prefault.REPORT).open("wb"))
+    (tmp_path / prefault.REPORT).write_bytes(array.array("Q", claimed).tobytes())
     assert prefault.read_report(tmp_path, mappings) == {16 * page, 19 * page, 40 * page}
     assert prefault.read_report(tmp_path / "missing", mappings) == set()
     for planted in ("link", "fifo"):  # what a compromised child may leave instead: neither is followed nor waited on
