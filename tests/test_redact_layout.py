@@ -70,10 +70,16 @@ def glyphs(pdf: Path) -> list[Glyph]:
     return [glyph for page in extract_pages(str(pdf)) for glyph in walk(page)]
 
 
-def pixels(pdf: Path, tmp_path: Path) -> bytes:
+def pixel_rows(pdf: Path, tmp_path: Path) -> list[bytes]:
+    """The rows of pixels poppler draws of `pdf`'s page (72 dpi, gray)."""
     subprocess.run(["pdftoppm", "-r", "72", "-gray", "-singlefile", str(pdf), str(tmp_path / "page")], check=True)
     with Image.open(tmp_path / "page.pgm") as page:
-        return page.tobytes()
+        data, width = page.tobytes(), page.width
+    return [data[start : start + width] for start in range(0, len(data), width)]
+
+
+def pixels(pdf: Path, tmp_path: Path) -> bytes:
+    return b"".join(pixel_rows(pdf, tmp_path))
 
 
 def redact(make: object, name: str, tmp_path: Path, policy: RedactPolicy = POLICY) -> tuple[Path, RedactionSummary]:
@@ -476,12 +482,7 @@ def _shown_strings(content: pikepdf.Page | pikepdf.Stream) -> list[bytes]:
 def _but_line(number: int, pdf: Path, ruler: Path, tmp_path: Path) -> bytes:
     """The pixels poppler draws of `pdf` (72 dpi, gray) but the band of `ruler`'s line of ink `number` (from 0, top
     down), which reaches halfway to the lines around it (a blank band taller than LINE_GAP rows parts two lines)."""
-    rows = []
-    for page in (ruler, pdf):
-        subprocess.run(["pdftoppm", "-r", "72", "-gray", "-singlefile", str(page), str(tmp_path / "page")], check=True)
-        with Image.open(tmp_path / "page.pgm") as image:
-            data, width = image.tobytes(), image.width
-        rows.append([data[start : start + width] for start in range(0, len(data), width)])
+    rows = [pixel_rows(page, tmp_path) for page in (ruler, pdf)]
     inked = [row for row, pixels in enumerate(rows[0]) if min(pixels) < 128]
     parts = [(above + below) // 2 for above, below in itertools.pairwise(inked) if below - above > LINE_GAP]
     top, bottom = [0, *parts, len(rows[0])][number : number + 2]
