@@ -18,7 +18,7 @@ from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
 from docjobs.domain.models import BlobRef, CpuBudget, JobShape, StageInput
 from docjobs.domain.stage_specs import StageSpec
-from docjobs.isolation.sandbox import ChildPool, ChildStopped, TenantPools, hand_over
+from docjobs.isolation.sandbox import ChildPool, ChildStopped, ProgressFn, TenantPools, hand_over
 from docjobs.isolation.stage_work import Entry
 from docjobs.store.storage import BlobStore
 
@@ -82,10 +82,22 @@ class IsolatedStages(StoreStages):
             yield Attempt(number, lease, folder, meter, pool)
 
     def _isolated(
-        self, attempt: Attempt, entry: Entry[WorkT, DoneT], work: WorkT, cpu: CpuBudget, max_pages: int | None = None
+        self,
+        attempt: Attempt,
+        entry: Entry[WorkT, DoneT],
+        work: WorkT,
+        cpu: CpuBudget,
+        max_pages: int | None = None,
+        on_progress: ProgressFn | None = None,
     ) -> DoneT:
         """Run `entry` on `work` in a document child; its page progress renews the lease (a page count above
-        `max_pages` is not believed), and a cancel or a lost lease kills it."""
+        `max_pages` is not believed) and goes to `on_progress` too, and a cancel or a lost lease kills it."""
+
+        def progress(done: int, total: int) -> None:
+            attempt.lease.progress(done, total)
+            if on_progress is not None:
+                on_progress(done, total)
+
         hand_over(attempt.folder, attempt.pool.confinement)
         try:
             return attempt.pool.run(
@@ -93,7 +105,7 @@ class IsolatedStages(StoreStages):
                 work,
                 entry.done_type,
                 cpu=cpu,
-                on_progress=attempt.lease.progress,
+                on_progress=progress,
                 should_stop=activity.is_cancelled,
                 on_usage=attempt.meter.add_child,
                 max_pages=max_pages,
@@ -108,6 +120,7 @@ class IsolatedStages(StoreStages):
         request: RestageInput,
         entry: Entry[WorkT, DoneT],
         work: Callable[[RestagePaths], WorkT],
+        on_progress: ProgressFn | None = None,
     ) -> tuple[DoneT, RestagePaths]:
         """An earlier stage's output rewritten in a document child: the job's input must still have its digest, and
         that output is fetched checked. The caller stages what the child wrote, at the paths returned."""
@@ -116,7 +129,7 @@ class IsolatedStages(StoreStages):
         self._verify_source(request.source)
         self._fetch_staged(request.staged, paths.source)
         pages = request.shape.page_count or None  # counted by render: a child may not claim more
-        return self._isolated(attempt, entry, work(paths), request.cpu, max_pages=pages), paths
+        return self._isolated(attempt, entry, work(paths), request.cpu, max_pages=pages, on_progress=on_progress), paths
 
     @staticmethod
     def _output(spec: StageSpec[Any, OutputT], done: BaseModel, attempt: Attempt, **stored: object) -> OutputT:

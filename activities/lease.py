@@ -52,8 +52,9 @@ class Lease:
         context = contextvars.copy_context()  # the activity context lives in a contextvar
         self._thread = threading.Thread(target=context.run, args=(self._renew,), daemon=True, name=f"lease-{stage}")
         previous = info.heartbeat_details[0] if info.heartbeat_details else None
-        if isinstance(previous, dict):
-            log.info("stage %s resumes after an attempt that reached page %s", stage, previous.get("pages_done"))
+        self._previous: dict[str, Any] = previous if isinstance(previous, dict) else {}
+        if self._previous:
+            log.info("stage %s resumes after an attempt that reached page %s", stage, self._previous.get("pages_done"))
 
     def __enter__(self) -> Lease:
         self._thread.start()
@@ -66,6 +67,14 @@ class Lease:
     def progress(self, pages_done: int, pages_total: int) -> None:
         """Record the progress; the next tick sends it."""
         self._details = {**self._details, "pages_done": pages_done, "pages_total": pages_total}
+
+    def note(self, **details: Any) -> None:
+        """Add `details` (JSON values) to what the heartbeats carry: what the next attempt needs to resume."""
+        self._details = {**self._details, **details}
+
+    def resumed_from(self) -> dict[str, Any]:
+        """What the last heartbeat of the previous attempt carried (empty for a first attempt)."""
+        return self._previous
 
     def pages_total(self) -> int:
         """The page count the stage reported (0 until it did)."""

@@ -1,28 +1,43 @@
 """OCR of a long document in page ranges (docjobs/domain/ocr_chunks.py): `ocr_chunk` OCRs one range, `ocr_merge`
 puts the ranges back into the document. Both run on the OCR queue, each attempt under its own lease and in a
 document child of its own, so a cancel or a lost lease kills that chunk's OCRmyPDF as it does the `ocr` stage's.
+
+A range resumes where a lost attempt stopped: the child leaves each page's words as a checkpoint as soon as
+Tesseract read them (docjobs/pdf/_ocr_child.py), the worker stores each one as the page progress comes in and names
+it in the lease's heartbeats, and the next attempt fetches those the last heartbeat named (each by its digest) and
+reads only the other pages. A worker lost in the middle of a range costs the pages being read, not the range.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import ValidationError
 
 from activities.declared import implements
 from activities.isolated import IsolatedStages
 from activities.runs import marked_run
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput
+from docjobs.domain.models import BlobRef
+from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput, PageRange
 from docjobs.isolation import stage_work
 from docjobs.isolation.chunk_work import OcrChunkFile, OcrChunkWork, OcrMergeWork
 from docjobs.isolation.sandbox import ChildPool, TenantPools
 from docjobs.pdf.ocr import pages_at_once
-from docjobs.store.storage import BlobStore, ocr_chunk_key
+from docjobs.store.storage import BlobStore, RunScope, ocr_checkpoint_key, ocr_checkpoints_prefix, ocr_chunk_key
+
+CHECKPOINT_NAME = re.compile(r"^(\d{6})-[0-9a-f]{64}\.json$")  # `<page in the range>-<OCR image sha256>.json`
+CHECKPOINT_MAX_BYTES = 4 * 1024 * 1024  # a page's hOCR and text; a larger file is not what the child should write
+CHECKPOINTS_DETAIL = "checkpoints"  # the heartbeat detail naming the stored checkpoints
 
 
 class OcrChunkActivities(IsolatedStages):
-    def __init__(
-        self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools, *, range_slots: int = 1
-    ) -> None:
+    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools, *, range_slots: int = 1) -> None:
         """`range_slots`: how many ranges this worker OCRs at once; they share its CPUs (pages_at_once)."""
         super().__init__(store, workdir, pool)
         self._pages_at_once = pages_at_once(range_slots)
@@ -30,6 +45,13 @@ class OcrChunkActivities(IsolatedStages):
     @implements(specs.OCR_CHUNK)
     def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
         with self._attempt("ocr_chunk", request) as attempt:
+            run = marked_run(self._store)
+            folder = attempt.folder / "checkpoints"
+            checkpoints = PageCheckpoints(run, request.pages, attempt.number, folder, attempt.lease)
+            checkpoints.folder.mkdir()
+            resume = attempt.folder / "resume"
+            resume.mkdir()
+            self._restore_checkpoints(checkpoints, attempt.lease.resumed_from(), resume)
             done, paths = self._restage(
                 attempt,
                 request,
@@ -42,9 +64,12 @@ class OcrChunkActivities(IsolatedStages):
                     pages=request.pages,
                     tag=request.job_id,
                     jobs=self._pages_at_once,
+                    checkpoints=checkpoints.folder,
+                    resume=resume,
                 ),
+                on_progress=lambda done, total: self._store_checkpoints(checkpoints),
             )
-            key = ocr_chunk_key(marked_run(self._store), request.pages.first, request.pages.last, attempt.number)
+            key = ocr_chunk_key(run, request.pages.first, request.pages.last, attempt.number)
             chunk = self._put_left(key, paths.output)
         return OcrChunkOutput(
             chunk=chunk,
@@ -52,9 +77,32 @@ class OcrChunkActivities(IsolatedStages):
             pages_ocred=done.pages_ocred,
             pages_deskewed=done.pages_deskewed,
             pages_unreadable=done.pages_unreadable,
+            pages_resumed=done.pages_resumed,
             attempt=attempt.number,
             cost=attempt.meter.total(),
         )
+
+    def _restore_checkpoints(self, checkpoints: PageCheckpoints, previous: dict[str, Any], resume: Path) -> None:
+        """The checkpoints the previous attempt's last heartbeat (`previous`) named, fetched into `resume` (each
+        checked against its digest; one that fails is left out, and its page read again), and named again in this
+        attempt's."""
+        for name, ref in checkpoints.named_in(previous).items():
+            try:
+                self._fetch_staged(ref, resume / name)
+            except Exception:  # noqa: BLE001 - a checkpoint is a saving, never a condition: read the page again
+                (resume / name).unlink(missing_ok=True)
+                continue
+            checkpoints.kept(name, ref)
+
+    def _store_checkpoints(self, checkpoints: PageCheckpoints) -> None:
+        """Every new checkpoint the child left, stored and named in the lease's heartbeats."""
+        for name in checkpoints.new():
+            checkpoints.kept(name, self._store_checkpoint(checkpoints, name))
+
+    def _store_checkpoint(self, checkpoints: PageCheckpoints, name: str) -> BlobRef:
+        pages = checkpoints.pages
+        key = ocr_checkpoint_key(checkpoints.run, pages.first, pages.last, name, checkpoints.attempt)
+        return self._put_left(key, checkpoints.folder / name)
 
     @implements(specs.OCR_MERGE)
     def ocr_merge(self, request: OcrMergeInput) -> OcrMergeOutput:
@@ -80,3 +128,55 @@ class OcrChunkActivities(IsolatedStages):
             text_ref = self._put_staged("ocr-text", attempt.number, text, ".json")
             staged = self._put_staged("ocr", attempt.number, output)
         return OcrMergeOutput(staged=staged, text=text_ref, attempt=attempt.number, cost=attempt.meter.total())
+
+
+class Noting(Protocol):
+    def note(self, **details: Any) -> None: ...
+
+
+@dataclass
+class PageCheckpoints:
+    """The page checkpoints of one attempt of a range: those it took over from the previous attempt and those it
+    stored itself, by name, as its heartbeats carry them."""
+
+    run: RunScope
+    pages: PageRange
+    attempt: int
+    folder: Path  # where the document child leaves them
+    lease: Noting  # whose heartbeats name them
+    stored: dict[str, BlobRef] = field(default_factory=dict)
+
+    def named_in(self, details: dict[str, Any]) -> dict[str, BlobRef]:
+        """The checkpoints of this range that heartbeat `details` name (anything else there is ignored)."""
+        prefix = f"{ocr_checkpoints_prefix(self.run, self.pages.first, self.pages.last)}/"
+        named: dict[str, BlobRef] = {}
+        entries = details.get(CHECKPOINTS_DETAIL)
+        for entry in entries if isinstance(entries, list) else []:
+            try:
+                name, ref = entry["name"], BlobRef.model_validate(entry["blob"])
+            except (TypeError, KeyError, ValidationError):
+                continue
+            if isinstance(name, str) and self._in_range(name) and ref.key.startswith(prefix):
+                named[name] = ref
+        return named
+
+    def new(self) -> list[str]:
+        """The checkpoints the child has left since the last look: well named, for a page of the range, regular
+        files of a sane size (what a child leaves is not trusted; `_put_left` copies it without following links)."""
+        found = []
+        for entry in os.scandir(self.folder):
+            if entry.name in self.stored or not self._in_range(entry.name):
+                continue
+            facts = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(facts.st_mode) and facts.st_size <= CHECKPOINT_MAX_BYTES:
+                found.append(entry.name)
+        return sorted(found)[: self.pages.pages - len(self.stored)]
+
+    def kept(self, name: str, ref: BlobRef) -> None:
+        self.stored[name] = ref
+        entries = [{"name": name, "blob": ref.model_dump(mode="json")} for name, ref in sorted(self.stored.items())]
+        self.lease.note(**{CHECKPOINTS_DETAIL: entries})
+
+    def _in_range(self, name: str) -> bool:
+        match = CHECKPOINT_NAME.match(name)
+        return match is not None and 1 <= int(match.group(1)) <= self.pages.pages

@@ -16,6 +16,9 @@
 Before it holds, it leaves its attempt's span (still open) in the folder: what a killed worker never exports.
 `hold-ocr-chunk`: the `ocr_chunk` of the pages from `DOCJOBS_HOLD_CHUNK` (a first page) holds the same way, its
 event files named `chunk-<first>.<event>`: a long OCR stage stopped half-way for as long as the test needs.
+`hold-ocr-checkpoint`: that `ocr_chunk`'s first attempt OCRs for real until it has stored page checkpoints and
+named them in its heartbeats, then holds (event `chunk-<first>.checkpointed`) until the worker is killed: an attempt
+lost in the middle of its range.
 
 `DOCJOBS_SPAN_FILE`: every span this worker ends is written there at once, one JSON object a line (a killed
 worker's batch exporter would lose them).
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.declared import implements
 from activities.lease import Lease
-from activities.ocr_chunks import OcrChunkActivities
+from activities.ocr_chunks import OcrChunkActivities, PageCheckpoints
 from activities.render import RenderActivities
 from docjobs import worker
 from docjobs.domain import stage_specs as specs
@@ -114,6 +117,17 @@ class HeldOcrChunk(OcrChunkActivities):
         return super().ocr_chunk(request)
 
 
+class CheckpointedOcrChunk(OcrChunkActivities):
+    def _store_checkpoints(self, checkpoints: PageCheckpoints) -> None:
+        super()._store_checkpoints(checkpoints)
+        pages = checkpoints.pages
+        if checkpoints.stored and pages.first == int(os.environ["DOCJOBS_HOLD_CHUNK"]) and checkpoints.attempt == 1:
+            hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), str(activity.info().workflow_id))
+            hold.mark(f"chunk-{pages.first}.checkpointed")
+            while True:  # the lease's own thread renews it (and sends the checkpoints) until the worker dies
+                time.sleep(1)
+
+
 class FlakyRender(RenderActivities):
     def _put_staged(self, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
         if stage == "render" and attempt == 1:
@@ -156,6 +170,8 @@ if __name__ == "__main__":
         setattr(worker, "RenderActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
     elif fault == "hold-ocr-chunk":
         setattr(worker, "OcrChunkActivities", HeldOcrChunk)  # noqa: B010
+    elif fault == "hold-ocr-checkpoint":
+        setattr(worker, "OcrChunkActivities", CheckpointedOcrChunk)  # noqa: B010
     elif fault in ("box-only-redaction", "keep-active-content", "spy-sign", "forge-byte-range", "compromised-child"):
         entries = f"tests.faults.{fault.replace('-', '_')}"
         setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010

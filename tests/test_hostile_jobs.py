@@ -140,9 +140,9 @@ def watch(api: str, key: str, worker: int, samples: Watch) -> None:
 
 
 @pytest.fixture(scope="module")
-def hostile_api(env: Env, start_worker: StartWorker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-    tuple[str, str, WorkerProcess]
-]:
+def hostile_api(
+    env: Env, start_worker: StartWorker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str, WorkerProcess]]:
     """`starter.py serve` and a worker, both on their own queue with tight limits."""
     tenants = tmp_path_factory.mktemp("hostile-api") / "tenants.json"
     key = add_tenant(tenants, "mallory")

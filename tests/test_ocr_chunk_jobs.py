@@ -169,6 +169,82 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
 
 
+async def chunk_results(client: Client, job_id: str) -> dict[str, dict[str, Any]]:
+    """Per chunk (`first-last`), the decoded result of its completed `ocr_chunk`."""
+    history = await client.get_workflow_handle(job_id).fetch_history()
+    results = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            completed = event.activity_task_completed_event_attributes
+            (result,) = await client.data_converter.decode(completed.result.payloads)
+            if isinstance(result, dict) and "pages_resumed" in result:
+                results[f"{result['pages']['first']}-{result['pages']['last']}"] = result
+    return results
+
+
+async def checkpointed_pages(client: Client, job_id: str, pages: str) -> list[int]:
+    """The pages (numbered in the document) whose checkpoints the running `ocr_chunk` of `pages` named in the
+    heartbeats the server has."""
+    description = await client.get_workflow_handle(job_id).describe()
+    for pending in description.raw_description.pending_activities:
+        if pending.activity_type.name != "ocr_chunk" or not pending.heartbeat_details.payloads:
+            continue
+        (details,) = await client.data_converter.decode(pending.heartbeat_details.payloads)
+        named = [entry for entry in details.get("checkpoints", []) if f"/pages/{pages}/" in entry["blob"]["key"]]
+        if named:
+            first = int(pages.split("-")[0])
+            return sorted(first - 1 + int(entry["name"][:6]) for entry in named)
+    return []
+
+
+@needs_ocr_tools
+async def test_a_range_resumes_after_the_pages_its_lost_attempt_read(
+    jobs: JobClient, env: Env, policies: PolicyBook, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """The held range's first attempt stores a page's words, names them in its heartbeats, and dies with its
+    worker; the next attempt, on another worker, takes those pages from the checkpoints (its child did not read
+    them again: it reports them resumed) and reads the others."""
+    queue, holds = "docjobs-ocr-chunk-resume", tmp_path / "holds"
+    holds.mkdir()
+    doomed = start_worker(
+        queue,
+        script=REPO / "tests" / "fault_worker.py",
+        DOCJOBS_FAULT="hold-ocr-checkpoint",
+        DOCJOBS_HOLD_DIR=str(holds),
+        DOCJOBS_HOLD_CHUNK=str(HELD),
+    )
+    words = long_scan(source := tmp_path / "resume-scan.pdf")
+    client = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
+    job_id = (await client.submit(source, chunked(policies), key="ocr-chunk-resume")).job_id
+    await asyncio.to_thread(Hold(holds, job_id).wait, f"chunk-{HELD}.checkpointed", 180)
+    held = f"{HELD}-{HELD + CHUNK_PAGES - 1}"
+    read: list[int] = []
+
+    async def named() -> bool:
+        read[:] = await checkpointed_pages(jobs.client, job_id, held)
+        return bool(read)
+
+    await wait_until(named, timeout=30)
+    assert set(read) <= {HELD, HELD + 1}
+    doomed.kill()
+
+    start_worker(queue)
+    status = await wait_terminal(client, job_id, timeout=300)
+    assert status.state is JobState.SUCCEEDED, status
+    assert (await chunk_attempts(jobs.client, job_id))[held][0] >= 2
+    results = await chunk_results(jobs.client, job_id)
+    assert results[held]["pages_resumed"] == read  # not read again
+    assert all(results[name]["pages_resumed"] == [] for name in results if name != held)
+    assert results[held]["pages_ocred"] == [HELD, HELD + 1]
+    out = tmp_path / "out.pdf"
+    await client.fetch(job_id, out)
+    found = page_words(out)
+    for number, expected in enumerate(words):  # the resumed pages' words too, on their own pages
+        own = {word.lower() for word in expected}
+        assert len(own & found[number]) >= 0.75 * len(own), (number + 1, found[number])
+    assert job_files(env, job_id) == ["artifact.pdf", "evidence.json", "run.json", "text.json"]  # checkpoints gone
+
+
 @needs_ocr_tools
 async def test_cancel_stops_every_running_chunk(
     jobs: JobClient, env: Env, policies: PolicyBook, start_worker: StartWorker, tmp_path: Path

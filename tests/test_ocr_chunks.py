@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pikepdf
 import pytest
 from pikepdf import Array, Dictionary, Name, OutlineItem
 
+from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, PageCheckpoints
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import OcrOutputType, OcrPolicy
+from docjobs.domain.models import BlobRef, OcrOutputType, OcrPolicy
 from docjobs.domain.ocr_chunks import PageRange, chunk_plan
 from docjobs.pdf.ocr import pages_at_once
 from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
+from docjobs.store.storage import RunScope, ocr_checkpoints_prefix
 from workflows.ocr_chunks import page_ranges
 
 
@@ -135,3 +139,54 @@ def test_the_merge_refuses_chunks_that_do_not_cover_the_document(rendered: Path,
     with pytest.raises(DocJobError) as longer:  # a chunk with fewer pages than its range says
         merge_chunks(rendered, [first, middle, OcrdChunk(PageRange(first=5, last=7), last.path)], tmp_path / "x.pdf")
     assert longer.value.code == "ocr.invalid_output"
+
+
+class Heartbeats:
+    def __init__(self) -> None:
+        self.details: dict[str, Any] = {}
+
+    def note(self, **details: Any) -> None:
+        self.details.update(details)
+
+
+def _checkpoints(tmp_path: Path) -> tuple[PageCheckpoints, Heartbeats]:
+    run = RunScope(namespace="default", workflow_id="acme/scan", run_id=str(uuid.uuid4()))
+    (folder := tmp_path / "checkpoints").mkdir()
+    heartbeats = Heartbeats()
+    return PageCheckpoints(run, PageRange(first=17, last=18), 1, folder, heartbeats), heartbeats
+
+
+def test_the_worker_takes_only_well_formed_checkpoints_of_its_range_from_the_child(tmp_path: Path) -> None:
+    checkpoints, heartbeats = _checkpoints(tmp_path)
+    digest = "ab" * 32
+    good = f"000002-{digest}.json"
+    (checkpoints.folder / good).write_text("{}")
+    (checkpoints.folder / f"000003-{digest}.json").write_text("{}")  # the range has 2 pages
+    (checkpoints.folder / f".000001-{digest}.json.partial").write_text("{")  # not yet renamed into place
+    (checkpoints.folder / f"000001-{digest}.json").symlink_to("/etc/passwd")
+    (checkpoints.folder / f"000001-{'cd' * 32}.json").write_bytes(b"x" * (CHECKPOINT_MAX_BYTES + 1))
+    assert checkpoints.new() == [good]
+    ref = BlobRef(key=f"{ocr_checkpoints_prefix(checkpoints.run, 17, 18)}/a1-0-{good}", sha256=digest, size=2)
+    checkpoints.kept(good, ref)
+    assert checkpoints.new() == []  # stored once
+    assert heartbeats.details == {"checkpoints": [{"name": good, "blob": ref.model_dump(mode="json")}]}
+
+
+def test_the_next_attempt_takes_from_the_heartbeat_only_checkpoints_of_its_range(tmp_path: Path) -> None:
+    checkpoints, _ = _checkpoints(tmp_path)
+    digest = "ab" * 32
+    name = f"000001-{digest}.json"
+    ours = BlobRef(key=f"{ocr_checkpoints_prefix(checkpoints.run, 17, 18)}/a1-0-{name}", sha256=digest, size=2)
+    other_range = ours.model_copy(update={"key": f"{ocr_checkpoints_prefix(checkpoints.run, 1, 16)}/a1-0-{name}"})
+    details = {
+        "checkpoints": [
+            {"name": name, "blob": ours.model_dump(mode="json")},
+            {"name": f"000002-{digest}.json", "blob": other_range.model_dump(mode="json")},
+            {"name": "../../escape.json", "blob": ours.model_dump(mode="json")},
+            {"name": f"000002-{digest}.json", "blob": {"key": "x"}},
+            "not an entry",
+        ]
+    }
+    assert checkpoints.named_in(details) == {name: ours}
+    assert checkpoints.named_in({"checkpoints": "nothing"}) == {}
+    assert checkpoints.named_in({}) == {}

@@ -422,6 +422,20 @@ def test_should_stop_kills_the_whole_process_group(three_page_scan: Path, tmp_pa
     assert list(workdir.iterdir()) == [], "the temporary files are gone"
 
 
+def _tesseract_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str) -> Path:
+    """A wrapper first on PATH that appends `line` (shell words) to the returned file at every Tesseract call, then
+    runs the real Tesseract."""
+    real = shutil.which("tesseract")
+    assert real is not None
+    record, wrappers = tmp_path / "tesseract-calls.txt", tmp_path / "bin"
+    wrappers.mkdir()
+    wrapper = wrappers / "tesseract"
+    wrapper.write_text(f'#!/bin/sh\necho {line} >> {record}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
 def test_tesseract_runs_one_thread_a_page_even_on_a_one_page_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -429,14 +443,7 @@ def test_tesseract_runs_one_thread_a_page_even_on_a_one_page_scan(
     default of one a core; spinning, they starve beside other OCR (docjobs/pdf/ocr.py, TESSERACT_THREADS). Every
     Tesseract call is seen through a wrapper first on PATH that records the limit it was given, then runs the real
     one (without docjobs' limit the record holds `2` and an empty one)."""
-    real = shutil.which("tesseract")
-    assert real is not None
-    record, wrappers = tmp_path / "limits.txt", tmp_path / "bin"
-    wrappers.mkdir()
-    wrapper = wrappers / "tesseract"
-    wrapper.write_text(f'#!/bin/sh\necho "OMP_THREAD_LIMIT=$OMP_THREAD_LIMIT" >> {record}\nexec {real} "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
+    record = _tesseract_seen(tmp_path, monkeypatch, '"OMP_THREAD_LIMIT=$OMP_THREAD_LIMIT"')
     monkeypatch.delenv("OMP_THREAD_LIMIT", raising=False)
     make_scan_pdf(tmp_path / "one.pdf", scan_words(1, 40, seed=3))
     workdir = tmp_path / "work"
@@ -444,6 +451,40 @@ def test_tesseract_runs_one_thread_a_page_even_on_a_one_page_scan(
     result = run_ocr(tmp_path / "one.pdf", tmp_path / "out.pdf", SKIP, workdir=workdir, jobs=2)
     assert result.pages_ocred == (1,)
     assert set(record.read_text().splitlines()) == {"OMP_THREAD_LIMIT=1"}
+
+
+def test_checkpoints_let_the_next_attempt_skip_the_pages_already_read(
+    three_page_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each page's words are left as a checkpoint as soon as Tesseract read them; a later run given them reads only
+    the pages without one (the wrapper counts Tesseract's hOCR calls: one a page read), with the same text, and a
+    checkpoint made for another image of the page is not used. The pages are turned and askew: the images
+    Tesseract reads come out of the same rotation and deskew each time."""
+    record = _tesseract_seen(tmp_path, monkeypatch, '"$@"')
+    checkpoints, workdir = tmp_path / "checkpoints", tmp_path / "work"
+    checkpoints.mkdir()
+    workdir.mkdir()
+    first = run_ocr(three_page_scan, tmp_path / "first.pdf", SKIP, workdir=workdir, jobs=JOBS, checkpoints=checkpoints)
+    saved = sorted(path.name for path in checkpoints.iterdir())
+    assert [name[:7] for name in saved] == ["000001-", "000002-", "000003-"], saved  # renamed into place whole
+    assert first.pages_resumed == ()
+    assert _hocr_calls(record) == 3
+
+    resume = tmp_path / "resume"
+    resume.mkdir()
+    for name in saved[:2]:  # pages 1 and 2 were read before the attempt was lost
+        shutil.copy(checkpoints / name, resume / name)
+    stale = saved[2].replace(saved[2][7:71], "0" * 64)  # page 3 read from another image
+    shutil.copy(checkpoints / saved[2], resume / stale)
+    second = run_ocr(three_page_scan, tmp_path / "second.pdf", SKIP, workdir=workdir, jobs=JOBS, resume=resume)
+    assert second.pages_resumed == (1, 2)
+    assert second.pages_ocred == (1, 2, 3)
+    assert _hocr_calls(record) == 3 + 1  # only page 3 was read again
+    assert second.page_texts == first.page_texts
+
+
+def _hocr_calls(record: Path) -> int:
+    return sum(" hocr" in line for line in record.read_text().splitlines())
 
 
 def test_dead_parent_leaves_no_ocr_behind(three_page_scan: Path, tmp_path: Path) -> None:

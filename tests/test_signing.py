@@ -90,9 +90,7 @@ def poppler_says_valid(sig: dict[str, str]) -> bool:
     return sig.get("Signature Validation") == "Signature is Valid."
 
 
-def write_signer(
-    directory: Path, ca_name: str, signer_name: str, *, key: PrivateKey | None = None
-) -> SignerConfig:
+def write_signer(directory: Path, ca_name: str, signer_name: str, *, key: PrivateKey | None = None) -> SignerConfig:
     """A CA and a signer issued by it, as PEM files; the config trusts that CA."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = make_ca(ca_name)
@@ -330,9 +328,7 @@ def test_pdfsig_agrees_the_signature_is_valid(signed: tuple[Path, SignInfo]) -> 
     assert sig["Signer Certificate Common Name"] == DEV_SIGNER_CN
 
 
-def test_flipped_byte_breaks_the_signature(
-    work: Path, signed: tuple[Path, SignInfo], dev: SignerConfig
-) -> None:
+def test_flipped_byte_breaks_the_signature(work: Path, signed: tuple[Path, SignInfo], dev: SignerConfig) -> None:
     out, _ = signed
     data = out.read_bytes()
     tampered = work / "flipped.pdf"
@@ -358,9 +354,7 @@ def test_untrusted_signer(work: Path, sample: Path, untrusted: SignerConfig, dev
     assert poppler_says_valid(sig)  # cryptographically fine: only trust differs
 
 
-def test_update_appended_after_signing_is_caught(
-    work: Path, signed: tuple[Path, SignInfo], dev: SignerConfig
-) -> None:
+def test_update_appended_after_signing_is_caught(work: Path, signed: tuple[Path, SignInfo], dev: SignerConfig) -> None:
     out, _ = signed
     appended = work / "appended.pdf"
     with out.open("rb") as infile:
@@ -787,12 +781,12 @@ def test_evidence_from_before_sanitization_still_verifies(evidence: Evidence, de
 def test_canonical_json_is_rfc8785() -> None:
     """RFC 8785's own example (section 3.2.3): numbers as ECMAScript prints them, UTF-8, minimal escapes."""
     value = json.loads(
-        r'''{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],'''
-        r'''"string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/", "literals": [null, true, false]}'''
+        r"""{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],"""
+        r""""string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/", "literals": [null, true, false]}"""
     )
     expected = (
-        r'''{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'''
-        r'''"string":"€$\u000f\nA'B\"\\\\\"/"}'''
+        r"""{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"""
+        r""""string":"€$\u000f\nA'B\"\\\\\"/"}"""
     )
     assert canonical_json(value) == expected.encode()
 

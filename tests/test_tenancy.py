@@ -233,9 +233,7 @@ async def deployment(
         yield PolicyDeployment(api, JobClient(jobs.client, settings))
 
 
-async def test_the_api_refuses_a_policy_the_tenant_may_not_use(
-    deployment: PolicyDeployment, tmp_path: Path
-) -> None:
+async def test_the_api_refuses_a_policy_the_tenant_may_not_use(deployment: PolicyDeployment, tmp_path: Path) -> None:
     api, jobs = deployment.api, deployment.jobs
     acme, vip = api.auth("acme"), api.auth("vip")
     letter = document(tmp_path, "policy")
@@ -271,9 +269,7 @@ async def test_the_api_refuses_a_policy_the_tenant_may_not_use(
     assert (status.state, status.document_class) == (JobState.SUCCEEDED, "trusted"), status.failure_code
 
 
-async def test_resolve_refuses_a_policy_the_tenant_may_not_use(
-    deployment: PolicyDeployment, tmp_path: Path
-) -> None:
+async def test_resolve_refuses_a_policy_the_tenant_may_not_use(deployment: PolicyDeployment, tmp_path: Path) -> None:
     """A public input started straight on Temporal (as a service does): `resolve` checks what the API does.
     A tenant the tenants file does not have (a service's, or `default` of the command line) gets the default."""
     jobs = deployment.jobs

@@ -370,7 +370,9 @@ async def test_operators_read_a_job_at_a_glance(
     metadata = await quarantined.query("__temporal_workflow_metadata")
     assert metadata.current_details == "quarantined: source.digest_mismatch"
     # A plain client sets no search attributes: the workflow names the tenant itself, so the job lists under it.
-    failures = f'WorkflowId = "{quarantined.id}" AND DocjobsTenant = "{TENANT}" AND DocjobsState IN ("failed", "quarantined")'  # noqa: E501
+    failures = (
+        f'WorkflowId = "{quarantined.id}" AND DocjobsTenant = "{TENANT}" AND DocjobsState IN ("failed", "quarantined")'
+    )
     deadline = time.monotonic() + 30
     while not [execution async for execution in plain.list_workflows(failures)]:  # visibility lags a little
         assert time.monotonic() < deadline, "the failures query does not find the quarantined job under its tenant"

@@ -61,6 +61,7 @@ class OcrChunkOutput(Frozen):
     pages_ocred: list[int]  # page numbers of the whole document, as every page list below
     pages_deskewed: list[DeskewedPage] = Field(default_factory=list)
     pages_unreadable: list[int] = Field(default_factory=list)
+    pages_resumed: list[int] = Field(default_factory=list)  # read by an earlier, lost attempt (its checkpoints)
     attempt: int
     cost: Cost = Cost()
 

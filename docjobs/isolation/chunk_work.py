@@ -8,6 +8,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import Field
+
 from docjobs.domain.models import DeskewedPage, Frozen, OcrPolicy, WatermarkPolicy
 from docjobs.domain.ocr_chunks import PageRange
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
@@ -30,12 +32,15 @@ class OcrChunkWork(Frozen):
     pages: PageRange
     tag: str  # put in the OCR processes' environment, so they can be found
     jobs: int | None = None  # pages OCR'd at once (None: one per CPU): the worker's CPUs shared by its range slots
+    checkpoints: Path | None = None  # where each page's words are left once read (run_ocr)
+    resume: Path | None = None  # an earlier attempt's checkpoints: those pages are not read again
 
 
 class OcrChunkDone(Frozen):
     pages_ocred: list[int]  # numbered in the whole document, as the lists below
     pages_deskewed: list[DeskewedPage]
     pages_unreadable: list[int]
+    pages_resumed: list[int] = Field(default_factory=list)
 
 
 def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
@@ -54,11 +59,14 @@ def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
         input_validated=True,  # render validated the document it was cut from
         page_offset=offset,
         jobs=work.jobs,
+        checkpoints=work.checkpoints,
+        resume=work.resume,
     )
     return OcrChunkDone(
         pages_ocred=[number + offset for number in result.pages_ocred],
         pages_deskewed=[page.model_copy(update={"page": page.page + offset}) for page in result.pages_deskewed],
         pages_unreadable=[number + offset for number in result.pages_unreadable],
+        pages_resumed=[number + offset for number in result.pages_resumed],
     )
 
 

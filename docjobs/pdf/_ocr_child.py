@@ -13,6 +13,14 @@ used). Events carry page numbers and counts only, never text or file names:
   kept the page without text (seen as OCRmyPDF's log warning for it).
 * ``{"event": "deskew", "page": 3, "angle": -7.0, "correction": 7.0}``: page 3 was found askew by
   `angle` degrees (positive: turned counter-clockwise) and turned by `correction` degrees before OCR.
+* ``{"event": "resumed", "page": 3}``: page 3's words were taken from an earlier attempt's checkpoint, not read
+  again (see below).
+
+Checkpoints: with DOCJOBS_OCR_CHECKPOINTS set to a folder, every page Tesseract read leaves its words there, as
+``<page>-<sha256 of the OCR image>.json`` (``{"hocr": ..., "text": ...}``, renamed into place whole); with
+DOCJOBS_OCR_RESUME set to a folder of such files from an earlier attempt, a page whose OCR image has the digest
+named there takes its words from the file instead of running Tesseract. The digest ties the words to the exact
+image they were read from: a page rasterized, turned or cleaned differently is read again.
 
 The image handed to Tesseract (never the visible page) is despeckled with a 3x3 median when it is
 scanned at DESPECKLE_MIN_DPI or more: specks in the gaps otherwise make Tesseract run words together.
@@ -32,6 +40,7 @@ loaded from beside it by file path).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -51,6 +60,8 @@ from PIL import Image, ImageFilter, ImageOps
 EVENT_FD_ENV = "DOCJOBS_OCR_EVENT_FD"
 PARENT_PID_ENV = "DOCJOBS_OCR_PARENT_PID"
 CONDITION_ENV = "DOCJOBS_OCR_CONDITION"
+CHECKPOINTS_ENV = "DOCJOBS_OCR_CHECKPOINTS"
+RESUME_ENV = "DOCJOBS_OCR_RESUME"
 CONDITION_DPI = 400.0
 DESPECKLE_MIN_DPI = 250.0  # below this a 3x3 median can eat thin strokes
 CONDITION_MAX_SIDE = 12000  # pixels: far inside Tesseract's 32767
@@ -198,8 +209,51 @@ def _page_of(image_file: Path) -> int | None:
     return int(prefix) if prefix.isdigit() else None
 
 
+def _checkpoint_name(page: int, image: Path) -> str:
+    return f"{page:06d}-{hashlib.sha256(image.read_bytes()).hexdigest()}.json"
+
+
+def _resumed(name: str, output_hocr: Path, output_text: Path) -> bool:
+    """Whether an earlier attempt's checkpoint `name` gave the page's words (written to the outputs)."""
+    folder = os.environ.get(RESUME_ENV)
+    if not folder:
+        return False
+    try:
+        saved = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
+        hocr, text = saved["hocr"], saved["text"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # none, or unreadable: read the page again
+    if not isinstance(hocr, str) or not isinstance(text, str):
+        return False
+    output_hocr.write_text(hocr, encoding="utf-8")
+    output_text.write_text(text, encoding="utf-8")
+    return True
+
+
+def _save_checkpoint(name: str, output_hocr: Path, output_text: Path) -> None:
+    folder = os.environ.get(CHECKPOINTS_ENV)
+    if not folder:
+        return
+    words = {"hocr": output_hocr.read_text(encoding="utf-8"), "text": output_text.read_text(encoding="utf-8")}
+    partial = Path(folder) / f".{name}.partial"
+    partial.write_text(json.dumps(words), encoding="utf-8")
+    partial.replace(Path(folder) / name)  # whole or absent: the worker may take it at any moment
+
+
 class LevelingTesseract(TesseractOcrEngine):
-    """Tesseract, with the skew measured by projection profiles when that measure is confident."""
+    """Tesseract, with the skew measured by projection profiles when that measure is confident, and the words of
+    a page kept as a checkpoint (or taken from one)."""
+
+    @staticmethod
+    def generate_hocr(input_file: Path, output_hocr: Path, output_text: Path, options: OcrOptions) -> None:
+        page = _page_of(Path(input_file))
+        name = _checkpoint_name(page, Path(input_file)) if page is not None else None
+        if name is not None and _resumed(name, Path(output_hocr), Path(output_text)):
+            _emit(event="resumed", page=page)
+            return
+        TesseractOcrEngine.generate_hocr(input_file, output_hocr, output_text, options)  # type: ignore[no-untyped-call]
+        if name is not None:
+            _save_checkpoint(name, Path(output_hocr), Path(output_text))
 
     @staticmethod
     def get_deskew(input_file: Path, options: OcrOptions) -> float:

@@ -60,6 +60,8 @@ TAG_ENV = "DOCJOBS_OCR_TAG"
 EVENT_FD_ENV = "DOCJOBS_OCR_EVENT_FD"  # read by _ocr_child
 PARENT_PID_ENV = "DOCJOBS_OCR_PARENT_PID"  # read by _ocr_child
 CONDITION_ENV = "DOCJOBS_OCR_CONDITION"  # read by _ocr_child: condition the OCR image (the retry)
+CHECKPOINTS_ENV = "DOCJOBS_OCR_CHECKPOINTS"  # read by _ocr_child: where each page's words are left as read
+RESUME_ENV = "DOCJOBS_OCR_RESUME"  # read by _ocr_child: an earlier attempt's checkpoints
 CHILD_PLUGIN = Path(__file__).resolve().with_name("_ocr_child.py")  # loaded by file name, in the child only
 ROTATE_PAGES_THRESHOLD = 2.0  # Tesseract OSD confidence; OCRmyPDF's default (14) leaves clear 90° scans unturned
 POLL_SECONDS = 0.2  # how often `should_stop` is asked (and the child polled)
@@ -92,6 +94,7 @@ class OcrResult:
     pages_blank: tuple[int, ...] = ()  # OCR'd pages without text that are blank (accepted)
     pages_deskewed: tuple[DeskewedPage, ...] = ()  # skew found and turn applied, per page turned
     pages_unreadable: tuple[int, ...] = ()  # pages with ink but no text, released image-only (policy)
+    pages_resumed: tuple[int, ...] = ()  # pages whose words came from an earlier attempt's checkpoint
 
 
 class ExitCode(IntEnum):
@@ -179,6 +182,8 @@ def run_ocr(
     tag: str | None = None,
     input_validated: bool = False,
     page_offset: int = 0,
+    checkpoints: Path | None = None,
+    resume: Path | None = None,
 ) -> OcrResult:
     """OCR the PDF `src` into `dst` as `policy` says. `dst` is written only on success.
 
@@ -190,6 +195,9 @@ def run_ocr(
     `input_validated`: `src` already passed the full stream check (see `open_checked`) earlier in the job.
     `page_offset`: `src` is a chunk of a longer document starting after this many pages; failure messages name
     the pages by their number in that document (the result numbers them in `src`).
+    `checkpoints`: a folder where each page's words are left as soon as Tesseract read them, so that the next
+    attempt after a lost one can resume; `resume`: such a folder from an earlier attempt, whose pages are not read
+    again when their OCR image is the same (see `_ocr_child`).
     The output gets a structural check here (it opens, same page count); its streams are decoded by the
     release gate that re-reads the final document anyway.
 
@@ -224,9 +232,12 @@ def run_ocr(
             TAG_ENV: tag or f"docjobs-ocr-{uuid.uuid4().hex}",
             PARENT_PID_ENV: str(os.getpid()),
             "TMPDIR": str(tmp),  # OCRmyPDF's work folder lives (and dies) with ours
+            CHECKPOINTS_ENV: "",  # the first pass's only: the retry below reads conditioned images
+            RESUME_ENV: "",
         }
+        resumable = {CHECKPOINTS_ENV: str(checkpoints or ""), RESUME_ENV: str(resume or "")}
         command = _ocrmypdf_command(args, clean, output)
-        report = _run_child(command, env, tmp, total=total, on_page=on_page, should_stop=should_stop)
+        report = _run_child(command, env | resumable, tmp, total=total, on_page=on_page, should_stop=should_stop)
         if report.returncode == ExitCode.already_done_ocr:
             log.info("OCR engine found nothing to do (status %d)", report.returncode)
             shutil.copyfile(clean, dst)
@@ -284,6 +295,7 @@ def run_ocr(
             pages_blank=tuple(blank),
             pages_deskewed=tuple(deskewed[number] for number in sorted(deskewed)),
             pages_unreadable=tuple(unreadable),
+            pages_resumed=tuple(sorted(report.resumed)),
         )
 
 
@@ -372,6 +384,7 @@ class _Report:
     unnamed_timeout: bool = False
     pages_done: int = 0
     deskewed: dict[int, DeskewedPage] = field(default_factory=dict)
+    resumed: set[int] = field(default_factory=set)
 
 
 class _Child:
@@ -467,6 +480,8 @@ class _Child:
                         on_page(done, total)
             elif kind == "ocr_page" and isinstance(page, int) and 1 <= page <= total:
                 self.report.ocr_pages.add(page)
+            elif kind == "resumed" and isinstance(page, int) and 1 <= page <= total:
+                self.report.resumed.add(page)
             elif kind == "deskew" and isinstance(page, int) and 1 <= page <= total:
                 angle, correction = event.get("angle"), event.get("correction")
                 if isinstance(angle, int | float) and isinstance(correction, int | float):

@@ -256,6 +256,16 @@ def ocr_chunk_key(run: RunScope, first: int, last: int, attempt: int) -> str:
     return f"{ocr_chunks_prefix(run)}/{first}-{last}-a{attempt}-{uuid.uuid4().hex[:12]}.pdf"
 
 
+def ocr_checkpoints_prefix(run: RunScope, first: int, last: int) -> str:
+    """Where the page checkpoints of the range `first` to `last` go: what a lost attempt had read, for the next."""
+    return f"{ocr_chunks_prefix(run)}/pages/{first}-{last}"
+
+
+def ocr_checkpoint_key(run: RunScope, first: int, last: int, name: str, attempt: int) -> str:
+    """A page checkpoint `name` (`<page>-<image digest>.json`) of the range, under a key of the attempt's own."""
+    return f"{ocr_checkpoints_prefix(run, first, last)}/a{attempt}-{uuid.uuid4().hex[:12]}-{name}"
+
+
 def artifact_key(run: RunScope) -> str:
     return f"{run.prefix}/artifact.pdf"
 
