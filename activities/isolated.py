@@ -74,7 +74,7 @@ class IsolatedStages(StoreStages):
         meter = AttemptMeter()
         lease = Lease(stage, meter)
         with (
-            typed_failures(stage, request.shape, pages=lease.pages_total, meter=meter) as number,
+            typed_failures(stage, request.shape, pages=lease.pages_total, meter=meter, resume=lease.details) as number,
             lease,
             self._pool.lease(request.job_id) as (pool, root),
             self._folder(stage, root) as folder,

@@ -72,6 +72,10 @@ class Lease:
         """Add `details` (JSON values) to what the heartbeats carry: what the next attempt needs to resume."""
         self._details = {**self._details, **details}
 
+    def details(self) -> dict[str, Any]:
+        """What the heartbeats carry now."""
+        return self._details
+
     def resumed_from(self) -> dict[str, Any]:
         """What the last heartbeat of the previous attempt carried (empty for a first attempt)."""
         return self._previous
@@ -101,11 +105,13 @@ def typed_failures(
     shape: JobShape | None = None,
     pages: Callable[[], int] | None = None,
     meter: AttemptMeter | None = None,
+    resume: Callable[[], dict[str, Any]] | None = None,
 ) -> Iterator[int]:
     """Turn failures into `ApplicationError`s typed by their stable code; yields the attempt number.
 
     Deterministic codes are non-retryable; the attempt rides along so the job can record it, and with a
-    `meter` so does the cost of every attempt so far (also left in a last heartbeat, for the next attempt).
+    `meter` so does the cost of every attempt so far (also left in a last heartbeat, for the next attempt, beside
+    what `resume` gives: the lease's last details, so a retry after a failure resumes as one after a lost worker).
     Unexpected exceptions are logged by type only (their messages may quote document content) and retried.
     Every attempt's outcome, duration and CPU go to the metrics, labelled with the job's `shape`, whose page
     count is `pages()` when the job did not know it yet (render counts the pages).
@@ -119,20 +125,20 @@ def typed_failures(
         log.warning("stage %s attempt %d failed: %s", stage, attempt, error.code)
         retryable = error.outcome is Outcome.RETRY
         outcome, code = outcome_after_failure(retryable=retryable), error.code
-        spent = _spent(stage, meter)
+        spent = _spent(stage, meter, resume)
         raise ApplicationError(error.message, attempt, *spent, type=error.code, non_retryable=not retryable) from None
     except CancelledError:
         outcome = "canceled"
         raise
     except ApplicationError as error:
         outcome = outcome_after_failure(retryable=not error.non_retryable)
-        _spent(stage, meter)
+        _spent(stage, meter, resume)
         raise
     except Exception as error:  # noqa: BLE001 - any other failure is transient until proven otherwise
         log.error("stage %s attempt %d raised %s", stage, attempt, type(error).__name__)
         outcome = outcome_after_failure(retryable=True)
         raise ApplicationError(
-            "an unexpected worker error", attempt, *_spent(stage, meter), type="internal.error"
+            "an unexpected worker error", attempt, *_spent(stage, meter, resume), type="internal.error"
         ) from None
     finally:
         if shape is not None and not shape.page_count and pages is not None:
@@ -141,11 +147,13 @@ def typed_failures(
         record_attempt(stage, shape, outcome, time.monotonic() - started, code, cpu)
 
 
-def _spent(stage: str, meter: AttemptMeter | None) -> tuple[dict[str, Any], ...]:
+def _spent(
+    stage: str, meter: AttemptMeter | None, resume: Callable[[], dict[str, Any]] | None
+) -> tuple[dict[str, Any], ...]:
     """The cost of every attempt so far, as a failure's detail; left in a last heartbeat too, where the next
-    attempt finds it (the SDK sends an activity's last heartbeat before its failure)."""
+    attempt finds it (the SDK sends an activity's last heartbeat before its failure), beside `resume`'s details."""
     if meter is None:
         return ()
     total = meter.total()
-    activity.heartbeat({"stage": stage, **cost_detail(total)})
+    activity.heartbeat({**(resume() if resume is not None else {}), "stage": stage, **cost_detail(total)})
     return (total.model_dump(mode="json"),)

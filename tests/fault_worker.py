@@ -17,8 +17,9 @@ Before it holds, it leaves its attempt's span (still open) in the folder: what a
 `hold-ocr-chunk`: the `ocr_chunk` of the pages from `DOCJOBS_HOLD_CHUNK` (a first page) holds the same way, its
 event files named `chunk-<first>.<event>`: a long OCR stage stopped half-way for as long as the test needs.
 `hold-ocr-checkpoint`: that `ocr_chunk`'s first attempt OCRs for real until it has stored page checkpoints and
-named them in its heartbeats, then holds (event `chunk-<first>.checkpointed`) until the worker is killed: an attempt
-lost in the middle of its range.
+named them in its heartbeats, then holds (event `chunk-<first>.checkpointed`, which lists their pages) until the
+worker is killed: an attempt
+lost in the middle of its range. `fail-ocr-checkpoint`: the same attempt fails there instead (a retryable error).
 
 `DOCJOBS_SPAN_FILE`: every span this worker ends is written there at once, one JSON object a line (a killed
 worker's batch exporter would lose them).
@@ -31,6 +32,7 @@ document work, so they live where the document children import them: the worker'
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import tempfile
@@ -123,7 +125,10 @@ class CheckpointedOcrChunk(OcrChunkActivities):
         pages = checkpoints.pages
         if checkpoints.stored and pages.first == int(os.environ["DOCJOBS_HOLD_CHUNK"]) and checkpoints.attempt == 1:
             hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), str(activity.info().workflow_id))
-            hold.mark(f"chunk-{pages.first}.checkpointed")
+            stored = sorted(pages.first - 1 + int(name[:6]) for name in checkpoints.stored)
+            hold.path(f"chunk-{pages.first}.checkpointed").write_text(json.dumps(stored))  # their pages
+            if os.environ["DOCJOBS_FAULT"] == "fail-ocr-checkpoint":
+                raise OSError("the store is away (a test double)")
             while True:  # the lease's own thread renews it (and sends the checkpoints) until the worker dies
                 time.sleep(1)
 
@@ -170,7 +175,7 @@ if __name__ == "__main__":
         setattr(worker, "RenderActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
     elif fault == "hold-ocr-chunk":
         setattr(worker, "OcrChunkActivities", HeldOcrChunk)  # noqa: B010
-    elif fault == "hold-ocr-checkpoint":
+    elif fault in ("hold-ocr-checkpoint", "fail-ocr-checkpoint"):
         setattr(worker, "OcrChunkActivities", CheckpointedOcrChunk)  # noqa: B010
     elif fault in ("box-only-redaction", "keep-active-content", "spy-sign", "forge-byte-range", "compromised-child"):
         entries = f"tests.faults.{fault.replace('-', '_')}"

@@ -4,12 +4,14 @@ it held, a cancel stops every running chunk, and the status counts the pages acr
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -198,37 +200,38 @@ async def checkpointed_pages(client: Client, job_id: str, pages: str) -> list[in
 
 
 @needs_ocr_tools
+@pytest.mark.parametrize("loss", ["killed", "failed"])
 async def test_a_range_resumes_after_the_pages_its_lost_attempt_read(
-    jobs: JobClient, env: Env, policies: PolicyBook, start_worker: StartWorker, tmp_path: Path
+    jobs: JobClient, env: Env, policies: PolicyBook, start_worker: StartWorker, tmp_path: Path, loss: str
 ) -> None:
     """The held range's first attempt stores a page's words, names them in its heartbeats, and dies with its
-    worker; the next attempt, on another worker, takes those pages from the checkpoints (its child did not read
-    them again: it reports them resumed) and reads the others."""
-    queue, holds = "docjobs-ocr-chunk-resume", tmp_path / "holds"
+    worker (or fails with a retryable error); the next attempt takes those pages from the checkpoints (its child
+    did not read them again: it reports them resumed) and reads the others."""
+    queue, holds = f"docjobs-ocr-chunk-resume-{loss}", tmp_path / "holds"
     holds.mkdir()
     doomed = start_worker(
         queue,
         script=REPO / "tests" / "fault_worker.py",
-        DOCJOBS_FAULT="hold-ocr-checkpoint",
+        DOCJOBS_FAULT="hold-ocr-checkpoint" if loss == "killed" else "fail-ocr-checkpoint",
         DOCJOBS_HOLD_DIR=str(holds),
         DOCJOBS_HOLD_CHUNK=str(HELD),
     )
     words = long_scan(source := tmp_path / "resume-scan.pdf")
     client = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    job_id = (await client.submit(source, chunked(policies), key="ocr-chunk-resume")).job_id
-    await asyncio.to_thread(Hold(holds, job_id).wait, f"chunk-{HELD}.checkpointed", 180)
+    job_id = (await client.submit(source, chunked(policies), key=f"ocr-chunk-resume-{loss}")).job_id
+    hold = Hold(holds, job_id)
+    await asyncio.to_thread(hold.wait, f"chunk-{HELD}.checkpointed", 180)
+    read: list[int] = json.loads(hold.path(f"chunk-{HELD}.checkpointed").read_text())
+    assert read and set(read) <= {HELD, HELD + 1}
     held = f"{HELD}-{HELD + CHUNK_PAGES - 1}"
-    read: list[int] = []
+    if loss == "killed":
 
-    async def named() -> bool:
-        read[:] = await checkpointed_pages(jobs.client, job_id, held)
-        return bool(read)
+        async def named() -> bool:  # the heartbeat that names them reached the server
+            return await checkpointed_pages(jobs.client, job_id, held) == read
 
-    await wait_until(named, timeout=30)
-    assert set(read) <= {HELD, HELD + 1}
-    doomed.kill()
-
-    start_worker(queue)
+        await wait_until(named, timeout=30)
+        doomed.kill()
+        start_worker(queue)
     status = await wait_terminal(client, job_id, timeout=300)
     assert status.state is JobState.SUCCEEDED, status
     assert (await chunk_attempts(jobs.client, job_id))[held][0] >= 2
