@@ -10,9 +10,12 @@ reads only the other pages. A worker lost in the middle of a range costs the pag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,7 +31,7 @@ from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInp
 from docjobs.isolation import stage_work
 from docjobs.isolation.chunk_work import OcrChunkFile, OcrChunkWork, OcrMergeWork
 from docjobs.isolation.sandbox import ChildPool, TenantPools
-from docjobs.pdf.ocr import pages_at_once
+from docjobs.pdf.ocr import cpus
 from docjobs.store.storage import BlobStore, RunScope, ocr_checkpoint_key, ocr_checkpoints_prefix, ocr_chunk_key
 
 CHECKPOINT_NAME = re.compile(r"^(\d{6})-[0-9a-f]{64}\.json$")  # `<page in the range>-<OCR image sha256>.json`
@@ -37,14 +40,13 @@ CHECKPOINTS_DETAIL = "checkpoints"  # the heartbeat detail naming the stored che
 
 
 class OcrChunkActivities(IsolatedStages):
-    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools, *, range_slots: int = 1) -> None:
-        """`range_slots`: how many ranges this worker OCRs at once; they share its CPUs (pages_at_once)."""
+    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools) -> None:
         super().__init__(store, workdir, pool)
-        self._pages_at_once = pages_at_once(range_slots)
+        self._cores = CoreShare(cpus())
 
     @implements(specs.OCR_CHUNK)
     def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
-        with self._attempt("ocr_chunk", request) as attempt:
+        with self._attempt("ocr_chunk", request) as attempt, contextlib.ExitStack() as stack:
             run = marked_run(self._store)
             folder = attempt.folder / "checkpoints"
             checkpoints = PageCheckpoints(run, request.pages, attempt.number, folder, attempt.lease)
@@ -52,6 +54,7 @@ class OcrChunkActivities(IsolatedStages):
             resume = attempt.folder / "resume"
             resume.mkdir()
             self._restore_checkpoints(checkpoints, attempt.lease.resumed_from(), resume)
+            share = stack.enter_context(self._cores.joined(attempt.folder / "cpu-share"))  # until the child is done
             done, paths = self._restage(
                 attempt,
                 request,
@@ -63,7 +66,7 @@ class OcrChunkActivities(IsolatedStages):
                     ocr=request.ocr,
                     pages=request.pages,
                     tag=request.job_id,
-                    jobs=self._pages_at_once,
+                    cpu_share=share,
                     checkpoints=checkpoints.folder,
                     resume=resume,
                 ),
@@ -128,6 +131,40 @@ class OcrChunkActivities(IsolatedStages):
             text_ref = self._put_staged("ocr-text", attempt.number, text, ".json")
             staged = self._put_staged("ocr", attempt.number, output)
         return OcrMergeOutput(staged=staged, text=text_ref, attempt=attempt.number, cost=attempt.meter.total())
+
+
+class CoreShare:
+    """The worker's cores, shared by the ranges it runs: each range's OCRmyPDF runs a page a core, and its Tesseract
+    calls take turns within the range's share (`run_ocr`'s `cpu_share`), which this rewrites as ranges start and
+    end. Two ranges on 2 cores read a page each at a time; the last range left, as the others end, reads two: no
+    core waits for the stage's last range."""
+
+    def __init__(self, cores: int) -> None:
+        self._cores = cores
+        self._files: set[int] = set()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def joined(self, path: Path) -> Iterator[Path]:
+        """A range's share file, at `path` (new: in a folder its child will be given), kept up to date while the
+        range runs. The worker writes it through its own descriptor: what the child does to the path later never
+        leads the worker's writes elsewhere."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            with self._lock:
+                self._files.add(fd)
+                self._spread()
+            yield path
+        finally:
+            with self._lock:
+                self._files.discard(fd)
+                os.close(fd)
+                self._spread()
+
+    def _spread(self) -> None:
+        share = f"{max(1, self._cores // max(1, len(self._files))):<8}\n".encode()  # one fixed-width write
+        for fd in self._files:
+            os.pwrite(fd, share, 0)
 
 
 class Noting(Protocol):

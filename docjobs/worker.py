@@ -118,7 +118,7 @@ def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> 
             notify.notify,
         ]
     if "ocr" in pools:
-        chunks = OcrChunkActivities(store, workdir, pools["ocr"], range_slots=settings.ocr_chunk_threads)
+        chunks = OcrChunkActivities(store, workdir, pools["ocr"])
         served["ocr"] = [OcrActivities(store, workdir, pools["ocr"]).ocr, chunks.ocr_chunk, chunks.ocr_merge]
     return served
 

@@ -3,7 +3,6 @@ document (page order, boxes, rotation, text layer; the document's outline and li
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -13,11 +12,10 @@ import pikepdf
 import pytest
 from pikepdf import Array, Dictionary, Name, OutlineItem
 
-from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, PageCheckpoints
+from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, CoreShare, PageCheckpoints
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef, OcrOutputType, OcrPolicy
 from docjobs.domain.ocr_chunks import PageRange, chunk_plan
-from docjobs.pdf.ocr import pages_at_once
 from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
 from docjobs.store.storage import RunScope, ocr_checkpoints_prefix
 from workflows.ocr_chunks import page_ranges
@@ -35,11 +33,23 @@ def test_the_plan_covers_the_document_in_order_with_a_short_last_chunk() -> None
     assert ranges(chunk_plan(3, 1)) == [(1, 1), (2, 2), (3, 3)]
 
 
-def test_a_workers_ranges_share_its_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each range's OCRmyPDF gets the worker's CPUs over its range slots: two ranges on two cores run a page each."""
-    for cpus, slots, jobs in ((2, 2, 1), (4, 2, 2), (8, 3, 2), (1, 2, 1), (2, 1, 2), (2, 0, 2)):
-        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
-        assert pages_at_once(slots) == jobs, (cpus, slots)
+def test_a_workers_ranges_share_its_cores_and_the_last_one_left_gets_them_all(tmp_path: Path) -> None:
+    def share(path: Path) -> int:
+        return int(path.read_text())
+
+    cores = CoreShare(2)
+    with cores.joined(tmp_path / "a") as first:
+        assert share(first) == 2
+        with cores.joined(tmp_path / "b") as second, cores.joined(tmp_path / "c") as third:
+            assert (share(first), share(second), share(third)) == (1, 1, 1)  # never less than a core
+        assert share(first) == 2  # the others ended
+    eight = CoreShare(8)
+    with eight.joined(tmp_path / "d") as one, eight.joined(tmp_path / "e") as two, eight.joined(tmp_path / "f"):
+        assert (share(one), share(two)) == (2, 2)
+    (tmp_path / "planted").symlink_to(tmp_path / "elsewhere")  # a child's link: never written through
+    with pytest.raises(FileExistsError), cores.joined(tmp_path / "planted"):
+        pass
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_a_document_of_one_chunk_keeps_the_single_ocr_activity() -> None:

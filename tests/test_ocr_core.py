@@ -422,15 +422,16 @@ def test_should_stop_kills_the_whole_process_group(three_page_scan: Path, tmp_pa
     assert list(workdir.iterdir()) == [], "the temporary files are gone"
 
 
-def _tesseract_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str) -> Path:
+def _tesseract_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, after: str | None = None) -> Path:
     """A wrapper first on PATH that appends `line` (shell words) to the returned file at every Tesseract call, then
-    runs the real Tesseract."""
+    runs the real Tesseract (and appends `after` once it ended)."""
     real = shutil.which("tesseract")
     assert real is not None
     record, wrappers = tmp_path / "tesseract-calls.txt", tmp_path / "bin"
     wrappers.mkdir()
     wrapper = wrappers / "tesseract"
-    wrapper.write_text(f'#!/bin/sh\necho {line} >> {record}\nexec {real} "$@"\n')
+    run = f'exec {real} "$@"' if after is None else f'{real} "$@"; status=$?\necho {after} >> {record}\nexit $status'
+    wrapper.write_text(f"#!/bin/sh\necho {line} >> {record}\n{run}\n")
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
     return record
@@ -481,6 +482,25 @@ def test_checkpoints_let_the_next_attempt_skip_the_pages_already_read(
     assert second.pages_ocred == (1, 2, 3)
     assert _hocr_calls(record) == 3 + 1  # only page 3 was read again
     assert second.page_texts == first.page_texts
+
+
+def test_a_cpu_share_of_one_runs_one_tesseract_at_a_time(
+    three_page_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three pages on two jobs, with a share file saying 1: the wrapper's start and end marks never show two
+    Tesseract calls at once (without the share, the two jobs read two pages at once)."""
+    record = _tesseract_seen(tmp_path, monkeypatch, "start", after="end")
+    share = tmp_path / "cpu-share"
+    share.write_text("1\n")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    result = run_ocr(three_page_scan, tmp_path / "out.pdf", SKIP, workdir=workdir, jobs=2, cpu_share=share)
+    assert result.pages_ocred == (1, 2, 3)
+    running, most = 0, 0
+    for mark in record.read_text().split():
+        running += 1 if mark == "start" else -1
+        most = max(most, running)
+    assert most == 1 and running == 0
 
 
 def _hocr_calls(record: Path) -> int:

@@ -22,6 +22,11 @@ DOCJOBS_OCR_RESUME set to a folder of such files from an earlier attempt, a page
 named there takes its words from the file instead of running Tesseract. The digest ties the words to the exact
 image they were read from: a page rasterized, turned or cleaned differently is read again.
 
+CPU share: with DOCJOBS_OCR_SHARE set to a file holding a number n (the worker rewrites it as the page ranges it
+runs start and end), at most n of this run's Tesseract calls run at once (each holds a lock on one of n slot files
+beside it while it runs). OCRmyPDF then runs as many pages at once as the worker has cores: while other ranges run
+beside this one, they share the cores; once it runs alone, it has them all.
+
 The image handed to Tesseract (never the visible page) is despeckled with a 3x3 median when it is
 scanned at DESPECKLE_MIN_DPI or more: specks in the gaps otherwise make Tesseract run words together.
 When DOCJOBS_OCR_CONDITION is set (the retry of pages that came out without text), it is scaled up to
@@ -40,6 +45,8 @@ loaded from beside it by file path).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -49,6 +56,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
@@ -62,6 +70,8 @@ PARENT_PID_ENV = "DOCJOBS_OCR_PARENT_PID"
 CONDITION_ENV = "DOCJOBS_OCR_CONDITION"
 CHECKPOINTS_ENV = "DOCJOBS_OCR_CHECKPOINTS"
 RESUME_ENV = "DOCJOBS_OCR_RESUME"
+SHARE_ENV = "DOCJOBS_OCR_SHARE"
+SHARE_POLL_SECONDS = 0.05
 CONDITION_DPI = 400.0
 DESPECKLE_MIN_DPI = 250.0  # below this a 3x3 median can eat thin strokes
 CONDITION_MAX_SIDE = 12000  # pixels: far inside Tesseract's 32767
@@ -240,6 +250,37 @@ def _save_checkpoint(name: str, output_hocr: Path, output_text: Path) -> None:
     partial.replace(Path(folder) / name)  # whole or absent: the worker may take it at any moment
 
 
+def _shared_cores() -> int:
+    try:
+        return max(1, int(Path(os.environ[SHARE_ENV]).read_text().strip()))
+    except (KeyError, OSError, ValueError):
+        return 1  # unreadable while rewritten, or gone: one at a time until it reads again
+
+
+@contextlib.contextmanager
+def _cpu_slot() -> Iterator[None]:
+    """Hold one of the shared cores for a Tesseract call (see the module's docstring); without a share, run."""
+    if not os.environ.get(SHARE_ENV):
+        yield
+        return
+    slots = Path(f"{os.environ[SHARE_ENV]}.slots")
+    slots.mkdir(exist_ok=True)
+    while True:
+        for index in range(_shared_cores()):
+            fd = os.open(slots / str(index), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield
+            finally:
+                os.close(fd)  # releases the lock (so does this process's death)
+            return
+        time.sleep(SHARE_POLL_SECONDS)
+
+
 class LevelingTesseract(TesseractOcrEngine):
     """Tesseract, with the skew measured by projection profiles when that measure is confident, and the words of
     a page kept as a checkpoint (or taken from one)."""
@@ -251,9 +292,15 @@ class LevelingTesseract(TesseractOcrEngine):
         if name is not None and _resumed(name, Path(output_hocr), Path(output_text)):
             _emit(event="resumed", page=page)
             return
-        TesseractOcrEngine.generate_hocr(input_file, output_hocr, output_text, options)  # type: ignore[no-untyped-call]
+        with _cpu_slot():
+            TesseractOcrEngine.generate_hocr(input_file, output_hocr, output_text, options)  # type: ignore[no-untyped-call]
         if name is not None:
             _save_checkpoint(name, Path(output_hocr), Path(output_text))
+
+    @staticmethod
+    def get_orientation(input_file: Path, options: OcrOptions) -> Any:
+        with _cpu_slot():
+            return TesseractOcrEngine.get_orientation(input_file, options)  # type: ignore[no-untyped-call]
 
     @staticmethod
     def get_deskew(input_file: Path, options: OcrOptions) -> float:
@@ -263,7 +310,8 @@ class LevelingTesseract(TesseractOcrEngine):
             angle = estimate.skew
             correction = estimate.correction if abs(estimate.correction) >= _deskew.MIN_CORRECTION else 0.0
         else:
-            correction = float(TesseractOcrEngine.get_deskew(input_file, options))
+            with _cpu_slot():
+                correction = float(TesseractOcrEngine.get_deskew(input_file, options))
             angle = -correction
         if correction:
             _emit(event="deskew", page=_page_of(Path(input_file)), angle=round(angle, 2), correction=correction)

@@ -62,6 +62,7 @@ PARENT_PID_ENV = "DOCJOBS_OCR_PARENT_PID"  # read by _ocr_child
 CONDITION_ENV = "DOCJOBS_OCR_CONDITION"  # read by _ocr_child: condition the OCR image (the retry)
 CHECKPOINTS_ENV = "DOCJOBS_OCR_CHECKPOINTS"  # read by _ocr_child: where each page's words are left as read
 RESUME_ENV = "DOCJOBS_OCR_RESUME"  # read by _ocr_child: an earlier attempt's checkpoints
+SHARE_ENV = "DOCJOBS_OCR_SHARE"  # read by _ocr_child: how many Tesseract calls may run at once
 CHILD_PLUGIN = Path(__file__).resolve().with_name("_ocr_child.py")  # loaded by file name, in the child only
 ROTATE_PAGES_THRESHOLD = 2.0  # Tesseract OSD confidence; OCRmyPDF's default (14) leaves clear 90° scans unturned
 POLL_SECONDS = 0.2  # how often `should_stop` is asked (and the child polled)
@@ -151,7 +152,7 @@ def ocrmypdf_args(policy: OcrPolicy, *, jobs: int | None = None) -> list[str]:
     for language in policy.languages:
         if not _LANGUAGE.match(language):
             raise ValueError(f"invalid OCR language code {language!r}")
-    args = ["--quiet", "--jobs", str(jobs or _cpus())]
+    args = ["--quiet", "--jobs", str(jobs or cpus())]
     args.append({OcrMode.SKIP: "--skip-text", OcrMode.REDO: "--redo-ocr", OcrMode.FORCE: "--force-ocr"}[policy.mode])
     args += ["--language", "+".join(policy.languages or ("eng",))]
     if policy.rotate_pages:
@@ -184,6 +185,7 @@ def run_ocr(
     page_offset: int = 0,
     checkpoints: Path | None = None,
     resume: Path | None = None,
+    cpu_share: Path | None = None,
 ) -> OcrResult:
     """OCR the PDF `src` into `dst` as `policy` says. `dst` is written only on success.
 
@@ -197,7 +199,8 @@ def run_ocr(
     the pages by their number in that document (the result numbers them in `src`).
     `checkpoints`: a folder where each page's words are left as soon as Tesseract read them, so that the next
     attempt after a lost one can resume; `resume`: such a folder from an earlier attempt, whose pages are not read
-    again when their OCR image is the same (see `_ocr_child`).
+    again when their OCR image is the same (see `_ocr_child`). `cpu_share`: a file holding how many of this run's
+    Tesseract calls may run at once, which the caller may rewrite while it runs (see `_ocr_child`).
     The output gets a structural check here (it opens, same page count); its streams are decoded by the
     release gate that re-reads the final document anyway.
 
@@ -232,6 +235,7 @@ def run_ocr(
             TAG_ENV: tag or f"docjobs-ocr-{uuid.uuid4().hex}",
             PARENT_PID_ENV: str(os.getpid()),
             "TMPDIR": str(tmp),  # OCRmyPDF's work folder lives (and dies) with ours
+            SHARE_ENV: str(cpu_share or ""),
             CHECKPOINTS_ENV: "",  # the first pass's only: the retry below reads conditioned images
             RESUME_ENV: "",
         }
@@ -526,15 +530,8 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def pages_at_once(processes: int) -> int:
-    """OCRmyPDF's `--jobs` for each of `processes` OCR runs side by side (a worker's page ranges): this process's CPUs
-    shared between them, at least one, so that a worker runs a Tesseract per core, not two. A 200-page scan took
-    136 and 147 s with two ranges of `--jobs 2` on 2 cores, 138 and 138 s with two of `--jobs 1`
-    (bench/README.md, "Long scans in page ranges"): no faster within the noise, with half the processes."""
-    return max(1, _cpus() // max(1, processes))
-
-
-def _cpus() -> int:
+def cpus() -> int:
+    """The CPUs this process may use."""
     try:
         return len(os.sched_getaffinity(0))  # what this process may use (containers, taskset)
     except (AttributeError, OSError):
