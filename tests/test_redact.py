@@ -134,6 +134,46 @@ def test_a_line_drawn_out_of_order_is_re_set_not_burned_in_with_layout_mask(tmp_
     assert poppler.split() == ["Patient", "Alpha", "file"]
 
 
+def _attach_forms(path: Path, shown: str) -> None:
+    """A form's line, "Attach Form(s) W-2", in Helvetica at 9 pt (drawn at size 1, scaled by the text matrix, as
+    an IRS form draws it), the match split over `shown`'s TJ elements."""
+    pdf = pikepdf.new()
+    font = pikepdf.Dictionary(
+        Type=pikepdf.Name.Font,
+        Subtype=pikepdf.Name.Type1,
+        BaseFont=pikepdf.Name.Helvetica,
+        Encoding=pikepdf.Name.WinAnsiEncoding,
+    )
+    content = f"BT /F0 1 Tf 9 0 0 9 50 700 Tm [{shown}] TJ ET".encode()
+    resources = pikepdf.Dictionary(Font=pikepdf.Dictionary(F0=font))
+    pdf.pages.append(
+        pikepdf.Page(
+            pikepdf.Dictionary(
+                Type=pikepdf.Name.Page,
+                MediaBox=[0, 0, 612, 792],
+                Resources=resources,
+                Contents=pdf.make_stream(content),
+            )
+        )
+    )
+    pdf.save(path)
+
+
+@pytest.mark.parametrize("layout", list(RedactLayout))
+@pytest.mark.parametrize(
+    "shown", ["(Attach Form\\(s\\) W-2)", "(Attach For) -3.6 (m\\(s\\) W-2)"], ids=["one", "split"]
+)
+def test_the_letters_touching_a_match_stay(layout: RedactLayout, shown: str, tmp_path: Path) -> None:
+    """A match inside a word ("Form" of "Form(s)") takes its own letters only: the parenthesis after it touches
+    its last letter, and was taken with it."""
+    _attach_forms(source := tmp_path / "forms.pdf", shown)
+    policy = RedactPolicy(regexes=("Form",), layout=layout)
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", policy, workdir=tmp_path)
+    assert summary.fallback_pages == []
+    poppler = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    assert poppler.split() == ["Attach", "(s)", "W-2"]
+
+
 def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,6 +47,11 @@ PAD = 1.0  # points added around a matched run: anti-aliasing and rounding must 
 SPACE_GAP = 0.15  # a gap wider than this many ems between glyphs on a line reads as a space
 SAME_LINE = 0.5  # baselines closer than this many ems are one line
 CORE_SHARE = 0.2  # the middle share of a glyph's height (across its line) where the removal looks for it
+# Along its line, the removal looks for a glyph in its middle: this share of its advance is left out at each end.
+# A matched run's first and last glyphs are still found wherever the two readers' positions differ by less than
+# that; its neighbours, which touch it, are not (padded outwards, as the boxes are, the run took the letter right
+# after it: "Form(s)" lost its parenthesis).
+CORE_INSET = 0.2
 
 Matrix = tuple[float, float, float, float, float, float]
 
@@ -175,14 +180,17 @@ def _glyphs_of(chars: Iterable[LTChar], to_user: Matrix) -> list[_Glyph]:
 
 
 def _core(box: Rect, direction: tuple[float, float]) -> Rect:
-    """The middle CORE_SHARE of a glyph box across its line, padded by PAD along it (a line at an angle other
-    than a quarter turn, or a box without height: the padded box)."""
+    """The middle CORE_SHARE of a glyph box across its line, and its advance but CORE_INSET at each end along it
+    (a glyph without advance: padded by PAD along it; a line at an angle other than a quarter turn, or a box
+    without height: the padded box)."""
     if direction in ((1.0, 0.0), (-1.0, 0.0)):
         middle, half = (box.y0 + box.y1) / 2, CORE_SHARE * (box.y1 - box.y0) / 2 or PAD
-        return Rect(box.x0 - PAD, middle - half, box.x1 + PAD, middle + half)
+        inset = CORE_INSET * (box.x1 - box.x0) or -PAD
+        return Rect(box.x0 + inset, middle - half, box.x1 - inset, middle + half)
     if direction in ((0.0, 1.0), (0.0, -1.0)):
         middle, half = (box.x0 + box.x1) / 2, CORE_SHARE * (box.x1 - box.x0) / 2 or PAD
-        return Rect(middle - half, box.y0 - PAD, middle + half, box.y1 + PAD)
+        inset = CORE_INSET * (box.y1 - box.y0) or -PAD
+        return Rect(middle - half, box.y0 + inset, middle + half, box.y1 - inset)
     return box.padded(PAD)
 
 
