@@ -14,6 +14,7 @@ from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval
+from docjobs.pdf.redaction.layout import PlacedGlyph, Show, _layout
 from docjobs.pdf.redaction.locate import locate
 from docjobs.pdf.redaction.patterns import compile_patterns
 from docjobs.pdf.redaction.redact import redact_pdf
@@ -134,9 +135,8 @@ def test_a_line_drawn_out_of_order_is_re_set_not_burned_in_with_layout_mask(tmp_
     assert poppler.split() == ["Patient", "Alpha", "file"]
 
 
-def _attach_forms(path: Path, shown: str) -> None:
-    """A form's line, "Attach Form(s) W-2", in Helvetica at 9 pt (drawn at size 1, scaled by the text matrix, as
-    an IRS form draws it), the match split over `shown`'s TJ elements."""
+def _helvetica_page(path: Path, content: str) -> None:
+    """A page drawing `content` with /F0, Helvetica."""
     pdf = pikepdf.new()
     font = pikepdf.Dictionary(
         Type=pikepdf.Name.Font,
@@ -144,7 +144,6 @@ def _attach_forms(path: Path, shown: str) -> None:
         BaseFont=pikepdf.Name.Helvetica,
         Encoding=pikepdf.Name.WinAnsiEncoding,
     )
-    content = f"BT /F0 1 Tf 9 0 0 9 50 700 Tm [{shown}] TJ ET".encode()
     resources = pikepdf.Dictionary(Font=pikepdf.Dictionary(F0=font))
     pdf.pages.append(
         pikepdf.Page(
@@ -152,7 +151,7 @@ def _attach_forms(path: Path, shown: str) -> None:
                 Type=pikepdf.Name.Page,
                 MediaBox=[0, 0, 612, 792],
                 Resources=resources,
-                Contents=pdf.make_stream(content),
+                Contents=pdf.make_stream(content.encode()),
             )
         )
     )
@@ -166,12 +165,52 @@ def _attach_forms(path: Path, shown: str) -> None:
 def test_the_letters_touching_a_match_stay(layout: RedactLayout, shown: str, tmp_path: Path) -> None:
     """A match inside a word ("Form" of "Form(s)") takes its own letters only: the parenthesis after it touches
     its last letter, and was taken with it."""
-    _attach_forms(source := tmp_path / "forms.pdf", shown)
+    # A form's line, in Helvetica at 9 pt drawn at size 1 and scaled by the text matrix, as an IRS form draws it.
+    _helvetica_page(source := tmp_path / "forms.pdf", f"BT /F0 1 Tf 9 0 0 9 50 700 Tm [{shown}] TJ ET")
     policy = RedactPolicy(regexes=("Form",), layout=layout)
     summary = redact_pdf(source, out := tmp_path / "out.pdf", policy, workdir=tmp_path)
     assert summary.fallback_pages == []
     poppler = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
     assert poppler.split() == ["Attach", "(s)", "W-2"]
+
+
+@pytest.mark.parametrize(("code", "masks"), [(b" ", 0), (b"F", 1)], ids=["space", "letter"])
+def test_a_removed_span_of_spaces_alone_gets_no_mask(code: bytes, masks: int) -> None:
+    """A form drew a lone space a little above a line, where "Form" was: removed with the match, its own one-glyph
+    line got a mask too, drawn over the letters the match's line had re-set there (f1040nr: `redaction.leak`)."""
+    glyph = PlacedGlyph(
+        code=code,
+        removed=True,
+        triggered=True,
+        origin=(80.0, 702.76),
+        direction=(1.0, 0.0),
+        up=(0.0, 9.0),
+        natural=2.5,
+        advance=2.5,
+        is_space=code == b" ",
+        ascent=0.7,
+        descent=-0.2,
+    )
+    show = Show(
+        0, 1, [glyph], (9.0, 0.0, 0.0, 9.0, 80.0, 702.76), (1.0, 0.0, 0.0, 1.0, 0.0, 0.0), (0.0, 0.0), (None, None)
+    )
+    assert len(_layout([show], 5.0)[2]) == masks
+
+
+@pytest.mark.parametrize(("at", "fallback"), [(75, [1]), (200, [])], ids=["under-the-mask", "clear-of-it"])
+def test_a_mask_over_text_drawn_apart_from_its_line_sends_the_page_to_the_fallback(
+    at: int, fallback: list[int], tmp_path: Path
+) -> None:
+    """The fixed-width mask is wider than "Form": a checkbox letter drawn further along the baseline, but apart
+    from the line (another line is drawn between), would be hidden under it, so the page is burned in
+    (`mask_over_text`)."""
+    _helvetica_page(
+        source := tmp_path / "box.pdf",
+        f"BT /F0 9 Tf 50 700 Td (Form) Tj ET BT /F0 9 Tf 50 600 Td (Other) Tj ET BT /F0 9 Tf {at} 700 Td (c) Tj ET",
+    )
+    summary = redact_pdf(source, tmp_path / "out.pdf", RedactPolicy(regexes=("Form",)), workdir=tmp_path)
+    assert summary.fallback_pages == fallback
+    assert [page.fallback for page in summary.pages] == (["mask_over_text"] if fallback else [None])
 
 
 def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(

@@ -175,6 +175,7 @@ def reset_lines(
             replacements.update({index: [] for index in range(show.start + 1, show.end)})
         _drop_moves_within(recorder.events, line, replacements)
         _absolute_after(recorder.events, line, out, replacements)
+    _clear_of_other_text(recorder.events, resetting, [mask for line in reset_lines for mask in line.masks])
     used_by_reset = {source for line in reset for show in line for source in show.sources if source is not None}
     for index, operator in recorder.spacing_ops.items():
         if (recorder.serial, index) in used_by_reset and (recorder.serial, index) not in kept_spacing:
@@ -183,6 +184,37 @@ def reset_lines(
     for index, instruction in enumerate(out):
         rewritten.extend(replacements.get(index, [instruction]))
     return Reset(rewritten, reset_lines)
+
+
+def _clear_of_other_text(events: list[Show | Move], resetting: set[int], masks: list[Rect]) -> None:
+    """A mask is as wide as the policy says, wider than most removed words: where it would cover a kept glyph
+    drawn apart from its line (a checkbox letter further along the baseline, in a text object of its own), the
+    page is not rewritten (`mask_over_text`)."""
+    for event in events:
+        if not isinstance(event, Show) or id(event) in resetting:
+            continue
+        for glyph in event.glyphs:
+            if not (glyph.removed or glyph.is_space) and glyph.advance and any(map(_core(glyph).intersects, masks)):
+                raise UnsafePage("mask_over_text")
+
+
+def _core(glyph: PlacedGlyph) -> Rect:
+    """The middle of the glyph, in default user space: the middle three fifths of its advance, and the middle fifth
+    between its descent and ascent (as the removal looks for glyphs: the lines above and below a mask are not
+    under it)."""
+    (ux, uy), (vx, vy) = glyph.direction, glyph.up
+    advance, middle, half = (
+        glyph.advance or 0.0,
+        (glyph.descent + glyph.ascent) / 2,
+        (glyph.ascent - glyph.descent) / 10,
+    )
+    points = [
+        (glyph.origin[0] + ux * along + vx * across, glyph.origin[1] + uy * along + vy * across)
+        for along in (0.2 * advance, 0.8 * advance)
+        for across in (middle - half, middle + half)
+    ]
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    return Rect(min(xs), min(ys), max(xs), max(ys))
 
 
 def _lines(events: list[Show | Move]) -> list[list[Show]]:
@@ -241,27 +273,28 @@ def _layout(line: list[Show], width_em: float) -> tuple[dict[GlyphKey, float], s
     masks: list[Rect] = []
     at = 0.0
     span: PlacedGlyph | None = None  # the first glyph of the removed span being passed
+    inked = False  # whether that span removed more than spaces: a span of spaces alone gets no mask
     previous: PlacedGlyph | None = None  # the last kept glyph
     for (key, glyph), removed in zip(glyphs, gone, strict=True):
         if glyph.natural is None or glyph.advance is None:
             raise UnsafePage("unknown_widths")
         if removed:
-            span = span or glyph
+            span, inked = span or glyph, inked or not glyph.is_space
             continue
-        if span is not None:
+        if span is not None and inked:
             at, mask = _mask(first, span, at, width_em)
             masks.append(mask)
             starts.add(key)
-            span = None
         elif previous is not None and previous.advance is not None and not (previous.is_space or glyph.is_space):
             gap = _along(first, glyph.origin) - _along(first, previous.origin) - previous.advance
             if gap >= WORD_GAP_EM * glyph.em:
                 at += SPACE_EM * glyph.em
                 starts.add(key)
+        span, inked = None, False
         positions[key] = at
         at += glyph.natural
         previous = glyph
-    if span is not None:
+    if span is not None and inked:
         masks.append(_mask(first, span, at, width_em)[1])
     return positions, starts, masks
 
