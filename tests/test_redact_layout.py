@@ -283,6 +283,37 @@ def test_a_form_drawn_by_the_page_and_an_annotation_is_renumbered_once(tmp_path:
     assert len(released) == 1
 
 
+def make_embedded_offered_by_form(path: Path, name: str) -> None:
+    """`embedded`, whose font the form's default resources also offer for new field values."""
+    make_embedded(path, name)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        ((key, font),) = list(pdf.pages[0].Resources.Font.items())
+        pdf.Root.AcroForm = pikepdf.Dictionary(
+            Fields=pikepdf.Array(), DA=pikepdf.String(f"{key} 10 Tf 0 g"), DR=pikepdf.Dictionary(Font={key: font})
+        )
+        pdf.save(path, deterministic_id=True)
+
+
+def test_a_font_the_form_offers_is_resubset_and_the_form_offers_helvetica(tmp_path: Path) -> None:
+    """A viewer may draw any glyph with a font the form offers for new values, so it could not be cut down and its
+    pages were burned in: the form now offers Helvetica under the same name, and the font is re-subset with the
+    page's text kept."""
+    kept = set(PREFIX.strip() + SUFFIX.strip() + "".join(OTHER_LINES)) - {" "}
+    out, summary = redact(make_embedded_offered_by_form, NAMES[3], tmp_path)
+    assert (summary.fonts_resubset, summary.fallback_pages) == (1, [])
+    with pikepdf.open(out) as pdf:
+        ((key, font),) = list(pdf.pages[0].Resources.Font.items())
+        offered = pdf.Root.AcroForm.DR.Font[key]
+        assert (str(offered.Subtype), str(offered.BaseFont), Name.FontDescriptor in offered) == (
+            "/Type1",
+            "/Helvetica",
+            False,
+        )
+        assert set(_to_unicode(font.ToUnicode.read_bytes()).values()) - {" "} == kept
+    released = text(out)
+    assert all(line in released for line in OTHER_LINES) and NAMES[3] not in released
+
+
 def test_a_nonsymbolic_truetype_font_keeps_the_glyphs_its_unicode_cmap_gives(tmp_path: Path) -> None:
     """WinAnsi codes reach glyphs through Unicode and the (3,1) cmap, as viewers draw them: the subset keeps the
     right quote and eth that the kept line draws (the (1,0) cmap gives iacute for one and nothing for the other)."""

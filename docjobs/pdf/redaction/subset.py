@@ -21,11 +21,12 @@ to glyphs as viewers map them: see `_code_cmap`) and of Type0 fonts with Identit
 CIDFontType2 (CIDToGIDMap Identity or a stream; its program may lack a cmap); Type1 (/FontFile) and bare CFF
 (/FontFile3 /Type1C) of simple fonts, written back as a bare CFF program with the drawn codes spelled out in
 /Differences, and CID-keyed bare CFF (/CIDFontType0C) of Type0 fonts over a CIDFontType0 (see `named_glyphs`).
-Any other embedded program that lost glyphs, one fontTools cannot read or write, one whose drawn codes cannot
-all be read or mapped to glyphs, and one the form's default resources (/AcroForm /DR) offer for new field values
-cannot be re-subset safely: the pages that draw it are returned for the raster fallback (reason
-`font_not_resubset`, with the kinds of the fonts), after which nothing references it. A font without an
-embedded program only loses the entries.
+Any other embedded program that lost glyphs, one fontTools cannot read or write, and one whose drawn codes cannot
+all be read or mapped to glyphs cannot be re-subset safely: the pages that draw it are returned for the raster
+fallback (reason `font_not_resubset`, with the kinds of the fonts), after which nothing references it. A font
+without an embedded program only loses the entries. A font the form's default resources (/AcroForm /DR) offer for
+new field values, with which a viewer may draw any glyph, is offered as Helvetica instead
+(`_offer_standard_fonts`) and re-subset like the others.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
         return FontScrub(0, {})
     usage = _Usage(touched, budgets)
     usage.collect(pdf)
-    unsafe = set(usage.unsure) | _form_defaults(pdf, touched)
+    _offer_standard_fonts(pdf, touched)
+    unsafe = set(usage.unsure)
     resubset = 0
     renumbered: dict[FontId, dict[int, int]] = {}
     for key in sorted(touched - unsafe):
@@ -722,14 +724,23 @@ def _to_unicode_cmap(entries: dict[int, str], width: int) -> bytes:
     return "\n".join(lines).encode()
 
 
-def _form_defaults(pdf: pikepdf.Pdf, touched: set[FontId]) -> set[FontId]:
-    """Fonts the form offers for new field values: a viewer may draw any glyph with them."""
+def _offer_standard_fonts(pdf: pikepdf.Pdf, touched: set[FontId]) -> None:
+    """The form's default resources (/AcroForm /DR) offer fonts for new field values, with which a viewer may draw
+    any glyph: each one in `touched` is offered as Helvetica instead (under the same name, so the fields' /DA
+    strings still find it), and is then re-subset like any font the document draws. Values typed later are drawn
+    in Helvetica; the appearances already there keep their own font."""
     form = pdf.Root.get(Name.AcroForm)
     defaults = form.get(Name.DR) if isinstance(form, pikepdf.Dictionary) else None
     fonts = defaults.get(Name.Font) if isinstance(defaults, pikepdf.Dictionary) else None
     if not isinstance(fonts, pikepdf.Dictionary):
-        return set()
-    return {key for _, font in fonts.items() if (key := _id(font)) in touched}
+        return
+    for name, font in list(fonts.items()):
+        if _id(font) in touched:
+            fonts[name] = pdf.make_indirect(
+                pikepdf.Dictionary(
+                    Type=Name.Font, Subtype=Name.Type1, BaseFont=Name.Helvetica, Encoding=Name.WinAnsiEncoding
+                )
+            )
 
 
 def _appearances(page: pikepdf.Dictionary) -> Iterator[pikepdf.Stream]:
