@@ -31,8 +31,7 @@ class OcrChunkWork(Frozen):
     ocr: OcrPolicy
     pages: PageRange
     tag: str  # put in the OCR processes' environment, so they can be found
-    jobs: int | None = None  # pages OCR'd at once (None: one per CPU)
-    cpu_share: Path | None = None  # how many of them Tesseract may read at once (rewritten by the worker: run_ocr)
+    cpu_share: Path | None = None  # how many pages Tesseract may read at once (rewritten by the worker: run_ocr)
     checkpoints: Path | None = None  # where each page's words are left once read (run_ocr)
     resume: Path | None = None  # an earlier attempt's checkpoints: those pages are not read again
 
@@ -59,7 +58,6 @@ def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
         tag=work.tag,
         input_validated=True,  # render validated the document it was cut from
         page_offset=offset,
-        jobs=work.jobs,
         cpu_share=work.cpu_share,
         checkpoints=work.checkpoints,
         resume=work.resume,

@@ -244,10 +244,13 @@ def _save_checkpoint(name: str, output_hocr: Path, output_text: Path) -> None:
     folder = os.environ.get(CHECKPOINTS_ENV)
     if not folder:
         return
-    words = {"hocr": output_hocr.read_text(encoding="utf-8"), "text": output_text.read_text(encoding="utf-8")}
-    partial = Path(folder) / f".{name}.partial"
-    partial.write_text(json.dumps(words), encoding="utf-8")
-    partial.replace(Path(folder) / name)  # whole or absent: the worker may take it at any moment
+    try:
+        words = {"hocr": output_hocr.read_text(encoding="utf-8"), "text": output_text.read_text(encoding="utf-8")}
+        partial = Path(folder) / f".{name}.partial"
+        partial.write_text(json.dumps(words), encoding="utf-8")
+        partial.replace(Path(folder) / name)  # whole or absent: the worker may take it at any moment
+    except (OSError, ValueError):
+        pass  # a checkpoint is a saving, never a condition of the page's OCR
 
 
 def _shared_cores() -> int:
@@ -288,7 +291,8 @@ class LevelingTesseract(TesseractOcrEngine):
     @staticmethod
     def generate_hocr(input_file: Path, output_hocr: Path, output_text: Path, options: OcrOptions) -> None:
         page = _page_of(Path(input_file))
-        name = _checkpoint_name(page, Path(input_file)) if page is not None else None
+        resumable = os.environ.get(CHECKPOINTS_ENV) or os.environ.get(RESUME_ENV)
+        name = _checkpoint_name(page, Path(input_file)) if page is not None and resumable else None
         if name is not None and _resumed(name, Path(output_hocr), Path(output_text)):
             _emit(event="resumed", page=page)
             return

@@ -27,6 +27,7 @@ from decimal import Decimal
 import pikepdf
 
 from docjobs.pdf.redaction.geometry import Matrix, Point, apply, invert
+from docjobs.pdf.redaction.locate import CORE_INSET, CORE_SHARE
 from docjobs.pdf.redaction.regions import Rect, UnsafePage
 from docjobs.pdf.redaction.resources import Instruction
 from docjobs.pdf.redaction.stream import make_instruction
@@ -199,18 +200,14 @@ def _clear_of_other_text(events: list[Show | Move], resetting: set[int], masks: 
 
 
 def _core(glyph: PlacedGlyph) -> Rect:
-    """The middle of the glyph, in default user space: the middle three fifths of its advance, and the middle fifth
-    between its descent and ascent (as the removal looks for glyphs: the lines above and below a mask are not
-    under it)."""
+    """The middle of the glyph in default user space, as the removal looks for glyphs (locate.CORE_SHARE of its
+    height, its advance but locate.CORE_INSET at each end): the lines above and below a mask are not under it."""
     (ux, uy), (vx, vy) = glyph.direction, glyph.up
-    advance, middle, half = (
-        glyph.advance or 0.0,
-        (glyph.descent + glyph.ascent) / 2,
-        (glyph.ascent - glyph.descent) / 10,
-    )
+    advance, middle = glyph.advance or 0.0, (glyph.descent + glyph.ascent) / 2
+    half = CORE_SHARE * (glyph.ascent - glyph.descent) / 2
     points = [
         (glyph.origin[0] + ux * along + vx * across, glyph.origin[1] + uy * along + vy * across)
-        for along in (0.2 * advance, 0.8 * advance)
+        for along in (CORE_INSET * advance, (1 - CORE_INSET) * advance)
         for across in (middle - half, middle + half)
     ]
     xs, ys = [x for x, _ in points], [y for _, y in points]
