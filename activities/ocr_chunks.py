@@ -46,7 +46,10 @@ class OcrChunkActivities(IsolatedStages):
 
     @implements(specs.OCR_CHUNK)
     def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
-        with self._attempt("ocr_chunk", request) as attempt, contextlib.ExitStack() as stack:
+        with (
+            self._attempt("ocr_chunk", request) as attempt,
+            self._cores.joined(attempt.folder / "cpu-share") as share,
+        ):
             run = marked_run(self._store)
             folder = attempt.folder / "checkpoints"
             checkpoints = PageCheckpoints(run, request.pages, attempt.number, folder, attempt.lease)
@@ -54,7 +57,6 @@ class OcrChunkActivities(IsolatedStages):
             resume = attempt.folder / "resume"
             resume.mkdir()
             self._restore_checkpoints(checkpoints, attempt.lease.resumed_from(), resume)
-            share = stack.enter_context(self._cores.joined(attempt.folder / "cpu-share"))  # until the child is done
             done, paths = self._restage(
                 attempt,
                 request,
