@@ -4,7 +4,7 @@
 # namespaces: the compose file gives the worker services the seccomp and AppArmor settings that allow them.
 FROM python:3.11-slim-bookworm
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        tesseract-ocr ghostscript qpdf poppler-utils bubblewrap \
+        tesseract-ocr ghostscript qpdf poppler-utils jbig2dec bubblewrap \
         libpango-1.0-0 libpangoft2-1.0-0 libharfbuzz-subset0 fontconfig fonts-dejavu-core \
         libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui \
         fonts-crosextra-carlito fonts-crosextra-caladea \

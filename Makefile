@@ -4,15 +4,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA_DIR ?= .docjobs
 # WeasyPrint (the generate stage) needs Pango (with its HarfBuzz) and fontconfig: libraries, no tool to look for.
+# jbig2dec decodes JBIG2 images for qpdf's checks and redaction, inside the children (docjobs/pdf/jbig2.py).
 # bubblewrap (bwrap) is the document children's sandbox: a worker without it refuses to start (docjobs/isolation/confine.py).
 # LibreOffice without a GUI (the -nogui flavours) converts office input in the render stage (docs/office.md), with
 # Carlito and Caladea, metric-compatible with Calibri and Cambria, for documents that name them.
-SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils chromium libpango-1.0-0 libpangoft2-1.0-0 \
+SYSTEM_PACKAGES := tesseract-ocr ghostscript qpdf poppler-utils jbig2dec chromium libpango-1.0-0 libpangoft2-1.0-0 \
 	libharfbuzz-subset0 fontconfig fonts-dejavu-core bubblewrap \
 	libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui \
 	fonts-crosextra-carlito fonts-crosextra-caladea
 SYSTEM_FONTS := Carlito Caladea
-SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts chromium fc-list bwrap soffice
+SYSTEM_TOOLS := tesseract gs qpdf pdftotext pdftoppm pdfinfo pdffonts jbig2dec chromium fc-list bwrap soffice
 SYSTEM_LIBRARIES := libpango-1.0.so.0 libpangoft2-1.0.so.0 libharfbuzz-subset.so.0
 # LibreOffice's modules are no commands: Writer, Calc and Impress, by a library each package installs.
 SYSTEM_FILES := /usr/lib/libreoffice/program/libswlo.so /usr/lib/libreoffice/program/libsclo.so \

@@ -14,6 +14,7 @@ from pathlib import Path
 import pikepdf
 import pytest
 from pikepdf import Name
+from PIL import Image
 from pydantic import ValidationError
 
 from docjobs.domain.errors import DocJobError
@@ -24,11 +25,12 @@ from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.raster import watermark_raster
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.redact import redact_pdf
-from docjobs.pdf.redaction.regions import Rect
+from docjobs.pdf.redaction.regions import Rect, UnsafePage
 from docjobs.pdf.redaction.sites import document_sites
 from docjobs.pdf.signatures import signature_count
 from docjobs.pdf.watermark import watermark_structure
 from tests import hostile
+from tests.fixtures.jbig2 import jbig2_image
 from tests.fixtures.samples import make_sample_pdf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,6 +261,26 @@ def test_redaction_does_not_burn_in_a_page_over_the_pixel_budget(tmp_path: Path)
 def test_an_image_declaring_huge_dimensions_is_not_decoded_for_redaction(tmp_path: Path) -> None:
     with pikepdf.open(written(tmp_path / "image.pdf", hostile.huge_image_xobject())) as pdf:
         assert code_of(lambda: remove_content(pdf, 1, [Rect(100, 100, 200, 200)])) == "input.too_complex"
+
+
+def test_a_jbig2_page_larger_than_its_image_is_decoded_within_the_stream_budget(tmp_path: Path) -> None:
+    """jbig2dec allocates the JBIG2 page, not the /Width x /Height that the pixel budget counted: it runs with the
+    stream budget as its memory limit, so a 240 x 30 image on a 6,000 x 6,000 JBIG2 page (4.5 MB) fails under a
+    1 MiB budget, in qpdf's checks and when redaction reads the image, and passes under the default one."""
+    pdf = pikepdf.new()
+    pdf.add_blank_page(page_size=(612, 792))
+    picture = Image.new("1", (240, 30), 255)
+    pdf.pages[0].Resources = pikepdf.Dictionary(
+        XObject=pikepdf.Dictionary(Im0=jbig2_image(pdf, picture, page_size=(6_000, 6_000)))
+    )
+    pdf.pages[0].Contents = pdf.make_stream(b"q 240 0 0 30 60 692 cm /Im0 Do Q")
+    pdf.save(source := tmp_path / "jbig2.pdf")
+    small = Budgets(**{**DEFAULT_BUDGETS.__dict__, "max_stream_bytes": 1024 * 1024})
+    assert code_of(lambda: inspect_pdf(source, budgets=small)) == "input.malformed"
+    assert inspect_pdf(source).page_count == 1
+    with pikepdf.open(source) as opened, pytest.raises(UnsafePage) as caught:
+        remove_content(opened, 1, [Rect(100, 700, 200, 710)], budgets=small)
+    assert caught.value.reason == "image_undecodable"
 
 
 @pytest.mark.parametrize(("width", "height"), [(11_000, 11_000), (20_000, 20_000)], ids=["budget", "pillow-bomb"])

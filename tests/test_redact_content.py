@@ -28,6 +28,7 @@ from PIL import Image
 
 from docjobs.pdf.redaction.content import ContentRemoval, remove_content
 from docjobs.pdf.redaction.regions import Rect, UnsafePage
+from tests.fixtures.jbig2 import jbig2_image
 
 SSN = "123-45-6789"
 EMAIL = "jane.doe@example.com"
@@ -382,6 +383,14 @@ def _image(pdf: pikepdf.Pdf, kind: str) -> pikepdf.Stream:
         bits = gradient.convert("L").point(lambda v: 255 if v > 100 else 0).convert("1")
         data = bytes(255 - byte for byte in bits.tobytes())  # stored inverted; /Decode [1 0] undoes it
         return pdf.make_stream(data, **common, ColorSpace=Name.DeviceGray, BitsPerComponent=1, Decode=[1, 0])
+    if kind == "jbig2_globals":
+        return jbig2_image(pdf, gradient.convert("L").point(lambda v: 255 if v > 100 else 0).convert("1"))
+    if kind == "jpx_alpha_smask":  # Pillow writes the (opaque) alpha into the codestream: a PDF reader ignores it
+        jpx = io.BytesIO()
+        gradient.convert("RGBA").save(jpx, "JPEG2000", irreversible=False)
+        image = pdf.make_stream(jpx.getvalue(), **common, Filter=Name.JPXDecode)
+        image.SMask = _soft_mask(pdf, width, height)
+        return image
     if kind == "stencil_mask":
         stripes = bytes((0x0F if (y // 4) % 2 else 0xF0) for y in range(height) for _ in range((width + 7) // 8))
         return pdf.make_stream(zlib.compress(stripes), **common, ImageMask=True, Filter=Name.FlateDecode)
@@ -390,12 +399,17 @@ def _image(pdf: pikepdf.Pdf, kind: str) -> pikepdf.Stream:
         Filter=Name.FlateDecode,
     )  # fmt: skip
     if kind == "soft_mask":  # mostly transparent: the mask itself shows the shape under the region
-        alpha = bytes(40 if x < 25 else 255 for y in range(height) for x in range(width))
-        image.SMask = pdf.make_stream(
-            zlib.compress(alpha), Type=Name.XObject, Subtype=Name.Image, Width=width, Height=height,
-            ColorSpace=Name.DeviceGray, BitsPerComponent=8, Filter=Name.FlateDecode,
-        )  # fmt: skip
+        image.SMask = _soft_mask(pdf, width, height)
     return image
+
+
+def _soft_mask(pdf: pikepdf.Pdf, width: int, height: int) -> pikepdf.Stream:
+    """A soft mask transparent on its left half."""
+    alpha = bytes(40 if x < width // 2 else 255 for y in range(height) for x in range(width))
+    return pdf.make_stream(
+        zlib.compress(alpha), Type=Name.XObject, Subtype=Name.Image, Width=width, Height=height,
+        ColorSpace=Name.DeviceGray, BitsPerComponent=8, Filter=Name.FlateDecode,
+    )  # fmt: skip
 
 
 def _render(path: Path, page: int, tmp_path: Path) -> Image.Image:
@@ -408,7 +422,18 @@ def _render(path: Path, page: int, tmp_path: Path) -> Image.Image:
 
 
 @pytest.mark.parametrize(
-    "kind", ["flate_rgb", "jpeg", "jpeg_cmyk", "indexed_4bit", "gray_1bit_inverted", "stencil_mask", "soft_mask"]
+    "kind",
+    [
+        "flate_rgb",
+        "jpeg",
+        "jpeg_cmyk",
+        "indexed_4bit",
+        "gray_1bit_inverted",
+        "stencil_mask",
+        "soft_mask",
+        "jbig2_globals",
+        "jpx_alpha_smask",
+    ],
 )
 def test_rendered_image_is_black_under_the_region_only(tmp_path: Path, kind: str) -> None:
     """Rendered by poppler, the redacted page is black under the region and unchanged elsewhere; the

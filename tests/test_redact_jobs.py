@@ -17,6 +17,7 @@ from docjobs.store.storage import TEXT_BLOB, beside
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
+from tests.fixtures.jbig2 import make_jbig2_behind_values
 from tests.fixtures.redact_fallback import FALLBACK_FIXTURES
 from tests.fixtures.redact_layout import NAME_REGEX, NAMES, make_embedded
 from tests.fixtures.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
@@ -152,6 +153,24 @@ async def test_pages_the_rewrite_cannot_finish_are_burned_in_and_recorded(
         assert status.redaction.fallback_pages == [1] and status.redaction.pages[0].fallback == reason, name
         await jobs.fetch(job.job_id, out := tmp_path / f"{name}.out.pdf")
         assert_nothing_left(out, values)
+
+
+async def test_a_jbig2_image_under_a_value_is_painted_in_the_document_child(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """jbig2dec runs inside the child's sandbox: the JBIG2 image (with globals) behind the SSN is painted and
+    stored again losslessly, and the page keeps its text instead of being burned in."""
+    make_jbig2_behind_values(source := tmp_path / "jbig2.pdf")
+    submitted = await jobs.submit(source, policies.get("external"), key="redact-jbig2")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED and status.redaction is not None, status.failure_code
+    assert status.redaction.fallback_pages == [] and status.redaction.pages[0].images_redacted == 1
+    await jobs.fetch(submitted.job_id, out := tmp_path / "jbig2.out.pdf")
+    assert_nothing_left(out, (SSN, EMAIL))
+    assert {"Patient", "Contact"} <= set(extracted_texts(out)["pdftotext"].split())
+    with pikepdf.open(out) as released:
+        filters = [str(image.get("/Filter")) for image in released.pages[0].get_images().values()]
+    assert filters == ["/FlateDecode"]
 
 
 async def test_box_only_redactor_is_caught_by_the_gate(

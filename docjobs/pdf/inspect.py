@@ -52,6 +52,7 @@ from docjobs.pdf.budgets import (
     check_stream_sizes,
     page_tree_count,
 )
+from docjobs.pdf.jbig2 import bound_jbig2_decoder
 
 ProgressFn = Callable[[int, int], None]
 """Called as (pages_done, pages_total) after each page; lets the caller heartbeat."""
@@ -274,6 +275,7 @@ def _check_syntax(pdf: pikepdf.Pdf, budgets: Budgets) -> int:
         check_nesting(warnings)
         for page in pdf.pages:
             check_operators(page, budgets)
+        bound_jbig2_decoder(budgets.max_stream_bytes)
         warnings += pdf.check_pdf_syntax()  # raises for page content that cannot be decoded
     except _PARSE_ERRORS:
         raise DocJobError("input.malformed", "the input PDF has damaged streams or page content") from None

@@ -1,25 +1,27 @@
 """Overwrite the pixels of an image XObject that lie under redaction regions, in the image data itself.
 
 Covering an image with a box leaves the pixels in the file; here they are replaced. The samples are
-decoded to raw bytes (qpdf decodes Flate, LZW, RunLength and DCT; Pillow, via pikepdf, what qpdf
-cannot), painted, and written back losslessly with Flate, keeping /Width, /Height, /ColorSpace and
-/Decode, so every pixel outside the regions stays exactly as it was. "Black" is worked out per colour
-space and /Decode; the soft mask (/SMask) and an explicit /Mask are painted opaque under the regions
-too, since either can carry the shape of what was drawn. Regions map to pixels through the inverse of
-the image's placement matrix, so flipped, rotated and scaled placements are handled alike. An image
-none of these decodes (JBIG2, a broken or unknown filter) raises UnsafePage("image_undecodable"): its page
-is burned in from a rendering instead.
+decoded to raw bytes (qpdf decodes Flate, LZW, RunLength and DCT, and JBIG2 through jbig2dec, bounded as
+`docjobs.pdf.jbig2` says; Pillow, via pikepdf, what qpdf cannot), painted, and written back losslessly with
+Flate, keeping /Width, /Height, /ColorSpace and /Decode, so every pixel outside the regions stays exactly as
+it was. "Black" is worked out per colour space and /Decode; the soft mask (/SMask) and an explicit /Mask are
+painted opaque under the regions too, since either can carry the shape of what was drawn. Regions map to
+pixels through the inverse of the image's placement matrix, so flipped, rotated and scaled placements are
+handled alike. An image none of these decodes (a broken or unknown filter, a JBIG2 page over the stream
+budget) raises UnsafePage("image_undecodable"): its page is burned in from a rendering instead.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 import zlib
 
 import pikepdf
 from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, decoded_size
+from docjobs.pdf.jbig2 import bound_jbig2_decoder
 from docjobs.pdf.redaction.geometry import Matrix, Point, corners, invert, multiply
 from docjobs.pdf.redaction.regions import Rect, UnsafePage
 
@@ -106,10 +108,7 @@ def _samples(image: pikepdf.Stream, width: int, height: int, budgets: Budgets) -
     else:
         components, bits = _components(image.get(Name.ColorSpace)), int(image.get(Name.BitsPerComponent, 0))
     row = (width * components * bits + 7) // 8
-    if Name.JBIG2Decode in _filters(image):
-        # Only an external program (jbig2dec) decodes JBIG2, often against /JBIG2Globals shared with other
-        # images: not run on a hostile document here; the page is burned in from poppler's rendering instead.
-        raise UnsafePage("image_undecodable")
+    bound_jbig2_decoder(budgets.max_stream_bytes)  # jbig2dec's output is as large as the JBIG2 page says
     try:
         data = image.read_bytes(decode_level=pikepdf.StreamDecodeLevel.all)
     except pikepdf.PdfError:
@@ -122,24 +121,23 @@ def _samples(image: pikepdf.Stream, width: int, height: int, budgets: Budgets) -
 
 
 def _pillow_samples(image: pikepdf.Stream) -> tuple[bytearray, int, int, bool]:
-    """Samples of an image qpdf cannot decode (JPX, CCITT, JBIG2), for the modes that map exactly."""
+    """Samples of an image qpdf cannot decode (JPX, CCITT), for the modes that map exactly."""
     if Name.Decode in image:
         raise UnsafePage("image_undecodable")
     try:
-        picture = pikepdf.PdfImage(image).as_pil_image()
+        with warnings.catch_warnings():  # pikepdf says so when it adds the /SMask as an alpha channel
+            warnings.simplefilter("ignore", UserWarning)
+            picture = pikepdf.PdfImage(image).as_pil_image()
     except Exception:  # noqa: BLE001 - any decoder failure means the page cannot be redacted in place
         raise UnsafePage("image_undecodable") from None
+    if picture.mode in ("LA", "RGBA") and not image.get(Name.SMaskInData, 0):
+        # The alpha is pikepdf's copy of the /SMask (painted on its own) or a JPX's own, which a reader
+        # ignores unless /SMaskInData says otherwise: the samples are the colours alone.
+        picture = picture.convert(picture.mode[:-1])
     layout = {"1": (1, 1), "L": (1, 8), "RGB": (3, 8)}.get(picture.mode)
     if layout is None:
         raise UnsafePage("image_undecodable")
     return bytearray(picture.tobytes()), *layout, True
-
-
-def _filters(image: pikepdf.Stream) -> list[Name]:
-    """The image's filter names, one or an array of them."""
-    chain = image.get(Name.Filter)
-    items = list(chain) if isinstance(chain, pikepdf.Array) else [chain]
-    return [item for item in items if isinstance(item, Name)]
 
 
 def _components(space: pikepdf.Object | None) -> int:
