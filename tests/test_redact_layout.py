@@ -283,23 +283,29 @@ def test_a_form_drawn_by_the_page_and_an_annotation_is_renumbered_once(tmp_path:
     assert len(released) == 1
 
 
-def make_embedded_offered_by_form(path: Path, name: str) -> None:
-    """`embedded`, whose font the form's default resources also offer for new field values."""
+def make_embedded_offered_by_form(path: Path, name: str, *, shared: bool) -> None:
+    """`embedded`, whose font the form's default resources also offer for new field values; `shared`: as
+    LibreOffice writes it, the form's /DR is the page's own /Resources dictionary."""
     make_embedded(path, name)
     with pikepdf.open(path, allow_overwriting_input=True) as pdf:
-        ((key, font),) = list(pdf.pages[0].Resources.Font.items())
+        resources = pdf.pages[0].Resources
+        ((key, font),) = list(resources.Font.items())
+        defaults = pdf.make_indirect(resources) if shared else pikepdf.Dictionary(Font={key: font})
+        pdf.pages[0].Resources = defaults
         pdf.Root.AcroForm = pikepdf.Dictionary(
-            Fields=pikepdf.Array(), DA=pikepdf.String(f"{key} 10 Tf 0 g"), DR=pikepdf.Dictionary(Font={key: font})
+            Fields=pikepdf.Array(), DA=pikepdf.String(f"{key} 10 Tf 0 g"), DR=defaults
         )
         pdf.save(path, deterministic_id=True)
 
 
-def test_a_font_the_form_offers_is_resubset_and_the_form_offers_helvetica(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["own", "page-resources"])
+def test_a_font_the_form_offers_is_resubset_and_the_form_offers_helvetica(shared: bool, tmp_path: Path) -> None:
     """A viewer may draw any glyph with a font the form offers for new values, so it could not be cut down and its
     pages were burned in: the form now offers Helvetica under the same name, and the font is re-subset with the
-    page's text kept."""
+    page's text kept, also where the form's resources are the page's."""
     kept = set(PREFIX.strip() + SUFFIX.strip() + "".join(OTHER_LINES)) - {" "}
-    out, summary = redact(make_embedded_offered_by_form, NAMES[3], tmp_path)
+    make = functools.partial(make_embedded_offered_by_form, shared=shared)
+    out, summary = redact(make, NAMES[3], tmp_path)
     assert (summary.fonts_resubset, summary.fallback_pages) == (1, [])
     with pikepdf.open(out) as pdf:
         ((key, font),) = list(pdf.pages[0].Resources.Font.items())
@@ -309,6 +315,7 @@ def test_a_font_the_form_offers_is_resubset_and_the_form_offers_helvetica(tmp_pa
             "/Helvetica",
             False,
         )
+        assert Name.FontFile2 in font.DescendantFonts[0].FontDescriptor  # the page draws with its own font still
         assert set(_to_unicode(font.ToUnicode.read_bytes()).values()) - {" "} == kept
     released = text(out)
     assert all(line in released for line in OTHER_LINES) and NAMES[3] not in released

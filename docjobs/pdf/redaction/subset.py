@@ -728,19 +728,19 @@ def _offer_standard_fonts(pdf: pikepdf.Pdf, touched: set[FontId]) -> None:
     """The form's default resources (/AcroForm /DR) offer fonts for new field values, with which a viewer may draw
     any glyph: each one in `touched` is offered as Helvetica instead (under the same name, so the fields' /DA
     strings still find it), and is then re-subset like any font the document draws. Values typed later are drawn
-    in Helvetica; the appearances already there keep their own font."""
+    in Helvetica; the appearances already there keep their own font. The form gets /DR and /Font dictionaries of
+    its own: LibreOffice's form shares its page's /Resources, whose fonts stay."""
     form = pdf.Root.get(Name.AcroForm)
-    defaults = form.get(Name.DR) if isinstance(form, pikepdf.Dictionary) else None
-    fonts = defaults.get(Name.Font) if isinstance(defaults, pikepdf.Dictionary) else None
-    if not isinstance(fonts, pikepdf.Dictionary):
+    if not isinstance(form, pikepdf.Dictionary) or not isinstance(defaults := form.get(Name.DR), pikepdf.Dictionary):
         return
-    for name, font in list(fonts.items()):
-        if _id(font) in touched:
-            fonts[name] = pdf.make_indirect(
-                pikepdf.Dictionary(
-                    Type=Name.Font, Subtype=Name.Type1, BaseFont=Name.Helvetica, Encoding=Name.WinAnsiEncoding
-                )
-            )
+    fonts = defaults.get(Name.Font)
+    if not isinstance(fonts, pikepdf.Dictionary) or not any(_id(font) in touched for _, font in fonts.items()):
+        return
+    helvetica = pdf.make_indirect(
+        pikepdf.Dictionary(Type=Name.Font, Subtype=Name.Type1, BaseFont=Name.Helvetica, Encoding=Name.WinAnsiEncoding)
+    )
+    offered = {name: helvetica if _id(font) in touched else font for name, font in fonts.items()}
+    form[Name.DR] = pikepdf.Dictionary({**dict(defaults.items()), "/Font": pikepdf.Dictionary(offered)})
 
 
 def _appearances(page: pikepdf.Dictionary) -> Iterator[pikepdf.Stream]:
