@@ -174,6 +174,26 @@ def test_the_letters_touching_a_match_stay(layout: RedactLayout, shown: str, tmp
     assert poppler.split() == ["Attach", "(s)", "W-2"]
 
 
+def test_letters_spaced_apart_are_re_set_as_the_word_they_spell(tmp_path: Path) -> None:
+    """pdfminer's sample `simple1`: "Hello World" four times, the last two spaced out letter by letter (character
+    spacing, then kerning). Poppler reads those letters as words of their own; re-set without the spacing, they read
+    as "World". That is the same text kept, not text moved (the page was burned in for it)."""
+    lines = (
+        "0 Tw 0 Tc [(Hello ) -4166 (World)] TJ",
+        "100 Tw 0 Tc (Hello World) Tj",
+        "100 Tw 10 Tc (Hello World) Tj",
+        "0 Tw 0 Tc [(H) -416 (e) -416 (l) -416 (l) -416 (o) -416 ( ) -416 -4166 "
+        "(W) -416 (o) -416 (r) -416 (l) -416 (d)] TJ",
+    )
+    _helvetica_page(source := tmp_path / "simple1.pdf", f"BT /F0 24 Tf 100 700 Td {' 0 -100 Td '.join(lines)} ET")
+    before = subprocess.run(["pdftotext", str(source), "-"], capture_output=True, text=True, check=True).stdout
+    assert before.split()[-5:] == list("World")
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("Hello",)), workdir=tmp_path)
+    assert summary.fallback_pages == []
+    poppler = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    assert poppler.split() == ["World"] * 4
+
+
 @pytest.mark.parametrize(("code", "masks"), [(b" ", 0), (b"F", 1)], ids=["space", "letter"])
 def test_a_removed_span_of_spaces_alone_gets_no_mask(code: bytes, masks: int) -> None:
     """A form drew a lone space a little above a line, where "Form" was: removed with the match, its own one-glyph

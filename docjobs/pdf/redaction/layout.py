@@ -435,17 +435,37 @@ def reset_words_kept(
 ) -> bool:
     """The text-kept contract of re-set lines: on each, the words read before (outside the regions) are read
     after in the same order, on the same baseline (their boxes' extent across the line within `tolerance`),
-    none before the line's start, and none of the words after overlaps a mask."""
+    none before the line's start, and none of the words after overlaps a mask. Letters a reader took for words
+    of their own before, spaced apart by character spacing or kerning that the re-set line drops, may be read
+    after as the one word they spell."""
     for line in lines:
         before = sorted((word for word in was if line.holds(word[1])), key=lambda word: _word_along(line, word[1]))
         after = sorted((word for word in now if line.holds(word[1])), key=lambda word: _word_along(line, word[1]))
         if any(box.intersects(mask.padded(-tolerance)) for _, box in after for mask in line.masks):
             return False
-        remaining = iter(after)
-        for text, box in before:
-            if not any(found == text and _same_across(line, box, moved, tolerance) for found, moved in remaining):
-                return False
+        found = 0  # how many of `before` were read after, in order
+        for text, box in after:
+            found += _words_read_as(text, box, before[found:], line, tolerance)
+        if found < len(before):
+            return False
     return True
+
+
+def _words_read_as(text: str, box: Rect, before: list[tuple[str, Rect]], line: ResetLine, tolerance: float) -> int:
+    """How many of the next words read before the word `text` read after is, on their baseline: the first one
+    itself, or a run of single letters that spell it (0: none)."""
+    if before and before[0][0] == text and _same_across(line, before[0][1], box, tolerance):
+        return 1
+    spelled = ""
+    for count, (letter, letter_box) in enumerate(before, start=1):
+        if len(letter) != 1 or not _same_across(line, letter_box, box, tolerance):
+            return 0
+        spelled += letter
+        if spelled == text:
+            return count if count > 1 else 0
+        if not text.startswith(spelled):
+            return 0
+    return 0
 
 
 def _word_along(line: ResetLine, box: Rect) -> float:
