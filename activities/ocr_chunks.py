@@ -48,7 +48,7 @@ class OcrChunkActivities(IsolatedStages):
     def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
         with (
             self._attempt("ocr_chunk", request) as attempt,
-            self._cores.joined(attempt.folder / "cpu-share") as seat,
+            self._cores.joined(attempt.folder / "cpu-share") as share,
         ):
             run = marked_run(self._store)
             folder = attempt.folder / "checkpoints"
@@ -57,11 +57,6 @@ class OcrChunkActivities(IsolatedStages):
             resume = attempt.folder / "resume"
             resume.mkdir()
             self._restore_checkpoints(checkpoints, attempt.lease.resumed_from(), resume)
-
-            def progressed(done: int, total: int) -> None:
-                seat.progress(done, total)
-                self._store_checkpoints(checkpoints)
-
             done, paths = self._restage(
                 attempt,
                 request,
@@ -73,11 +68,11 @@ class OcrChunkActivities(IsolatedStages):
                     ocr=request.ocr,
                     pages=request.pages,
                     tag=request.job_id,
-                    cpu_share=seat.path,
+                    cpu_share=share,
                     checkpoints=checkpoints.folder,
                     resume=resume,
                 ),
-                on_progress=progressed,
+                on_progress=lambda done, total: self._store_checkpoints(checkpoints),
             )
             key = ocr_chunk_key(run, request.pages.first, request.pages.last, attempt.number)
             chunk = self._put_left(key, paths.output)
@@ -142,60 +137,36 @@ class OcrChunkActivities(IsolatedStages):
 
 class CoreShare:
     """The worker's cores, shared by the ranges it runs: each range's OCRmyPDF runs a page a core, and its Tesseract
-    calls take turns within the range's share (`run_ocr`'s `cpu_share`), which this rewrites as ranges start, read
-    and end. The cores are divided among the ranges that are reading pages: two ranges on 2 cores read a page each
-    at a time; a range that has not read its first page yet (its OCRmyPDF starting) or has read its last (writing
-    its output) counts for none, so the other reads two meanwhile and no core waits for a range's start or end."""
+    calls take turns within the range's share (`run_ocr`'s `cpu_share`), which this rewrites as ranges start and
+    end. Two ranges on 2 cores read a page each at a time; the last range left, as the others end, reads two: no
+    core waits for the stage's last range."""
 
     def __init__(self, cores: int) -> None:
         self._cores = cores
-        self._seats: set[CoreSeat] = set()
+        self._files: set[int] = set()
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def joined(self, path: Path) -> Iterator[CoreSeat]:
-        """A range's seat, whose share file is at `path` (new: in a folder its child will be given), kept up to date
-        while the range runs. The worker writes it through its own descriptor: what the child does to the path later
-        never leads the worker's writes elsewhere."""
+    def joined(self, path: Path) -> Iterator[Path]:
+        """A range's share file, at `path` (new: in a folder its child will be given), kept up to date while the
+        range runs. The worker writes it through its own descriptor: what the child does to the path later never
+        leads the worker's writes elsewhere."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        seat = CoreSeat(path, fd, self)
         try:
             with self._lock:
-                self._seats.add(seat)
+                self._files.add(fd)
                 self._spread()
-            yield seat
+            yield path
         finally:
             with self._lock:
-                self._seats.discard(seat)
+                self._files.discard(fd)
                 os.close(fd)
                 self._spread()
 
-    def progressed(self, seat: CoreSeat, done: int, total: int) -> None:
-        with self._lock:
-            reading = 0 < done < total
-            if reading != seat.reading:
-                seat.reading = reading
-                self._spread()
-
     def _spread(self) -> None:
-        reading = sum(1 for seat in self._seats if seat.reading)
-        share = f"{max(1, self._cores // max(1, reading)):<8}\n".encode()  # one fixed-width write
-        for seat in self._seats:
-            os.pwrite(seat.fd, share, 0)
-
-
-@dataclass(eq=False)
-class CoreSeat:
-    """One range's place in the worker's CoreShare: its share file, and whether it is reading pages."""
-
-    path: Path
-    fd: int
-    share: CoreShare
-    reading: bool = False
-
-    def progress(self, done: int, total: int) -> None:
-        """The range has read `done` of its `total` pages."""
-        self.share.progressed(self, done, total)
+        share = f"{max(1, self._cores // max(1, len(self._files))):<8}\n".encode()  # one fixed-width write
+        for fd in self._files:
+            os.pwrite(fd, share, 0)
 
 
 class Noting(Protocol):

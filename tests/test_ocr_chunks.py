@@ -12,7 +12,7 @@ import pikepdf
 import pytest
 from pikepdf import Array, Dictionary, Name, OutlineItem
 
-from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, CoreSeat, CoreShare, PageCheckpoints
+from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, CoreShare, PageCheckpoints
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef, OcrOutputType, OcrPolicy
 from docjobs.domain.ocr_chunks import PageRange, chunk_plan
@@ -33,29 +33,19 @@ def test_the_plan_covers_the_document_in_order_with_a_short_last_chunk() -> None
     assert ranges(chunk_plan(3, 1)) == [(1, 1), (2, 2), (3, 3)]
 
 
-def test_a_workers_cores_are_divided_among_the_ranges_reading_pages(tmp_path: Path) -> None:
-    def shares(*seats: CoreSeat) -> tuple[int, ...]:
-        return tuple(int(seat.path.read_text()) for seat in seats)
+def test_a_workers_ranges_share_its_cores_and_the_last_one_left_gets_them_all(tmp_path: Path) -> None:
+    def share(path: Path) -> int:
+        return int(path.read_text())
 
     cores = CoreShare(2)
     with cores.joined(tmp_path / "a") as first:
-        assert shares(first) == (2,)
-        first.progress(1, 16)
-        with cores.joined(tmp_path / "b") as second:
-            assert shares(first, second) == (2, 2)  # the new range's OCRmyPDF is starting: no page to read yet
-            second.progress(1, 16)
-            assert shares(first, second) == (1, 1)
-            with cores.joined(tmp_path / "c") as third:
-                third.progress(3, 16)
-                assert shares(first, second, third) == (1, 1, 1)  # never less than a core
-            first.progress(16, 16)
-            assert shares(first, second) == (2, 2)  # the first writes its output: the second reads two pages
-        assert shares(first) == (2,)
+        assert share(first) == 2
+        with cores.joined(tmp_path / "b") as second, cores.joined(tmp_path / "c") as third:
+            assert (share(first), share(second), share(third)) == (1, 1, 1)  # never less than a core
+        assert share(first) == 2  # the others ended
     eight = CoreShare(8)
-    with eight.joined(tmp_path / "d") as one, eight.joined(tmp_path / "e") as two, eight.joined(tmp_path / "f") as six:
-        for seat in (one, two, six):
-            seat.progress(1, 4)
-        assert shares(one, two) == (2, 2)
+    with eight.joined(tmp_path / "d") as one, eight.joined(tmp_path / "e") as two, eight.joined(tmp_path / "f"):
+        assert (share(one), share(two)) == (2, 2)
     (tmp_path / "planted").symlink_to(tmp_path / "elsewhere")  # a child's link: never written through
     with pytest.raises(FileExistsError), cores.joined(tmp_path / "planted"):
         pass
