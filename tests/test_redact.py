@@ -194,6 +194,21 @@ def test_letters_spaced_apart_are_re_set_as_the_word_they_spell(tmp_path: Path) 
     assert poppler.split() == ["World"] * 4
 
 
+def test_a_line_set_close_below_a_re_set_line_is_not_part_of_it(tmp_path: Path) -> None:
+    """An OMB box: two lines 6 pt apart in 9-pt type, so the tops of the lower line's words reach over the upper
+    line's baseline. They were taken for words of the re-set line, out of order once it grew by its mask, and the
+    page was burned in (form_210966)."""
+    content = (
+        "BT /F0 9 Tf 486.7 767.7 Td (OMB Control No. 2900-0826) Tj ET "
+        "BT /F0 9 Tf 486.7 761.7 Td (Respondent Burden: 5 minutes) Tj ET"
+    )
+    _helvetica_page(source := tmp_path / "omb.pdf", content)
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("Control",)), workdir=tmp_path)
+    assert summary.fallback_pages == []
+    poppler = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    assert poppler.split() == ["OMB", "No.", "2900-0826", "Respondent", "Burden:", "5", "minutes"]
+
+
 @pytest.mark.parametrize(("code", "masks"), [(b" ", 0), (b"F", 1)], ids=["space", "letter"])
 def test_a_removed_span_of_spaces_alone_gets_no_mask(code: bytes, masks: int) -> None:
     """A form drew a lone space a little above a line, where "Form" was: removed with the match, its own one-glyph

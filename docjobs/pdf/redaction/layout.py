@@ -36,6 +36,7 @@ AVERAGE_GLYPH_EM = 0.5  # a fixed figure: the metrics of a subset font would car
 WORD_GAP_EM = 0.15  # a gap at least this wide between two kept glyphs (neither a space) separated words
 SPACE_EM = 0.25  # the word space a re-set line uses for such a gap, and on either side of a mask
 SAME_BASELINE = 0.05  # points across the line direction
+BASELINE_SHARE = 0.6  # a word's baseline lies within this share of its box's height from the bottom
 SCRIPT_EM = 0.5  # a run raised or lowered by at most this many ems of its line's font size is a super- or subscript
 _SAME_DIRECTION = 1e-3
 
@@ -129,14 +130,16 @@ class ResetLine:
     baselines: tuple[float, float] = (0.0, 0.0)  # the lowest and highest baseline of its runs (scripts), across
 
     def holds(self, box: Rect, tolerance: float = 0.5) -> bool:
-        """Whether a word box lies on this line: one of its baselines runs through it, and it is not before
-        the start."""
+        """Whether a word box lies on this line: one of its baselines runs through the lower part of the box (a
+        baseline lies a descent above a word's bottom, far below its middle; the top of a word of the line below,
+        set close, may reach just over this line's baseline), and it is not before the start."""
         (ux, uy), (x, y) = self.direction, self.origin
         corners = [(cx - x, cy - y) for cx in (box.x0, box.x1) for cy in (box.y0, box.y1)]
         across = [ux * dy - uy * dx for dx, dy in corners]
         along = [ux * dx + uy * dy for dx, dy in corners]
+        bottom, top = min(across), max(across)
         low, high = self.baselines
-        return min(across) <= high and low <= max(across) and min(along) >= -tolerance
+        return bottom <= high and low <= bottom + BASELINE_SHARE * (top - bottom) and min(along) >= -tolerance
 
 
 @dataclass(frozen=True)
