@@ -32,12 +32,15 @@ from docjobs.pdf.redaction.redact import redact_pdf
 from tests.ci_skips import needs_tools
 from tests.fixtures.office_samples import converted_by_libreoffice, letter_html
 from tests.fixtures.redact_layout import (
+    FONT_SIZE,
     LAYOUT_FIXTURES,
+    LEADING,
     NAME_REGEX,
     NAMES,
     OTHER_LINES,
     PREFIX,
     SUFFIX,
+    TOP,
     WINANSI_LINE,
     line,
     make_cff,
@@ -319,6 +322,56 @@ def test_a_font_the_form_offers_is_resubset_and_the_form_offers_helvetica(shared
         assert set(_to_unicode(font.ToUnicode.read_bytes()).values()) - {" "} == kept
     released = text(out)
     assert all(line in released for line in OTHER_LINES) and NAMES[3] not in released
+
+
+def make_embedded_twice_over_one_cidfont(path: Path, name: str) -> None:
+    """`embedded`, its last line drawn with a second Type0 font over the same CIDFont (a producer's font per page
+    over one program): the second font loses no glyph."""
+    make_embedded(path, name)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        page = pdf.pages[0]
+        first = page.Resources.Font.F1
+        page.Resources.Font.F2 = pdf.make_indirect(pikepdf.Dictionary({key: value for key, value in first.items()}))
+        content = page.Contents.read_bytes().replace(b"BT 72.00 660.00 Td", b"BT /F2 12.00 Tf 72.00 660.00 Td")
+        page.Contents = pdf.make_stream(content)
+        pdf.save(path, deterministic_id=True)
+
+
+def test_fonts_over_one_cidfont_are_cut_down_together(tmp_path: Path) -> None:
+    """Cut down and re-numbered alone, the name's font rewrote the CIDFont the other font draws with too, whose
+    strings kept their codes: that line was drawn with wrong glyphs and widths, and the page was burned in (the
+    NCCN guidelines, pypdf's issue-604, lost 9 pages so). Now both are cut down to the codes either draws."""
+    out, summary = redact(make_embedded_twice_over_one_cidfont, NAMES[3], tmp_path)
+    assert summary.fallback_pages == [] and summary.fonts_resubset >= 1
+    released = text(out)
+    assert all(line in released for line in OTHER_LINES) and NAMES[3] not in released
+    make_embedded_twice_over_one_cidfont(source := tmp_path / "again.pdf", NAMES[3])
+    last_line = slice(792 - 668, 792 - 652)  # rows of the line the second font draws, untouched by the redaction
+    assert pixel_rows(out, tmp_path)[last_line] == pixel_rows(source, tmp_path)[last_line]
+
+
+def make_truetype_twice_over_one_descriptor(path: Path, name: str) -> None:
+    """`truetype_winansi`, its second line drawn with a second font dictionary over the same descriptor (and so the
+    same program), which draws letters the name's line does not."""
+    make_truetype_winansi(path, name)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        page = pdf.pages[0]
+        first = page.Resources.Font.F1
+        page.Resources.Font.F2 = pdf.make_indirect(pikepdf.Dictionary({key: value for key, value in first.items()}))
+        content = page.Contents.read_bytes().replace(b") Tj (", b") Tj /F2 %g Tf (" % FONT_SIZE)
+        page.Contents = pdf.make_stream(content)
+        pdf.save(path, deterministic_id=True)
+
+
+def test_simple_fonts_over_one_descriptor_are_cut_down_together(tmp_path: Path) -> None:
+    """Cut down alone, the name's font gave the descriptor they share a program without the other font's letters:
+    its line still read as text, but drew blanks. Now both are cut down to the codes either draws."""
+    out, summary = redact(make_truetype_twice_over_one_descriptor, NAMES[3], tmp_path)
+    assert summary.fallback_pages == [] and summary.fonts_resubset >= 1
+    assert WINANSI_LINE in text(out) and NAMES[3] not in text(out)
+    make_truetype_twice_over_one_descriptor(source := tmp_path / "again.pdf", NAMES[3])
+    second_line = slice(round(792 - TOP + LEADING - FONT_SIZE), round(792 - TOP + LEADING + FONT_SIZE / 2))
+    assert pixel_rows(out, tmp_path)[second_line] == pixel_rows(source, tmp_path)[second_line]
 
 
 def test_a_nonsymbolic_truetype_font_keeps_the_glyphs_its_unicode_cmap_gives(tmp_path: Path) -> None:

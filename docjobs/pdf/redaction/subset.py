@@ -76,13 +76,15 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
     document still draws, in place; the caller saves."""
     if not touched:
         return FontScrub(0, {})
-    usage = _Usage(touched, budgets)
+    sharing = _Sharing.of(pdf, touched)
+    usage = _Usage(touched | sharing.fellows, budgets)
     usage.collect(pdf)
+    sharing.pool(usage)
     _offer_standard_fonts(pdf, touched)
-    unsafe = set(usage.unsure)
+    unsafe = set(usage.unsure) | sharing.unsafe
     resubset = 0
     renumbered: dict[FontId, dict[int, int]] = {}
-    for key in sorted(touched - unsafe):
+    for key in sorted((touched | sharing.fellows) - unsafe):
         font = pdf.get_object(key)
         drawn = list(usage.codes.get(key, {}))
         codes = dict(zip(drawn, _fresh_codes(font, key, usage), strict=False))
@@ -104,6 +106,67 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
         dict.fromkeys(sorted(kinds), FALLBACK_REASON),
         {page: sorted(kinds[page]) for page in sorted(kinds)},
     )
+
+
+@dataclass
+class _Sharing:
+    """Fonts whose cutting down writes to what another font dictionary draws with: a Type0 font's CIDFont, a
+    font's descriptor (where its program is kept). A producer may write a Type0 font per page over one CIDFont, or
+    a simple font per page over one descriptor. Fonts that read the same codes as the same glyphs there (Type0
+    fonts over one CIDFont; simple fonts of one kind with the same encoding) are cut down together, each to the
+    codes any of them draws (`pool`), none re-numbered (the strings of one alone would follow); a touched font
+    sharing with one that reads its codes otherwise cannot be cut down for both: unsafe."""
+
+    groups: list[set[FontId]] = field(default_factory=list)  # fonts cut down together, a touched one among them
+    unsafe: set[FontId] = field(default_factory=set)
+
+    @property
+    def fellows(self) -> set[FontId]:
+        return {key for group in self.groups for key in group}
+
+    @classmethod
+    def of(cls, pdf: pikepdf.Pdf, touched: set[FontId]) -> _Sharing:
+        by_descriptor: dict[FontId, list[tuple[FontId, str]]] = {}  # descriptor -> (font, how it reads its codes)
+        for obj in pdf.objects:
+            if not (isinstance(obj, pikepdf.Dictionary) and obj.get(Name.Type) == Name.Font and obj.is_indirect):
+                continue
+            if obj.get(Name.Subtype) in (Name.CIDFontType0, Name.CIDFontType2):
+                continue  # a CIDFont: read through the Type0 fonts over it
+            descendants = obj.get(Name.DescendantFonts)
+            descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+            holder = descendant if isinstance(descendant, pikepdf.Dictionary) else obj
+            descriptor = _id(holder.get(Name.FontDescriptor))
+            if descriptor is not None:
+                reading = (
+                    f"cidfont {_id(descendant)}"
+                    if descendant is not None
+                    else f"{obj.get(Name.Subtype)!r} {obj.get(Name.Encoding)!r}"
+                )
+                by_descriptor.setdefault(descriptor, []).append((obj.objgen, reading))
+        sharing = cls()
+        for fonts in by_descriptor.values():
+            keys = {key for key, _ in fonts}
+            if len(keys) < 2 or not keys & touched:
+                continue
+            if len({reading for _, reading in fonts}) > 1:
+                sharing.unsafe.update(keys & touched)
+            elif keys not in sharing.groups:
+                sharing.groups.append(keys)
+        return sharing
+
+    def pool(self, usage: _Usage) -> None:
+        """Each font of a group draws, as far as cutting down goes, what any of them draws; none is re-numbered. A
+        group one of whose fonts draws codes that cannot be told is unsafe as a whole."""
+        for group in self.groups:
+            if group & usage.unsure:
+                self.unsafe.update(group)
+                continue
+            pooled: dict[int, None] = {}
+            for key in sorted(group):
+                pooled.update(usage.codes.get(key, {}))
+            for key in group:
+                usage.codes[key] = dict(pooled)
+            usage.fixed.update(group)
 
 
 def _fresh_codes(font: pikepdf.Object, key: FontId, usage: _Usage) -> list[int]:
