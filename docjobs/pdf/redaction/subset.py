@@ -77,14 +77,15 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
     if not touched:
         return FontScrub(0, {})
     sharing = _Sharing.of(pdf, touched)
-    usage = _Usage(touched | sharing.fellows, budgets)
+    cut = touched | sharing.fellows
+    usage = _Usage(cut, budgets)
     usage.collect(pdf)
     sharing.pool(usage)
-    _offer_standard_fonts(pdf, touched)
+    _offer_standard_fonts(pdf, cut)
     unsafe = set(usage.unsure) | sharing.unsafe
     resubset = 0
     renumbered: dict[FontId, dict[int, int]] = {}
-    for key in sorted((touched | sharing.fellows) - unsafe):
+    for key in sorted(cut - unsafe):
         font = pdf.get_object(key)
         drawn = list(usage.codes.get(key, {}))
         codes = dict(zip(drawn, _fresh_codes(font, key, usage), strict=False))
