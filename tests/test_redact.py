@@ -194,6 +194,27 @@ def test_letters_spaced_apart_are_re_set_as_the_word_they_spell(tmp_path: Path) 
     assert poppler.split() == ["World"] * 4
 
 
+@pytest.mark.parametrize(
+    "spaced",
+    [
+        "10 Tc (Hello World) Tj",
+        "[(H) -416 (e) -416 (l) -416 (l) -416 (o) -4582 (W) -416 (o) -416 (r) -416 (l) -416 (d)] TJ",
+    ],
+    ids=["character-spacing", "kerning"],
+)
+def test_a_value_spaced_out_letter_by_letter_is_found_and_removed(spaced: str, tmp_path: Path) -> None:
+    """A heading spaced out letter by letter: the locator put a space at every gap, so "Hello" was not found, while
+    pypdf reads it whole and the gate quarantined the job (`redaction.leak`). The row's letter spacing is now the
+    gap its glyphs leave most; only wider gaps are spaces."""
+    _helvetica_page(source := tmp_path / "spaced.pdf", f"BT /F0 24 Tf 100 500 Td {spaced} ET")
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("Hello",)), workdir=tmp_path)
+    assert summary.fallback_pages == [] and summary.pages[0].matches == {"custom1": 1}
+    poppler = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    pypdf = PdfReader(out).pages[0].extract_text()
+    assert "World" in "".join(poppler.split()) and "World" in "".join(pypdf.split())
+    assert not any(letters in "".join(read.split()) for read in (poppler, pypdf) for letters in ("Hello", "ello"))
+
+
 def test_a_line_set_close_below_a_re_set_line_is_not_part_of_it(tmp_path: Path) -> None:
     """An OMB box: two lines 6 pt apart in 9-pt type, so the tops of the lower line's words reach over the upper
     line's baseline. They were taken for words of the re-set line, out of order once it grew by its mask, and the

@@ -23,7 +23,9 @@ there) and what the gate checks.
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable
@@ -45,6 +47,7 @@ from docjobs.pdf.redaction.regions import PageRegions, Rect
 
 PAD = 1.0  # points added around a matched run: anti-aliasing and rounding must not leave a sliver
 SPACE_GAP = 0.15  # a gap wider than this many ems between glyphs on a line reads as a space
+LETTER_SPACED_GAPS = 4  # a row with fewer gaps between glyphs has no letter spacing to tell
 SAME_LINE = 0.5  # baselines closer than this many ems are one line
 CORE_SHARE = 0.2  # the middle share of a glyph's height (across its line) where the removal looks for it
 # Along its line, the removal looks for a glyph in its middle: this share of its advance is left out at each end.
@@ -213,11 +216,17 @@ def _lines(glyphs: list[_Glyph]) -> list[_Line]:
 
 
 def _joined(row: list[_Glyph]) -> _Line:
+    """The row's text, with a space at each gap wider than SPACE_GAP ems beyond the row's letter spacing: the
+    gap most of its glyphs leave (0 in most text; character spacing or kerning that spaces the letters out, as
+    headings do, otherwise), so a value spaced out letter by letter reads as the word it is, as pypdf reads it."""
+    ends = list(itertools.accumulate((glyph.along + _extent(glyph.box, glyph.direction) for glyph in row), max))
+    gaps = [glyph.along - end for glyph, end in zip(row[1:], ends, strict=False) if not glyph.text.isspace()]
+    spacing = max(0.0, statistics.median(gaps)) if len(gaps) >= LETTER_SPACED_GAPS else 0.0
     text: list[str] = []
     owners: list[_Glyph] = []
     end = -math.inf
     for glyph in row:
-        if text and glyph.along - end > SPACE_GAP * glyph.em and not text[-1].isspace():
+        if text and glyph.along - end > SPACE_GAP * glyph.em + spacing and not text[-1].isspace():
             text.append(" ")
             owners.append(glyph)
         text.append(glyph.text)
