@@ -219,19 +219,18 @@ def _joined(row: list[_Glyph]) -> _Line:
     """The row's text, with a space at each gap wider than SPACE_GAP ems beyond the row's letter spacing: the
     gap most of its glyphs leave (0 in most text; character spacing or kerning that spaces the letters out, as
     headings do, otherwise), so a value spaced out letter by letter reads as the word it is, as pypdf reads it."""
-    ends = list(itertools.accumulate((glyph.along + _extent(glyph.box, glyph.direction) for glyph in row), max))
-    gaps = [glyph.along - end for glyph, end in zip(row[1:], ends, strict=False) if not glyph.text.isspace()]
-    spacing = max(0.0, statistics.median(gaps)) if len(gaps) >= LETTER_SPACED_GAPS else 0.0
+    ends = itertools.accumulate((glyph.along + _extent(glyph.box, glyph.direction) for glyph in row), max)
+    gaps = [-math.inf, *(glyph.along - end for glyph, end in zip(row[1:], ends, strict=False))]  # before each glyph
+    letters = [gap for gap, glyph in zip(gaps[1:], row[1:], strict=True) if not glyph.text.isspace()]
+    spacing = max(0.0, statistics.median(letters)) if len(letters) >= LETTER_SPACED_GAPS else 0.0
     text: list[str] = []
     owners: list[_Glyph] = []
-    end = -math.inf
-    for glyph in row:
-        if text and glyph.along - end > SPACE_GAP * glyph.em + spacing and not text[-1].isspace():
+    for glyph, gap in zip(row, gaps, strict=True):
+        if text and gap > SPACE_GAP * glyph.em + spacing and not text[-1].isspace():
             text.append(" ")
             owners.append(glyph)
         text.append(glyph.text)
         owners += [glyph] * len(glyph.text)
-        end = max(end, glyph.along + _extent(glyph.box, glyph.direction))
     return _Line("".join(text), owners)
 
 
