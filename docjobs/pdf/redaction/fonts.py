@@ -99,10 +99,15 @@ def _simple(font: pikepdf.Dictionary) -> FontModel:
     return FontModel(widths=widths, ascent=ascent, descent=descent)
 
 
+def descendant_font(font: pikepdf.Dictionary) -> pikepdf.Object | None:
+    """A Type0 font's CIDFont, the first of its /DescendantFonts (None when there is none)."""
+    descendants = font.get(Name.DescendantFonts)
+    return descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+
+
 def _composite(font: pikepdf.Dictionary) -> FontModel:
     encoding = font.get(Name.Encoding)
-    descendants = font.get(Name.DescendantFonts)
-    descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+    descendant = descendant_font(font)
     if not isinstance(descendant, pikepdf.Dictionary):
         return UNKNOWN_FONT
     ascent, descent = _extents(descendant.get(Name.FontDescriptor), None)

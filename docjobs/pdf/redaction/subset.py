@@ -49,7 +49,7 @@ from pdfminer.psparser import LIT
 from pikepdf import Name
 
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, decoded_size
-from docjobs.pdf.redaction.fonts import font_model, glyph_names
+from docjobs.pdf.redaction.fonts import descendant_font, font_model, glyph_names
 from docjobs.pdf.redaction.named_glyphs import NamedGlyphProgram, ProgramError
 from docjobs.pdf.redaction.regions import UnsafePage
 from docjobs.pdf.redaction.resources import Instruction, inherited_resources
@@ -133,8 +133,7 @@ class _Sharing:
                 continue
             if obj.get(Name.Subtype) in (Name.CIDFontType0, Name.CIDFontType2):
                 continue  # a CIDFont: read through the Type0 fonts over it
-            descendants = obj.get(Name.DescendantFonts)
-            descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+            descendant = descendant_font(obj)
             holder = descendant if isinstance(descendant, pikepdf.Dictionary) else obj
             descriptor = _id(holder.get(Name.FontDescriptor))
             if descriptor is not None:
@@ -195,8 +194,7 @@ def _fresh_codes(font: pikepdf.Object, key: FontId, usage: _Usage) -> list[int]:
             return []
         fresh = [code for code in range(1, 256) if code != 32][: len(drawn)]
         return fresh if len(fresh) == len(drawn) else []
-    descendants = font.get(Name.DescendantFonts)
-    descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+    descendant = descendant_font(font)
     if not isinstance(descendant, pikepdf.Dictionary) or descendant.get(Name.Subtype) != Name.CIDFontType2:
         return []
     return list(range(1, len(drawn) + 1))
@@ -433,8 +431,7 @@ def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, renumber: dict[
     the glyph order of its CIDFontType2 program: .notdef, then the glyphs by their new CIDs."""
     codes = set(renumber)
     renumbered = any(old != new for old, new in renumber.items())
-    descendants = font.get(Name.DescendantFonts)
-    descendant = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+    descendant = descendant_font(font)
     if font.get(Name.Encoding) != Name("/Identity-H") or not isinstance(descendant, pikepdf.Dictionary):
         raise _NotSafe
     embedded = _program(descendant.get(Name.FontDescriptor), budgets)
@@ -557,9 +554,8 @@ def _program_kind(font: pikepdf.Object | None) -> str:
         return "unknown"
     if font.get(Name.Subtype) == Name.Type3:
         return "type3"
-    descendants = font.get(Name.DescendantFonts)
     if font.get(Name.Subtype) == Name.Type0:
-        font = descendants[0] if isinstance(descendants, pikepdf.Array) and len(descendants) else None
+        font = descendant_font(font)
     descriptor = font.get(Name.FontDescriptor) if isinstance(font, pikepdf.Dictionary) else None
     if not isinstance(descriptor, pikepdf.Dictionary):
         return "unembedded"
