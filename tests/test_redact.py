@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import subprocess
 from pathlib import Path
 
@@ -127,7 +129,8 @@ def test_a_page_the_rewrite_cannot_finish_takes_the_raster_fallback(name: str, t
 
 def test_a_line_drawn_out_of_order_is_re_set_not_burned_in_with_layout_mask(tmp_path: Path) -> None:
     """The neighbours that glue once the SSN is gone in place (`text_moved` under `keep`) are re-set in their
-    drawing order around the mask: the page stays text, its words kept."""
+    order along the baseline, the mask after them: the page stays text, its words kept, and "file", drawn apart
+    from "Alpha" though a tenth of a point after it, stays a word of its own."""
     make_out_of_order(source := tmp_path / "out_of_order.pdf")
     summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(patterns=("ssn",)), workdir=tmp_path)
     assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
@@ -250,23 +253,95 @@ def test_a_removed_span_of_spaces_alone_gets_no_mask(code: bytes, masks: int) ->
     show = Show(
         0, 1, [glyph], (9.0, 0.0, 0.0, 9.0, 80.0, 702.76), (1.0, 0.0, 0.0, 1.0, 0.0, 0.0), (0.0, 0.0), (None, None)
     )
-    assert len(_layout([show], 5.0)[2]) == masks
+    assert len(_layout([show], 5.0).masks) == masks
 
 
-@pytest.mark.parametrize(("at", "fallback"), [(75, [1]), (200, [])], ids=["under-the-mask", "clear-of-it"])
+SPACE_GAP = 0.25 * 9 - 1  # points of white left before the letter: a word space, less a pixel of antialiasing
+
+
+@pytest.mark.parametrize(
+    ("at", "fallback"), [(75, [1]), (90, []), (200, [])], ids=["under-the-mask", "squeezed-before-it", "clear-of-it"]
+)
 def test_a_mask_over_text_drawn_apart_from_its_line_sends_the_page_to_the_fallback(
     at: int, fallback: list[int], tmp_path: Path
 ) -> None:
     """The fixed-width mask is wider than "Form": a checkbox letter drawn further along the baseline, but apart
-    from the line (another line is drawn between), would be hidden under it, so the page is burned in
-    (`mask_over_text`)."""
+    from the line (another line is drawn between), would be hidden under it. The line is squeezed along its
+    baseline to end a word space before the letter, down to half its length; when that is not enough, the page
+    is burned in (`mask_over_text`)."""
     _helvetica_page(
         source := tmp_path / "box.pdf",
         f"BT /F0 9 Tf 50 700 Td (Form) Tj ET BT /F0 9 Tf 50 600 Td (Other) Tj ET BT /F0 9 Tf {at} 700 Td (c) Tj ET",
     )
-    summary = redact_pdf(source, tmp_path / "out.pdf", RedactPolicy(regexes=("Form",)), workdir=tmp_path)
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("Form",)), workdir=tmp_path)
     assert summary.fallback_pages == fallback
     assert [page.fallback for page in summary.pages] == (["mask_over_text"] if fallback else [None])
+    if not fallback:
+        assert [box[0] for text, box in _poppler_words(out) if text == "c"] == [pytest.approx(at)]
+        with Image.open(_render_at_72(out, tmp_path)) as page:  # the mask ends before the letter
+            row = [page.convert("L").getpixel((x, 792 - 702)) for x in range(50, at)]
+        assert 0 in row and set(row[-round(SPACE_GAP) :]) == {255}
+
+
+def test_a_line_drawn_right_part_first_is_re_set_in_its_order_along_the_baseline(tmp_path: Path) -> None:
+    """A form drew a header's "Page 3" at the right margin first, then "Form 1040NR (2007)" at the left (f1040nr).
+    Laid out in drawing order from "Page", the left part went after it, off the page (`text_moved`)."""
+    _helvetica_page(
+        source := tmp_path / "header.pdf",
+        "BT /F0 7 Tf 1 0 0 1 502 714 Tm (Page) Tj ET BT /F0 10 Tf 1 0 0 1 522 714 Tm (3) Tj ET "
+        r"BT /F0 7 Tf 1 0 0 1 36 714 Tm (Form 1040NR \(2007\)) Tj ET",
+    )
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("Form",)), workdir=tmp_path)
+    assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
+    words = _poppler_words(out)
+    assert [text for text, _ in words] == ["1040NR", "(2007)", "Page", "3"]
+    assert all(box[0] > 36 and box[2] < 612 for _, box in words)
+
+
+def test_a_line_that_would_grow_past_the_page_edge_is_squeezed_to_end_at_it(tmp_path: Path) -> None:
+    """A line set close to the right edge grows by its mask (5 em, wider than "Form"): it is squeezed along its
+    baseline to end at the edge of the page, where its words stay readable (issue-604: `text_moved`)."""
+    _helvetica_page(source := tmp_path / "edge.pdf", "BT /F0 9 Tf 1 0 0 1 490 700 Tm (Confidential: Form 1040NR) Tj ET")
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("Form",)), workdir=tmp_path)
+    assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
+    words = _poppler_words(out)
+    assert [text for text, _ in words] == ["Confidential:", "1040NR"]
+    assert words[0][1][0] == pytest.approx(490, abs=0.01) and words[-1][1][2] == pytest.approx(612, abs=0.01)
+
+
+def test_a_space_removed_on_its_own_line_leaves_the_matched_line_its_room(tmp_path: Path) -> None:
+    """A form drew a lone space a point above the match, apart from its line (f1040nr). Removed with the match,
+    that space is a re-set line that shows nothing: the matched line, growing by its mask past where the space
+    was, must not be squeezed to end before it."""
+    _helvetica_page(
+        source := tmp_path / "space.pdf",
+        "BT /F0 9 Tf 1 0 0 1 50 700 Tm (Attach Form 6251 today) Tj ET BT /F0 9 Tf 1 0 0 1 115 701 Tm ( ) Tj ET "
+        "BT /F0 9 Tf 1 0 0 1 50 600 Tm (Other) Tj ET",
+    )
+    policy = RedactPolicy(regexes=("Form 6251",))
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", policy, workdir=tmp_path)
+    assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
+    words = dict(_poppler_words(out))
+    assert sorted(words) == ["Attach", "Other", "today"]
+    gap = words["today"][0] - words["Attach"][2]
+    assert gap == pytest.approx((2 * 0.25 + 5) * 9, abs=0.5)  # a mask and its word spaces, not squeezed
+
+
+def _poppler_words(pdf: Path) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """pdftotext's words of a one-page file, with their boxes in default user space (x0, y0, x1, y1)."""
+    xhtml = subprocess.run(["pdftotext", "-bbox", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    words = []
+    for found in re.finditer(
+        r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">([^<]*)</word>', xhtml
+    ):
+        x0, top, x1, bottom = map(float, found.groups()[:4])
+        words.append((html.unescape(found.group(5)), (x0, 792 - bottom, x1, 792 - top)))
+    return words
+
+
+def _render_at_72(pdf: Path, tmp_path: Path) -> Path:
+    subprocess.run(["pdftoppm", "-r", "72", "-png", "-singlefile", str(pdf), str(tmp_path / "page")], check=True)
+    return tmp_path / "page.png"
 
 
 def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(

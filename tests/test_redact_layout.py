@@ -33,6 +33,9 @@ from tests.ci_skips import needs_tools
 from tests.fixtures.office_samples import converted_by_libreoffice, letter_html
 from tests.fixtures.redact_layout import (
     FONT_SIZE,
+    LABEL,
+    LABEL_MASK_EM,
+    LABEL_X,
     LAYOUT_FIXTURES,
     LEADING,
     NAME_REGEX,
@@ -48,6 +51,7 @@ from tests.fixtures.redact_layout import (
     make_embedded,
     make_embedded_without_cmap,
     make_first_use_truetype,
+    make_label_ahead,
     make_superscript,
     make_tight,
     make_truetype_winansi,
@@ -114,6 +118,26 @@ def test_the_released_page_is_the_same_whichever_name_was_removed(kind: str, tmp
     for name, (positions, rendered) in released.items():
         assert positions == first_glyphs, (kind, name)
         assert rendered == first_pixels, (kind, name)
+
+
+def test_a_line_squeezed_before_a_label_on_its_baseline_is_the_same_whichever_name(tmp_path: Path) -> None:
+    """With a mask LABEL_MASK_EM wide, the re-set line would run past a line number the form drew apart on its
+    baseline: it is squeezed along the baseline to end a word space before it. The label stays where it was, and
+    the squeeze, like the rest of the line, depends on the kept text and the label, not on the name."""
+    policy = POLICY.model_copy(update={"mask_width": LABEL_MASK_EM})
+    released: dict[str, tuple[list[Glyph], bytes]] = {}
+    for name in NAMES:
+        out, summary = redact(make_label_ahead, name, tmp_path, policy)
+        assert (summary.lines_reset, summary.fallback_pages) == (1, []), name
+        released[name] = (glyphs(out), pixels(out, tmp_path))
+    positions, rendered = released[NAMES[0]]
+    assert all(other == (positions, rendered) for other in released.values())
+    on_line = _line_at(positions, "Patient:")
+    label = [glyph for glyph in on_line if glyph[1] >= LABEL_X - 0.01]
+    assert "".join(glyph[0] for glyph in label) == LABEL and label[0][1] == pytest.approx(LABEL_X, abs=0.01)
+    kept = [glyph for glyph in on_line if glyph not in label]
+    assert "".join(glyph[0] for glyph in kept).replace(" ", "") == (PREFIX + SUFFIX).replace(" ", "")
+    assert LABEL_X - max(glyph[3] for glyph in kept) == pytest.approx(0.25 * FONT_SIZE, abs=0.01)
 
 
 def test_keep_layout_leaves_the_gap_as_wide_as_the_name(tmp_path: Path) -> None:

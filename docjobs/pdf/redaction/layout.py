@@ -14,8 +14,14 @@ nor after it, carries the old positions.
 A line is a run of consecutive text-showing operators of one content stream (BT/ET boundaries do not end it)
 whose glyphs share a baseline, with the super- and subscripts drawn between two of its runs (a trademark sign
 after a name, a footnote mark: each keeps its height over the baseline). So cells of a table row drawn one after
-the other on one baseline are one line: they close up around the mask. What a line's start itself tells (a
-centred or right-aligned line starts where the removed text put it) is not hidden.
+the other on one baseline are one line: they close up around the mask. Its runs are laid out in the order
+they lie along the baseline (a form may draw a header's right part first), a run drawn apart from the one
+before it starting a word of its own. A line that would grow by its mask into text drawn apart from it further
+along its baseline (an arrow, a brace, a line number), or past the page's edge, is squeezed along the
+baseline to end a word space before that text, or at the edge, down to MIN_SQUEEZE of its natural length: by
+a factor of the kept glyphs, the mask width and where that text or edge is, never of what was removed. What
+a line's start itself tells (a centred or right-aligned line starts where the removed text put it) is not
+hidden.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
+from itertools import pairwise
 
 import pikepdf
 
@@ -37,6 +44,7 @@ WORD_GAP_EM = 0.15  # a gap at least this wide between two kept glyphs (neither 
 SPACE_EM = 0.25  # the word space a re-set line uses for such a gap, and on either side of a mask
 SAME_BASELINE = 0.05  # points across the line direction
 BASELINE_SHARE = 0.6  # a word's baseline lies within this share of its box's height from the bottom
+MIN_SQUEEZE = 0.5  # a line is not drawn narrower than this share of its natural length to fit before text ahead
 SCRIPT_EM = 0.5  # a run raised or lowered by at most this many ems of its line's font size is a super- or subscript
 _SAME_DIRECTION = 1e-3
 
@@ -46,11 +54,13 @@ SpacingSource = tuple[int, int]  # (stream serial, index in that stream's rewrit
 @dataclass(frozen=True)
 class MaskLayout:
     """How removed spans are laid out: masks `width_em` wide, on the lines a glyph under one of the `triggers`
-    was removed from: the page's pattern matches, then its `explicit` regions (the last ones), drawn by hand."""
+    was removed from: the page's pattern matches, then its `explicit` regions (the last ones), drawn by hand.
+    A re-set line is squeezed to end within the page's `visible` box, when known and it starts there."""
 
     width_em: float
     triggers: tuple[Rect, ...]
     explicit: int = 0
+    visible: Rect | None = None
 
     def explicit_triggers(self) -> range:
         return range(len(self.triggers) - self.explicit, len(self.triggers))
@@ -58,7 +68,7 @@ class MaskLayout:
     def without(self, dropped: frozenset[int]) -> MaskLayout:
         """This layout with the triggers `dropped` (explicit ones) no longer re-setting their lines."""
         kept = [rect for number, rect in enumerate(self.triggers) if number not in dropped]
-        return MaskLayout(self.width_em, tuple(kept), self.explicit - len(dropped))
+        return MaskLayout(self.width_em, tuple(kept), self.explicit - len(dropped), self.visible)
 
 
 @dataclass(frozen=True)
@@ -167,15 +177,20 @@ def reset_lines(
         return None
     replacements: dict[int, list[Instruction]] = {}
     reset_lines: list[ResetLine] = []
-    for line in reset:
-        positions, starts, masks = _layout(line, layout.width_em)
-        first = line[0].glyphs[0]
+    in_order = [_along_the_baseline(line) for line in reset]
+    showing = [line for line in in_order if any(not glyph.is_space for show in line for glyph in show.glyphs)]
+    for line, ordered in zip(reset, in_order, strict=True):
+        first = ordered[0].glyphs[0]
+        obstacles = _obstacles(recorder.events, resetting, [other for other in showing if other is not ordered])
+        room = _room(ordered, obstacles, layout.visible)
+        laid = _layout(ordered, layout.width_em, room, _drawn_apart(line, ordered))
         origin, direction = first.origin, first.direction
-        heights = [_across(first, show.glyphs[0].origin) for show in line]
-        reset_lines.append(ResetLine(origin, direction, tuple(masks), (min(heights), max(heights))))
-        for show, height in zip(line, heights, strict=True):
+        heights = [_across(first, show.glyphs[0].origin) for show in ordered]
+        if any(ordered is other for other in showing):  # a line of spaces alone shows nothing to check
+            reset_lines.append(ResetLine(origin, direction, tuple(laid.masks), (min(heights), max(heights))))
+        for show, height in zip(ordered, heights, strict=True):
             start = (origin[0] - direction[1] * height, origin[1] + direction[0] * height)  # on its own baseline
-            replacements[show.start] = _reshown(show, positions, starts, start, direction, recorder, kept_spacing)
+            replacements[show.start] = _reshown(show, laid, start, direction, recorder, kept_spacing)
             replacements.update({index: [] for index in range(show.start + 1, show.end)})
         _drop_moves_within(recorder.events, line, replacements)
         _absolute_after(recorder.events, line, out, replacements)
@@ -260,21 +275,34 @@ def _across(first: PlacedGlyph, point: Point) -> float:
 GlyphKey = tuple[int, int]  # (id of the Show, index of the glyph in it)
 
 
-def _layout(line: list[Show], width_em: float) -> tuple[dict[GlyphKey, float], set[GlyphKey], list[Rect]]:
-    """Where each kept glyph goes along the line (points from its start; a glyph without a place is not
-    shown), the glyphs that begin a new run (after a mask or an inserted word space), and the masks. Only
-    kept glyphs' own widths, their order, the em of each removed span's first glyph and the policy's width
-    enter: never what was removed."""
+@dataclass(frozen=True)
+class _Laid:
+    """A re-set line: where each kept glyph goes along it (points from its start; a glyph without a place is not
+    shown), the glyphs that begin a new run (after a mask or an inserted word space), the masks, and the share
+    of its natural length it was squeezed to (1: not squeezed)."""
+
+    positions: dict[GlyphKey, float]
+    starts: set[GlyphKey]
+    masks: list[Rect]
+    squeeze: float
+
+
+def _layout(line: list[Show], width_em: float, room: float | None = None, apart: frozenset[int] = frozenset()) -> _Laid:
+    """Lay `line` out from its first glyph, squeezed along its baseline to end within `room` points when it
+    would not (see `_squeeze`); a run in `apart` (ids) is a word of its own. Only kept glyphs' own widths, their
+    order, the em of each removed span's first glyph, the policy's width and the room enter: never what was
+    removed."""
     first = line[0].glyphs[0]
     glyphs = [((id(show), number), glyph) for show in line for number, glyph in enumerate(show.glyphs)]
     gone = _removed_with_spaces([glyph for _, glyph in glyphs])
     positions: dict[GlyphKey, float] = {}
     starts: set[GlyphKey] = set()
-    masks: list[Rect] = []
-    at = 0.0
+    spans: list[tuple[PlacedGlyph, float, float]] = []  # each mask: the removed span's first glyph, its extent
+    at = end = 0.0
     span: PlacedGlyph | None = None  # the first glyph of the removed span being passed
     inked = False  # whether that span removed more than spaces: a span of spaces alone gets no mask
     previous: PlacedGlyph | None = None  # the last kept glyph
+    previous_show = 0  # the id of its Show
     for (key, glyph), removed in zip(glyphs, gone, strict=True):
         if glyph.natural is None or glyph.advance is None:
             raise UnsafePage("unknown_widths")
@@ -282,21 +310,108 @@ def _layout(line: list[Show], width_em: float) -> tuple[dict[GlyphKey, float], s
             span, inked = span or glyph, inked or not glyph.is_space
             continue
         if span is not None and inked:
-            at, mask = _mask(first, span, at, width_em)
-            masks.append(mask)
+            spans.append((span, *_mask_extent(span, at, width_em)))
+            at = spans[-1][2] + SPACE_EM * span.em
             starts.add(key)
         elif previous is not None and previous.advance is not None and not (previous.is_space or glyph.is_space):
             gap = _along(first, glyph.origin) - _along(first, previous.origin) - previous.advance
-            if gap >= WORD_GAP_EM * glyph.em:
+            if gap >= WORD_GAP_EM * glyph.em or (key[0] in apart and key[0] != previous_show):
                 at += SPACE_EM * glyph.em
                 starts.add(key)
         span, inked = None, False
         positions[key] = at
         at += glyph.natural
-        previous = glyph
+        end = at
+        previous, previous_show = glyph, key[0]
     if span is not None and inked:
-        masks.append(_mask(first, span, at, width_em)[1])
-    return positions, starts, masks
+        spans.append((span, *_mask_extent(span, at, width_em)))
+    squeeze = _squeeze(max([end, *(right for _, _, right in spans)]), room)
+    return _Laid(
+        {key: position * squeeze for key, position in positions.items()},
+        starts,
+        [_mask_box(first, span, left * squeeze, right * squeeze) for span, left, right in spans],
+        squeeze,
+    )
+
+
+def _squeeze(length: float, room: float | None) -> float:
+    """The share of its natural `length` a line is drawn at: 1 when it fits in `room` (None: nothing ahead of it
+    on its baseline), else what makes it fit, but never below MIN_SQUEEZE (then it is left at 1 and the checks
+    decide). A line grows by its mask into what the form drew further along its baseline (an arrow, a brace, a
+    checkbox letter); squeezed to end before it, its glyph positions still depend only on the kept glyphs, the
+    mask width and where that text is, never on what was removed."""
+    if room is None or length <= room:
+        return 1.0
+    squeeze = room / length
+    return squeeze if squeeze >= MIN_SQUEEZE else 1.0
+
+
+def _room(line: list[Show], obstacles: list[PlacedGlyph], visible: Rect | None) -> float | None:
+    """How far along its baseline `line` may reach (None: as far as it likes): to a word space before the
+    nearest of `obstacles` that lies ahead of its start, parallel to it, with its core (as `_core`: what a mask
+    must not cover) across the line's height; and to the edge of the `visible` box it starts in."""
+    first = line[0].glyphs[0]
+    low, high = _band(first, [glyph for show in line for glyph in show.glyphs], 1.0)
+    limits = [
+        along - SPACE_EM * first.em
+        for glyph in obstacles
+        if _parallel(first, glyph)
+        and (along := _along(first, glyph.origin)) > 0
+        and (core := _band(first, [glyph], CORE_SHARE))[0] < high
+        and low < core[1]
+    ]
+    if visible is not None and (edge := _to_edge(first, visible)) is not None:
+        limits.append(edge)
+    return min(limits) if limits else None
+
+
+def _to_edge(first: PlacedGlyph, box: Rect) -> float | None:
+    """How far along its baseline from `first` the edge of `box` is (None: `first` starts outside it)."""
+    (x, y), (ux, uy) = first.origin, first.direction
+    if not (box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1):
+        return None
+    axes = ((x, ux, box.x0, box.x1), (y, uy, box.y0, box.y1))
+    reaches = [((high if step > 0 else low) - start) / step for start, step, low, high in axes if step]
+    return min(reaches) if reaches else None
+
+
+def _band(first: PlacedGlyph, glyphs: list[PlacedGlyph], share: float) -> tuple[float, float]:
+    """The extent across `first`'s baseline of the middle `share` of the height of `glyphs` (parallel to it)."""
+    extents = []
+    for glyph in glyphs:
+        height = _across(first, glyph.origin)
+        up = first.direction[0] * glyph.up[1] - first.direction[1] * glyph.up[0]  # the em, signed, across
+        middle, half = (glyph.descent + glyph.ascent) / 2, share * (glyph.ascent - glyph.descent) / 2
+        extents += [height + (middle - half) * up, height + (middle + half) * up]
+    return min(extents), max(extents)
+
+
+def _obstacles(events: list[Show | Move], resetting: set[int], others: list[list[Show]]) -> list[PlacedGlyph]:
+    """What a re-set line must not grow into: the kept glyphs drawn apart from every re-set line, and the first
+    glyph of each other re-set line (which starts there again; the rest of it moves)."""
+    kept = [
+        glyph
+        for event in events
+        if isinstance(event, Show) and id(event) not in resetting
+        for glyph in event.glyphs
+        if not (glyph.removed or glyph.is_space) and glyph.advance
+    ]
+    return kept + [line[0].glyphs[0] for line in others]
+
+
+def _along_the_baseline(line: list[Show]) -> list[Show]:
+    """The line's runs in the order they lie along its baseline: a form may draw a page header's right part
+    ("Page 3") before its left one ("Form 1040NR"), and laid out in stream order, the left part would follow the
+    right one off the page."""
+    first = line[0].glyphs[0]
+    return sorted(line, key=lambda show: _along(first, show.glyphs[0].origin))
+
+
+def _drawn_apart(line: list[Show], ordered: list[Show]) -> frozenset[int]:
+    """The runs of `ordered` (ids) that do not follow, in `line`'s drawing order, the run before them along the
+    baseline: a reader that found them glued to it took them for a word of their own, drawn at another time."""
+    drawn = {id(show): number for number, show in enumerate(line)}
+    return frozenset(id(show) for before, show in pairwise(ordered) if drawn[id(show)] != drawn[id(before)] + 1)
 
 
 def _removed_with_spaces(glyphs: list[PlacedGlyph]) -> list[bool]:
@@ -312,13 +427,18 @@ def _removed_with_spaces(glyphs: list[PlacedGlyph]) -> list[bool]:
     return gone
 
 
-def _mask(first: PlacedGlyph, span: PlacedGlyph, at: float, width_em: float) -> tuple[float, Rect]:
-    """The mask for a removed span starting `at`: the position after it, and its box."""
+def _mask_extent(span: PlacedGlyph, at: float, width_em: float) -> tuple[float, float]:
+    """Where the mask for a removed span starting `at` lies along the line: a word space, then its width."""
     em = span.em
     if em <= 0:
         raise UnsafePage("zero_font_size")
     left = at + SPACE_EM * em
-    right = left + width_em * em
+    return left, left + width_em * em
+
+
+def _mask_box(first: PlacedGlyph, span: PlacedGlyph, left: float, right: float) -> Rect:
+    """The mask's box in default user space: from `left` to `right` along the line, the span's font height across."""
+    em = span.em
     (ux, uy), (vx, vy) = first.direction, (span.up[0] / em, span.up[1] / em)
     points = [
         (first.origin[0] + ux * along + vx * across * em, first.origin[1] + uy * along + vy * across * em)
@@ -326,7 +446,7 @@ def _mask(first: PlacedGlyph, span: PlacedGlyph, at: float, width_em: float) -> 
         for across in (span.descent, span.ascent)
     ]
     xs, ys = [x for x, _ in points], [y for _, y in points]
-    return right + SPACE_EM * em, Rect(min(xs), min(ys), max(xs), max(ys))
+    return Rect(min(xs), min(ys), max(xs), max(ys))
 
 
 def _along(first: PlacedGlyph, point: Point) -> float:
@@ -335,14 +455,14 @@ def _along(first: PlacedGlyph, point: Point) -> float:
 
 def _reshown(
     show: Show,
-    positions: dict[GlyphKey, float],
-    starts: set[GlyphKey],
+    laid: _Laid,
     origin: Point,
     direction: Point,
     recorder: LineRecorder,
     kept_spacing: set[SpacingSource],
 ) -> list[Instruction]:
-    """The kept glyphs of `show`, run by run, each run at its absolute place, with no Tc/Tw in effect."""
+    """The kept glyphs of `show`, run by run, each run at its absolute place (its glyphs squeezed as the line),
+    with no Tc/Tw in effect."""
     to_space = invert(show.ctm)
     if to_space is None:
         raise UnsafePage("unparsable_content")
@@ -350,17 +470,18 @@ def _reshown(
     follows = False  # the previous glyph of this operator was kept and the run goes on
     for number, glyph in enumerate(show.glyphs):
         key = (id(show), number)
-        if key not in positions:
+        if key not in laid.positions:
             follows = False
             continue
-        if not follows or key in starts:
-            runs.append((positions[key], bytearray()))
+        if not follows or key in laid.starts:
+            runs.append((laid.positions[key], bytearray()))
         runs[-1][1].extend(glyph.code)
         follows = True
     spacing = list(zip(("Tc", "Tw"), show.spacing, show.sources, strict=True))
     shown: list[Instruction] = []
     shown += [make_instruction(operator, 0) for operator, value, _ in spacing if value]
     a, b, c, d, _, _ = show.text_matrix
+    a, b = a * laid.squeeze, b * laid.squeeze  # text space's x runs along the baseline
     for at, codes in runs:
         x, y = apply(to_space, origin[0] + direction[0] * at, origin[1] + direction[1] * at)
         shown.append(make_instruction("Tm", *(_number(value) for value in (a, b, c, d, x, y))))

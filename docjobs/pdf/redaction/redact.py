@@ -26,7 +26,7 @@ from pikepdf import Name
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import PageRedaction, RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
-from docjobs.pdf.inspect import ProgressFn, open_checked, rotation
+from docjobs.pdf.inspect import ProgressFn, open_checked, rotation, visible_box
 from docjobs.pdf.raster import check_page_pixels, image_content, render_pages
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.gate import GateReport, Word, check_redaction, poppler_words
@@ -343,6 +343,8 @@ def _redact_page(
     if number not in unsafe:
         try:
             layout = targets.layouts.get(number)
+            if layout is not None:
+                layout = dataclasses.replace(layout, visible=Rect(*visible_box(page)))
             removal = remove_content(pdf, number, rects, aims=aims, budgets=budgets, layout=layout)
             images, lines = removal.images_redacted, removal.lines
             rewrite.fonts_touched |= removal.fonts_touched
