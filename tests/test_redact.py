@@ -138,8 +138,10 @@ def test_a_line_drawn_out_of_order_is_re_set_not_burned_in_with_layout_mask(tmp_
     assert poppler.split() == ["Patient", "Alpha", "file"]
 
 
-def _helvetica_page(path: Path, content: str) -> None:
-    """A page drawing `content` with /F0, Helvetica."""
+def _helvetica_page(path: Path, content: str, extents: tuple[int, int] | None = None) -> None:
+    """A page drawing `content` with /F0, Helvetica; with `extents`, a font of Helvetica's widths named otherwise
+    (readers take its metrics from the file, not from Helvetica's) whose FontDescriptor has this ascent and
+    descent."""
     pdf = pikepdf.new()
     font = pikepdf.Dictionary(
         Type=pikepdf.Name.Font,
@@ -147,6 +149,21 @@ def _helvetica_page(path: Path, content: str) -> None:
         BaseFont=pikepdf.Name.Helvetica,
         Encoding=pikepdf.Name.WinAnsiEncoding,
     )
+    if extents is not None:
+        font.BaseFont = pikepdf.Name("/DejaVuSansCondensed")
+        font.FirstChar, font.LastChar = 32, 126
+        font.Widths = [round(text_width(chr(code), 1000)) for code in range(32, 127)]
+        font.FontDescriptor = pikepdf.Dictionary(
+            Type=pikepdf.Name.FontDescriptor,
+            FontName=font.BaseFont,
+            Flags=32,
+            FontBBox=[-918, extents[1], 1614, extents[0]],
+            ItalicAngle=0,
+            Ascent=extents[0],
+            Descent=extents[1],
+            CapHeight=729,
+            StemV=56,
+        )
     resources = pikepdf.Dictionary(Font=pikepdf.Dictionary(F0=font))
     pdf.pages.append(
         pikepdf.Page(
@@ -342,6 +359,21 @@ def _poppler_words(pdf: Path) -> list[tuple[str, tuple[float, float, float, floa
 def _render_at_72(pdf: Path, tmp_path: Path) -> Path:
     subprocess.run(["pdftoppm", "-r", "72", "-png", "-singlefile", str(pdf), str(tmp_path / "page")], check=True)
     return tmp_path / "page.png"
+
+
+def test_a_tall_ascent_does_not_take_the_letters_of_the_line_below(tmp_path: Path) -> None:
+    """pypdf's encryption samples set DejaVu (ascent 1.232 em, descent 0.462) in lines 1.17 em apart. Tested with
+    its whole ascent, the glyph box of the line below reached the middle of the match's line, where pdfminer's
+    box (descent to one em above it) puts the match's core: "password: asdfzxcv" lost "sword: asd", the letters
+    under "encryption", and the text check did not see it, as those words touch the region."""
+    _helvetica_page(
+        source := tmp_path / "tall.pdf",
+        "BT /F0 10 Tf 1 0 0 1 90 700 Tm (pdf encryption test) Tj 1 0 0 1 90 688.3 Tm (password: asdfzxcv) Tj ET",
+        extents=(1232, -462),
+    )
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("encryption",)), workdir=tmp_path)
+    assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
+    assert [text for text, _ in _poppler_words(out)] == ["pdf", "test", "password:", "asdfzxcv"]
 
 
 def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(
