@@ -6,6 +6,7 @@ import html
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pikepdf
 import pytest
@@ -15,11 +16,12 @@ from pypdf import PdfReader
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction import redact
-from docjobs.pdf.redaction.content import ContentRemoval
+from docjobs.pdf.redaction.content import ContentRemoval, remove_content
 from docjobs.pdf.redaction.layout import PlacedGlyph, Show, _layout
 from docjobs.pdf.redaction.locate import locate
 from docjobs.pdf.redaction.patterns import compile_patterns
 from docjobs.pdf.redaction.redact import redact_pdf
+from docjobs.pdf.redaction.regions import Rect
 from tests.fixtures import realworld
 from tests.fixtures.redact_fallback import FALLBACK_FIXTURES, make_out_of_order, make_soft_mask_trace
 from tests.fixtures.redact_samples import (
@@ -374,6 +376,29 @@ def test_a_tall_ascent_does_not_take_the_letters_of_the_line_below(tmp_path: Pat
     summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("encryption",)), workdir=tmp_path)
     assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
     assert [text for text, _ in _poppler_words(out)] == ["pdf", "test", "password:", "asdfzxcv"]
+
+
+def test_letters_taken_from_the_line_below_a_match_are_seen_and_the_page_burned_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The text check exempted every word touching a match's region, so the letters the removal took from the
+    line below (as above, before the fix) went unseen. It now exempts a word only when the middle of its height
+    is in the region: a removal aimed 8 pt too high and too low is caught, and the page burned in."""
+    _helvetica_page(
+        source := tmp_path / "tall.pdf",
+        "BT /F0 10 Tf 1 0 0 1 90 700 Tm (pdf encryption test) Tj 1 0 0 1 90 688.3 Tm (password: asdfzxcv) Tj ET",
+        extents=(1232, -462),
+    )
+
+    def too_tall(
+        pdf: pikepdf.Pdf, number: int, rects: list[Rect], *, aims: list[Rect], **options: Any
+    ) -> ContentRemoval:
+        taller = [Rect(aim.x0, aim.y0 - 8, aim.x1, aim.y1 + 8) for aim in aims]
+        return remove_content(pdf, number, rects, aims=taller, **options)
+
+    monkeypatch.setattr(redact, "remove_content", too_tall)
+    summary = redact_pdf(source, tmp_path / "out.pdf", RedactPolicy(regexes=("encryption",)), workdir=tmp_path)
+    assert (summary.fallback_pages, summary.pages[0].fallback) == ([1], "text_moved")
 
 
 def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(

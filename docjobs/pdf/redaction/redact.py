@@ -31,7 +31,7 @@ from docjobs.pdf.raster import check_page_pixels, image_content, render_pages
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.gate import GateReport, Word, check_redaction, poppler_words
 from docjobs.pdf.redaction.layout import MaskLayout, ResetLine, reset_words_kept
-from docjobs.pdf.redaction.locate import locate, pages_with_glyphs_in
+from docjobs.pdf.redaction.locate import CORE_SHARE, locate, pages_with_glyphs_in
 from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, sensitive_kinds, value_pattern
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.redaction.scrub import scrub_document
@@ -83,7 +83,7 @@ def redact_pdf(
         removal = _remove(src, boxed, targets, patterns, located.values, {}, on_page, budgets)
         _render(boxed, dst, removal.fallback, policy.fallback_dpi, Path(tmp), budgets)
         gate = check_redaction(dst, located.values, patterns, removal.drawn)
-        moved = _moved_pages(src, dst, regions, set(removal.fallback), removal.reset)
+        moved = _moved_pages(src, dst, regions, drawn, set(removal.fallback), removal.reset)
         if not gate.clean or moved:
             # Pages the rewrite could not finish are burned in (their original content, boxes drawn), and
             # the whole result is checked again.
@@ -94,7 +94,7 @@ def redact_pdf(
             gate = check_redaction(dst, located.values, patterns, removal.drawn)
             if not gate.clean:
                 raise _leak(gate, "after the raster fallback")
-            if _moved_pages(src, dst, regions, set(removal.fallback), removal.reset):
+            if _moved_pages(src, dst, regions, drawn, set(removal.fallback), removal.reset):
                 raise DocJobError("fidelity.text", "text outside the redaction regions moved or vanished")
     listed = {page.page for page in removal.pages}
     burned_for_a_font = [PageRedaction(page=number) for number in sorted(set(removal.fallback) - listed)]
@@ -251,11 +251,21 @@ def _contextual_matches(counts: dict[int, dict[str, int]], patterns: list[NamedP
 
 
 def _moved_pages(
-    src: Path, dst: Path, regions: PageRegions, burned: set[int], reset: dict[int, tuple[ResetLine, ...]]
+    src: Path,
+    dst: Path,
+    regions: PageRegions,
+    drawn: PageRegions,
+    burned: set[int],
+    reset: dict[int, tuple[ResetLine, ...]],
 ) -> list[int]:
     """The pages (burned-in ones aside) on which a word poppler reads outside the regions is no longer there
     at the same place (within half a point), or, on a re-set line, is not kept in order, on its baseline, from
-    the line's start, clear of the masks. Removal must never move or lose the neighbours."""
+    the line's start, clear of the masks. Removal must never move or lose the neighbours.
+
+    A word is in a pattern match's region when the middle of its height is: a glyph box (ascent to descent) is
+    taller than the line pitch of tightly set text, so the whole boxes of the lines above and below reach into
+    the region, and a letter the removal took from them would go unseen. A region drawn by hand takes whatever
+    it touches."""
     with pikepdf.open(src) as before:
         # Annotation appearances are read as page text too; the annotations themselves are judged elsewhere.
         annotated = {
@@ -269,8 +279,14 @@ def _moved_pages(
         kept: dict[str, list[Rect]] = {}
         for word in now:
             kept.setdefault(word.text, []).append(word.box)
-        exempt = [*regions.get(number, ()), *annotated[number]]
-        was = [word for word in was if not any(word.box.intersects(region) for region in exempt)]
+        exempt = [*drawn.get(number, ()), *annotated[number]]
+        matched = regions.get(number, [])
+        was = [
+            word
+            for word in was
+            if not any(word.box.intersects(region) for region in exempt)
+            and not any(_middle(word.box).intersects(region) for region in matched)
+        ]
         lines = reset.get(number, ())
         if not reset_words_kept([(w.text, w.box) for w in was], [(w.text, w.box) for w in now], lines):
             moved.append(number)
@@ -282,6 +298,12 @@ def _moved_pages(
                 moved.append(number)
                 break
     return moved
+
+
+def _middle(box: Rect) -> Rect:
+    """The middle CORE_SHARE of a word box's height, as the removal looks for glyphs (see locate)."""
+    middle, half = (box.y0 + box.y1) / 2, CORE_SHARE * (box.y1 - box.y0) / 2
+    return Rect(box.x0, middle - half, box.x1, middle + half)
 
 
 def _words(path: Path) -> list[tuple[int, list[Word]]]:
