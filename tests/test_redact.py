@@ -401,6 +401,18 @@ def test_letters_taken_from_the_line_below_a_match_are_seen_and_the_page_burned_
     assert (summary.fallback_pages, summary.pages[0].fallback) == ([1], "text_moved")
 
 
+def test_spaces_written_as_backslash_escapes_keep_their_width_when_matches_are_located(tmp_path: Path) -> None:
+    """AutoCAD writes each space of a string as a backslash and a space. pdfminer, which locates the matches,
+    dropped both, so every glyph after a space sat earlier for it than it is drawn: the region of "screen" fell
+    short of its glyphs, the removal took "s" of "screens" and released "reens"."""
+    _helvetica_page(
+        source := tmp_path / "escaped.pdf", r"BT /F0 12 Tf 72 700 Td (\ \ Fold\ the\ cable\ screens\ back) Tj ET"
+    )
+    summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("screen",)), workdir=tmp_path)
+    assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
+    assert [text for text, _ in _poppler_words(out)] == ["Fold", "the", "cable", "s", "back"]
+
+
 def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

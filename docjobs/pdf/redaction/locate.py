@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdfminer import pdfinterp
 from pdfminer.converter import PDFPageAggregator
 from pdfminer.layout import LTChar, LTContainer, LTPage
 from pdfminer.pdffont import PDFFont, PDFType1Font
-from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
+from pdfminer.pdfinterp import PDFContentParser, PDFPageInterpreter, PDFResourceManager
 from pdfminer.pdfpage import PDFPage
 from pdfminer.pdftypes import dict_value, int_value, list_value, resolve1
-from pdfminer.psparser import PSLiteral
+from pdfminer.psparser import ESC_STRING, OCT_STRING, PSLiteral
 from pdfminer.utils import decode_text
 
 from docjobs.pdf.redaction.patterns import NamedPattern, find_matches_loose
@@ -321,6 +322,25 @@ class _Fonts(PDFResourceManager):
             first = int_value(spec.get("FirstChar", 0))
             font.widths = {first + i: resolve1(width) for i, width in enumerate(list_value(spec["Widths"]))}
         return font
+
+
+class _ContentParser(PDFContentParser):
+    """pdfminer drops the character after a backslash that starts no escape: `(\\ Fold)` reads "Fold". The
+    backslash alone is to be ignored (ISO 32000-1, 7.3.4.2), as qpdf, poppler and pypdf do. AutoCAD writes
+    every space of a string so: pdfminer's line lost its spaces, every glyph after them sat earlier than it is
+    drawn, and a match's region fell short of its glyphs ("screens" lost its "s" and kept "reens")."""
+
+    def _parse_string_1(self, s: bytes, i: int) -> int:
+        character = s[i : i + 1]
+        if self.oct or OCT_STRING.match(character) or character in ESC_STRING or character in (b"\r", b"\n"):
+            return int(super()._parse_string_1(s, i))
+        self._curtoken += character
+        self._parse1 = self._parse_string
+        return i + 1
+
+
+# pdfminer's interpreter builds its content parser by this name: every page and form locate reads goes through it.
+pdfinterp.PDFContentParser = _ContentParser  # type: ignore[misc]
 
 
 class _Interpreter(PDFPageInterpreter):
