@@ -7,6 +7,7 @@ the worker must be unharmed, and the next job must succeed. Two tenants' tasks n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -352,8 +353,14 @@ def inner_pid(outer: int) -> int:
 
 
 def holds_landlock_rules(pid: int) -> bool:
-    """True while the process holds a Landlock ruleset it has not enforced yet (a spare child, made ahead)."""
-    return any("landlock-ruleset" in os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    """True while the process holds a Landlock ruleset it has not enforced yet (a spare child, made ahead). A
+    descriptor closed between listing and reading (the child still opens and closes files as it gets ready) is
+    passed over: reading it failed the suite by chance (FileNotFoundError on /proc/<pid>/fd/33)."""
+    for descriptor in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            if "landlock-ruleset" in os.readlink(descriptor):
+                return True
+    return False
 
 
 def spare_of(pool: ChildPool) -> int:
