@@ -105,8 +105,10 @@ def costly(order: Order, progress: ProgressFn) -> Seen:
     """Costs what the order says: memory in the child, bytes written by the child and read by a tool, CPU in a tool."""
     hoard = bytearray(order.hold_mb << 20)
     hoard[::4096] = b"x" * len(hoard[::4096])  # touched, so resident
+    progress(0, 1)  # each step reports: on a busy machine, touching 200 MB took longer than the pool's 3-s stall
     data = Path("costly.bin")
     data.write_bytes(b"\0" * (order.io_mb << 20))
+    progress(0, 1)
     _run_tool(["cat", str(data)], progress)
     spin = "import sys, time\nwhile time.process_time() < float(sys.argv[1]): pass"  # its own CPU, not wall time
     _run_tool([sys.executable, "-c", spin, str(order.tool_cpu_seconds)], progress)
