@@ -81,6 +81,7 @@ def grow(order: Order, progress: ProgressFn) -> Seen:
     hoard = []
     while True:
         hoard.append(bytearray(64 << 20))
+        progress(0, 1)  # growing, not stalled: on a loaded machine 512 MiB took longer than the pool's 3-s watch
 
 
 def silent(order: Order, progress: ProgressFn) -> Seen:
