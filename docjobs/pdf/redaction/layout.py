@@ -179,10 +179,12 @@ def reset_lines(
     reset_lines: list[ResetLine] = []
     in_order = [_along_the_baseline(line) for line in reset]
     showing = [line for line in in_order if any(not glyph.is_space for show in line for glyph in show.glyphs)]
+    apart = _kept_apart(recorder.events, resetting)
     for line, ordered in zip(reset, in_order, strict=True):
         first = ordered[0].glyphs[0]
-        obstacles = _obstacles(recorder.events, resetting, [other for other in showing if other is not ordered])
-        room = _room(ordered, obstacles, layout.visible)
+        # Ahead of a line: the text drawn apart, and where each other re-set line starts again (the rest moves).
+        heads = [other[0].glyphs[0] for other in showing if other is not ordered]
+        room = _room(ordered, [*apart, *heads], layout.visible)
         laid = _layout(ordered, layout.width_em, room, _drawn_apart(line, ordered))
         origin, direction = first.origin, first.direction
         heights = [_across(first, show.glyphs[0].origin) for show in ordered]
@@ -386,17 +388,15 @@ def _band(first: PlacedGlyph, glyphs: list[PlacedGlyph], share: float) -> tuple[
     return min(extents), max(extents)
 
 
-def _obstacles(events: list[Show | Move], resetting: set[int], others: list[list[Show]]) -> list[PlacedGlyph]:
-    """What a re-set line must not grow into: the kept glyphs drawn apart from every re-set line, and the first
-    glyph of each other re-set line (which starts there again; the rest of it moves)."""
-    kept = [
+def _kept_apart(events: list[Show | Move], resetting: set[int]) -> list[PlacedGlyph]:
+    """The kept glyphs drawn apart from every re-set line: what a re-set line must not grow into."""
+    return [
         glyph
         for event in events
         if isinstance(event, Show) and id(event) not in resetting
         for glyph in event.glyphs
         if not (glyph.removed or glyph.is_space) and glyph.advance
     ]
-    return kept + [line[0].glyphs[0] for line in others]
 
 
 def _along_the_baseline(line: list[Show]) -> list[Show]:
