@@ -374,6 +374,78 @@ def test_fonts_over_one_cidfont_are_cut_down_together(tmp_path: Path) -> None:
     assert pixel_rows(out, tmp_path)[last_line] == pixel_rows(source, tmp_path)[last_line]
 
 
+def test_fonts_over_one_cidfont_numbered_by_first_use_get_one_set_of_codes_that_count_nothing(tmp_path: Path) -> None:
+    """Two Type0 fonts over one CIDFont numbered by first use (a producer's font per page over one program): cut
+    down together, they are re-numbered together too, so a name of two letters and one of twenty-two leave the
+    same shown strings, ToUnicodes, widths, CID map and program, and the line the second font draws reads and
+    draws as in the source."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        out, summary = redact(make_embedded_twice_over_one_cidfont, name, tmp_path)
+        assert (summary.fonts_resubset, summary.fallback_pages) == (1, []), name  # one program, shared
+        with pikepdf.open(out) as pdf:
+            fonts = [font for _, font in sorted(pdf.pages[0].Resources.Font.items())]
+            (shared,) = {font.DescendantFonts[0].objgen for font in fonts}
+            descendant = pdf.get_object(shared)
+            shown = tuple(_shown_strings(pdf.pages[0]))
+            released.add(
+                (
+                    shown,
+                    tuple(font.ToUnicode.read_bytes() for font in fonts),
+                    tuple(str(font.BaseFont) for font in fonts),
+                    repr(descendant.W),
+                    descendant.CIDToGIDMap.read_bytes(),
+                    descendant.FontDescriptor.FontFile2.read_bytes(),
+                )
+            )
+        codes = {int.from_bytes(string[i : i + 2], "big") for string in shown for i in range(0, len(string), 2)}
+        assert sorted(codes) == list(range(1, len(codes) + 1)), name  # dense from 1, for both fonts
+        source = tmp_path / "source.pdf"
+        assert sorted(text(out).split()) == sorted(word for word in text(source).split() if word not in name.split())
+        last_line = slice(792 - 668, 792 - 652)  # rows of the line the second font draws
+        assert pixel_rows(out, tmp_path)[last_line] == pixel_rows(source, tmp_path)[last_line], name
+    assert len(released) == 1
+
+
+def make_first_use_truetype_twice_over_one_descriptor(path: Path, name: str) -> None:
+    """`first_use_truetype`, its last line drawn with a second font dictionary over the same descriptor."""
+    make_first_use_truetype(path, name)
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        page = pdf.pages[0]
+        first = page.Resources.Font.F1
+        page.Resources.Font.F2 = pdf.make_indirect(pikepdf.Dictionary({key: value for key, value in first.items()}))
+        content = page.Contents.read_bytes()
+        last = content.rindex(b" <")
+        page.Contents = pdf.make_stream(content[:last] + b" /F2 %g Tf" % FONT_SIZE + content[last:])
+        pdf.save(path, deterministic_id=True)
+
+
+def test_simple_fonts_over_one_descriptor_numbered_by_first_use_get_one_set_of_codes(tmp_path: Path) -> None:
+    """Two symbolic TrueType fonts over one descriptor, numbered by first use: re-numbered together, a name of two
+    letters and one of twenty-two leave the same shown strings, widths, ToUnicodes and program, whose symbolic
+    cmap reaches every kept code; the last line, the second font's, draws as in the source."""
+    released = set()
+    for name in (NAMES[0], NAMES[9]):
+        out, summary = redact(make_first_use_truetype_twice_over_one_descriptor, name, tmp_path)
+        assert (summary.fonts_resubset, summary.fallback_pages) == (1, []), name
+        with pikepdf.open(out) as pdf:
+            fonts = [font for _, font in sorted(pdf.pages[0].Resources.Font.items())]
+            (descriptor,) = {font.FontDescriptor.objgen for font in fonts}
+            program = pdf.get_object(descriptor).FontFile2.read_bytes()
+            shown = tuple(_shown_strings(pdf.pages[0]))
+            entries = tuple(
+                (int(f.FirstChar), repr(f.Widths), f.ToUnicode.read_bytes(), str(f.BaseFont)) for f in fonts
+            )
+        released.add((shown, entries, program))
+        codes = {code for string in shown for code in string}
+        assert sorted(codes) == list(range(1, len(codes) + 1)), name
+        assert {code - 0xF000 for code in TTFont(io.BytesIO(program))["cmap"].getcmap(3, 0).cmap} == codes
+        source = tmp_path / "source.pdf"
+        assert sorted(text(out).split()) == sorted(word for word in text(source).split() if word not in name.split())
+        assert _but_line(1, out, source, tmp_path) == _but_line(1, source, source, tmp_path), name
+    assert len(released) == 1
+
+
 def make_truetype_twice_over_one_descriptor(path: Path, name: str) -> None:
     """`truetype_winansi`, its second line drawn with a second font dictionary over the same descriptor (and so the
     same program), which draws letters the name's line does not."""

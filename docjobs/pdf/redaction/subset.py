@@ -83,14 +83,19 @@ def scrub_fonts(pdf: pikepdf.Pdf, touched: set[FontId], *, budgets: Budgets = DE
     sharing.pool(usage)
     _offer_standard_fonts(pdf, cut)
     unsafe = set(usage.unsure) | sharing.unsafe
+    fresh = sharing.agree({key: _fresh_codes(pdf.get_object(key), key, usage) for key in sorted(cut - unsafe)})
     resubset = 0
     renumbered: dict[FontId, dict[int, int]] = {}
+    written: dict[FontId, bytes] = {}  # a renumbered group's shared CIDFont or descriptor -> its program, once
     for key in sorted(cut - unsafe):
         font = pdf.get_object(key)
         drawn = list(usage.codes.get(key, {}))
-        codes = dict(zip(drawn, _fresh_codes(font, key, usage), strict=False))
+        codes = dict(zip(drawn, fresh[key], strict=False))
         try:
-            resubset += _scrub(pdf, font, codes or {code: code for code in drawn}, budgets)
+            if codes:
+                resubset += _scrub_renumbered(pdf, font, codes, budgets, written)
+            else:
+                resubset += _scrub(pdf, font, {code: code for code in drawn}, budgets)
         except _NotSafe:
             unsafe.add(key)
             continue
@@ -115,8 +120,9 @@ class _Sharing:
     font's descriptor (where its program is kept). A producer may write a Type0 font per page over one CIDFont, or
     a simple font per page over one descriptor. Fonts that read the same codes as the same glyphs there (Type0
     fonts over one CIDFont; simple fonts of one kind with the same encoding) are cut down together, each to the
-    codes any of them draws (`pool`), none re-numbered (the strings of one alone would follow); a touched font
-    sharing with one that reads its codes otherwise cannot be cut down for both: unsafe."""
+    codes any of them draws (`pool`), and re-numbered together or not at all (`agree`): one mapping for the
+    program they share and the strings of each; a touched font sharing with one that reads its codes otherwise
+    cannot be cut down for both: unsafe."""
 
     groups: list[set[FontId]] = field(default_factory=list)  # fonts cut down together, a touched one among them
     unsafe: set[FontId] = field(default_factory=set)
@@ -155,8 +161,9 @@ class _Sharing:
         return sharing
 
     def pool(self, usage: _Usage) -> None:
-        """Each font of a group draws, as far as cutting down goes, what any of them draws; none is re-numbered. A
-        group one of whose fonts draws codes that cannot be told is unsafe as a whole."""
+        """Each font of a group draws, as far as cutting down goes, what any of them draws (in order of first use,
+        font by font: the same order for each). A group one of whose fonts draws codes that cannot be told is
+        unsafe as a whole."""
         for group in self.groups:
             if group & usage.unsure:
                 self.unsafe.update(group)
@@ -166,7 +173,14 @@ class _Sharing:
                 pooled.update(usage.codes.get(key, {}))
             for key in group:
                 usage.codes[key] = dict(pooled)
-            usage.fixed.update(group)
+
+    def agree(self, fresh: dict[FontId, list[int]]) -> dict[FontId, list[int]]:
+        """`fresh` (each font's new codes, see `_fresh_codes`) with a group's fonts re-numbered only when every one
+        of them is, the same way (their pooled codes are the same): else none of them is."""
+        for group in self.groups:
+            if len({tuple(fresh.get(key, ())) for key in group}) > 1 or not group <= fresh.keys():
+                fresh.update({key: [] for key in group if key in fresh})
+        return fresh
 
 
 def _fresh_codes(font: pikepdf.Object, key: FontId, usage: _Usage) -> list[int]:
@@ -380,6 +394,32 @@ def _scrub(pdf: pikepdf.Pdf, font: pikepdf.Object, codes: dict[int, int], budget
     raise _NotSafe  # Type3 glyphs are never removed (their pages are burned in), so one here is unexpected
 
 
+def _scrub_renumbered(
+    pdf: pikepdf.Pdf, font: pikepdf.Object, codes: dict[int, int], budgets: Budgets, written: dict[FontId, bytes]
+) -> int:
+    """Scrub a font whose codes become `codes`' new ones. Fonts re-numbered together (`_Sharing.agree`) share a
+    CIDFont or a descriptor: what they share (the program; a CIDFont's /W, /CIDToGIDMap and /CIDSet) is rewritten
+    for the first of them only (`written`: shared holder -> its new program), each one's own entries for each."""
+    if not isinstance(font, pikepdf.Dictionary):
+        raise _NotSafe
+    composite = font.get(Name.Subtype) == Name.Type0
+    holder = descendant_font(font) if composite else font
+    descriptor = holder.get(Name.FontDescriptor) if isinstance(holder, pikepdf.Dictionary) else None
+    shared = _id(holder) if composite else _id(descriptor)
+    if shared is None or shared not in written:
+        resubset = _scrub(pdf, font, codes, budgets)
+        program = descriptor.get(Name.FontFile2) if isinstance(descriptor, pikepdf.Dictionary) else None
+        if shared is not None and isinstance(program, pikepdf.Stream):
+            written[shared] = program.read_bytes()
+        return resubset
+    _retag(written[shared], (font,))
+    if composite:
+        _trim_to_unicode(pdf, font, codes, 2, budgets)
+    else:
+        _scrub_simple_entries(pdf, font, codes, budgets)
+    return 0
+
+
 def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, renumber: dict[int, int], budgets: Budgets) -> int:
     """Scrub a simple font; its codes become `renumber`'s new ones (only a symbolic TrueType font's change: see
     `_fresh_codes`), and when they do, so does its program's glyph order: .notdef, then the glyphs by new code."""
@@ -403,6 +443,16 @@ def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, renumber: dict[int
             _write_program(pdf, descriptor, program, subset)
         _retag(subset, (font, descriptor))
         resubset = 1
+    _scrub_simple_entries(pdf, font, renumber, budgets)
+    return resubset
+
+
+def _scrub_simple_entries(
+    pdf: pikepdf.Pdf, font: pikepdf.Dictionary, renumber: dict[int, int], budgets: Budgets
+) -> None:
+    """A simple font's own entries down to the drawn codes, by their new ones: /Widths, /Differences, /ToUnicode
+    (and its descriptor's /CharSet)."""
+    descriptor = font.get(Name.FontDescriptor)
     widths = font.get(Name.Widths)
     if isinstance(widths, pikepdf.Array) and renumber:
         first = int(font.get(Name.FirstChar, 0))
@@ -423,7 +473,6 @@ def _scrub_simple(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, renumber: dict[int
     if isinstance(descriptor, pikepdf.Dictionary) and Name.CharSet in descriptor:
         del descriptor[Name.CharSet]  # glyph names, the removed ones among them
     _trim_to_unicode(pdf, font, renumber, 1, budgets)
-    return resubset
 
 
 def _scrub_composite(pdf: pikepdf.Pdf, font: pikepdf.Dictionary, renumber: dict[int, int], budgets: Budgets) -> int:
