@@ -4,7 +4,6 @@ through the whole pipeline (watermark, sign, verify, publish); what is refused, 
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -168,17 +167,16 @@ async def test_a_document_too_big_to_convert_ends_with_a_limit_code(
     jobs: JobClient, policies: PolicyBook, tmp_path: Path, hostile: str
 ) -> None:
     """A `.docx` whose main part unpacks to 1 GiB (3 MiB sent), and a spreadsheet of a million rows (under 1 KiB
-    sent): the child's limits end the conversion, the worker carries on."""
+    sent): the child's limits end the conversion, not the policy's time limit for it, and the worker carries on."""
     if hostile == "zip bomb":
         letter = converted_by_libreoffice(letter_html("bomb"), "docx", tmp_path / "made")
         document = zip_bomb(letter, tmp_path / "bomb.docx", megabytes=1024)
     else:
         document = million_rows(tmp_path / "rows.ods")
-    started = time.monotonic()
     submitted = await jobs.submit(document, policies.get("standard"))
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.too_complex"), status.failure_message
-    assert time.monotonic() - started < 60
+    assert status.failure_message is not None and "took longer" not in status.failure_message  # not the time limit
 
 
 async def test_the_bytes_decide_not_the_name(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
