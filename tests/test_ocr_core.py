@@ -7,7 +7,7 @@ page, or a re-rasterized upright page when deskewing): each output page is rende
 the top-left margin, where the scan generator puts the text block of an upright page. A page left
 at 90 degrees renders landscape; a page left upside down has its ink at the bottom right.
 
-Process-group checks find the OCR processes by their DOCJOBS_OCR_TAG in /proc/*/environ.
+Process-group checks find the OCR processes by their DOCJOBS_OCR_TAG and their session (tests/ocr_sessions.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,7 @@ from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.ocr import ExitCode, OcrCanceled, OcrResult, exit_failure, ocrmypdf_args, run_ocr
 from tests.fixtures.samples import make_encrypted_pdf, make_garbage, truncate_pdf
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_png, make_scan_tiff, scan_words
+from tests.ocr_sessions import call_processes
 
 REPO = Path(__file__).resolve().parent.parent
 JOBS = 2
@@ -92,24 +94,9 @@ def _upright(pdf: Path, page: int) -> bool:
     )
 
 
-def _tagged_processes(tag: str) -> dict[int, str]:
-    """pid -> command name of every live process whose environment carries DOCJOBS_OCR_TAG=tag."""
-    marker = f"DOCJOBS_OCR_TAG={tag}".encode()
-    found: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                found[int(entry.name)] = (entry / "comm").read_text().strip()
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-    return found
-
-
 def _wait_until_gone(tag: str, timeout: float) -> dict[int, str]:
     deadline = time.monotonic() + timeout
-    while (left := _tagged_processes(tag)) and time.monotonic() < deadline:
+    while (left := call_processes(tag)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
@@ -391,7 +378,7 @@ def _stop_when_tesseract_runs(tag: str, seen: dict[int, str], limit: float = 30.
     started = time.monotonic()
 
     def should_stop() -> bool:
-        processes = _tagged_processes(tag)
+        processes = call_processes(tag)
         seen.update(processes)
         return "tesseract" in processes.values() or time.monotonic() - started > limit
 
@@ -416,10 +403,32 @@ def test_should_stop_kills_the_whole_process_group(three_page_scan: Path, tmp_pa
         run_ocr(three_page_scan, tmp_path / "out.pdf", SKIP, workdir=workdir, should_stop=should_stop, tag=tag)
     assert fired, "stopped by should_stop"
     assert "tesseract" in seen.values(), f"a Tesseract grandchild was running when stopped: {seen}"
+    assert set(seen.values()) - {"tesseract", "gs"}, f"OCRmyPDF itself (a fork, found by its session): {seen}"
     left = _wait_until_gone(tag, timeout=max(0.0, 5 - (time.monotonic() - fired[0])))
     assert not left, f"still running 5 s after the stop: {left}"
     assert not (tmp_path / "out.pdf").exists()
     assert list(workdir.iterdir()) == [], "the temporary files are gone"
+
+
+def test_ocrmypdf_works_in_the_calls_folder_whatever_temp_folder_the_caller_found(
+    three_page_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OCRmyPDF runs in a fork of the caller: its work folder is the call's (TMPDIR), not the temporary folder the
+    caller's `tempfile` had settled on, which a fork would otherwise keep (and a confined child may not write)."""
+    elsewhere, workdir = tmp_path / "elsewhere", tmp_path / "work"
+    elsewhere.mkdir()
+    workdir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))
+    seen_elsewhere: list[Path] = []
+    seen_inside: list[Path] = []
+
+    def look(done: int, total: int) -> None:
+        seen_elsewhere.extend(elsewhere.iterdir())
+        seen_inside.extend(workdir.glob("ocr-*/ocrmypdf.io.*"))
+
+    run_ocr(three_page_scan, tmp_path / "out.pdf", SKIP, workdir=workdir, on_page=look)
+    assert seen_inside, "OCRmyPDF's work folder was in the call's own while pages finished"
+    assert seen_elsewhere == []
 
 
 def _tesseract_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, after: str | None = None) -> Path:

@@ -15,6 +15,7 @@ from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import Env, StartWorker, run_starter, wait_terminal
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_tiff
+from tests.ocr_sessions import call_processes
 from tests.test_jobs import job_files
 
 needs_ocr_tools = needs_tools("tesseract", "gs")  # the worker's OCR stage runs OCRmyPDF on them
@@ -30,18 +31,8 @@ def searchable_words(path: Path) -> set[str]:
 
 
 def ocr_processes(tag: str) -> list[int]:
-    """PIDs whose environment carries this job's OCR tag (OCRmyPDF and its tesseract/ghostscript children)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if f"DOCJOBS_OCR_TAG={tag}".encode() in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    """PIDs of the OCR call tagged `tag` (OCRmyPDF, its page workers, Tesseract, Ghostscript): tests/ocr_sessions.py."""
+    return sorted(call_processes(tag))
 
 
 async def wait_for_ocr_processes(jobs: JobClient, job_id: str, timeout: float = 90) -> None:

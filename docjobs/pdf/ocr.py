@@ -1,11 +1,13 @@
 """OCR stage core: make a PDF searchable with OCRmyPDF (Tesseract), in a killable child process.
 
-OCRmyPDF is not thread-safe and runs Tesseract and Ghostscript as subprocesses, so each call starts
-``python -m ocrmypdf`` as a child in its own session: the child and everything it starts form one
-process group, which is killed as a whole (SIGTERM, then SIGKILL after a grace period) when the
-caller's `should_stop` says so, when anything goes wrong in the caller (try/finally), or, via a
-watchdog in the child, when the caller's process dies. Every process of a call carries the
-environment variable ``DOCJOBS_OCR_TAG`` so it can be found in ``/proc``.
+OCRmyPDF is not thread-safe and runs Tesseract and Ghostscript as subprocesses, so each call runs
+OCRmyPDF's command line in a child: a fork of the caller, in a session of its own. The child and everything it
+starts form one process group, which is killed as a whole (SIGTERM, then SIGKILL after a grace period) when the
+caller's `should_stop` says so, when anything goes wrong in the caller (try/finally), or, via a watchdog in the
+child, when the caller's process dies. A fork, not a new interpreter: OCRmyPDF's imports (about 0.7 CPU seconds,
+a twelfth of a 16-page range's OCR) are the caller's, which the document zygote makes once for all its children
+(`stage_work.PRELOAD`). Every program a call runs (Tesseract, Ghostscript...) carries the environment variable
+``DOCJOBS_OCR_TAG``, so the call's session can be found in ``/proc``.
 
 The child loads `_ocr_child.py` as an OCRmyPDF plugin, which reports progress, the pages handed to
 OCR and Tesseract timeouts as JSON lines on a private pipe (see that module). Nothing the child
@@ -28,6 +30,7 @@ A page still without text fails the job with ``ocr.page_unreadable``, or with th
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import logging
@@ -304,7 +307,8 @@ def run_ocr(
 
 
 def _ocrmypdf_command(args: Sequence[str], source: Path, output: Path) -> list[str]:
-    return [sys.executable, "-P", "-m", "ocrmypdf", "--plugin", str(CHILD_PLUGIN), *args, str(source), str(output)]
+    """OCRmyPDF's command line (without the program name)."""
+    return ["--plugin", str(CHILD_PLUGIN), *args, str(source), str(output)]
 
 
 def _run_child(
@@ -407,16 +411,7 @@ class _Child:
         try:
             try:
                 with self.log_path.open("wb") as stderr:
-                    process = subprocess.Popen(
-                        self.command,
-                        stdin=subprocess.DEVNULL,
-                        stdout=stderr,
-                        stderr=stderr,
-                        cwd=self.cwd,
-                        env={**self.env, EVENT_FD_ENV: str(write_fd)},
-                        pass_fds=(write_fd,),
-                        start_new_session=True,  # its own process group: killable as a whole
-                    )
+                    process = _fork_ocrmypdf(self.command, self.env, self.cwd, stderr.fileno(), write_fd)
             except OSError:
                 raise DocJobError("ocr.failed", "the OCR engine could not be started") from None
             finally:
@@ -427,12 +422,12 @@ class _Child:
                 _kill_group(process)  # no-op after a clean exit, unless it left processes behind
         finally:
             os.close(read_fd)
-        self.report.returncode = process.returncode
+        self.report.returncode = process.wait()  # reaped by _kill_group
         return self.report
 
     def _supervise(
         self,
-        process: subprocess.Popen[bytes],
+        process: _Forked,
         read_fd: int,
         total: int,
         on_page: ProgressFn | None,
@@ -497,7 +492,60 @@ class _Child:
                     self.report.unnamed_timeout = True
 
 
-def _has_exited(process: subprocess.Popen[bytes]) -> bool:
+class _Forked:
+    """A forked child, waited for as `subprocess.Popen` waits (`returncode`: -signal when a signal ended it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _fork_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int, event_fd: int) -> _Forked:
+    """Run OCRmyPDF's command line `argv` in a fork of this process, as a new interpreter would run it: in a
+    session of its own, in `cwd`, with `env` as its whole environment, stdin from /dev/null, stdout and stderr to
+    `log_fd`, and no other descriptor open but `event_fd` (named in its environment)."""
+    from ocrmypdf.__main__ import run  # once per process; the document zygote imports it ahead
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return _Forked(pid)
+    status: object = ExitCode.other_error
+    try:
+        os.setsid()  # its own process group: killable as a whole
+        null = os.open(os.devnull, os.O_RDONLY)
+        log_fd, event_fd, null = (fcntl.fcntl(fd, fcntl.F_DUPFD, 3) for fd in (log_fd, event_fd, null))
+        for target, fd in ((0, null), (1, log_fd), (2, log_fd)):
+            os.dup2(fd, target)
+        os.closerange(3, event_fd)
+        os.closerange(event_fd + 1, os.sysconf("SC_OPEN_MAX"))
+        for signum in signal.valid_signals():  # the caller's handlers are not OCRmyPDF's
+            with contextlib.suppress(OSError, ValueError):
+                if callable(signal.getsignal(signum)):
+                    signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update({**env, EVENT_FD_ENV: str(event_fd)})
+        tempfile.tempdir = None  # found again from TMPDIR, which `env` sets
+        sys.argv = ["ocrmypdf", *argv]
+        status = run(argv)  # type: ignore[no-untyped-call]
+    except SystemExit as exit_request:
+        status = exit_request.code
+    except BaseException:  # noqa: BLE001 - reported as OCRmyPDF's own failure status, never to the caller's code
+        status = ExitCode.other_error
+    finally:
+        os._exit(status if isinstance(status, int) else ExitCode.other_error)
+
+
+def _has_exited(process: _Forked) -> bool:
     """Whether the child has exited, without reaping it: while it is unreaped its pid (= the process
     group id) cannot be reused, so signalling the group stays safe."""
     if process.returncode is not None:
@@ -508,14 +556,14 @@ def _has_exited(process: subprocess.Popen[bytes]) -> bool:
         return True
 
 
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+def _signal_group(process: _Forked, signum: int) -> None:
     if process.returncode is not None:
         return  # reaped: its pid may belong to someone else now
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signum)
 
 
-def _terminate_group(process: subprocess.Popen[bytes]) -> None:
+def _terminate_group(process: _Forked) -> None:
     """SIGTERM the group; SIGKILL it after TERM_GRACE_SECONDS (or at once once the leader is gone)."""
     _signal_group(process, signal.SIGTERM)
     deadline = time.monotonic() + TERM_GRACE_SECONDS
@@ -524,7 +572,7 @@ def _terminate_group(process: subprocess.Popen[bytes]) -> None:
     _kill_group(process)
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def _kill_group(process: _Forked) -> None:
     """SIGKILL whatever is left of the group, then reap the leader."""
     _signal_group(process, signal.SIGKILL)
     process.wait()
