@@ -13,6 +13,7 @@ Process-group checks find the OCR processes by their DOCJOBS_OCR_TAG and their s
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -37,7 +38,7 @@ from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import OcrMode, OcrPolicy
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
-from docjobs.pdf.ocr import ExitCode, OcrCanceled, OcrResult, exit_failure, ocrmypdf_args, run_ocr
+from docjobs.pdf.ocr import CHILD_PLUGIN, ExitCode, OcrCanceled, OcrResult, exit_failure, ocrmypdf_args, run_ocr
 from tests.fixtures.samples import make_encrypted_pdf, make_garbage, truncate_pdf
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_png, make_scan_tiff, scan_words
 from tests.ocr_sessions import call_processes
@@ -429,6 +430,33 @@ def test_ocrmypdf_works_in_the_calls_folder_whatever_temp_folder_the_caller_foun
     run_ocr(three_page_scan, tmp_path / "out.pdf", SKIP, workdir=workdir, on_page=look)
     assert seen_inside, "OCRmyPDF's work folder was in the call's own while pages finished"
     assert seen_elsewhere == []
+
+
+def test_the_document_zygote_has_imported_what_an_ocrmypdf_call_imports(tmp_path: Path) -> None:
+    """OCRmyPDF runs in a fork of the document child: every OCRmyPDF module a call imports, the zygote imported
+    already (`stage_work.PRELOAD`), so no call pays for it. A new OCRmyPDF that moves its modules fails here."""
+    make_scan_pdf(scan := tmp_path / "scan.pdf", scan_words(1, 20, seed=3))
+    argv = ["--plugin", str(CHILD_PLUGIN), *ocrmypdf_args(SKIP, jobs=1), str(scan), str(tmp_path / "out.pdf")]
+    script = (
+        "import importlib, json, sys\n"
+        "from docjobs.isolation import stage_work\n"
+        "for name in stage_work.PRELOAD: importlib.import_module(name)\n"
+        "before = set(sys.modules)\n"
+        "from ocrmypdf.__main__ import run\n"
+        "status = run(json.loads(sys.argv[1]))\n"
+        "new = sorted(m for m in set(sys.modules) - before if m.startswith('ocrmypdf'))\n"
+        "open(sys.argv[2], 'w').write(json.dumps([status, new]))\n"  # OCRmyPDF keeps stdout for a PDF
+    )
+    report = tmp_path / "report.json"
+    subprocess.run(
+        [sys.executable, "-c", script, json.dumps(argv), str(report)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path), "DOCJOBS_OCR_EVENT_FD": ""},
+        capture_output=True,
+        check=True,
+    )
+    status, imported = json.loads(report.read_text())
+    assert (status, imported) == (0, [])
 
 
 def _tesseract_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, after: str | None = None) -> Path:

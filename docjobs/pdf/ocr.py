@@ -4,10 +4,10 @@ OCRmyPDF is not thread-safe and runs Tesseract and Ghostscript as subprocesses, 
 OCRmyPDF's command line in a child: a fork of the caller, in a session of its own. The child and everything it
 starts form one process group, which is killed as a whole (SIGTERM, then SIGKILL after a grace period) when the
 caller's `should_stop` says so, when anything goes wrong in the caller (try/finally), or, via a watchdog in the
-child, when the caller's process dies. A fork, not a new interpreter: OCRmyPDF's imports (about 0.7 CPU seconds,
-a twelfth of a 16-page range's OCR) are the caller's, which the document zygote makes once for all its children
-(`stage_work.PRELOAD`). Every program a call runs (Tesseract, Ghostscript...) carries the environment variable
-``DOCJOBS_OCR_TAG``, so the call's session can be found in ``/proc``.
+child, when the caller's process dies. A fork, not a new interpreter: OCRmyPDF's imports are the caller's, which
+the document zygote makes once for all its children (`stage_work.PRELOAD`); a call then costs about 0.6 CPU seconds
+less (a quarter of a 1-page call's, bench/README.md). Every program a call runs (Tesseract, Ghostscript...)
+carries the environment variable ``DOCJOBS_OCR_TAG``, so the call's session can be found in ``/proc``.
 
 The child loads `_ocr_child.py` as an OCRmyPDF plugin, which reports progress, the pages handed to
 OCR and Tesseract timeouts as JSON lines on a private pipe (see that module). Nothing the child
@@ -512,8 +512,9 @@ def _fork_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int,
     `log_fd`, and no other descriptor open but `event_fd` (named in its environment)."""
     from ocrmypdf.__main__ import run  # once per process; the document zygote imports it ahead
 
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+        if stream is not None:
+            stream.flush()
     pid = os.fork()
     if pid:
         return _Forked(pid)
@@ -537,8 +538,8 @@ def _fork_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int,
         tempfile.tempdir = None  # found again from TMPDIR, which `env` sets
         sys.argv = ["ocrmypdf", *argv]
         status = run(argv)  # type: ignore[no-untyped-call]
-    except SystemExit as exit_request:
-        status = exit_request.code
+    except SystemExit as exit_request:  # as a new interpreter would end: None is success, other non-codes failure
+        status = 0 if exit_request.code is None else exit_request.code
     except BaseException:  # noqa: BLE001 - reported as OCRmyPDF's own failure status, never to the caller's code
         status = ExitCode.other_error
     finally:
