@@ -7,7 +7,8 @@ SIGKILL like a lost machine):
 
 1. plain `ocrmypdf --jobs 2` with docjobs' options for the `scan` policy, on the scan;
 2. the same scan as a docjobs job (OCR only: the `scan` policy without the signature), uninterrupted: its time
-   from acceptance to `succeeded`, and its history events per page;
+   from acceptance to `succeeded`, its CPU seconds (the job's `cost`, by stage) against plain OCRmyPDF's (with its
+   tools), which a busy or slow machine moves less than the seconds, and its history events per page;
 3. the same job again, its worker SIGKILLed once 60% of the pages are OCR'd and a fresh worker started: the
    pages the running chunks had done at the kill, the pages of the chunks that ran twice, the pages their next
    attempts took from the lost attempts' checkpoints, and so the pages read again (done, not resumed), the time;
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -56,10 +58,22 @@ KILL_AT = 0.6
 FAIR_RUNS = 3
 
 
-def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> float:
-    started = time.perf_counter()
+def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> tuple[float, float]:
+    """(seconds, CPU seconds of OCRmyPDF and its tools) of one plain run."""
+    started, cpu = time.perf_counter(), _children_cpu()
     subprocess.run([sys.executable, "-m", "ocrmypdf", *args, str(scan), str(out)], check=True, capture_output=True)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - cpu
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended children (the worker and the dev server still run: not counted)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_by_stage(status: JobStatus) -> str:
+    """The job's CPU seconds per stage, with its attempts (each range's, retries included), as `render 4.8 (1), ...`."""
+    return ", ".join(f"{stage} {cost.cpu_seconds:.1f} ({cost.attempts})" for stage, cost in status.cost.stages.items())
 
 
 def job_seconds(status: JobStatus) -> float:
@@ -199,7 +213,7 @@ async def main() -> None:
             if "speed" in parts:
                 ratios = []
                 for run in range(options.rounds):  # one after the other: both see the machine as it is then
-                    plain = await asyncio.to_thread(plain_ocrmypdf, scan, folder / "plain.pdf", args)
+                    plain, plain_cpu = await asyncio.to_thread(plain_ocrmypdf, scan, folder / "plain.pdf", args)
                     rows.append((f"round {run + 1}: plain ocrmypdf --jobs 2, seconds", f"{plain:.1f}", "1.00"))
                     whole = await succeeded(jobs, scan, policy, f"whole-{run}")
                     seconds = job_seconds(whole)
@@ -209,6 +223,14 @@ async def main() -> None:
                             f"round {run + 1}: docjobs, chunks, seconds (accepted to succeeded)",
                             f"{seconds:.1f}",
                             f"{plain / seconds:.2f}",
+                        )
+                    )
+                    cpu = whole.cost.total.cpu_seconds
+                    rows.append(
+                        (
+                            f"round {run + 1}: CPU seconds, plain / docjobs (by stage)",
+                            f"{plain_cpu:.1f} / {cpu:.1f}",
+                            f"{plain_cpu / cpu:.2f}; {cpu_by_stage(whole)}",
                         )
                     )
                 if options.rounds > 1:

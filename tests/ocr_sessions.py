@@ -13,8 +13,8 @@ _SESSIONS: dict[str, set[int]] = {}  # tag -> the sessions its tagged processes 
 
 
 def call_processes(tag: str) -> dict[int, str]:
-    """pid -> command name of every live process of the OCR call tagged `tag`: those carrying the tag, and every
-    process of a session one of them was seen in (by this or an earlier look)."""
+    """pid -> command name of every running process of the OCR call tagged `tag`: those carrying the tag, and
+    every process of a session one of them was seen in (by this or an earlier look)."""
     marker = f"DOCJOBS_OCR_TAG={tag}".encode()
     sessions = _SESSIONS.setdefault(tag, set())
     live: dict[int, tuple[int, str]] = {}  # pid -> (session, command name)
@@ -22,11 +22,11 @@ def call_processes(tag: str) -> dict[int, str]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            session = int(stat.rsplit(")", 1)[1].split()[3])  # after the name: state, ppid, pgrp, session
-            live[int(entry.name)] = (session, (entry / "comm").read_text().strip())
+            state, _, _, session = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]  # after the name
+            if state != "Z":  # a zombie runs nothing: it waits to be reaped (by init, once orphaned)
+                live[int(entry.name)] = (int(session), (entry / "comm").read_text().strip())
             if marker in (entry / "environ").read_bytes().split(b"\0"):
-                sessions.add(session)
+                sessions.add(int(session))
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or not ours to read
     return {pid: name for pid, (session, name) in live.items() if session in sessions}
