@@ -7,6 +7,7 @@ A script runs as `python bench/NAME.py`, so this folder is first on its path: it
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -33,6 +34,12 @@ def print_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> None
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(str(cell) for cell in row) + " |")
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's children that have ended and been waited for (running ones: not yet)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def peak_rss_mib(pid: int) -> float:

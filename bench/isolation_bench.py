@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import dev_server_env, median_ms
+from harness import children_cpu_seconds, dev_server_env, median_ms
 from pydantic import BaseModel
 
 from docjobs.domain.models import (
@@ -177,11 +176,10 @@ def spawn_cpu_ms(runs: int) -> tuple[float, float]:
     limited, importing the stage work."""
     command = [sys.executable, "-P", "-c", "import docjobs.isolation.stage_work"]
     env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    before, wall = children_cpu_seconds(), time.perf_counter()
     for _ in range(runs):
         subprocess.run(command, env=env, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    cpu = children_cpu_seconds() - before
     return cpu * 1000 / runs, (time.perf_counter() - wall) * 1000 / runs
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import dev_server_env, peak_rss_mib, print_table
+from harness import children_cpu_seconds, dev_server_env, peak_rss_mib, print_table
 
 from docjobs.domain.models import JobStatus, Policy
 from docjobs.domain.states import JobState, Stage
@@ -60,15 +59,9 @@ FAIR_RUNS = 3
 
 def plain_ocrmypdf(scan: Path, out: Path, args: list[str]) -> tuple[float, float]:
     """(seconds, CPU seconds of OCRmyPDF and its tools) of one plain run."""
-    started, cpu = time.perf_counter(), _children_cpu()
+    started, cpu = time.perf_counter(), children_cpu_seconds()  # the worker and the dev server run on: not counted
     subprocess.run([sys.executable, "-m", "ocrmypdf", *args, str(scan), str(out)], check=True, capture_output=True)
-    return time.perf_counter() - started, _children_cpu() - cpu
-
-
-def _children_cpu() -> float:
-    """CPU seconds of this process's ended children (the worker and the dev server still run: not counted)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return time.perf_counter() - started, children_cpu_seconds() - cpu
 
 
 def cpu_by_stage(status: JobStatus) -> str:
