@@ -16,7 +16,8 @@ can read, the files both readers open that did not succeed for a reason other th
 file), the leaks (a released redaction in which pdftotext or pypdf still finds the word) and the text kept:
 per file, the share of the other words (every pdftotext word of the original but those holding the redacted
 one, counted with repeats) that pdftotext still reads in the released file, their median over the files and
-the files below 0.5.
+the files below 0.5. Words are counted with letter-spaced runs joined (see `words_of`); the share of
+pdftotext's words as it splits them is printed beside it.
 """
 
 from __future__ import annotations
@@ -65,11 +66,12 @@ class Sample:
     poppler: bool = False  # pdftotext reads it
     qpdf: bool = False  # qpdf --check opens it (warnings allowed)
     word: str | None = None
-    words: list[str] = field(default_factory=list)  # pdftotext's words of the original
+    text: str = ""  # pdftotext's text of the original
     standard: JobStatus | None = None
     redacted: JobStatus | None = None
     leaked: bool = False
     kept: float | None = None  # share of the other words still extractable after the redaction
+    kept_as_split: float | None = None  # the same, pdftotext's words as it splits them (letter-spacing not joined)
     notes: list[str] = field(default_factory=list)
 
 
@@ -110,15 +112,34 @@ def inspect_with_readers(sample: Sample) -> None:
     sample.poppler = text.returncode == 0
     checked = subprocess.run(["qpdf", "--check", str(sample.path)], capture_output=True, timeout=120, check=False)
     sample.qpdf = checked.returncode in (0, 3)  # 3: warnings only
-    words = text.stdout.decode("utf-8", "replace") if sample.poppler else ""
-    found = WORD.search(words)
+    sample.text = text.stdout.decode("utf-8", "replace") if sample.poppler else ""
+    found = WORD.search(sample.text)
     sample.word = found.group(0) if found else None
-    sample.words = words.split()
 
 
-def pdftotext_words(pdf: Path) -> list[str]:
+def pdftotext_text(pdf: Path) -> str:
     poppler = subprocess.run(["pdftotext", "-q", str(pdf), "-"], capture_output=True, timeout=300, check=False)
-    return poppler.stdout.decode("utf-8", "replace").split()
+    return poppler.stdout.decode("utf-8", "replace")
+
+
+def words_of(text: str, *, join_spaced: bool = True) -> list[str]:
+    """The words of pdftotext's `text`; with `join_spaced`, a run of two or more one-letter words on a line is
+    one word. Letters spaced apart (character spacing: "W o r l d") read as one-letter words, and as the word
+    they spell once a redaction re-sets their line without that spacing: counted as split, they would count as
+    lost, and a letter-spaced redacted word would count its own letters as other words kept."""
+    if not join_spaced:
+        return text.split()
+    words: list[str] = []
+    for line in text.splitlines():
+        run: list[str] = []
+        for token in [*line.split(), ""]:
+            if len(token) == 1:
+                run.append(token)
+                continue
+            words += ["".join(run)] if len(run) > 1 else run
+            run = []
+            words += [token] if token else []
+    return words
 
 
 def other_words_kept(before: list[str], after: list[str], word: str) -> float | None:
@@ -154,7 +175,11 @@ async def run_sample(jobs: JobClient, policies: PolicyBook, sample: Sample, fold
         out = folder / f"redacted-{sample.path.name}"
         await jobs.fetch(sample.redacted.job_id, out)
         sample.leaked = still_readable(out, sample.word)
-        sample.kept = other_words_kept(sample.words, pdftotext_words(out), sample.word)
+        after = pdftotext_text(out)
+        sample.kept = other_words_kept(words_of(sample.text), words_of(after), sample.word)
+        sample.kept_as_split = other_words_kept(
+            words_of(sample.text, join_spaced=False), words_of(after, join_spaced=False), sample.word
+        )
 
 
 def burned_in(status: JobStatus | None) -> Counter[str]:
@@ -217,9 +242,15 @@ def report(samples: list[Sample]) -> None:
     low = [s for s in done if s.kept is not None and s.kept < 0.5]
     print(f"| other words still extractable, median over {len(shares)} files | {median:.3f} |")
     print(f"| files keeping less than half their other words | {len(low)} |")
+    split = [s.kept_as_split for s in done if s.kept_as_split is not None]
+    split_low = sum(share < 0.5 for share in split)
+    split_median = statistics.median(split) if split else float("nan")
+    print(f"| the same, words as pdftotext splits them: median; files below half | {split_median:.3f}; {split_low} |")
     burning = [(s, str(dict(sorted(burned_in(s.redacted).items())))) for s in done if burned_in(s.redacted)]
     print_files("pages burned in", "by reason", burning)
-    print_files("other words kept", "share", [(s, f"{s.kept:.3f}") for s in done if s.kept is not None and s.kept < 1])
+    as_split = {id(s): f"{s.kept_as_split:.3f}" if s.kept_as_split is not None else "none" for s in done}
+    kept = [(s, f"{s.kept:.3f} ({as_split[id(s)]} as split)") for s in done if s.kept is not None and s.kept < 1]
+    print_files("other words kept", "share", kept)
     print_files("redaction not finished", "outcome", [(s, outcome(s.redacted)) for s in redaction_ran if s not in done])
 
 
