@@ -30,6 +30,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
+import docjobs.pdf.ocrmypdf_import  # noqa: F401 - before a test module imports OCRmyPDF: pdfminer left as docjobs' own
 from docjobs.domain.models import JobStatus, Policy
 from docjobs.isolation.confine import Confinement
 from docjobs.settings.policies import PolicyBook

@@ -39,6 +39,7 @@ from docjobs.domain.models import OcrMode, OcrPolicy
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.ocr import CHILD_PLUGIN, ExitCode, OcrCanceled, OcrResult, exit_failure, ocrmypdf_args, run_ocr
+from tests.fixtures.redact_samples import SSN, make_standard_font_as_is
 from tests.fixtures.samples import make_encrypted_pdf, make_garbage, truncate_pdf
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_png, make_scan_tiff, scan_words
 from tests.ocr_sessions import call_processes
@@ -457,6 +458,35 @@ def test_the_document_zygote_has_imported_what_an_ocrmypdf_call_imports(tmp_path
     )
     status, imported = json.loads(report.read_text())
     assert (status, imported) == (0, [])
+
+
+def test_ocrmypdf_changes_pdfminer_only_in_the_fork_that_runs_it(tmp_path: Path) -> None:
+    """Importing OCRmyPDF makes pdfminer read no text in a standard-14 font used as is (no /Encoding): the document
+    zygote imports OCRmyPDF, and redaction locates matches with pdfminer. In a process that imported what the zygote
+    imports, pdfminer reads that text; in OCRmyPDF's fork, once its changes are back, it reads none, as OCRmyPDF
+    expects. The first half failed in every document child since the zygote imported OCRmyPDF: such a redaction
+    was quarantined (tests/test_redact_jobs.py, fixture `standard_font_as_is`)."""
+    make_standard_font_as_is(pdf := tmp_path / "as-is.pdf")
+    script = (
+        "import importlib, json, sys\n"
+        "from pdfminer.high_level import extract_text\n"
+        "from docjobs.isolation import stage_work\n"
+        "for name in stage_work.PRELOAD: importlib.import_module(name)\n"
+        "in_the_child = extract_text(sys.argv[1])\n"
+        "from docjobs.pdf.ocrmypdf_import import use_ocrmypdf_patches\n"
+        "use_ocrmypdf_patches()\n"
+        "print(json.dumps([in_the_child, extract_text(sys.argv[1])]))\n"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", script, str(pdf)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    in_the_child, in_the_fork = json.loads(read.stdout)
+    assert SSN in in_the_child and SSN not in in_the_fork
 
 
 def _tesseract_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, after: str | None = None) -> Path:

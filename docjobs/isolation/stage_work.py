@@ -340,16 +340,5 @@ PRELOAD = (
     "encodings.ascii",
     "pyhanko.pdf_utils.filters",
     "pyhanko.pdf_utils.metadata.xmp_xml",
-    # OCRmyPDF runs in a fork of the child (docjobs/pdf/ocr.py): what its command line imports, then its run
-    "ocrmypdf.__main__",
-    "ocrmypdf._validation_coordinator",
-    "ocrmypdf.builtin_plugins.concurrency",
-    "ocrmypdf.builtin_plugins.default_filters",
-    "ocrmypdf.builtin_plugins.ghostscript",
-    "ocrmypdf.builtin_plugins.null_ocr",
-    "ocrmypdf.builtin_plugins.optimize",
-    "ocrmypdf.builtin_plugins.pypdfium",
-    "ocrmypdf.builtin_plugins.tesseract_ocr",
-    "ocrmypdf.fpdf_renderer",
-    "ocrmypdf.optimize",
+    "docjobs.pdf.ocrmypdf_import",  # OCRmyPDF runs in a fork of the child (docjobs/pdf/ocr.py): its modules
 )

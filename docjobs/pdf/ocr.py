@@ -510,7 +510,8 @@ def _fork_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int,
     """Run OCRmyPDF's command line `argv` in a fork of this process, as a new interpreter would run it: in a
     session of its own, in `cwd`, with `env` as its whole environment, stdin from /dev/null, stdout and stderr to
     `log_fd`, and no other descriptor open but `event_fd` (named in its environment)."""
-    from ocrmypdf.__main__ import run  # once per process; the document zygote imports it ahead
+    # OCRmyPDF imported once per process (the document zygote did), pdfminer left as the child's readers need it
+    from docjobs.pdf.ocrmypdf_import import use_ocrmypdf_patches
 
     for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
         if stream is not None:
@@ -537,6 +538,9 @@ def _fork_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int,
         os.environ.update({**env, EVENT_FD_ENV: str(event_fd)})
         tempfile.tempdir = None  # found again from TMPDIR, which `env` sets
         sys.argv = ["ocrmypdf", *argv]
+        use_ocrmypdf_patches()
+        from ocrmypdf.__main__ import run
+
         status = run(argv)  # type: ignore[no-untyped-call]
     except SystemExit as exit_request:  # as a new interpreter would end: None is success, other non-codes failure
         status = 0 if exit_request.code is None else exit_request.code
