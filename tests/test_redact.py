@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import subprocess
@@ -17,6 +18,7 @@ from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval, remove_content
+from docjobs.pdf.redaction.gate import Word
 from docjobs.pdf.redaction.layout import PlacedGlyph, Show, _layout
 from docjobs.pdf.redaction.locate import locate
 from docjobs.pdf.redaction.patterns import compile_patterns
@@ -411,6 +413,51 @@ def test_spaces_written_as_backslash_escapes_keep_their_width_when_matches_are_l
     summary = redact_pdf(source, out := tmp_path / "out.pdf", RedactPolicy(regexes=("screen",)), workdir=tmp_path)
     assert (summary.fallback_pages, summary.lines_reset) == ([], 1)
     assert [text for text, _ in _poppler_words(out)] == ["Fold", "the", "cable", "s", "back"]
+
+
+def test_a_match_located_short_of_its_glyphs_is_a_leak_not_a_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The safety net under the fix above: a reader that places a match short of its glyphs (here its boxes cut
+    to their first third) makes the removal take only "sc" of "screens". The gate looks for the whole value and
+    the text check for the other words, so "reens" was released; a new word holding a part of the value now
+    fails the job (burning the page in would show it: it lies outside the box)."""
+    _helvetica_page(source := tmp_path / "short.pdf", "BT /F0 12 Tf 72 700 Td (Fold the cable screens back) Tj ET")
+
+    def short(boxes: list[Rect]) -> list[Rect]:
+        return [Rect(box.x0, box.y0, box.x0 + (box.x1 - box.x0) / 3, box.y1) for box in boxes]
+
+    def located_short(src: Path, patterns: list[Any]) -> Any:
+        found = locate(src, patterns)
+        regions = {page: short(boxes) for page, boxes in found.regions.items()}
+        return dataclasses.replace(found, regions=regions, cores={p: short(b) for p, b in found.cores.items()})
+
+    monkeypatch.setattr(redact, "locate", located_short)
+    with pytest.raises(DocJobError) as failure:
+        redact_pdf(source, tmp_path / "out.pdf", RedactPolicy(regexes=("screen",)), workdir=tmp_path)
+    assert failure.value.code == "redaction.leak" and "page(s) 1" in str(failure.value)
+    assert "reen" not in str(failure.value)
+
+
+def test_words_a_redaction_newly_reads_are_a_leak_only_when_they_hold_a_part_of_a_value() -> None:
+    """Letters spaced apart read as one word once their line is re-set, and a match inside a word leaves the rest
+    of it ("s" of "screens"): neither is a part of the value. What a removal that took only some of the match's
+    glyphs leaves is: its end ("eens"), its beginning ("scr"), spaced out or not, unless the page is burned in or
+    the word lies under a box (the gate's: the fallback burns that page in)."""
+
+    def words(*texts: str, at: float = 0.0) -> list[Word]:
+        return [Word(text, Rect(at + 10 * n, 0, at + 10 * n + 8, 10)) for n, text in enumerate(texts)]
+
+    def check(now: list[Word], *, burned: frozenset[int] = frozenset(), boxes: tuple[Rect, ...] = ()) -> None:
+        redact._check_nothing_split([(1, before)], [(1, now)], frozenset({"screen"}), {1: list(boxes)}, set(burned))
+
+    before = words("W", "o", "r", "l", "d", "the")
+    check(words("World", "s", "the"))
+    for left in (words("eens", at=50), words("reens", at=50), words("scr", at=50), words("r", "e", "e", "n", at=50)):
+        with pytest.raises(DocJobError):
+            check(left)
+        check(left, burned=frozenset({1}))
+        check(left, boxes=(Rect(45, -1, 95, 11),))
 
 
 def test_a_removal_that_fails_on_what_its_own_reader_sees_stays_a_leak(

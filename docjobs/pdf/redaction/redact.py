@@ -14,6 +14,7 @@ never the matched values.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import tempfile
 from collections import Counter
@@ -39,6 +40,7 @@ from docjobs.pdf.redaction.subset import FALLBACK_REASON, scrub_fonts
 from docjobs.pdf.watermark import wrap_content
 
 BOX_COLOR = "0 g"  # opaque black
+PART_MIN, PART_INNER = 3, 4  # letters: see `_holds_part`
 
 
 def redact_pdf(
@@ -83,7 +85,10 @@ def redact_pdf(
         removal = _remove(src, boxed, targets, patterns, located.values, {}, on_page, budgets)
         _render(boxed, dst, removal.fallback, policy.fallback_dpi, Path(tmp), budgets)
         gate = check_redaction(dst, located.values, patterns, removal.drawn)
-        moved = _moved_pages(src, dst, regions, drawn, set(removal.fallback), removal.reset)
+        was = _words(src)
+        now = _words(dst)
+        _check_nothing_split(was, now, located.values, removal.drawn, set(removal.fallback))
+        moved = _moved_pages(src, was, now, regions, drawn, set(removal.fallback), removal.reset)
         if not gate.clean or moved:
             # Pages the rewrite could not finish are burned in (their original content, boxes drawn), and
             # the whole result is checked again.
@@ -94,7 +99,9 @@ def redact_pdf(
             gate = check_redaction(dst, located.values, patterns, removal.drawn)
             if not gate.clean:
                 raise _leak(gate, "after the raster fallback")
-            if _moved_pages(src, dst, regions, drawn, set(removal.fallback), removal.reset):
+            now = _words(dst)
+            _check_nothing_split(was, now, located.values, removal.drawn, set(removal.fallback))
+            if _moved_pages(src, was, now, regions, drawn, set(removal.fallback), removal.reset):
                 raise DocJobError("fidelity.text", "text outside the redaction regions moved or vanished")
     listed = {page.page for page in removal.pages}
     burned_for_a_font = [PageRedaction(page=number) for number in sorted(set(removal.fallback) - listed)]
@@ -252,15 +259,17 @@ def _contextual_matches(counts: dict[int, dict[str, int]], patterns: list[NamedP
 
 def _moved_pages(
     src: Path,
-    dst: Path,
+    was_read: list[tuple[int, list[Word]]],
+    now_read: list[tuple[int, list[Word]]],
     regions: PageRegions,
     drawn: PageRegions,
     burned: set[int],
     reset: dict[int, tuple[ResetLine, ...]],
 ) -> list[int]:
-    """The pages (burned-in ones aside) on which a word poppler reads outside the regions is no longer there
-    at the same place (within half a point), or, on a re-set line, is not kept in order, on its baseline, from
-    the line's start, clear of the masks. Removal must never move or lose the neighbours.
+    """The pages (burned-in ones aside) on which a word poppler read in `src` (`was_read`) outside the regions is
+    no longer in the output (`now_read`) at the same place (within half a point), or, on a re-set line, is not
+    kept in order, on its baseline, from the line's start, clear of the masks. Removal must never move or lose
+    the neighbours.
 
     A word is in a pattern match's region when the middle of its height is: a glyph box (ascent to descent) is
     taller than the line pitch of tightly set text, so the whole boxes of the lines above and below reach into
@@ -273,7 +282,7 @@ def _moved_pages(
             for number, page in enumerate(before.pages, start=1)
         }
     moved = []
-    for (number, was), (_, now) in zip(_words(src), _words(dst), strict=True):
+    for (number, was), (_, now) in zip(was_read, now_read, strict=True):
         if number in burned:
             continue
         kept: dict[str, list[Rect]] = {}
@@ -298,6 +307,71 @@ def _moved_pages(
                 moved.append(number)
                 break
     return moved
+
+
+def _check_nothing_split(
+    was_read: list[tuple[int, list[Word]]],
+    now_read: list[tuple[int, list[Word]]],
+    values: frozenset[str],
+    drawn: PageRegions,
+    burned: set[int],
+) -> None:
+    """Raise `redaction.leak` when poppler reads, outside the boxes drawn and on a page not burned in, a word the
+    page did not hold before that holds a part of a matched value (see `_holds_part`): the removal took only some
+    of a match's glyphs and left the rest beside its box ("reens" of "Screen", when a reader placed the match
+    short of its glyphs). The gate looks for whole values, and for any word under a box (a page the fallback then
+    burns in); burning a page in would not hide this part, which lies outside the box it draws."""
+    split = []
+    for (number, was), (_, now) in zip(was_read, now_read, strict=True):
+        if number in burned:
+            continue
+        before = {word.text.lower() for word in _with_spaced_letters_joined(was)}
+        boxes = drawn.get(number, [])
+        for word in _with_spaced_letters_joined(now):
+            text = word.text.lower()
+            betrays = any(_holds_part(text, value) for value in values)
+            if betrays and text not in before and not any(map(word.box.mostly_inside, boxes)):
+                split.append(number)
+                break
+    if split:
+        listed = ", ".join(map(str, split[:20])) + (", …" if len(split) > 20 else "")
+        raise DocJobError("redaction.leak", f"part of a redacted value is still readable on page(s) {listed}")
+
+
+def _holds_part(word: str, value: str) -> bool:
+    """Whether `word` (lower case), read where it was not before, betrays a part of `value`: for each of its words
+    of PART_MIN letters or more, `word` begins with one of its ends or ends with one of its beginnings (what a
+    removal that took only some of the match's glyphs leaves beside them: "eens" of "screens"), PART_MIN letters
+    at least, or holds a run of half its letters, PART_INNER at least. Shorter parts ("ith" of "Smith" inside
+    "with") are found in too many words a re-set line may newly read as one ("w i t h")."""
+    for part in value.lower().split():
+        if len(part) < PART_MIN:
+            continue
+        ends = range(PART_MIN, len(part))
+        if any(word.startswith(part[-n:]) or word.endswith(part[:n]) for n in ends):
+            return True
+        length = max(PART_INNER, math.ceil(len(part) / 2))
+        if any(part[start : start + length] in word for start in range(len(part) - length + 1)):
+            return True
+    return False
+
+
+def _with_spaced_letters_joined(words: list[Word]) -> list[Word]:
+    """`words`, and each run of two or more one-letter words of them read as the one word it spells: letters
+    spaced apart (character spacing) read as one word once their line is re-set without that spacing."""
+    joined = list(words)
+    run: list[Word] = []
+    for word in [*words, None]:
+        if word is not None and len(word.text) == 1:
+            run.append(word)
+            continue
+        if len(run) > 1:
+            box = run[0].box
+            for letter in run[1:]:
+                box = box.union(letter.box)
+            joined.append(Word("".join(letter.text for letter in run), box))
+        run = []
+    return joined
 
 
 def _middle(box: Rect) -> Rect:
