@@ -495,25 +495,36 @@ def test_inline_image_under_a_region_makes_the_page_unsafe(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    ("font", "reason"),
+    ("font", "reason", "over_it"),
     [
-        (pikepdf.Dictionary(Type=Name.Font, Subtype=Name.TrueType, BaseFont=Name.SomeFont), "unknown_widths"),
+        (pikepdf.Dictionary(Type=Name.Font, Subtype=Name.TrueType, BaseFont=Name.SomeFont), "unknown_widths",
+         Rect(400, 695, 450, 712)),
         (pikepdf.Dictionary(Type=Name.Font, Subtype=Name.Type0, Encoding=Name("/Identity-V"),
-                            DescendantFonts=[pikepdf.Dictionary(Subtype=Name.CIDFontType2)]), "vertical_text"),
+                            DescendantFonts=[pikepdf.Dictionary(Subtype=Name.CIDFontType2)]), "vertical_text",
+         Rect(66, 640, 78, 660)),
         (pikepdf.Dictionary(Type=Name.Font, Subtype=Name.Type0, Encoding=Name("/UniJIS-UCS2-H"),
-                            DescendantFonts=[pikepdf.Dictionary(Subtype=Name.CIDFontType0)]), "unsupported_encoding"),
+                            DescendantFonts=[pikepdf.Dictionary(Subtype=Name.CIDFontType0)]), "unsupported_encoding",
+         Rect(100, 695, 150, 712)),
+        (pikepdf.Dictionary(Type=Name.Font, Subtype=Name.Type0, Encoding=Name("/UniJIS-UCS2-H"),
+                            DescendantFonts=[pikepdf.Dictionary(Subtype=Name.CIDFontType0, W=[1, [500]])]),
+         "unsupported_encoding", Rect(400, 695, 450, 712)),
     ],
 )  # fmt: skip
-def test_fonts_without_exact_metrics_make_the_page_unsafe(font: pikepdf.Dictionary, reason: str) -> None:
+def test_fonts_without_exact_metrics_make_the_page_unsafe(font: pikepdf.Dictionary, reason: str, over_it: Rect) -> None:
     """Glyphs of such a font lie somewhere on their baseline: a region on that line is refused, a
-    region on another line is not (and the Helvetica line after a new Td is judged exactly again)."""
+    region on another line is not (and the Helvetica line after a new Td is judged exactly again). Vertical
+    glyphs (1 em down each, no /W2) and a 2-byte predefined CMap's (all /DW wide: no /W) are placed exactly:
+    only a region over them is refused, as they are neither removed nor re-set; with a /W (widths by CID, and
+    the codes are not CIDs), the CMap's glyphs lie anywhere on their baseline again."""
     pdf = _pdf(b"BT /X 12 Tf 72 700 Td (Some words 123-45-6789) Tj /F1 12 Tf 0 -100 Td (Plain line) Tj ET")
     pdf.pages[0].Resources.Font.X = pdf.make_indirect(font)
-    if reason != "vertical_text":
+    if reason != "vertical_text":  # the column runs down through "Plain"
         assert remove_content(pdf, 1, [Rect(70, 595, 96, 612)]).glyphs_removed == 5  # "Plain"
     with pytest.raises(UnsafePage) as caught:
-        remove_content(pdf, 1, [Rect(400, 695, 450, 712)])
+        remove_content(pdf, 1, [over_it])
     assert caught.value.reason == reason
+    if over_it.x0 < 400:  # placed: a region on the baseline past the glyphs is not refused
+        assert remove_content(pdf, 1, [Rect(400, 695, 450, 712)]).glyphs_removed == 0
 
 
 def test_tiling_pattern_showing_text_makes_the_page_unsafe() -> None:

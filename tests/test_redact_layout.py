@@ -32,6 +32,8 @@ from docjobs.pdf.redaction.redact import redact_pdf
 from tests.ci_skips import needs_tools
 from tests.fixtures.office_samples import converted_by_libreoffice, letter_html
 from tests.fixtures.redact_layout import (
+    CARRIED_NOTE,
+    CJK,
     FONT_SIZE,
     LABEL,
     LABEL_MASK_EM,
@@ -46,6 +48,7 @@ from tests.fixtures.redact_layout import (
     TOP,
     WINANSI_LINE,
     line,
+    make_carried,
     make_cff,
     make_cid_cff,
     make_embedded,
@@ -565,6 +568,36 @@ def test_a_line_with_a_superscript_is_reset_as_one(tmp_path: Path) -> None:
         released = text(out)
         assert name not in released and "seen® on Monday." in released, released
         assert all(other in released for other in OTHER_LINES)
+
+
+def test_text_drawn_after_the_line_with_no_move_goes_on_from_its_new_end(tmp_path: Path) -> None:
+    """Text drawn after the name's line with no move between starts where the line ended (pdfminer's `simple3`:
+    vertical kana in a non-embedded Japanese font, with the predefined CMap `V`). Left in place, its place would
+    tell how wide the name was; left to follow the re-set line, it landed on the mask, and the page was burned in.
+    It is carried along with the line's end: its glyphs, the mask and the last line (after a relative Td, made
+    absolute) are where they are whichever name was removed, and the carried text as far from the line's end as
+    before. The walker now places vertical glyphs (1 em down each: no /W2) and those of a 2-byte predefined CMap."""
+    released: dict[str, tuple[list[Glyph], bytes]] = {}
+    for name in (NAMES[0], NAMES[1], NAMES[9]):
+        out, summary = redact(make_carried, name, tmp_path)
+        assert (summary.lines_reset, summary.fallback_pages) == (1, []), name
+        read = text(out)
+        assert name not in read and all(other in read for other in OTHER_LINES), read
+        assert CJK in read.replace("\n", "") and CARRIED_NOTE in read, read
+        released[name] = (glyphs(out), pixels(out, tmp_path))
+    positions, rendered = released[NAMES[0]]
+    assert all(other == (positions, rendered) for other in released.values())
+    make_carried(source := tmp_path / "source.pdf", NAMES[0])
+    before, after = glyphs(source), positions
+    assert _from_line_end(after, CARRIED_NOTE) == pytest.approx(_from_line_end(before, CARRIED_NOTE), abs=0.01)
+    last = OTHER_LINES[1].split()[0]
+    assert _line_at(after, last) == _line_at(before, last)
+
+
+def _from_line_end(shown: list[Glyph], word: str) -> float:
+    """How far `word` starts after the end of "Monday." (the end of the name's line, re-set or not)."""
+    spelled = "".join(glyph[0] for glyph in shown)
+    return shown[spelled.index(word)][1] - shown[spelled.index("Monday.") + len("Monday.") - 1][3]
 
 
 def name_region(source: Path, name: str) -> RedactRegion:

@@ -396,15 +396,17 @@ class _Walker:
                             out.append(pending)
                             pending = 0.0
                         kept += glyph.code
-                    if glyph.width is not None:
-                        spacing = state.char_spacing + (state.word_spacing if glyph.is_space else 0.0)
-                        advance = (glyph.width * state.size + spacing) * state.scale
-                        text.matrix = multiply(translate(advance, 0), text.matrix)
+                    moved = _advance(font, glyph, state)
+                    if moved is not None:
+                        text.matrix = multiply(translate(*moved), text.matrix)
                 if kept:
                     out.append(pikepdf.String(bytes(kept)))
             elif isinstance(item, (int, float, Decimal)) and not isinstance(item, bool):
                 number = float(item)
-                text.matrix = multiply(translate(-number / 1000 * state.size * state.scale, 0), text.matrix)
+                shift = -number / 1000 * state.size
+                text.matrix = multiply(
+                    translate(0, shift) if font.vertical else translate(shift * state.scale, 0), text.matrix
+                )
                 pending += number
             else:
                 raise UnsafePage("unparsable_content")
@@ -424,10 +426,10 @@ class _Walker:
     ) -> bool:
         """Whether the glyph at the current position lies under a region (raises when that cannot be
         told, or when it is under one but cannot be removed)."""
-        if font.vertical:
-            raise UnsafePage("vertical_text")
         size = state.size
         glyph_space = multiply((size * state.scale, 0.0, 0.0, size, 0.0, state.rise), multiply(text.matrix, state.ctm))
+        if font.vertical:
+            return self._vertical_glyph_under_regions(font, width, glyph_space, text)
         # The box pdfminer gave the matched glyphs (and their cores) runs from the descent to one em above it. A
         # font's ascent can reach further (DejaVu's: 1.232 em, the descent 0.462), into the middle of a line set
         # 1.17 em above: the whole ascent would take that line's letters.
@@ -445,12 +447,34 @@ class _Walker:
             return False
         if font.type3:
             raise UnsafePage("type3_font")
+        if not font.removable:
+            raise UnsafePage("unsupported_encoding")
         return True
+
+    def _vertical_glyph_under_regions(
+        self, font: FontModel, width: float | None, glyph_space: Matrix, text: _TextPosition
+    ) -> bool:
+        """A glyph of vertical writing hangs from its origin (its /DW2: `vertical_metrics`), centred on it across
+        the column. It is never removed: one under a region, or possibly under one, makes the page unsafe."""
+        half = (width if width is not None else 1.0) / 2
+        if width is None or font.vertical_metrics is None or text.lost is not None:
+            text.lost = text.lost or "vertical_text"
+            down_the_column = multiply((0.0, -1.0, 1.0, 0.0, 0.0, 0.0), glyph_space)
+            if any(strip_hits(down_the_column, -half, half, rect) for rect in self.aims):
+                raise UnsafePage("vertical_text")
+            return False
+        hang = font.vertical_metrics[0]
+        quad = corners(glyph_space, -half, font.descent - hang, half, font.ascent - hang)
+        if any(quad_hits(quad, rect) for rect in self.aims):
+            raise UnsafePage("vertical_text")
+        return False
 
     def _placed(
         self, font: FontModel, glyph: Glyph, removed: bool, state: _GraphicsState, text: _TextPosition
     ) -> PlacedGlyph:
         """The glyph at the current position, in default user space, as the line re-set needs it."""
+        if font.vertical:
+            return _placed_vertical(font, glyph, state, text)
         line_space = multiply(text.matrix, state.ctm)
         glyph_space = multiply((state.size * state.scale, 0.0, 0.0, state.size, 0.0, state.rise), line_space)
         unit = math.hypot(line_space[0], line_space[1])
@@ -597,6 +621,47 @@ def _with_text_parameter(state: _GraphicsState, operator: str, value: float) -> 
     if operator == "TL":
         return dataclasses.replace(state, leading=value)
     return dataclasses.replace(state, rise=value)
+
+
+def _advance(font: FontModel, glyph: Glyph, state: _GraphicsState) -> tuple[float, float] | None:
+    """How far the glyph moves the text position, in text space (None: unknown). In vertical writing it moves
+    down the column by the /DW2 advance; character spacing applies along it, horizontal scaling does not."""
+    if glyph.width is None:
+        return None
+    spacing = state.char_spacing + (state.word_spacing if glyph.is_space else 0.0)
+    if not font.vertical:
+        return (glyph.width * state.size + spacing) * state.scale, 0.0
+    if font.vertical_metrics is None:
+        return None
+    return 0.0, font.vertical_metrics[1] * state.size + spacing
+
+
+def _placed_vertical(font: FontModel, glyph: Glyph, state: _GraphicsState, text: _TextPosition) -> PlacedGlyph:
+    """A glyph of vertical writing, never removed, as what a re-set line must not cover: along its column
+    (downwards) from its origin by its advance, and half its width either side (its `ascent` and `descent`)."""
+    line_space = multiply(text.matrix, state.ctm)
+    glyph_space = multiply((state.size * state.scale, 0.0, 0.0, state.size, 0.0, state.rise), line_space)
+    moved = None if text.lost is not None else _advance(font, glyph, state)
+    unit = math.hypot(line_space[2], line_space[3])
+    natural = advance = None
+    if moved is not None and font.vertical_metrics is not None:
+        natural = -font.vertical_metrics[1] * state.size * unit
+        advance = -moved[1] * unit
+    length = math.hypot(glyph_space[2], glyph_space[3]) or 1.0
+    half = (glyph.width if glyph.width is not None else 1.0) / 2
+    return PlacedGlyph(
+        code=glyph.code,
+        removed=False,
+        triggered=False,
+        origin=(line_space[4], line_space[5]),
+        direction=(-glyph_space[2] / length, -glyph_space[3] / length),
+        up=(glyph_space[0], glyph_space[1]),
+        natural=natural,
+        advance=advance,
+        is_space=glyph.is_space,
+        ascent=half,
+        descent=-half,
+    )
 
 
 def _removed_displacement(width: float | None, is_space: bool, state: _GraphicsState) -> float:

@@ -17,6 +17,12 @@ from pikepdf import Name
 from reportlab.pdfbase import _fontdata
 
 DEFAULT_ASCENT, DEFAULT_DESCENT = 1.0, -0.25  # em, when a font gives no usable extents
+DEFAULT_VERTICAL = (0.88, -1.0)  # em: a CIDFont's /DW2 when absent, its vertical origin's height and advance
+# Predefined CMaps whose codes are all two bytes (the Identity ones, JIS X 0208's H and V, the UCS-2 ones). With
+# no /W (every glyph /DW wide) their glyphs are placed without knowing which CID a code selects.
+_TWO_BYTE_CMAPS = frozenset(
+    {"H", "V"} | {f"Uni{collection}-UCS2-{mode}" for collection in ("JIS", "GB", "CNS", "KS") for mode in "HV"}
+)
 _STANDARD_ALIASES = {"Arial": "Helvetica", "TimesNewRoman": "Times", "CourierNew": "Courier"}
 _STYLE_SUFFIXES = {
     "Helvetica": {"": "", "Bold": "-Bold", "Italic": "-Oblique", "BoldItalic": "-BoldOblique"},
@@ -38,8 +44,11 @@ class FontModel:
 
     `unknown_reason` is the UnsafePage reason to raise when a glyph whose width is unknown may lie under
     a region (unknown widths, an unsupported encoding). Type3 glyphs cannot be removed at all, so one
-    under a region makes the page unsafe. `vertical` fonts advance downwards, which the text walker does
-    not model.
+    under a region makes the page unsafe. `vertical` fonts (writing mode 1) advance downwards by
+    `vertical_metrics[1]` em, each glyph hanging from its origin by `vertical_metrics[0]` (the /DW2; None: a /W2
+    gives glyphs metrics of their own, which are not read). A glyph of a font whose codes are not CIDs
+    (`removable` False: a predefined CMap other than Identity) is placed, but one under a region makes the page
+    unsafe, as does a vertical glyph: neither is removed nor re-set.
     """
 
     two_byte: bool = False
@@ -50,6 +59,8 @@ class FontModel:
     unknown_reason: str = "unknown_widths"
     type3: bool = False
     vertical: bool = False
+    vertical_metrics: tuple[float, float] | None = DEFAULT_VERTICAL
+    removable: bool = True
     unknown_codes: bool = False  # the bytes cannot even be split into codes (unsupported CMap)
 
     def glyphs(self, data: bytes) -> Iterator[Glyph]:
@@ -111,15 +122,37 @@ def _composite(font: pikepdf.Dictionary) -> FontModel:
     if not isinstance(descendant, pikepdf.Dictionary):
         return UNKNOWN_FONT
     ascent, descent = _extents(descendant.get(Name.FontDescriptor), None)
-    if encoding == Name("/Identity-V"):
-        return FontModel(two_byte=True, vertical=True, ascent=ascent, descent=descent)
-    if encoding != Name("/Identity-H"):
+    cmap = str(encoding)[1:] if isinstance(encoding, Name) else ""
+    identity = cmap in ("Identity-H", "Identity-V")
+    if not identity and cmap not in _TWO_BYTE_CMAPS:
         return FontModel(ascent=ascent, descent=descent, unknown_reason="unsupported_encoding", unknown_codes=True)
     widths = _cid_widths(descendant.get(Name.W))
-    if widths is None:
-        return FontModel(ascent=ascent, descent=descent, unknown_codes=True)
-    default = float(descendant.get(Name.DW, 1000)) / 1000
-    return FontModel(two_byte=True, widths=widths, default_width=default, ascent=ascent, descent=descent)
+    if widths is None or (widths and not identity):  # widths by CID, and the codes are not CIDs
+        reason = "unknown_widths" if identity else "unsupported_encoding"
+        return FontModel(ascent=ascent, descent=descent, unknown_reason=reason, unknown_codes=True)
+    vertical = cmap == "V" or cmap.endswith("-V")
+    return FontModel(
+        two_byte=True,
+        widths=widths,
+        default_width=float(descendant.get(Name.DW, 1000)) / 1000,
+        ascent=ascent,
+        descent=descent,
+        vertical=vertical,
+        vertical_metrics=_vertical_metrics(descendant) if vertical else None,
+        removable=identity,
+    )
+
+
+def _vertical_metrics(descendant: pikepdf.Dictionary) -> tuple[float, float] | None:
+    """A vertical CIDFont's /DW2 in em (DEFAULT_VERTICAL when absent); None when a /W2 sets glyphs' own."""
+    if Name.W2 in descendant:
+        return None
+    dw2 = descendant.get(Name.DW2)
+    if dw2 is None:
+        return DEFAULT_VERTICAL
+    if not isinstance(dw2, pikepdf.Array) or len(dw2) != 2:
+        return None
+    return float(dw2[0]) / 1000, float(dw2[1]) / 1000
 
 
 def _cid_widths(array: pikepdf.Object | None) -> dict[int, float] | None:

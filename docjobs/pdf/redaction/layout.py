@@ -138,6 +138,7 @@ class ResetLine:
     direction: Point
     masks: tuple[Rect, ...]
     baselines: tuple[float, float] = (0.0, 0.0)  # the lowest and highest baseline of its runs (scripts), across
+    carry: Point = (0.0, 0.0)  # how far the text drawn after it with no move between was shifted (see `_carried`)
 
     def holds(self, box: Rect, tolerance: float = 0.5) -> bool:
         """Whether a word box lies on this line: one of its baselines runs through the lower part of the box (a
@@ -179,8 +180,13 @@ def reset_lines(
     reset_lines: list[ResetLine] = []
     in_order = [_along_the_baseline(line) for line in reset]
     showing = [line for line in in_order if any(not glyph.is_space for show in line for glyph in show.glyphs)]
-    apart = _kept_apart(recorder.events, resetting)
-    for line, ordered in zip(reset, in_order, strict=True):
+    carried = [
+        _carried(recorder.events, line, ordered, resetting) for line, ordered in zip(reset, in_order, strict=True)
+    ]
+    moving = {id(show) for shows in carried for show in shows}
+    apart = _kept_apart(recorder.events, resetting | moving)
+    shifts: dict[int, Point] = {}  # id of a carried Show -> its shift
+    for line, ordered, after in zip(reset, in_order, carried, strict=True):
         first = ordered[0].glyphs[0]
         # Ahead of a line: the text drawn apart, and where each other re-set line starts again (the rest moves).
         heads = [other[0].glyphs[0] for other in showing if other is not ordered]
@@ -188,15 +194,18 @@ def reset_lines(
         laid = _layout(ordered, layout.width_em, room, _drawn_apart(line, ordered))
         origin, direction = first.origin, first.direction
         heights = [_across(first, show.glyphs[0].origin) for show in ordered]
+        carry = _carry(after, line[-1], first, laid.end, replacements, out) if after else (0.0, 0.0)
+        shifts.update(dict.fromkeys(map(id, after), carry))
         if any(ordered is other for other in showing):  # a line of spaces alone shows nothing to check
-            reset_lines.append(ResetLine(origin, direction, tuple(laid.masks), (min(heights), max(heights))))
+            bounds = (min(heights), max(heights))
+            reset_lines.append(ResetLine(origin, direction, tuple(laid.masks), bounds, carry))
         for show, height in zip(ordered, heights, strict=True):
             start = (origin[0] - direction[1] * height, origin[1] + direction[0] * height)  # on its own baseline
             replacements[show.start] = _reshown(show, laid, start, direction, recorder, kept_spacing)
             replacements.update({index: [] for index in range(show.start + 1, show.end)})
         _drop_moves_within(recorder.events, line, replacements)
         _absolute_after(recorder.events, line, out, replacements)
-    _clear_of_other_text(recorder.events, resetting, [mask for line in reset_lines for mask in line.masks])
+    _clear_of_other_text(recorder.events, resetting, [mask for line in reset_lines for mask in line.masks], shifts)
     used_by_reset = {source for line in reset for show in line for source in show.sources if source is not None}
     for index, operator in recorder.spacing_ops.items():
         if (recorder.serial, index) in used_by_reset and (recorder.serial, index) not in kept_spacing:
@@ -207,15 +216,63 @@ def reset_lines(
     return Reset(rewritten, reset_lines)
 
 
-def _clear_of_other_text(events: list[Show | Move], resetting: set[int], masks: list[Rect]) -> None:
+def _carried(events: list[Show | Move], line: list[Show], ordered: list[Show], resetting: set[int]) -> list[Show]:
+    """The showing operators drawn after `line` with no move between (up to the next move or quote), which go on
+    from where the line ended: text in another font or writing mode, raised past a script. They are carried along
+    with the line's end (`_carry`): left in place, their place would tell where the line ended, hence how wide
+    what was removed was; left to follow the re-set line's own operators, they would land anywhere. None when the
+    line's last run in drawing order is not its last along the baseline (text after it goes on mid-line), or one
+    of them is re-set itself or drawn under another CTM."""
+    after: list[Show] = []
+    for event in events[_index(events, line[-1]) + 1 :]:
+        if isinstance(event, Move) or event.line_after is not None:
+            break
+        after.append(event)
+    drawn_apart = ordered[-1] is not line[-1] or any(id(show) in resetting for show in after)
+    if drawn_apart or any(show.ctm != line[-1].ctm for show in after):
+        return []
+    return after
+
+
+def _carry(
+    after: list[Show],
+    last: Show,
+    first: PlacedGlyph,
+    end: float,
+    replacements: dict[int, list[Instruction]],
+    out: list[Instruction],
+) -> Point:
+    """Start the text `after` the line (`_carried`) where the re-set line ends (`end`, along it from `first`),
+    as far from that end as it was from the old one: an absolute Tm before its first operator. Returns the shift,
+    in default user space."""
+    to_space = invert(last.ctm)
+    if to_space is None:
+        raise UnsafePage("unparsable_content")
+    a, b, c, d, e, f = last.text_matrix  # where the last run left the text position: where `after` starts
+    old = apply(last.ctm, e, f)
+    by = end - _along(first, old)
+    shift = (first.direction[0] * by, first.direction[1] * by)
+    x, y = apply(to_space, old[0] + shift[0], old[1] + shift[1])
+    start = after[0].start
+    replacements[start] = [_tm((a, b, c, d, x, y)), *replacements.get(start, [out[start]])]
+    return shift
+
+
+def _clear_of_other_text(
+    events: list[Show | Move], resetting: set[int], masks: list[Rect], shifts: dict[int, Point]
+) -> None:
     """A mask is as wide as the policy says, wider than most removed words: where it would cover a kept glyph
-    drawn apart from its line (a checkbox letter further along the baseline, in a text object of its own), the
-    page is not rewritten (`mask_over_text`)."""
+    drawn apart from its line (a checkbox letter further along the baseline, in a text object of its own; text
+    carried after a line, where it is carried to), the page is not rewritten (`mask_over_text`)."""
     for event in events:
         if not isinstance(event, Show) or id(event) in resetting:
             continue
+        dx, dy = shifts.get(id(event), (0.0, 0.0))
         for glyph in event.glyphs:
-            if not (glyph.removed or glyph.is_space) and glyph.advance and any(map(_core(glyph).intersects, masks)):
+            if glyph.removed or glyph.is_space or not glyph.advance:
+                continue
+            core = _core(glyph)
+            if any(map(Rect(core.x0 + dx, core.y0 + dy, core.x1 + dx, core.y1 + dy).intersects, masks)):
                 raise UnsafePage("mask_over_text")
 
 
@@ -287,6 +344,7 @@ class _Laid:
     starts: set[GlyphKey]
     masks: list[Rect]
     squeeze: float
+    end: float = 0.0  # where text drawn after the line's last glyph goes on (after its mask, when it was removed)
 
 
 def _layout(line: list[Show], width_em: float, room: float | None = None, apart: frozenset[int] = frozenset()) -> _Laid:
@@ -327,12 +385,14 @@ def _layout(line: list[Show], width_em: float, room: float | None = None, apart:
         previous, previous_show = glyph, key[0]
     if span is not None and inked:
         spans.append((span, *_mask_extent(span, at, width_em)))
+        at = spans[-1][2] + SPACE_EM * span.em
     squeeze = _squeeze(max([end, *(right for _, _, right in spans)]), room)
     return _Laid(
         {key: position * squeeze for key, position in positions.items()},
         starts,
         [_mask_box(first, span, left * squeeze, right * squeeze) for span, left, right in spans],
         squeeze,
+        at * squeeze,
     )
 
 
@@ -506,16 +566,18 @@ def _drop_moves_within(events: list[Show | Move], line: list[Show], replacements
 def _absolute_after(
     events: list[Show | Move], line: list[Show], out: list[Instruction], replacements: dict[int, list[Instruction]]
 ) -> None:
-    """The first relative move after the line goes where it went, by an absolute Tm: relative to the line's
-    old place, its operands would tell where the line ended."""
+    """The first relative move after the line (past the text drawn after it with no move between) goes where it
+    went, by an absolute Tm: the line's own Tm operators replaced the line matrix it was relative to, and relative
+    to the line's old place, its operands would tell where the line ended."""
     for event in events[_index(events, line[-1]) + 1 :]:
         if isinstance(event, Move):
             if event.line_after is not None and event.index not in replacements:
                 replacements[event.index] = [*_leading(event), _tm(event.line_after)]
             return
-        if event.line_after is not None and event.start not in replacements:
-            replacements.update(_absolute_quote(event, out))
-        return
+        if event.line_after is not None:
+            if event.start not in replacements:
+                replacements.update(_absolute_quote(event, out))
+            return
 
 
 def _absolute_quote(show: Show, out: list[Instruction]) -> dict[int, list[Instruction]]:

@@ -267,9 +267,9 @@ def _moved_pages(
     reset: dict[int, tuple[ResetLine, ...]],
 ) -> list[int]:
     """The pages (burned-in ones aside) on which a word poppler read in `src` (`was_read`) outside the regions is
-    no longer in the output (`now_read`) at the same place (within half a point), or, on a re-set line, is not
-    kept in order, on its baseline, from the line's start, clear of the masks. Removal must never move or lose
-    the neighbours.
+    no longer in the output (`now_read`) at the same place (within half a point; or shifted as a re-set line
+    carried the text drawn after it, `ResetLine.carry`), or, on a re-set line, is not kept in order, on its
+    baseline, from the line's start, clear of the masks. Removal must never move or lose the neighbours.
 
     A word is in a pattern match's region when the middle of its height is: a glyph box (ascent to descent) is
     taller than the line pitch of tightly set text, so the whole boxes of the lines above and below reach into
@@ -300,10 +300,12 @@ def _moved_pages(
         if not reset_words_kept([(w.text, w.box) for w in was], [(w.text, w.box) for w in now], lines):
             moved.append(number)
             continue
+        shifts = [(0.0, 0.0), *(line.carry for line in lines if line.carry != (0.0, 0.0))]
         for word in was:
             if any(line.holds(word.box) for line in lines):
                 continue
-            if not any(_same_place(word.box, box) for box in kept.get(word.text, ())):
+            places = [Rect(word.box.x0 + dx, word.box.y0 + dy, word.box.x1 + dx, word.box.y1 + dy) for dx, dy in shifts]
+            if not any(_same_place(place, box) for place in places for box in kept.get(word.text, ())):
                 moved.append(number)
                 break
     return moved
