@@ -2,7 +2,8 @@
 
 Redaction judges every glyph by its own box, so it needs each glyph's advance width exactly as a viewer
 computes it: simple fonts from /FirstChar + /Widths (the standard 14 fonts from their AFM widths when
-/Widths is absent), composite fonts with Identity-H from the descendant's /W and /DW. A font whose
+/Widths is absent), composite fonts with an Identity CMap from the descendant's /W and /DW, and with a two-byte
+predefined CMap from its /DW alone (when it has no /W), vertical ones down the column by its /DW2. A font whose
 widths cannot be known is not guessed: its glyphs are reported without a width and the caller treats
 the whole baseline as possibly covered (see `FontModel.unknown_reason`).
 """
@@ -59,7 +60,7 @@ class FontModel:
     unknown_reason: str = "unknown_widths"
     type3: bool = False
     vertical: bool = False
-    vertical_metrics: tuple[float, float] | None = DEFAULT_VERTICAL
+    vertical_metrics: tuple[float, float] | None = None
     removable: bool = True
     unknown_codes: bool = False  # the bytes cannot even be split into codes (unsupported CMap)
 

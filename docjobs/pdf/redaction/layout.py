@@ -217,12 +217,12 @@ def reset_lines(
 
 
 def _carried(events: list[Show | Move], line: list[Show], ordered: list[Show], resetting: set[int]) -> list[Show]:
-    """The showing operators drawn after `line` with no move between (up to the next move or quote), which go on
-    from where the line ended: text in another font or writing mode, raised past a script. They are carried along
-    with the line's end (`_carry`): left in place, their place would tell where the line ended, hence how wide
-    what was removed was; left to follow the re-set line's own operators, they would land anywhere. None when the
-    line's last run in drawing order is not its last along the baseline (text after it goes on mid-line), or one
-    of them is re-set itself or drawn under another CTM."""
+    """The showing operators drawn after `line` with no move between (up to the next move or quote) and not on
+    it: they go on from where the line ended (vertical writing, and what follows it). They are carried along with
+    the line's end (`_carry`): left in place, their place would tell where the line ended, hence how wide what was
+    removed was; left to follow the re-set line's own operators, they would land anywhere. None when the line's
+    last run in drawing order is not its last along the baseline (text after it goes on mid-line), or one of them
+    is re-set itself or drawn under another CTM."""
     after: list[Show] = []
     for event in events[_index(events, line[-1]) + 1 :]:
         if isinstance(event, Move) or event.line_after is not None:
