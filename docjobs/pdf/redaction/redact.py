@@ -331,8 +331,9 @@ def _check_nothing_split(
         boxes = drawn.get(number, [])
         for word in _with_spaced_letters_joined(now):
             text = word.text.lower()
-            betrays = any(_holds_part(text, value) for value in values)
-            if betrays and text not in before and not any(map(word.box.mostly_inside, boxes)):
+            if text in before or any(map(word.box.mostly_inside, boxes)):
+                continue
+            if any(_holds_part(text, value) for value in values):
                 split.append(number)
                 break
     if split:
@@ -341,10 +342,10 @@ def _check_nothing_split(
 
 
 def _holds_part(word: str, value: str) -> bool:
-    """Whether `word` (lower case), read where it was not before, betrays a part of `value`: for each of its words
-    of PART_MIN letters or more, `word` begins with one of its ends or ends with one of its beginnings (what a
-    removal that took only some of the match's glyphs leaves beside them: "eens" of "screens"), PART_MIN letters
-    at least, or holds a run of half its letters, PART_INNER at least. Shorter parts ("ith" of "Smith" inside
+    """Whether `word` (lower case), read where it was not before, betrays a part of `value`: for each of its words,
+    `word` begins with one of its ends or ends with one of its beginnings (what a removal that took only some of
+    the match's glyphs leaves beside them: "eens" of "screens"), PART_MIN letters at least and shorter than the
+    whole, or holds a run of half its letters, PART_INNER at least. Shorter parts ("ith" of "Smith" inside
     "with") are found in too many words a re-set line may newly read as one ("w i t h")."""
     for part in value.lower().split():
         if len(part) < PART_MIN:
