@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -413,24 +415,69 @@ def test_should_stop_kills_the_whole_process_group(three_page_scan: Path, tmp_pa
 
 
 def test_ocrmypdf_works_in_the_calls_folder_whatever_temp_folder_the_caller_found(
-    three_page_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    three_page_scan: Path, tmp_path: Path
 ) -> None:
-    """OCRmyPDF runs in a fork of the caller: its work folder is the call's (TMPDIR), not the temporary folder the
-    caller's `tempfile` had settled on, which a fork would otherwise keep (and a confined child may not write)."""
+    """OCRmyPDF runs in a fork of a caller that runs no other thread (a document child; here a fresh interpreter,
+    as a test process has threads): its work folder is the call's (TMPDIR), not the temporary folder the caller's
+    `tempfile` had settled on, which a fork would otherwise keep (and a confined child may not write)."""
     elsewhere, workdir = tmp_path / "elsewhere", tmp_path / "work"
     elsewhere.mkdir()
     workdir.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))
-    seen_elsewhere: list[Path] = []
-    seen_inside: list[Path] = []
-
-    def look(done: int, total: int) -> None:
-        seen_elsewhere.extend(elsewhere.iterdir())
-        seen_inside.extend(workdir.glob("ocr-*/ocrmypdf.io.*"))
-
-    run_ocr(three_page_scan, tmp_path / "out.pdf", SKIP, workdir=workdir, on_page=look)
+    script = (
+        "import json, sys, tempfile, threading\n"
+        "from pathlib import Path\n"
+        "from docjobs.domain.models import OcrMode, OcrPolicy\n"
+        "from docjobs.pdf.ocr import run_ocr\n"
+        "scan, out, workdir, elsewhere = map(Path, sys.argv[1:5])\n"
+        "tempfile.tempdir = str(elsewhere)\n"
+        "seen_inside, seen_elsewhere = [], []\n"
+        "def look(done, total):\n"
+        "    seen_elsewhere.extend(map(str, elsewhere.iterdir()))\n"
+        "    seen_inside.extend(map(str, workdir.glob('ocr-*/ocrmypdf.io.*')))\n"
+        "alone = threading.active_count() == 1\n"
+        "run_ocr(scan, out, OcrPolicy(mode=OcrMode.SKIP), workdir=workdir, on_page=look)\n"
+        "print(json.dumps([alone, seen_inside, seen_elsewhere]))\n"
+    )
+    args = [str(three_page_scan), str(tmp_path / "out.pdf"), str(workdir), str(elsewhere)]
+    read = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    alone, seen_inside, seen_elsewhere = json.loads(read.stdout.splitlines()[-1])
+    assert alone, "the caller ran no other thread: OCRmyPDF was a fork"
     assert seen_inside, "OCRmyPDF's work folder was in the call's own while pages finished"
     assert seen_elsewhere == []
+
+
+def test_a_caller_with_other_threads_gets_ocrmypdf_as_a_new_interpreter(tmp_path: Path) -> None:
+    """A fork keeps the locks the caller's other threads held. Here one is blocked writing to the stream of a root
+    logging handler (a pipe nobody reads) and holds that stream's lock; OCRmyPDF logs through the root logger, and
+    in a fork it waited for that lock forever (a test process hung so in CI, whatever it held). A caller with other
+    threads gets OCRmyPDF as a new interpreter, which knows nothing of them."""
+    make_scan_pdf(scan := tmp_path / "scan.pdf", scan_words(1, 20, seed=3))
+    read_end, write_end = os.pipe()
+    stream = open(write_end, "w", encoding="ascii")  # noqa: SIM115 - closed below, once the writer is unblocked
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    writer = threading.Thread(target=stream.write, args=("x" * (1 << 22),), daemon=True)
+    writer.start()
+    try:
+        while select.select([], [write_end], [], 0)[1]:  # until the pipe is full: the writer holds the lock
+            time.sleep(0.01)
+        result = run_ocr(scan, tmp_path / "out.pdf", SKIP, workdir=tmp_path, jobs=1)
+    finally:
+        root.removeHandler(handler)
+        while writer.is_alive():  # drained until the writer is done (a blocking read could outwait its last byte)
+            if select.select([read_end], [], [], 0.1)[0]:
+                os.read(read_end, 1 << 20)
+        stream.close()
+        os.close(read_end)
+    assert result.pages_ocred == (1,)
 
 
 def test_the_document_zygote_has_imported_what_an_ocrmypdf_call_imports(tmp_path: Path) -> None:

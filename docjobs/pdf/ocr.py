@@ -6,8 +6,11 @@ starts form one process group, which is killed as a whole (SIGTERM, then SIGKILL
 caller's `should_stop` says so, when anything goes wrong in the caller (try/finally), or, via a watchdog in the
 child, when the caller's process dies. A fork, not a new interpreter: OCRmyPDF's imports are the caller's, which
 the document zygote makes once for all its children (`stage_work.PRELOAD`); a call then costs about 0.6 CPU seconds
-less (a quarter of a 1-page call's, bench/README.md). Every program a call runs (Tesseract, Ghostscript...)
-carries the environment variable ``DOCJOBS_OCR_TAG``, so the call's session can be found in ``/proc``.
+less (a quarter of a 1-page call's, bench/README.md). Only a caller that runs no other thread is forked (a document
+child): a fork keeps the locks other threads held, and OCRmyPDF could wait on one forever (a test process's
+logging stream); any other caller's OCRmyPDF is a new interpreter, as page ranges are read (page_ranges.ranges_for).
+Every program a call runs (Tesseract, Ghostscript...) carries the environment variable ``DOCJOBS_OCR_TAG``, so the
+call's session can be found in ``/proc``.
 
 The child loads `_ocr_child.py` as an OCRmyPDF plugin, which reports progress, the pages handed to
 OCR and Tesseract timeouts as JSON lines on a private pipe (see that module). Nothing the child
@@ -42,6 +45,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -411,7 +415,7 @@ class _Child:
         try:
             try:
                 with self.log_path.open("wb") as stderr:
-                    process = _fork_ocrmypdf(self.command, self.env, self.cwd, stderr.fileno(), write_fd)
+                    process = _start_ocrmypdf(self.command, self.env, self.cwd, stderr.fileno(), write_fd)
             except OSError:
                 raise DocJobError("ocr.failed", "the OCR engine could not be started") from None
             finally:
@@ -427,7 +431,7 @@ class _Child:
 
     def _supervise(
         self,
-        process: _Forked,
+        process: _Process,
         read_fd: int,
         total: int,
         on_page: ProgressFn | None,
@@ -506,6 +510,28 @@ class _Forked:
         return self.returncode
 
 
+_Process = _Forked | subprocess.Popen[bytes]
+
+
+def _start_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int, event_fd: int) -> _Process:
+    """OCRmyPDF's command line `argv` in a fork of this process when it runs no other thread, else as a new
+    interpreter (see the module's docstring); either way in a session of its own, in `cwd`, with `env` as its
+    whole environment, stdin from /dev/null, stdout and stderr to `log_fd`, and `event_fd` named in its
+    environment."""
+    if threading.active_count() == 1:
+        return _fork_ocrmypdf(argv, env, cwd, log_fd, event_fd)
+    return subprocess.Popen(
+        [sys.executable, "-P", "-m", "ocrmypdf", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=log_fd,
+        stderr=log_fd,
+        cwd=cwd,
+        env={**env, EVENT_FD_ENV: str(event_fd)},
+        pass_fds=(event_fd,),
+        start_new_session=True,  # its own process group: killable as a whole
+    )
+
+
 def _fork_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int, event_fd: int) -> _Forked:
     """Run OCRmyPDF's command line `argv` in a fork of this process, as a new interpreter would run it: in a
     session of its own, in `cwd`, with `env` as its whole environment, stdin from /dev/null, stdout and stderr to
@@ -550,7 +576,7 @@ def _fork_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int,
         os._exit(status if isinstance(status, int) else ExitCode.other_error)
 
 
-def _has_exited(process: _Forked) -> bool:
+def _has_exited(process: _Process) -> bool:
     """Whether the child has exited, without reaping it: while it is unreaped its pid (= the process
     group id) cannot be reused, so signalling the group stays safe."""
     if process.returncode is not None:
@@ -561,14 +587,14 @@ def _has_exited(process: _Forked) -> bool:
         return True
 
 
-def _signal_group(process: _Forked, signum: int) -> None:
+def _signal_group(process: _Process, signum: int) -> None:
     if process.returncode is not None:
         return  # reaped: its pid may belong to someone else now
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signum)
 
 
-def _terminate_group(process: _Forked) -> None:
+def _terminate_group(process: _Process) -> None:
     """SIGTERM the group; SIGKILL it after TERM_GRACE_SECONDS (or at once once the leader is gone)."""
     _signal_group(process, signal.SIGTERM)
     deadline = time.monotonic() + TERM_GRACE_SECONDS
@@ -577,7 +603,7 @@ def _terminate_group(process: _Forked) -> None:
     _kill_group(process)
 
 
-def _kill_group(process: _Forked) -> None:
+def _kill_group(process: _Process) -> None:
     """SIGKILL whatever is left of the group, then reap the leader."""
     _signal_group(process, signal.SIGKILL)
     process.wait()
