@@ -407,7 +407,7 @@ def test_should_stop_kills_the_whole_process_group(three_page_scan: Path, tmp_pa
         run_ocr(three_page_scan, tmp_path / "out.pdf", SKIP, workdir=workdir, should_stop=should_stop, tag=tag)
     assert fired, "stopped by should_stop"
     assert "tesseract" in seen.values(), f"a Tesseract grandchild was running when stopped: {seen}"
-    assert set(seen.values()) - {"tesseract", "gs"}, f"OCRmyPDF itself (a fork, found by its session): {seen}"
+    assert set(seen.values()) - {"tesseract", "gs"}, f"OCRmyPDF itself (found by its session): {seen}"
     left = _wait_until_gone(tag, timeout=max(0.0, 5 - (time.monotonic() - fired[0])))
     assert not left, f"still running 5 s after the stop: {left}"
     assert not (tmp_path / "out.pdf").exists()
