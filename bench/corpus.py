@@ -248,10 +248,15 @@ def report(samples: list[Sample]) -> None:
     print(f"| the same, words as pdftotext splits them: median; files below half | {split_median:.3f}; {split_low} |")
     burning = [(s, str(dict(sorted(burned_in(s.redacted).items())))) for s in done if burned_in(s.redacted)]
     print_files("pages burned in", "by reason", burning)
-    as_split = {id(s): f"{s.kept_as_split:.3f}" if s.kept_as_split is not None else "none" for s in done}
-    kept = [(s, f"{s.kept:.3f} ({as_split[id(s)]} as split)") for s in done if s.kept is not None and s.kept < 1]
+    kept = [
+        (s, f"{_share(s.kept)} ({_share(s.kept_as_split)} as split)") for s in done if s.kept is not None and s.kept < 1
+    ]
     print_files("other words kept", "share", kept)
     print_files("redaction not finished", "outcome", [(s, outcome(s.redacted)) for s in redaction_ran if s not in done])
+
+
+def _share(share: float | None) -> str:
+    return "none" if share is None else f"{share:.3f}"
 
 
 def print_files(title: str, column: str, rows: list[tuple[Sample, str]]) -> None:

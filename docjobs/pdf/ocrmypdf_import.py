@@ -41,8 +41,8 @@ _pristine: dict[Attribute, object] = {}
 _ocrmypdf: dict[Attribute, object] = {}
 
 
-def import_ocrmypdf() -> None:
-    """Import OCRMYPDF_MODULES with pdfminer left as it was (idempotent)."""
+def _import_ocrmypdf() -> None:
+    """Import OCRMYPDF_MODULES with pdfminer left as it was, recording what the import changed in it."""
     before = _pdfminer_attributes()
     for name in OCRMYPDF_MODULES:
         importlib.import_module(name)
@@ -54,8 +54,8 @@ def import_ocrmypdf() -> None:
 
 
 def use_ocrmypdf_patches() -> None:
-    """Put OCRmyPDF's changes to pdfminer back: in the fork that runs OCRmyPDF, never in the document child."""
-    import_ocrmypdf()
+    """Put OCRmyPDF's changes to pdfminer back (recorded when this module was imported): in the fork that runs
+    OCRmyPDF, never in the document child."""
     _set(_ocrmypdf)
 
 
@@ -78,4 +78,4 @@ def _pdfminer_attributes() -> dict[Attribute, object]:
     return found
 
 
-import_ocrmypdf()
+_import_ocrmypdf()

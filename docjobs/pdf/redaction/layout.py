@@ -271,8 +271,7 @@ def _clear_of_other_text(
         for glyph in event.glyphs:
             if glyph.removed or glyph.is_space or not glyph.advance:
                 continue
-            core = _core(glyph)
-            if any(map(Rect(core.x0 + dx, core.y0 + dy, core.x1 + dx, core.y1 + dy).intersects, masks)):
+            if any(map(_core(glyph).shifted(dx, dy).intersects, masks)):
                 raise UnsafePage("mask_over_text")
 
 

@@ -304,7 +304,7 @@ def _moved_pages(
         for word in was:
             if any(line.holds(word.box) for line in lines):
                 continue
-            places = [Rect(word.box.x0 + dx, word.box.y0 + dy, word.box.x1 + dx, word.box.y1 + dy) for dx, dy in shifts]
+            places = [word.box.shifted(dx, dy) for dx, dy in shifts]
             if not any(_same_place(place, box) for place in places for box in kept.get(word.text, ())):
                 moved.append(number)
                 break

@@ -46,6 +46,9 @@ class Rect:
     def padded(self, by: float) -> Rect:
         return Rect(self.x0 - by, self.y0 - by, self.x1 + by, self.y1 + by)
 
+    def shifted(self, dx: float, dy: float) -> Rect:
+        return Rect(self.x0 + dx, self.y0 + dy, self.x1 + dx, self.y1 + dy)
+
 
 PageRegions = dict[int, list[Rect]]  # 1-based page number -> regions on that page
 
