@@ -7,6 +7,11 @@ work), and turned through a range of angles: the angle whose row profile is shar
 squared differences between neighbouring rows: text lines lying flat make tall peaks and empty gaps) is
 the one that makes the lines horizontal. Speckle noise averages out in the reduction.
 
+Only the row each pixel lands on counts, so a turn is computed as the vertical shear that puts every pixel on
+the row the turn would (its column stays), on the page squeezed SQUEEZE times along its rows first: a row's
+ink is the same, in a quarter of the pixels. It finds the same angles as turning the whole page, for a quarter
+of the CPU or less (bench/deskew_bench.py): it runs on every page of a scan that is deskewed.
+
 The estimate is trusted only when that peak stands out from the other angles (`SkewEstimate.confident`):
 a photo or a blank page has no preferred angle. Pure PIL and the standard library: the OCR child loads
 this file by path (it imports nothing from docjobs).
@@ -14,8 +19,9 @@ this file by path (it imports nothing from docjobs).
 
 from __future__ import annotations
 
+import math
+import operator
 from dataclasses import dataclass
-from itertools import pairwise
 
 from PIL import Image
 
@@ -23,6 +29,7 @@ MAX_ANGLE = 10.0  # degrees either way; a page fed further askew than this is no
 COARSE_STEP = 0.5
 FINE_STEP = 0.05
 WORK_WIDTH = 1000  # pixels across the reduced page (about 100 dpi for letter width)
+SQUEEZE = 4  # columns averaged into one before turning: a row's ink stays, and a turn moves a column as one
 MIN_SHARPNESS = 3.0  # best score / median score over the coarse angles (text: 40+, photos, blank: < 2)
 MIN_CORRECTION = 0.1  # degrees: smaller turns are not worth resampling the page for
 
@@ -49,7 +56,7 @@ def estimate_skew(image: Image.Image, *, max_angle: float = MAX_ANGLE) -> SkewEs
     if factor > 1:
         gray = gray.reduce(factor)  # box average: specks fade, strokes stay
     threshold = _otsu(gray.histogram())
-    ink = gray.point(lambda value: 255 if value < threshold else 0).convert("F")
+    ink = gray.point(lambda value: 255 if value < threshold else 0).reduce((SQUEEZE, 1)).convert("F")
     coarse = _angles(-max_angle, max_angle, COARSE_STEP)
     scores = {angle: _score(ink, angle) for angle in coarse}
     best = max(scores, key=lambda angle: scores[angle])
@@ -68,10 +75,18 @@ def _angles(low: float, high: float, step: float) -> list[float]:
 
 
 def _score(ink: Image.Image, angle: float) -> float:
-    turned = ink.rotate(angle, resample=Image.Resampling.NEAREST, fillcolor=0)
+    """How sharp the row profile of `ink` (squeezed SQUEEZE times along its rows) is once the page is turned by
+    `angle` degrees counter-clockwise about its middle. Turned so (as `Image.rotate` does), a pixel at (x, y) lands
+    on row cy + (y - cy) cos - (x - cx) sin: the shear below takes each output row's pixels from there."""
+    radians = math.radians(angle)
+    sin, cos = math.sin(radians), math.cos(radians)
+    cx, cy = ink.width * SQUEEZE / 2, ink.height / 2
+    shear = (1.0, 0.0, 0.0, SQUEEZE * sin / cos, 1 / cos, cy - (cy + cx * sin) / cos)  # output (x, y) <- input
+    turned = ink.transform(ink.size, Image.Transform.AFFINE, shear, resample=Image.Resampling.NEAREST, fillcolor=0)
     profile = turned.resize((1, turned.height), Image.Resampling.BOX)  # each row's mean ink
     rows = [float(value) for value in profile.get_flattened_data()]  # type: ignore[arg-type]
-    return float(sum((after - before) ** 2 for before, after in pairwise(rows)))
+    steps = list(map(operator.sub, rows[1:], rows[:-1]))
+    return float(sum(map(operator.mul, steps, steps)))
 
 
 def _otsu(histogram: list[int]) -> int:
