@@ -8,7 +8,8 @@ SIGKILL like a lost machine):
 1. plain `ocrmypdf --jobs 2` with docjobs' options for the `scan` policy, on the scan;
 2. the same scan as a docjobs job (OCR only: the `scan` policy without the signature), uninterrupted: its time
    from acceptance to `succeeded`, its CPU seconds (the job's `cost`, by stage) against plain OCRmyPDF's (with its
-   tools), which a busy or slow machine moves less than the seconds, and its history events per page;
+   tools), which a busy or slow machine moves less than the seconds, where its seconds went (from its history:
+   before the first range started, while ranges ran, after the last ended) and its history events per page;
 3. the same job again, its worker SIGKILLed once 60% of the pages are OCR'd and a fresh worker started: the
    pages the running chunks had done at the kill, the pages of the chunks that ran twice, the pages their next
    attempts took from the lost attempts' checkpoints, and so the pages read again (done, not resumed), the time;
@@ -36,6 +37,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -71,6 +75,36 @@ def cpu_by_stage(status: JobStatus) -> str:
 
 def job_seconds(status: JobStatus) -> float:
     return (status.transitions[-1].at - status.transitions[0].at).total_seconds()
+
+
+async def range_phases(client: Client, job_id: str) -> tuple[float, float, float]:
+    """Seconds of the job's history before its first range started, from then until its last range ended, and
+    after (the merge, the gates, publishing)."""
+    events = (await client.get_workflow_handle(job_id).fetch_history()).events
+    ranges = {
+        event.event_id
+        for event in events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name == "ocr_chunk"
+    }
+    starts = [
+        event.event_time.ToDatetime()
+        for event in events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and event.activity_task_started_event_attributes.scheduled_event_id in ranges
+    ]
+    ends = [
+        event.event_time.ToDatetime()
+        for event in events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and event.activity_task_completed_event_attributes.scheduled_event_id in ranges
+    ]
+    first, last = events[0].event_time.ToDatetime(), events[-1].event_time.ToDatetime()
+    return (
+        (min(starts) - first).total_seconds(),
+        (max(ends) - min(starts)).total_seconds(),
+        (last - max(ends)).total_seconds(),
+    )
 
 
 async def finished(jobs: JobClient, job_id: str) -> JobStatus:
@@ -216,6 +250,14 @@ async def main() -> None:
                             f"round {run + 1}: docjobs, chunks, seconds (accepted to succeeded)",
                             f"{seconds:.1f}",
                             f"{plain / seconds:.2f}",
+                        )
+                    )
+                    before, ranging, after = await range_phases(jobs.client, whole.job_id)
+                    rows.append(
+                        (
+                            f"round {run + 1}: docjobs, seconds before the first range / ranges / after the last",
+                            f"{before:.1f} / {ranging:.1f} / {after:.1f}",
+                            "",
                         )
                     )
                     cpu = whole.cost.total.cpu_seconds
