@@ -76,8 +76,9 @@ def _angles(low: float, high: float, step: float) -> list[float]:
 
 def _score(ink: Image.Image, angle: float) -> float:
     """How sharp the row profile of `ink` (squeezed SQUEEZE times along its rows) is once the page is turned by
-    `angle` degrees counter-clockwise about its middle. Turned so (as `Image.rotate` does), a pixel at (x, y) lands
-    on row cy + (y - cy) cos - (x - cx) sin: the shear below takes each output row's pixels from there."""
+    `angle` degrees counter-clockwise about its middle. Turned so (as `Image.rotate` does), a pixel at (x, y) of the
+    page (x counted before the squeeze) lands on row cy + (y - cy) cos - (x - cx) sin: the shear below takes each
+    output row's pixels from there, each column from itself."""
     radians = math.radians(angle)
     sin, cos = math.sin(radians), math.cos(radians)
     cx, cy = ink.width * SQUEEZE / 2, ink.height / 2
