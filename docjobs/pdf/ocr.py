@@ -8,9 +8,9 @@ child, when the caller's process dies. A fork, not a new interpreter: OCRmyPDF's
 the document zygote makes once for all its children (`stage_work.PRELOAD`); a call then costs about 0.6 CPU seconds
 less (a quarter of a 1-page call's, bench/README.md). Only a caller that runs no other thread is forked (a document
 child): a fork keeps the locks other threads held, and OCRmyPDF could wait on one forever (a test process's
-logging stream); any other caller's OCRmyPDF is a new interpreter, as page ranges are read (page_ranges.ranges_for).
-Every program a call runs (Tesseract, Ghostscript...) carries the environment variable ``DOCJOBS_OCR_TAG``, so the
-call's session can be found in ``/proc``.
+logging stream); any other caller's OCRmyPDF is a new interpreter (`page_ranges.may_fork`, the rule page ranges
+follow too). Every program a call runs (Tesseract, Ghostscript...) carries the environment variable
+``DOCJOBS_OCR_TAG``, so the call's session can be found in ``/proc``.
 
 The child loads `_ocr_child.py` as an OCRmyPDF plugin, which reports progress, the pages handed to
 OCR and Tesseract timeouts as JSON lines on a private pipe (see that module). Nothing the child
@@ -45,7 +45,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -60,6 +59,7 @@ from PIL import Image, UnidentifiedImageError
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import DeskewedPage, OcrMode, OcrPolicy, OcrUnreadable
 from docjobs.pdf.inspect import ProgressFn, open_checked
+from docjobs.pdf.page_ranges import may_fork
 
 log = logging.getLogger(__name__)
 
@@ -518,7 +518,7 @@ def _start_ocrmypdf(argv: list[str], env: dict[str, str], cwd: Path, log_fd: int
     interpreter (see the module's docstring); either way in a session of its own, in `cwd`, with `env` as its
     whole environment, stdin from /dev/null, stdout and stderr to `log_fd`, and `event_fd` named in its
     environment."""
-    if threading.active_count() == 1:
+    if may_fork():
         return _fork_ocrmypdf(argv, env, cwd, log_fd, event_fd)
     return subprocess.Popen(
         [sys.executable, "-P", "-m", "ocrmypdf", *argv],

@@ -49,9 +49,15 @@ def split_pages(count: int, parts: int) -> list[range]:
     return ranges
 
 
+def may_fork() -> bool:
+    """Whether this process may fork work of its own: only when it runs no other thread, since a fork keeps the
+    locks another thread holds (a logging stream's, say) with no thread left to release them."""
+    return threading.active_count() == 1
+
+
 def ranges_for(count: int, min_pages: int = MIN_PAGES_PER_RANGE) -> list[range]:
     """How to split `count` pages here: one range per usable core, each of at least `min_pages` pages."""
-    if threading.active_count() > 1:
+    if not may_fork():
         return split_pages(count, 1)
     cores = len(os.sched_getaffinity(0))
     return split_pages(count, min(cores, MAX_RANGES, count // min_pages))
