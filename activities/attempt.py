@@ -11,12 +11,26 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from activities.runs import marked_run
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef
-from docjobs.store.storage import BlobStore, copy_left_file, job_prefix, owned_source, source_key, staging_key
+from docjobs.store.storage import (
+    LEFT_FILE_FLOOR,
+    BlobStore,
+    copy_left_file,
+    job_prefix,
+    owned_source,
+    source_key,
+    staging_key,
+)
+
+# The most bytes the running attempt copies out of one file its document child left (`_put_left`): set for the
+# whole attempt from what its stage was given (`IsolatedStages._attempt`, `left_file_cap`), the floor outside one.
+# A context variable, as an activity's attempt runs in one thread from its start to its end.
+OUTPUT_CAP: ContextVar[int] = ContextVar("docjobs_output_cap", default=LEFT_FILE_FLOOR)
 
 
 class StoreStages:
@@ -66,11 +80,14 @@ class StoreStages:
         What a document child left is not trusted: see `_put_left`."""
         return self._put_left(staging_key(marked_run(self._store), stage, attempt, suffix), path)
 
-    def _put_left(self, key: str, path: Path) -> BlobRef:
-        """Store what a document child left at `path` under `key`. It is not trusted: it is copied out first
-        (`copy_left_file`: no symlink, a regular file only) to a folder no child can reach, and that copy is stored."""
+    def _put_left(self, key: str, path: Path, *, max_bytes: int | None = None) -> BlobRef:
+        """Store what a document child left at `path` (in the work folder) under `key`. It is not trusted: it is
+        copied out first (`copy_left_file`: reached from the work folder without following a link at any depth, a
+        regular file only, at most `max_bytes`, by default the attempt's `OUTPUT_CAP`) to a folder no child can
+        reach, and that copy is stored."""
         self._workdir.mkdir(parents=True, exist_ok=True)
+        cap = OUTPUT_CAP.get() if max_bytes is None else max_bytes
         with tempfile.TemporaryDirectory(dir=self._workdir, prefix="staged-") as private:
             copy = Path(private) / "output"
-            copy_left_file(path, copy)
+            copy_left_file(path, copy, max_bytes=cap, within=self._workdir)
             return self._store.put_file(key, copy)

@@ -13,14 +13,14 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
-from activities.attempt import StoreStages
+from activities.attempt import OUTPUT_CAP, StoreStages
 from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
 from docjobs.domain.models import BlobRef, CpuBudget, JobShape, StageInput
 from docjobs.domain.stage_specs import StageSpec
 from docjobs.isolation.sandbox import ChildPool, ChildStopped, ProgressFn, TenantPools, hand_over
 from docjobs.isolation.stage_work import Entry
-from docjobs.store.storage import BlobStore
+from docjobs.store.storage import BlobStore, left_file_cap
 
 WorkT = TypeVar("WorkT", bound=BaseModel)
 DoneT = TypeVar("DoneT", bound=BaseModel)
@@ -69,13 +69,16 @@ class IsolatedStages(StoreStages):
     @contextmanager
     def _attempt(self, stage: str, request: StageInput) -> Iterator[Attempt]:
         """One attempt of `stage`: typed failures, the lease, the job's tenant's pool of document children, a
-        private folder (in the tenant's work root: the only folder its sandbox may write) and what the attempt
-        costs (its output reports `attempt.meter.total()`)."""
+        private folder (in the tenant's work root: the only folder its sandbox may write), what the attempt
+        costs (its output reports `attempt.meter.total()`) and the cap on what it copies out of each file its child
+        leaves (`OUTPUT_CAP`: from the sizes of the blobs it was given, recorded with their digests, and the pages
+        render counted; never from anything the child could change)."""
         meter = AttemptMeter()
         lease = Lease(stage, meter)
         with (
             typed_failures(stage, request.shape, pages=lease.pages_total, meter=meter, resume=lease.details) as number,
             lease,
+            _output_capped(request),
             self._pool.lease(request.job_id) as (pool, root),
             self._folder(stage, root) as folder,
         ):
@@ -139,3 +142,24 @@ class IsolatedStages(StoreStages):
             {**dict(done), **stored, "attempt": attempt.number, "cost": attempt.meter.total()}
         )
         return output
+
+
+@contextmanager
+def _output_capped(request: StageInput) -> Iterator[None]:
+    """`OUTPUT_CAP` set for the attempt of `request`'s stage while the block runs."""
+    token = OUTPUT_CAP.set(left_file_cap(blob_bytes(request), request.shape.page_count))
+    try:
+        yield
+    finally:
+        OUTPUT_CAP.reset(token)
+
+
+def blob_bytes(value: object) -> int:
+    """The sizes of every blob `value` (a stage's input, with what it holds) names: what its stage was given."""
+    if isinstance(value, BlobRef):
+        return value.size
+    if isinstance(value, BaseModel):
+        return sum(blob_bytes(getattr(value, name)) for name in type(value).model_fields)
+    if isinstance(value, list | tuple):
+        return sum(blob_bytes(item) for item in value)
+    return 0

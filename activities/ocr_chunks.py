@@ -26,13 +26,22 @@ from activities.declared import implements
 from activities.isolated import IsolatedStages
 from activities.runs import marked_run
 from docjobs.domain import stage_specs as specs
+from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef
 from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput, PageRange
 from docjobs.isolation import stage_work
 from docjobs.isolation.chunk_work import OcrChunkFile, OcrChunkWork, OcrMergeWork
 from docjobs.isolation.sandbox import ChildPool, TenantPools
 from docjobs.pdf.ocr import cpus
-from docjobs.store.storage import BlobStore, RunScope, ocr_checkpoint_key, ocr_checkpoints_prefix, ocr_chunk_key
+from docjobs.store.storage import (
+    BlobStore,
+    RunScope,
+    ocr_checkpoint_key,
+    ocr_checkpoints_prefix,
+    ocr_chunk_key,
+    open_left_dir,
+    open_left_file,
+)
 
 CHECKPOINT_NAME = re.compile(r"^(\d{6})-[0-9a-f]{64}\.json$")  # `<page in the range>-<OCR image sha256>.json`
 CHECKPOINT_MAX_BYTES = 4 * 1024 * 1024  # a page's hOCR and text; a larger file is not what the child should write
@@ -101,13 +110,16 @@ class OcrChunkActivities(IsolatedStages):
 
     def _store_checkpoints(self, checkpoints: PageCheckpoints) -> None:
         """Every new checkpoint the child left, stored and named in the lease's heartbeats."""
-        for name in checkpoints.new():
+        for name in checkpoints.new(within=self._workdir):
             checkpoints.kept(name, self._store_checkpoint(checkpoints, name))
 
     def _store_checkpoint(self, checkpoints: PageCheckpoints, name: str) -> BlobRef:
+        """One checkpoint, copied out as any file a child leaves (`_put_left`: no link followed at any depth below
+        the work folder, so not a `checkpoints` folder the child swapped for a link either), at most
+        CHECKPOINT_MAX_BYTES, counted as it is copied."""
         pages = checkpoints.pages
         key = ocr_checkpoint_key(checkpoints.run, pages.first, pages.last, name, checkpoints.attempt)
-        return self._put_left(key, checkpoints.folder / name)
+        return self._put_left(key, checkpoints.folder / name, max_bytes=CHECKPOINT_MAX_BYTES)
 
     @implements(specs.OCR_MERGE)
     def ocr_merge(self, request: OcrMergeInput) -> OcrMergeOutput:
@@ -199,16 +211,21 @@ class PageCheckpoints:
                 named[name] = ref
         return named
 
-    def new(self) -> list[str]:
+    def new(self, *, within: Path | None = None) -> list[str]:
         """The checkpoints the child has left since the last look: well named, for a page of the range, regular
-        files of a sane size (what a child leaves is not trusted; `_put_left` copies it without following links)."""
+        files of a sane size. What a child leaves is not trusted: the folder is opened once, from `within` (a
+        folder the worker made: the attempt's folder by default, the work folder for the activity) without
+        following a link at any depth (a `checkpoints` the child replaced with a link to another folder is
+        `internal.error`, never listed), and each file is opened in it, without following a link, before its
+        type and size are looked at, on the open file (`_put_left` then counts the bytes it copies)."""
         found = []
-        for entry in os.scandir(self.folder):
-            if entry.name in self.stored or not self._in_range(entry.name):
-                continue
-            facts = entry.stat(follow_symlinks=False)
-            if stat.S_ISREG(facts.st_mode) and facts.st_size <= CHECKPOINT_MAX_BYTES:
-                found.append(entry.name)
+        folder = open_left_dir(self.folder, within=self.folder.parent if within is None else within)
+        try:
+            for name in os.listdir(folder):
+                if name not in self.stored and self._in_range(name) and _sane_checkpoint(name, folder):
+                    found.append(name)
+        finally:
+            os.close(folder)
         return sorted(found)[: self.pages.pages - len(self.stored)]
 
     def kept(self, name: str, ref: BlobRef) -> None:
@@ -219,3 +236,17 @@ class PageCheckpoints:
     def _in_range(self, name: str) -> bool:
         match = CHECKPOINT_NAME.match(name)
         return match is not None and 1 <= int(match.group(1)) <= self.pages.pages
+
+
+def _sane_checkpoint(name: str, folder: int) -> bool:
+    """The file `name` in the open `folder` is a regular file of at most CHECKPOINT_MAX_BYTES, as its open file says
+    (not a link, FIFO or folder: anything else is skipped, and its page read again)."""
+    try:
+        fd = open_left_file(name, folder)
+    except (DocJobError, OSError):
+        return False
+    try:
+        facts = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return stat.S_ISREG(facts.st_mode) and facts.st_size <= CHECKPOINT_MAX_BYTES

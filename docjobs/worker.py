@@ -284,10 +284,18 @@ def sandbox_ready(settings: TemporalSettings) -> bool:
 
 def sweep_leftovers(settings: TemporalSettings) -> None:
     """Remove what crashed attempts and uploads left behind (plaintext documents), older than any live job: in the
-    work folder, and in each tenant's work root there (where the document stages keep their attempts)."""
-    longest = max(policy.deadline_seconds for policy in PolicyBook.load(settings.policy_file).policies.values())
-    older_than = timedelta(seconds=longest) + DEADLINE_GRACE
-    tenant_roots = [root for queue in STAGE_QUEUES for root in (settings.work_dir / queue).glob("tenant-*")]
+    work folder, and in each tenant's work root there (where the document stages keep their attempts).
+
+    Never raises: what document children left is theirs to shape (modes, depth, links), and nothing they leave may
+    stop a worker from starting, for every tenant it serves. What cannot be swept is logged and left for the next
+    start (`sweep_stale` logs each entry it leaves)."""
+    try:
+        longest = max(policy.deadline_seconds for policy in PolicyBook.load(settings.policy_file).policies.values())
+        older_than = timedelta(seconds=longest) + DEADLINE_GRACE
+        tenant_roots = [root for queue in STAGE_QUEUES for root in (settings.work_dir / queue).glob("tenant-*")]
+    except Exception as error:  # noqa: BLE001 - the start goes on: serving reports a bad policy file itself
+        log.warning("the start-up sweep of leftovers did not run: %s", type(error).__name__)
+        return
     sweep_stale(settings.work_dir, older_than, keep=STAGE_QUEUES)
     for folder in (settings.spool_dir, *tenant_roots):
         sweep_stale(folder, older_than)

@@ -144,7 +144,8 @@ class PageDroppingRender(RenderActivities):
     @implements(specs.RENDER)
     def render(self, request: RenderInput) -> RenderOutput:
         rendered = super().render(request)
-        with tempfile.TemporaryDirectory() as tmp:
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self._workdir) as tmp:  # what is stored is left below the work folder
             whole, short = Path(tmp) / "whole.pdf", Path(tmp) / "short.pdf"
             self._fetch_staged(rendered.staged, whole)
             with pikepdf.open(whole) as pdf:

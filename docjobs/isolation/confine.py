@@ -15,8 +15,10 @@ inside a bwrap sandbox that has
   from the tenant's name: another tenant's pool never has it) and loses every capability; an unprivileged
   worker gets a user namespace instead (`--uid`);
 - `no_new_privs` (bwrap sets it), a new session (no TIOCSTI into the worker's terminal), death with the worker
-  (`--die-with-parent`), and a seccomp filter (x86_64) that refuses mount, namespaces, ptrace, BPF, keyrings,
-  modules, kexec, userfaultfd, io_uring and the like.
+  (`--die-with-parent`), and a seccomp filter that refuses mount, namespaces, ptrace, BPF, keyrings,
+  modules, kexec, userfaultfd, io_uring and the like. It exists for x86_64 only: elsewhere no sandbox starts, and a
+  confined worker refuses to (a root worker's sandbox has no user namespace of its own, so only the filter stops
+  a child from making one).
 
 The limits inside (hard CPU = soft, processes, file size) are set by the zygote and its children
 (docjobs/isolation/sandbox_child.py), from the environment this module adds. So are each child's Landlock rules
@@ -211,7 +213,14 @@ class Confinement:
         return binds
 
     def command(self, argv: Sequence[str], seccomp_fd: int | None) -> list[str]:
-        """`argv` run inside the sandbox (run from an absolute path: bwrap's own PATH lookup is the host's)."""
+        """`argv` run inside the sandbox (run from an absolute path: bwrap's own PATH lookup is the host's).
+
+        Never without a seccomp filter (`seccomp_fd`, from `seccomp_filter`): it is what refuses a child a user or
+        network namespace of its own (and the kernel code only they reach), even in a root worker's sandbox,
+        which has no user namespace for `--disable-userns` to apply to (the zygote drops to the tenant's uid
+        itself). Where there is none (not x86_64) no sandbox starts: SandboxUnavailable."""
+        if seccomp_fd is None:
+            raise SandboxUnavailable(f"there is no seccomp filter for this machine ({platform.machine()}), only x86_64")
         args = [_bwrap(), "--die-with-parent", "--new-session"]
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if os.geteuid() == 0:  # a privileged bwrap: the zygote drops to its uid itself (UID_ENV)
@@ -235,8 +244,7 @@ class Confinement:
         for source, destination in binds:
             args += ["--ro-bind", source, destination]
         args += ["--bind", str(self.writable), str(self.writable), "--chdir", str(self.writable)]
-        if seccomp_fd is not None:
-            args += ["--seccomp", str(seccomp_fd)]
+        args += ["--seccomp", str(seccomp_fd)]
         return [*args, "--", *argv]
 
 
@@ -267,17 +275,20 @@ def python_inside() -> str:
 
 
 def check_sandbox(writable: Path) -> None:
-    """Start a throwaway sandbox that proves the boundary can be set up here; raises SandboxUnavailable if not."""
+    """Start a throwaway sandbox that proves the boundary can be set up here; raises SandboxUnavailable if not.
+
+    A machine with no seccomp filter (not x86_64) cannot: without one a taken-over child could make a user and a
+    network namespace of its own (Landlock does not restrict that), and from there reach kernel code that only
+    namespaces reach, the usual way to root. The worker then refuses to start confined (`worker.sandbox_ready`)."""
     writable.mkdir(parents=True, exist_ok=True)
     confinement = Confinement(writable, code=(Path(__file__).resolve().parents[1],))  # docjobs/
     program = seccomp_filter()
-    read_end = None
-    pass_fds: tuple[int, ...] = ()
-    if program is not None:
-        read_end = os.memfd_create("docjobs-seccomp")
-        os.write(read_end, program)
-        os.lseek(read_end, 0, os.SEEK_SET)
-        pass_fds = (read_end,)
+    if program is None:
+        raise SandboxUnavailable(f"there is no seccomp filter for this machine ({platform.machine()}), only x86_64")
+    read_end = os.memfd_create("docjobs-seccomp")
+    os.write(read_end, program)
+    os.lseek(read_end, 0, os.SEEK_SET)
+    pass_fds = (read_end,)
     # Becomes the sandbox's uid as a zygote does, then asks for the Landlock ABI its children restrict themselves
     # with (docjobs/isolation/landlock.py): exit status 3 where there is none.
     probe = (
@@ -299,8 +310,7 @@ def check_sandbox(writable: Path) -> None:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise SandboxUnavailable(f"bwrap could not be run: {error}") from None
     finally:
-        if read_end is not None:
-            os.close(read_end)
+        os.close(read_end)
     if done.returncode == 3:
         raise SandboxUnavailable("Landlock (Linux 5.13 or later, enabled in the kernel's LSM list) is not available")
     if done.returncode != 0:

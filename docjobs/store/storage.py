@@ -83,22 +83,104 @@ SOURCE_KEY = re.compile(r"sources/([0-9a-f]{64})")
 OWNER_MARKER_KEY = re.compile(r"sources/([0-9a-f]{64})\.owners/[0-9a-f]{32}")
 
 
-def copy_left_file(path: Path, dest: Path) -> None:
-    """Copy a file a document child left to `dest` (a new file), trusting nothing about it: opened without
-    following a symlink (`O_NOFOLLOW`; non-blocking, so a FIFO cannot hold the worker), it must be a regular
-    file; what is copied is what that open file holds, whatever the path names later. Anything else is
-    `internal.error` (a child that was taken over: never a verdict on the document)."""
+# What the worker copies out of one file a document child left (a stage's output, a checkpoint). A child may leave
+# files up to its RLIMIT_FSIZE (2 GiB), sparse ones at no cost to itself: without a cap the worker would write and
+# store every byte of them. A stage's output is bounded by what it was given: a multiple of its inputs, never less
+# than the floor, plus an allowance a page (a page burned in as an image at the policies' highest dpi).
+LEFT_FILE_FLOOR = 512 * 1024 * 1024
+LEFT_FILE_PER_INPUT = 8
+LEFT_FILE_PER_PAGE = 16 * 1024 * 1024
+_LEFT_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LEFT_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def left_file_cap(input_bytes: int = 0, pages: int = 0) -> int:
+    """The most bytes the worker copies out of one file a stage's child left, for a stage given `input_bytes` (the
+    sizes of the blobs it fetched, as recorded with their digests: never a size the child could change) and
+    `pages` pages (0: not known yet)."""
+    return max(LEFT_FILE_FLOOR, LEFT_FILE_PER_INPUT * max(input_bytes, 0)) + LEFT_FILE_PER_PAGE * max(pages, 0)
+
+
+def _parts_below(path: Path, within: Path) -> tuple[str, ...]:
+    """The names leading from `within` to `path` (both made absolute, neither resolved: a link is never followed)."""
+    relative = Path(os.path.abspath(path)).relative_to(os.path.abspath(within))  # ValueError if not below it
+    return relative.parts
+
+
+def _open_folders_below(within: Path, names: Iterable[str]) -> int:
+    """A descriptor of the folder `within`/`names`..., each name opened in the last with O_NOFOLLOW|O_DIRECTORY: a
+    child's link (or anything not a folder) at any depth below `within` is `internal.error`, never followed."""
+    fd = os.open(within, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for name in names:
+        try:
+            inner = os.open(name, _LEFT_FOLDER, dir_fd=fd)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise DocJobError("internal.error", "a stage left a symbolic link (or a file) for a folder") from None
+            raise
+        finally:
+            os.close(fd)
+        fd = inner
+    return fd
+
+
+def open_left_dir(folder: Path, *, within: Path) -> int:
+    """A descriptor of `folder`, a folder at or below `within` (one the worker made, such as an attempt's folder, and
+    no child may rename) whose lower parts a document child controls: no link is followed at any depth below
+    `within`. List it with `os.scandir(fd)`/`os.listdir(fd)` and open what is in it with `dir_fd=fd` and
+    O_NOFOLLOW. The caller closes it."""
+    return _open_folders_below(within, _parts_below(folder, within))
+
+
+def open_left_file(name: str, folder_fd: int) -> int:
+    """A descriptor of the file `name` in the folder `folder_fd` (from `open_left_dir`), opened as
+    `copy_left_file` opens one: no link followed, non-blocking (a FIFO cannot hold the worker). It may be anything
+    but a link: the caller checks what `os.fstat` says of it. The caller closes it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return os.open(name, _LEFT_FILE, dir_fd=folder_fd)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise DocJobError("internal.error", "a stage output is a symbolic link") from None
         raise
+
+
+def copy_left_file(path: Path, dest: Path, *, max_bytes: int = LEFT_FILE_FLOOR, within: Path | None = None) -> int:
+    """Copy a file a document child left to `dest` (a new file), trusting nothing about it, and return its size.
+
+    It is reached from `within` (default: the folder it is in), a folder the worker made, one name at a time
+    without following a link: a link at any depth below `within` is refused, not only at the last name
+    (`O_NOFOLLOW`; non-blocking, so a FIFO cannot hold the worker). It must be a regular file; what is copied is
+    what that open file holds, whatever the path names later. At most `max_bytes` are copied (`left_file_cap`):
+    a larger size in `fstat` is refused before a byte is copied, and the bytes actually read are counted, so a
+    file that grows while it is copied stops at the cap too (`dest` is then removed). Anything else is
+    `internal.error` (a child that was taken over: never a verdict on the document)."""
+    base = path.parent if within is None else within
+    names = _parts_below(path, base)
+    if not names:
+        raise ValueError("a file to copy must be below the folder it is reached from")
+    folder_fd = _open_folders_below(base, names[:-1])
+    try:
+        fd = open_left_file(names[-1], folder_fd)
+    finally:
+        os.close(folder_fd)
     with os.fdopen(fd, "rb") as opened:
-        if not stat.S_ISREG(os.fstat(opened.fileno()).st_mode):
+        facts = os.fstat(opened.fileno())
+        if not stat.S_ISREG(facts.st_mode):
             raise DocJobError("internal.error", "a stage output is not a regular file")
+        too_large = DocJobError("internal.error", f"a stage output is larger than the {max_bytes} bytes it may have")
+        if facts.st_size > max_bytes:
+            raise too_large
+        copied = 0
         with dest.open("xb") as out:
-            shutil.copyfileobj(opened, out, CHUNK)
+            while chunk := opened.read(min(CHUNK, max_bytes + 1 - copied)):  # one byte past the cap at most
+                copied += len(chunk)
+                if copied > max_bytes:
+                    break
+                out.write(chunk)
+        if copied > max_bytes:
+            dest.unlink()
+            raise too_large
+    return copied
 
 
 def source_key(sha256: str) -> str:
