@@ -1,26 +1,39 @@
-"""The release gates: `sign` (PAdES) and `verify` (pyHanko's verdict and the output contract).
+"""The release gates: `sign` (PAdES, after the release gate) and `verify` (pyHanko's verdict and the output contract).
 
 The signing key stays in the worker: the document child prepares the signature's place (docjobs/signing/sign.py,
 `prepare_signature`) and reports the byte range; this activity checks that range on the file with integer and
-byte comparisons, hashes it, signs and writes the signature in a folder of its own. `verify` gets the trust
-anchors only (certificates), never the key.
+byte comparisons, in a folder of its own. Before it hashes and signs, the release gate (docjobs/pdf/release_gate.py)
+reads a copy of those very bytes in a sandbox of its own (a fresh child of a zygote that loaded no C/C++ PDF reader:
+docjobs/isolation/gate_work.py), and the worker judges its report: the signature dictionary must be the one the
+worker expects for the job's tenant, the content what the job asked for. `verify` gets the trust anchors only
+(certificates), never the key; its C/C++ readers can still refuse what the gate passed, never pass what it refused.
 """
 
 from __future__ import annotations
 
+import logging
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
+from temporalio import activity
+from temporalio.exceptions import CancelledError
+
 from activities.declared import implements
-from activities.isolated import IsolatedStages
+from activities.isolated import Attempt, IsolatedStages
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.models import SignInput, SignOutput, VerifyInput, VerifyOutput
-from docjobs.isolation import stage_work
-from docjobs.isolation.sandbox import ChildPool, TenantPools
+from docjobs.domain.models import ReleaseGateSettings, SignInput, SignOutput, VerifyInput, VerifyOutput
+from docjobs.isolation import gate_work, stage_work
+from docjobs.isolation.gate_work import GateWork
+from docjobs.isolation.sandbox import ChildPool, ChildStopped, TenantPools, hand_over, sibling_pools
 from docjobs.isolation.stage_work import SignWork, VerifyWork
+from docjobs.pdf.release_gate import Expected, GateReport, judge
 from docjobs.signing.config import SignerConfig, TrustAnchors
 from docjobs.signing.environment import signer_from_env
-from docjobs.signing.sign import ReleaseSigner
+from docjobs.signing.sign import ReleaseSigner, release_reason
 from docjobs.store.storage import BlobStore
+
+log = logging.getLogger("docjobs.release")
 
 
 def job_tenant(request: SignInput) -> str:
@@ -29,9 +42,19 @@ def job_tenant(request: SignInput) -> str:
 
 
 class ReleaseActivities(IsolatedStages):
-    def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools, data_dir: Path) -> None:
+    def __init__(
+        self,
+        store: BlobStore,
+        workdir: Path,
+        pool: ChildPool | TenantPools,
+        data_dir: Path,
+        gate: ChildPool | TenantPools | None = None,
+    ) -> None:
+        """`gate`: the release gate's pools (`sibling_pools(pool, gate_work.ENTRIES_MODULE)`, which the worker opens
+        and closes with its other pools); made here from `pool` when not given."""
         super().__init__(store, workdir, pool)
         self._data_dir = data_dir
+        self._gate = gate if gate is not None else sibling_pools(pool, gate_work.ENTRIES_MODULE)
 
     def _signer(self) -> SignerConfig:
         """From config; on the embedded default a development CA and signer are created on first use."""
@@ -68,6 +91,7 @@ class ReleaseActivities(IsolatedStages):
                     tenant=tenant,
                     bytes_reserved=reserved,
                     begins_with=(request.staged.size, request.staged.sha256),
+                    gate=lambda checked: self._release_gate(attempt, request, checked, done.byte_range, tenant),
                 )
                 staged = self._put_staged("sign", attempt.number, signed)
         return SignOutput(
@@ -80,6 +104,42 @@ class ReleaseActivities(IsolatedStages):
             cost=attempt.meter.total(),
             tenant=tenant,
         )
+
+    def _release_gate(
+        self, attempt: Attempt, request: SignInput, checked: Path, byte_range: Sequence[int], tenant: str
+    ) -> None:
+        """Run the release gate on a copy of `checked` (the worker's own copy of the prepared file, about to be
+        signed) in a fresh child of the tenant's gate sandbox, and judge its report here: raises DocJobError
+        (quarantine) unless every check passes. The settings a job scheduled without them gets are the shipped
+        policies' (nothing active may be signed); its watermark and patterns are then not checked."""
+        settings = request.gate if request.gate is not None else ReleaseGateSettings()
+        with self._gate.lease(request.job_id) as (pool, root), self._folder("release-gate", root) as folder:
+            document = folder / "prepared.pdf"
+            shutil.copyfile(checked, document)
+            hand_over(folder, pool.confinement)
+            try:
+                report = pool.run(
+                    gate_work.GATE_ENTRY,
+                    GateWork(document=document, settings=settings),
+                    GateReport,
+                    cpu=request.cpu,
+                    on_progress=attempt.lease.progress,
+                    should_stop=activity.is_cancelled,
+                    on_usage=attempt.meter.add_child,
+                    max_pages=request.shape.page_count or None,
+                    folder=folder,
+                )
+            except ChildStopped:
+                raise CancelledError("the stage was canceled or lost its lease: its gate child was killed") from None
+        expected = Expected(
+            reason=release_reason(tenant),
+            byte_range=(byte_range[0], byte_range[1], byte_range[2], byte_range[3]),
+            allow_signed_input=request.sign.allow_signed_input,
+            page_count=request.shape.page_count,
+            sanitize=settings.sanitize,
+        )
+        checks = judge(report, expected)
+        log.info("release gate passed for %s: %s", request.job_id, ", ".join(checks))
 
     @implements(specs.VERIFY)
     def verify(self, request: VerifyInput) -> VerifyOutput:

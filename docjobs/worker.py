@@ -45,8 +45,9 @@ from activities.release import ReleaseActivities
 from activities.render import RenderActivities
 from activities.resolve import ResolveActivities
 from docjobs.domain.stage_specs import STAGE_PARTS, spec_of
+from docjobs.isolation import gate_work
 from docjobs.isolation.confine import Confinement, SandboxUnavailable, check_sandbox
-from docjobs.isolation.sandbox import ChildLimits, ChildPool, TenantPools
+from docjobs.isolation.sandbox import ChildLimits, ChildPool, TenantPools, sibling_pools
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook
 from docjobs.store.sweep import sweep_stale
@@ -87,6 +88,7 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 
 Pools = ChildPool | TenantPools
+GATE_POOLS = "release_gate"  # the key of the release gate's pools among the queues' (not a queue: `sign` runs it)
 
 
 def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> dict[str, list[Callable[..., Any]]]:
@@ -100,7 +102,7 @@ def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> 
     if "general" in pools:
         pool = pools["general"]
         render = RenderActivities(store, workdir, pool)
-        release = ReleaseActivities(store, workdir, pool, settings.data_dir)
+        release = ReleaseActivities(store, workdir, pool, settings.data_dir, gate=pools.get(GATE_POOLS))
         evidence = EvidenceActivities(store, workdir, settings.data_dir)
         notify = NotifyActivities(settings.tenants_file)
         publish = PublishActivities(store, workdir)
@@ -242,6 +244,8 @@ async def serving(
     pools: dict[str, Pools] = {
         queue: TenantPools(tenant_pool, settings.work_dir / queue, confined=confined) for queue in stage_queues
     }
+    if "general" in pools:  # the release gate's sandboxes, beside the general queue's (docjobs/isolation/gate_work.py)
+        pools[GATE_POOLS] = sibling_pools(pools["general"], gate_work.ENTRIES_MODULE)
     threads = {
         queue: ThreadPoolExecutor(slots[queue] + wrap_up[queue], thread_name_prefix=f"{queue}-stage")
         for queue in stage_queues

@@ -11,6 +11,9 @@
 `internal.error`); the second succeeds: a retry whose first attempt cost something.
 `compromised-child`: `render` first runs the attack its document plans, as a parser exploit would
 (tests/faults/compromised_child.py).
+`compromised-release`: `render`, `sign` and `verify` do what a document that took them over plans (JavaScript left
+in, no watermark, another tenant's /Reason, a "valid" verdict): the release gate must refuse to have it signed
+(tests/faults/compromised_release.py).
 `hold-render`: `render` holds, renewing its lease, until the test releases the job (`Hold`, in the folder
 `DOCJOBS_HOLD_DIR`), then renders for real: the stand-in for a document slow enough to interfere with.
 Before it holds, it leaves its attempt's span (still open) in the folder: what a killed worker never exports.
@@ -24,9 +27,9 @@ lost in the middle of its range. `fail-ocr-checkpoint`: the same attempt fails t
 `DOCJOBS_SPAN_FILE`: every span this worker ends is written there at once, one JSON object a line (a killed
 worker's batch exporter would lose them).
 
-`box-only-redaction`, `keep-active-content`, `spy-sign`, `forge-byte-range` and `compromised-child` break the
-document work, so they live where the document children import them: the worker's children serve the entries of
-`tests/faults/<fault>.py`.
+`box-only-redaction`, `keep-active-content`, `spy-sign`, `forge-byte-range`, `compromised-child` and
+`compromised-release` break the document work, so they live where the document children import them: the worker's
+children serve the entries of `tests/faults/<fault>.py` (the release gate's children keep their own).
 """
 
 from __future__ import annotations
@@ -178,7 +181,14 @@ if __name__ == "__main__":
         setattr(worker, "OcrChunkActivities", HeldOcrChunk)  # noqa: B010
     elif fault in ("hold-ocr-checkpoint", "fail-ocr-checkpoint"):
         setattr(worker, "OcrChunkActivities", CheckpointedOcrChunk)  # noqa: B010
-    elif fault in ("box-only-redaction", "keep-active-content", "spy-sign", "forge-byte-range", "compromised-child"):
+    elif fault in (
+        "box-only-redaction",
+        "keep-active-content",
+        "spy-sign",
+        "forge-byte-range",
+        "compromised-child",
+        "compromised-release",
+    ):
         entries = f"tests.faults.{fault.replace('-', '_')}"
         setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010
     else:

@@ -2,7 +2,8 @@
 
 A real worker (tests/fault_worker.py, `compromised-child`) whose `render` runs the attack a document plans,
 inside its real, sandboxed child, during a real job (tests/faults/compromised_child.py). Every attempt must fail,
-the worker must be unharmed, and the next job must succeed. Two tenants' tasks never meet in one child.
+the worker must be unharmed, and the next job must succeed. Two tenants' tasks never meet in one child. And a
+document that took over render, sign and verify at once gets no signature (`compromised-release`: the release gate).
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ from docjobs.isolation.protocol import TaskUsage
 from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, TenantPools, tenant_root
 from docjobs.settings.tenants import add_tenant
 from docjobs.signing.dev_ca import ensure_dev_signer
-from docjobs.store.storage import copy_left_file
+from docjobs.store.storage import copy_left_file, job_prefix
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.poller import validate_history
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, wait_terminal
 from tests.faults.compromised_child import DAEMON_MARKER, LOG_FOLDER, PLAN_PREFIX
+from tests.faults.compromised_release import PLAN_PREFIX as RELEASE_PLAN_PREFIX
 from tests.fixtures.samples import make_sample_pdf
 from tests.sandbox_entries import Order, Seen
+from tests.test_jobs import job_files
 
 QUEUE = "docjobs-compromised"
 CANARY = f"canary-{uuid.uuid4().hex}"  # in the worker's environment: must never reach a child
@@ -239,6 +242,51 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     make_sample_pdf(plain, pages=1)
     assert (await run_job(queue_jobs, plain, tenant)).state is JobState.SUCCEEDED
     assert attacked_worker.process.poll() is None
+
+
+RELEASE_QUEUE = "docjobs-compromised-release"
+
+
+@pytest.fixture(scope="module")
+def release_attacker(start_worker: StartWorker) -> WorkerProcess:
+    """A worker whose render, sign and verify do what the document plans (tests/faults/compromised_release.py)."""
+    return start_worker(RELEASE_QUEUE, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="compromised-release")
+
+
+@pytest.mark.parametrize(
+    ("plan", "code"),
+    [
+        # Everything at once: the worker's comparison of the signature dictionary refuses first.
+        ({"javascript": True, "no_watermark": True, "reason": "other-tenant"}, "signature.dictionary"),
+        # An honest sign child: the gate's own reading finds the JavaScript render left.
+        ({"javascript": True, "no_watermark": True}, "sanitize.residue"),
+    ],
+)
+async def test_a_compromised_render_sign_and_verify_get_no_signature(
+    env: Env, release_attacker: WorkerProcess, tmp_path: Path, plan: dict[str, Any], code: str
+) -> None:
+    """Security review H2, played on a real worker: render leaves JavaScript and no watermark, sign names another
+    tenant in /Reason, verify answers "valid" without reading. The release gate (its own sandbox, pure-Python
+    readers) and the worker's comparison refuse in `sign`, before the CMS: quarantined, nothing signed, staged or
+    promoted, and verify (whose lie would pass anything) never runs."""
+    settings = env.settings(DOCJOBS_TASK_QUEUE=RELEASE_QUEUE)
+    jobs = JobClient(await connect(settings), settings)
+    document = tmp_path / "attack.pdf"
+    make_sample_pdf(document, pages=1)
+    with pikepdf.open(document, allow_overwriting_input=True) as pdf:
+        pdf.docinfo["/Subject"] = RELEASE_PLAN_PREFIX + json.dumps(plan)
+        pdf.save(document)
+    submitted = await jobs.submit(document, "standard", tenant="mallory", key=f"release-{uuid.uuid4().hex}")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert (status.state, status.failure_code) == (JobState.QUARANTINED, code), status
+    assert status.attempts.get("sign") == 1 and "verify" not in status.attempts  # refused at once, never retried
+    assert status.output_sha256 is None and status.signature is None
+    kept = job_files(env, submitted.job_id)
+    assert "evidence.json" in kept and not [name for name in kept if name.endswith(".pdf")]  # no artifact promoted
+    blobs = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / job_prefix(submitted.job_id)
+    stored = [path.read_bytes() for path in blobs.rglob("*") if path.is_file()]
+    assert stored and not [data for data in stored if b"/ETSI.CAdES.detached" in data]  # no signature anywhere
+    assert release_attacker.process.poll() is None
 
 
 async def test_two_tenants_never_share_a_child(queue_jobs: JobClient, tmp_path: Path) -> None:

@@ -89,8 +89,11 @@ async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "fidelity.page_count"), status
     assert status.output_sha256 is None
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # only the signed record of the outcome
-    assert status.failure_message == "the output does not have the input's page count"
+    # only the signed record of the outcome
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]
+    # the release gate, before anything is signed, finds it first (verify would, too: see test_fidelity)
+    assert status.failure_message == "the release gate counts another number of pages than render did"
+    assert "verify" not in status.attempts
 
 
 async def test_evidence_is_signed_and_names_the_broken_binding(

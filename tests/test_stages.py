@@ -125,14 +125,19 @@ WIRE = {
     # field is ignored by older code (Frozen: extra="ignore"), which reads its default, and old histories replay.
     # Then a page's `fallback_fonts` (defaulted: the kinds of the fonts behind `font_not_resubset`).
     "redact": ("db1f96fc5b24d8c0", "3386064094867ec2"),
-    "sign": ("d292b8c64ec4c00f", "92dfd00402ce8dd4"),
+    # An addition with a default (the release gate, docs/release-gates.md): sign's `gate` settings (None in an older
+    # workflow's input: the gate then checks what needs no policy, and active content as the shipped policies strip it).
+    "sign": ("094c77861512e3d3", "92dfd00402ce8dd4"),
     # An addition with a default (PDF/A outputs, docs/policies.md): verify's `pdfa` output (None in older results).
     "verify": ("b581b80482d95e16", "06aaec864041d3b9"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
-    # An addition with a default: `converted` (an office input's PDF, which the evidence binds; None in old jobs).
-    "evidence": ("b3b104c621da8e11", "363da2c0aac418fe"),
+    # Additions with defaults: `converted` (an office input's PDF, which the evidence binds; None in old jobs), then
+    # the input's `redactions` (counts by kind: {} in old jobs) and the output's `commitment_salt` (None from older
+    # workers).
+    "evidence": ("7f4b7a94e3e51477", "17244d701355a0b7"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
-    "notify": ("27d244345acb2fc6", "e5d116e6b66fdc5a"),
+    # A widening: `input_sha256` may be None (a redaction job's event carries no plain digest of its input).
+    "notify": ("799cebb4d6932edc", "e5d116e6b66fdc5a"),
     # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old
     # batch's request, whose documents keep starting with the pinned request).
     "start_batch_documents": ("d6e88805f0e1397f", "5603494387f42eb6"),

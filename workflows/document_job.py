@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         OcrOutput,
         PublishInput,
         RedactInput,
+        ReleaseGateSettings,
         RenderInput,
         ResolveInput,
         SignInput,
@@ -545,13 +546,18 @@ class DocumentJobWorkflow:
         request = self._request
         policy = request.policy
         named = None  # the tenant the signature names, as the sign stage reports it (None: older activity code)
+        structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         if policy.sign.enabled:
+            gate = ReleaseGateSettings(
+                watermark_text=policy.watermark.text if structure else None,
+                redact=policy.redact if policy.redact.enabled else None,
+                sanitize=policy.sanitize,
+            )
             sign = SignInput(
-                job_id=request.job_id, source=source, staged=staged, sign=policy.sign, tenant=request.tenant
+                job_id=request.job_id, source=source, staged=staged, sign=policy.sign, tenant=request.tenant, gate=gate
             )
             signed = await self._stage(stages.sign, sign)
             staged, named = signed.staged, signed.tenant
-        structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         verify = VerifyInput(
             job_id=request.job_id,
             source=source,

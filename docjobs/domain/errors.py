@@ -48,6 +48,10 @@ FAILURE_CODES: dict[str, tuple[Outcome, str]] = {
         Outcome.QUARANTINE,
         "the document prepared for signing does not leave exactly the signature's place unsigned",
     ),
+    "signature.dictionary": (
+        Outcome.QUARANTINE,
+        "the signature dictionary prepared for signing is not the one the worker expects for this job",
+    ),
     **{
         f"fidelity.{check}": (Outcome.QUARANTINE, "the output does not meet its contract")
         for check in ("page_count", "geometry", "links", "qpdf", "reader", "text", "watermark")
@@ -224,6 +228,13 @@ FAILURE_GUIDE: dict[str, Guide] = {
         "a hole not empty or of the wrong size, the rendered document changed)",
         "a compromised or broken child: keep the attempt's logs, escalate as a security event",
     ),
+    "signature.dictionary": Guide(
+        "quarantined",
+        "the release gate read, in the file prepared for signing, a signature dictionary other than the worker's "
+        "(a `/Reason` naming another tenant, no DocMDP P1 certification or FieldMDP lock, another filter, a second "
+        "empty signature, a byte range other than the one checked); nothing was signed",
+        "a compromised or broken child: keep the attempt's logs, escalate as a security event",
+    ),
     "signature.tsa_unavailable": Guide(
         "retried, then failed",
         "transient trouble",
@@ -286,7 +297,8 @@ FAILURE_GUIDE: dict[str, Guide] = {
     ),
     "sanitize.residue": Guide(
         "quarantined",
-        "`verify` found active content in the signed bytes that would have been released; nothing was released",
+        "the release gate (before signing) or `verify` found active content in the bytes that would have been "
+        "signed or released; nothing was signed or released",
         "a bug or a kind the strip does not know: keep the job ID, do not release the input by hand, escalate with the"
         " policy version (the worker log has no content)",
     ),

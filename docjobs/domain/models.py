@@ -525,11 +525,23 @@ class OcrOutput(OcrDone):
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
 
 
+class ReleaseGateSettings(Frozen):
+    """What the release gate checks in the document prepared for signing, before the worker signs it
+    (docjobs/pdf/release_gate.py): the job's own settings, as `verify` gets them."""
+
+    watermark_text: str | None = None  # structure mode: searchable on every page (None: only pixels, or none)
+    redact: RedactPolicy | None = None  # no pattern may match the extracted text any more
+    sanitize: SanitizePolicy = SanitizePolicy()  # no active content unless the policy keeps it
+
+
 class SignInput(StageInput):
     source: BlobRef
     staged: BlobRef
     sign: SignPolicy
     tenant: str | None = None  # named in the signature (None: scheduled by older code; the job ID's prefix)
+    # The release gate's settings (None: scheduled by code that sends none: the gate checks active content as the
+    # shipped policies strip it, the page count and the signature dictionary, not the watermark or the patterns).
+    gate: ReleaseGateSettings | None = None
 
 
 class SignOutput(Frozen):

@@ -786,3 +786,29 @@ class TenantPools:
         idle = sorted((e.last_used, tenant) for tenant, e in self._pools.items() if e.in_use == 0)
         excess = len(self._pools) - self.max_pools
         return [self._pools.pop(tenant) for _, tenant in idle[: max(excess, 0)]]
+
+
+def sibling_pools(pools: ChildPool | TenantPools, entries: str) -> ChildPool | TenantPools:
+    """Pools like `pools` (the same limits and tenants' work roots; confined alike: each tenant's sandbox, uid,
+    limits and Landlock rules) whose zygotes import `entries` instead of the stage work, each in a sandbox of its
+    own (its own PID namespace: no process of the stages' children is in it), with a fresh child for every task.
+    The release gate's (docjobs/isolation/gate_work.py): a child that never loaded a C/C++ PDF reader, and never
+    made the bytes it reads."""
+    if isinstance(pools, TenantPools):
+        make = pools.make_pool
+        return TenantPools(
+            lambda home, confinement: _sibling(make(home, confinement), entries),
+            pools.work_dir,
+            confined=pools.confined,
+            max_pools=pools.max_pools,
+        )
+    return _sibling(pools, entries)
+
+
+def _sibling(pool: ChildPool, entries: str) -> ChildPool:
+    confinement = pool.confinement
+    if confinement is not None:  # the packages of its own entries are bound, not those of `pool`'s
+        confinement = dataclasses.replace(confinement, code=())
+    return ChildPool(
+        pool.limits, home=pool.home, warm=pool.warm, recycle_after=1, entries=entries, confinement=confinement
+    )

@@ -11,13 +11,10 @@ stage's activity name (docjobs/domain/stage_specs.py).
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import pikepdf
-from pydantic import BaseModel
 
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.errors import DocJobError
@@ -40,6 +37,8 @@ from docjobs.generate.office import check_office_input, convert_to_pdf, substitu
 from docjobs.generate.templating import load_data, render_template
 from docjobs.generate.weasy import html_to_pdf
 from docjobs.isolation.chunk_work import OcrChunkDone, OcrChunkWork, OcrMergeDone, OcrMergeWork, ocr_chunk, ocr_merge
+from docjobs.isolation.entries import Entry as Entry  # re-exported: the activities and tests name it here
+from docjobs.isolation.entries import ProgressFn as ProgressFn
 from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
@@ -57,9 +56,6 @@ from docjobs.signing.config import DEFAULT_STAMP_BOX, TrustAnchors
 from docjobs.signing.sign import prepare_signature, release_reason
 from docjobs.signing.verify import verify_pdf
 
-ProgressFn = Callable[[int, int], None]
-WorkT = TypeVar("WorkT", bound=BaseModel)
-DoneT = TypeVar("DoneT", bound=BaseModel)
 IMAGE_KINDS = ("png", "jpeg", "tiff")
 CONVERTED = "converted.pdf"  # in render's workdir: an office input's PDF (the activity stages it: later stages use it)
 
@@ -310,17 +306,6 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
     if settings.sanitize is not None:  # on the bytes to be released: no active content came back
         checks += check_no_active_content(work.output, settings.sanitize)
     return VerifyDone(signature=signature, fidelity_checks=checks, pdfa=pdfa_outcome(source, work.output))
-
-
-@dataclass(frozen=True)
-class Entry(Generic[WorkT, DoneT]):
-    """What a document child runs under `name`: the function, the model its work order is validated as (in
-    the child), and the model its result is validated as (in the worker)."""
-
-    name: str
-    work_type: type[WorkT]
-    done_type: type[DoneT]
-    run: Callable[[WorkT, ProgressFn], DoneT]
 
 
 GENERATE = Entry(specs.GENERATE.name, GenerateWork, GenerateDone, generate)

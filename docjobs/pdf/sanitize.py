@@ -33,7 +33,6 @@ pass spends from one budget (`input.too_complex` when exhausted).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -43,34 +42,9 @@ from pikepdf import Array, Dictionary, Name
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import SanitizeMode, SanitizePolicy
+from docjobs.pdf.active_kinds import ACTIVE_ACTIONS, ACTIVE_ANNOTATIONS, INERT_ACTIONS, MAX_NODES, uri_kind
 
-MAX_NODES = 500_000  # objects one pass may visit: far above real documents, bounded for hostile ones
-
-_ACTIVE_ACTIONS = {
-    "/JavaScript": "javascript",
-    "/Launch": "launch",
-    "/SubmitForm": "submit_form",
-    "/ImportData": "import_data",
-    "/GoToR": "goto_remote",
-    "/GoToE": "goto_remote",
-    "/RichMediaExecute": "rich_media",
-    "/GoTo3DView": "rich_media",
-    "/Rendition": "media",
-    "/Movie": "media",
-    "/Sound": "media",
-    "/SetOCGState": "visibility",
-    "/Hide": "visibility",
-}
-_INERT_ACTIONS = frozenset(("/GoTo", "/URI", "/Named", "/Thread", "/ResetForm", "/Trans"))
-_ACTIVE_ANNOTATIONS = {
-    "/RichMedia": "rich_media",
-    "/3D": "rich_media",
-    "/Screen": "media",
-    "/Movie": "media",
-    "/Sound": "media",
-}
-_URI_SCHEMES = {b"javascript": "javascript", b"vbscript": "javascript", b"file": "launch"}
-_SCHEME = re.compile(rb"([a-z][a-z0-9+.-]*):", re.IGNORECASE)
+_ACTIVE_ACTIONS, _INERT_ACTIONS, _ACTIVE_ANNOTATIONS = ACTIVE_ACTIONS, INERT_ACTIONS, ACTIVE_ANNOTATIONS
 
 ObjGen = tuple[int, int]
 
@@ -142,9 +116,7 @@ def action_kind(action: Dictionary) -> str | None:
 def _uri_kind(uri: object) -> str | None:
     if not isinstance(uri, pikepdf.String):
         return None
-    # Viewers and browsers ignore whitespace and control characters inside a scheme ("java\tscript:").
-    scheme = _SCHEME.match(bytes(c for c in bytes(uri) if c > 0x20))
-    return _URI_SCHEMES.get(scheme.group(1).lower()) if scheme else None
+    return uri_kind(bytes(uri))
 
 
 class _Pass:

@@ -7,13 +7,17 @@ Signing is split in two, so that the signing key never reaches a process that pa
   It gets the signer's certificate (public: for the visible stamp) and never the key or its passphrase.
 * `ReleaseSigner` (the worker): loads the key, checks the prepared file with integer and byte comparisons
   only (`check_byte_range`: the ranges cover the whole file but the hole, the hole holds hex zeros of the
-  size it asked for, the file begins with the document it handed over), hashes those bytes itself, makes the
-  CMS (with the TSA's timestamp when configured) and writes it into the hole. Hashing is not parsing: a
-  child that lied about the ranges gets `signature.byte_range`, never a signature.
+  size it asked for, the file begins with the document it handed over), has the release gate read a copy of
+  its checked file (`finish`'s `gate`: docjobs/pdf/release_gate.py, in a sandbox of its own, which also shows the
+  signature dictionary to be the one the worker expects), hashes those bytes itself, makes the CMS (with the
+  TSA's timestamp when configured) and writes it into the hole. Hashing is not parsing: a child that lied
+  about the ranges gets `signature.byte_range`, one that wrote another dictionary `signature.dictionary`, never
+  a signature.
 
 The tenant who asked is named twice: in the signature dictionary's `/Reason` ("docjobs release for tenant
-NAME", what viewers show; written by the child) and in a CAdES `signer-attributes-v2` claimed attribute of
-type `group` with the value "docjobs tenant NAME" (signed by the worker, so a child cannot change it).
+NAME", what viewers show; written by the child, compared by the worker through the gate) and in a CAdES
+`signer-attributes-v2` claimed attribute of type `group` with the value "docjobs tenant NAME" (signed by the
+worker, so a child cannot change it).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import importlib
 import os
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -254,12 +258,15 @@ class ReleaseSigner:
         tenant: str | None,
         bytes_reserved: int,
         begins_with: tuple[int, str] | None = None,
+        gate: Callable[[Path], None] | None = None,
     ) -> None:
         """Copy the child's `prepared` file (not following a link, a regular file only) to a new `dst`, check it
         (`check_byte_range`; and that it begins with the `begins_with` (size, sha256) document it was given),
-        sign the digest of its byte range and write the CMS into its hole.
+        hand `dst` to `gate` (the release gate: docjobs/pdf/release_gate.py; it raises to refuse), then sign the
+        digest of its byte range and write the CMS into its hole. The gate reads the very bytes that are signed:
+        `dst` is the worker's own copy, which no child can reach.
 
-        Raises DocJobError signature.byte_range, signature.tsa_unavailable."""
+        Raises DocJobError signature.byte_range, signature.tsa_unavailable, and whatever `gate` raises."""
         try:
             source = os.open(prepared, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -269,35 +276,43 @@ class ReleaseSigner:
                 raise DocJobError("signature.byte_range", "the prepared document is not a regular file")
             target = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
-                self._sign_copy(infile, os.fdopen(target, "r+b"), byte_range, tenant, bytes_reserved, begins_with)
+                with os.fdopen(target, "r+b") as outfile:
+                    digest = self._take_copy(infile, outfile, byte_range, bytes_reserved, begins_with)
+                    if gate is not None:
+                        gate(dst)  # nothing is signed unless the gate passes
+                    self._sign_copy(outfile, digest, byte_range, tenant, bytes_reserved)
             except BaseException:
                 dst.unlink(missing_ok=True)  # nothing half-signed is left behind
                 raise
 
-    def _sign_copy(
-        self,
+    @staticmethod
+    def _take_copy(
         infile: IO[bytes],
-        out: IO[bytes],
+        outfile: IO[bytes],
         byte_range: Sequence[int],
-        tenant: str | None,
         bytes_reserved: int,
         begins_with: tuple[int, str] | None,
+    ) -> bytes:
+        """Copy the child's file into the worker's `outfile` and check the copy: the digest of its byte range."""
+        while chunk := infile.read(_CHUNK):
+            outfile.write(chunk)
+        outfile.flush()
+        digest = check_byte_range(outfile, byte_range, bytes_reserved=bytes_reserved)
+        if begins_with is not None and not _begins_with(outfile, *begins_with):
+            raise DocJobError(
+                "signature.byte_range", "the prepared document does not begin with the document it was given"
+            )
+        return digest
+
+    def _sign_copy(
+        self, outfile: IO[bytes], digest: bytes, byte_range: Sequence[int], tenant: str | None, bytes_reserved: int
     ) -> None:
-        with out as outfile:
-            while chunk := infile.read(_CHUNK):
-                outfile.write(chunk)
-            outfile.flush()
-            digest = check_byte_range(outfile, byte_range, bytes_reserved=bytes_reserved)
-            if begins_with is not None and not _begins_with(outfile, *begins_with):
-                raise DocJobError(
-                    "signature.byte_range", "the prepared document does not begin with the document it was given"
-                )
-            der = self._cms(digest, tenant, dry_run=False)
-            contents = binascii.hexlify(der).upper()
-            if len(contents) > bytes_reserved:
-                raise RuntimeError("the signature is larger than the space reserved for it")
-            outfile.seek(byte_range[1] + 1)
-            outfile.write(contents)
+        der = self._cms(digest, tenant, dry_run=False)
+        contents = binascii.hexlify(der).upper()
+        if len(contents) > bytes_reserved:
+            raise RuntimeError("the signature is larger than the space reserved for it")
+        outfile.seek(byte_range[1] + 1)
+        outfile.write(contents)
 
     def _cms(self, digest: bytes, tenant: str | None, *, dry_run: bool) -> bytes:
         claims = [tenant_attribute(tenant)] if tenant is not None else []

@@ -1,0 +1,46 @@
+"""What counts as active content, as plain data: the names both walks over a document share.
+
+`docjobs/pdf/sanitize.py` (pikepdf: it strips, in render) and `docjobs/pdf/release_gate.py` (pypdf: it only
+counts, in the release gate's own sandbox, which must not load a C/C++ PDF parser) judge the same actions and
+annotations by these tables, so that the gate refuses exactly what sanitization would have removed. This
+module imports nothing but the standard library: see sanitize.py's docstring for what each kind means.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_NODES = 500_000  # objects one pass may visit: far above real documents, bounded for hostile ones
+
+ACTIVE_ACTIONS = {
+    "/JavaScript": "javascript",
+    "/Launch": "launch",
+    "/SubmitForm": "submit_form",
+    "/ImportData": "import_data",
+    "/GoToR": "goto_remote",
+    "/GoToE": "goto_remote",
+    "/RichMediaExecute": "rich_media",
+    "/GoTo3DView": "rich_media",
+    "/Rendition": "media",
+    "/Movie": "media",
+    "/Sound": "media",
+    "/SetOCGState": "visibility",
+    "/Hide": "visibility",
+}
+INERT_ACTIONS = frozenset(("/GoTo", "/URI", "/Named", "/Thread", "/ResetForm", "/Trans"))
+ACTIVE_ANNOTATIONS = {
+    "/RichMedia": "rich_media",
+    "/3D": "rich_media",
+    "/Screen": "media",
+    "/Movie": "media",
+    "/Sound": "media",
+}
+URI_SCHEMES = {b"javascript": "javascript", b"vbscript": "javascript", b"file": "launch"}
+_SCHEME = re.compile(rb"([a-z][a-z0-9+.-]*):", re.IGNORECASE)
+
+
+def uri_kind(uri: bytes) -> str | None:
+    """The kind of active content a URI action's target is (`javascript:`, `file:`), or None for the web."""
+    # Viewers and browsers ignore whitespace and control characters inside a scheme ("java\tscript:").
+    scheme = _SCHEME.match(bytes(c for c in uri if c > 0x20))
+    return URI_SCHEMES.get(scheme.group(1).lower()) if scheme else None

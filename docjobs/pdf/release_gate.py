@@ -1,0 +1,589 @@
+"""The release gate: what must hold in a document before the worker signs it, read by memory-safe parsers only.
+
+Every document child that made or prepared the bytes to be signed (render, OCR, redact, sign) ran C and C++
+parsers on them (qpdf, Ghostscript, poppler, PDFium, LibreOffice): one exploit there, and the child writes what
+it likes. `verify` reads the signed bytes with those same parsers, so the document that took over render can take
+over verify too and have it answer "valid". The gate is the check such a document cannot subvert:
+
+* it runs in a sandbox of its own (docjobs/isolation/gate_work.py: a fresh child of a zygote that imported only
+  this module), never in a child that made the bytes;
+* it reads them with pure-Python code only: pypdf (the page tree, the objects, the text) and pyHanko's reader (the
+  signature fields). This module imports neither pikepdf/qpdf, nor PDFium, nor poppler or Ghostscript (import-linter
+  forbids it, and the child reports the modules it loaded: `LOADED_FORBIDDEN`);
+* it reports facts (`GateReport`), and the worker judges them (`judge`): a report cannot make the worker sign what
+  it did not expect, and the signature dictionary is compared with the one the worker itself would write
+  (`expected_signature`), field by field.
+
+What the gate checks, on the latest revision of the file prepared for signing (what a viewer shows):
+
+* the signature dictionary: exactly one empty signature (its `/Contents` all zeros), whose `/ByteRange` is the one
+  the worker checked, whose `/Type`, `/Filter`, `/SubFilter`, `/Reason` ("docjobs release for tenant NAME", the
+  job's own tenant) and `/Reference` (DocMDP P1, with the catalog's `/Perms /DocMDP` pointing at it; or, after
+  earlier signatures, a FieldMDP lock of every field with `/P 1`, and the field's `/Lock`) are the worker's, and
+  nothing else — else `signature.dictionary`;
+* the page count render reported — else `fidelity.page_count`;
+* no active content, as docjobs/pdf/sanitize.py counts it (the same tables: docjobs/pdf/active_kinds.py), walked
+  with a visited set and a budget — else `sanitize.residue`;
+* in structure mode, the watermark's text (whitespace aside) in the extracted text of every page — else
+  `fidelity.watermark` (in raster mode the watermark is pixels: the gate checks the page count and the active
+  content, not the stamp);
+* the job's redaction patterns match nothing in the extracted text — else `redaction.leak`.
+
+A file the pure-Python readers cannot read is not known to be clean: `fidelity.reader`. The C/C++ readers of `verify`
+still run after signing: they can add a refusal, never a pass.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any, cast
+
+from pydantic import Field
+from pyhanko.pdf_utils import generic as hanko
+from pyhanko.pdf_utils.reader import PdfFileReader
+from pyhanko.sign import fields
+from pypdf import PdfReader
+from pypdf import generic as pdf
+
+from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import Frozen, ReleaseGateSettings, SanitizeMode, SanitizePolicy
+from docjobs.pdf.active_kinds import ACTIVE_ACTIONS, ACTIVE_ANNOTATIONS, INERT_ACTIONS, MAX_NODES, uri_kind
+from docjobs.pdf.redaction.patterns import compile_patterns, sensitive_kinds
+
+# C/C++ PDF readers (and what loads them) that must never be in the gate's process: reported if they are.
+FORBIDDEN_MODULES = ("pikepdf", "pypdfium2", "fitz", "pymupdf", "ocrmypdf", "pdf2image", "ghostscript")
+CATALOG = "<catalog>"  # how a reference to the document catalog is reported (the FieldMDP's /Data)
+SIGNING_TIME_SLACK = timedelta(hours=1)  # the /M the child wrote, against the worker's clock
+_VARIABLE_KEYS = ("/Contents", "/ByteRange", "/M")  # reported apart: the hole, the range, the time
+_MAX_DEPTH, _MAX_ITEMS = 6, 64  # how much of a signature dictionary is reported: more than pyHanko ever writes
+
+
+class SignatureDictionary(Frozen):
+    """An empty signature of the prepared file, as the gate read it (names as "/Name", strings as
+    {"string": ...}, the catalog as "<catalog>")."""
+
+    field_name: str
+    entries: dict[str, Any]  # every entry but /Contents, /ByteRange and /M
+    byte_range: list[int] | None  # None: not four integers
+    signing_time: str | None  # /M
+    certifies: bool  # the catalog's /Perms /DocMDP is this dictionary
+    lock: Any = None  # the field's /Lock
+
+
+class GateReport(Frozen):
+    """What the gate found (facts only: the worker decides, `judge`)."""
+
+    page_count: int
+    active: dict[str, int] = Field(default_factory=dict)  # kind -> count (docjobs/pdf/sanitize.py's kinds)
+    watermark_missing: list[int] | None = None  # 1-based pages without the watermark's text (None: not asked)
+    redaction_leaks: list[str] = Field(default_factory=list)  # "page N: kind" (never the text)
+    placeholders: list[SignatureDictionary] = Field(default_factory=list)  # signatures whose /Contents is empty
+    earlier_signatures: int = 0  # signature fields with a /Contents of their own (the input's signatures)
+    loaded_forbidden: list[str] = Field(default_factory=list)  # FORBIDDEN_MODULES present in the gate's process
+    readers: list[str] = Field(default_factory=list)  # the readers that read the file
+
+
+def read_gate(path: Path, settings: ReleaseGateSettings, on_pages: Callable[[int], None] | None = None) -> GateReport:
+    """Everything the gate checks in the prepared file at `path`, as facts (see the module docstring). `on_pages`
+    hears the page count as soon as it is known (a child's CPU budget grows with it).
+
+    Raises DocJobError fidelity.reader when pypdf or pyHanko cannot read it, input.too_complex beyond the budget
+    (a structure nested too deeply, RecursionError, is the document child's input.too_complex too)."""
+    with path.open("rb") as file:
+        placeholders, earlier = signature_fields(file)
+        try:
+            reader = PdfReader(file, strict=False)
+            page_count = len(reader.pages)
+            if on_pages is not None:
+                on_pages(page_count)
+            active = find_active_content(reader, keep_attachments=settings.sanitize.keep_attachments)
+            texts = page_texts(reader) if settings.watermark_text is not None or settings.redact is not None else []
+        except (DocJobError, RecursionError, MemoryError):
+            raise
+        except Exception:  # noqa: BLE001 - any reader failure: the file is not known to be clean
+            raise DocJobError("fidelity.reader", "the release gate's reader could not read the document") from None
+    return GateReport(
+        page_count=page_count,
+        active=active,
+        watermark_missing=None
+        if settings.watermark_text is None
+        else watermark_missing(texts, settings.watermark_text),
+        redaction_leaks=[] if settings.redact is None else redaction_leaks(texts, settings),
+        placeholders=placeholders,
+        earlier_signatures=earlier,
+        loaded_forbidden=loaded_forbidden(),
+        readers=["pypdf", "pyhanko"],
+    )
+
+
+def loaded_forbidden() -> list[str]:
+    """The C/C++ PDF readers this process has loaded: none, in the gate's child (its zygote imports this module)."""
+    return sorted({name.split(".")[0] for name in sys.modules} & set(FORBIDDEN_MODULES))
+
+
+# --- The signature fields, by pyHanko's reader -----------------------------------------------------------------
+
+
+def signature_fields(file: IO[bytes]) -> tuple[list[SignatureDictionary], int]:
+    """The empty signatures of the file (their dictionaries), and how many signature fields are filled."""
+    try:
+        reader = PdfFileReader(file, strict=False)
+        root_ref = reader.trailer.raw_get("/Root")
+        perms = reader.root.get("/Perms")
+        docmdp = perms.raw_get("/DocMDP") if isinstance(perms, hanko.DictionaryObject) and "/DocMDP" in perms else None
+        placeholders: list[SignatureDictionary] = []
+        earlier = 0
+        for name, value, field_ref in fields.enumerate_sig_fields(reader, filled_status=None):
+            if value is None:
+                continue
+            signature = value.get_object()
+            if not isinstance(signature, hanko.DictionaryObject):
+                continue
+            contents = _entry(signature, "/Contents")
+            if not isinstance(contents, bytes) or any(contents):
+                earlier += 1
+                continue
+            field = field_ref.get_object()
+            placeholders.append(_placeholder(str(name), signature, value, field, docmdp, root_ref))
+    except (DocJobError, RecursionError, MemoryError):
+        raise
+    except Exception:  # noqa: BLE001 - any reader failure: the file is not known to be clean
+        raise DocJobError("fidelity.reader", "the release gate could not read the signature fields") from None
+    return placeholders, earlier
+
+
+def _placeholder(
+    name: str, signature: hanko.DictionaryObject, value: Any, field: Any, docmdp: Any, root: Any
+) -> SignatureDictionary:
+    byte_range = _entry(signature, "/ByteRange")
+    numbers = list(byte_range) if isinstance(byte_range, list) else []  # iterated: items as written
+    signing_time = _entry(signature, "/M")
+    lock = field.raw_get("/Lock") if isinstance(field, hanko.DictionaryObject) and "/Lock" in field else None
+    return SignatureDictionary(
+        field_name=name,
+        entries={
+            str(key): _plain(signature.raw_get(key), root, 0)
+            for key in list(signature)[:_MAX_ITEMS]
+            if str(key) not in _VARIABLE_KEYS
+        },
+        byte_range=[int(n) for n in numbers] if len(numbers) == 4 and all(_is_int(n) for n in numbers) else None,
+        signing_time=str(signing_time) if isinstance(signing_time, str) else None,
+        certifies=docmdp is not None and _same_object(docmdp, value),
+        lock=None if lock is None else _plain(lock, root, 0),
+    )
+
+
+def _entry(holder: hanko.DictionaryObject, key: str) -> Any:
+    """The entry `key` of `holder`, followed if it is a reference; None when absent (or null)."""
+    try:
+        return holder[key]
+    except KeyError:
+        return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _same_object(one: Any, other: Any) -> bool:
+    return (
+        isinstance(one, hanko.IndirectObject)
+        and isinstance(other, hanko.IndirectObject)
+        and (one.idnum, one.generation) == (other.idnum, other.generation)
+    )
+
+
+def _plain(value: Any, root: Any, depth: int) -> Any:
+    """A pyHanko object as JSON the worker compares: names "/Name", strings {"string": ...} (so that no string
+    passes for a name), bytes {"bytes": hex}, the catalog "<catalog>", a depth and a size bounded."""
+    if depth > _MAX_DEPTH:
+        return {"too_deep": True}
+    if isinstance(value, hanko.IndirectObject):
+        if _same_object(value, root):
+            return CATALOG
+        value = cast(Any, value).get_object()
+    if isinstance(value, hanko.NameObject):
+        return str(value)
+    if isinstance(value, hanko.TextStringObject):
+        return {"string": str(value)}
+    if isinstance(value, bytes):
+        return {"bytes": value.hex()}
+    if isinstance(value, hanko.BooleanObject):
+        return bool(value.value)
+    if _is_int(value):
+        return int(value)
+    if isinstance(value, hanko.FloatObject):
+        return {"number": str(value)}
+    if isinstance(value, list):
+        return [_plain(item, root, depth + 1) for item in list(value)[:_MAX_ITEMS]]  # as written: unresolved
+    if isinstance(value, hanko.DictionaryObject):
+        return {str(key): _plain(value.raw_get(key), root, depth + 1) for key in list(value)[:_MAX_ITEMS]}
+    return None if isinstance(value, hanko.NullObject) or value is None else {"other": type(value).__name__}
+
+
+# --- Active content, by pypdf ------------------------------------------------------------------------------------
+
+ObjId = tuple[int, int]
+
+
+class _Budget:
+    """How many more objects the walk may visit (input.too_complex beyond)."""
+
+    def __init__(self, nodes: int) -> None:
+        self.left = nodes
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise DocJobError("input.too_complex", "the document has too many objects to check for active content")
+
+
+def _resolve(value: Any) -> tuple[Any, ObjId | None]:
+    """The object `value` is (an indirect reference followed), and its object ID if it is an indirect one."""
+    if isinstance(value, pdf.IndirectObject):
+        ident = (value.idnum, value.generation)
+        try:
+            return value.get_object(), ident
+        except Exception:  # noqa: BLE001 - a reference to nothing: null, as the standard says
+            return None, ident
+    return value, None
+
+
+def _raw(holder: Any, key: str) -> Any:
+    return holder.raw_get(key) if isinstance(holder, pdf.DictionaryObject) and key in holder else None
+
+
+def _get(holder: Any, key: str) -> Any:
+    return _resolve(_raw(holder, key))[0]
+
+
+def action_kind(action: pdf.DictionaryObject) -> str | None:
+    """The kind of active content an action is (as docjobs/pdf/sanitize.py's `action_kind`), or None: inert."""
+    if "/JS" in action:
+        return "javascript"
+    subtype = _get(action, "/S")
+    if subtype is None:
+        return None
+    if not isinstance(subtype, pdf.NameObject):
+        return "other_action"
+    name = str(subtype)
+    if name in ACTIVE_ACTIONS:
+        return ACTIVE_ACTIONS[name]
+    if name not in INERT_ACTIONS:
+        return "other_action"
+    if name == "/URI":
+        uri = _get(action, "/URI")
+        if isinstance(uri, pdf.TextStringObject):
+            return uri_kind(uri.original_bytes)
+        return uri_kind(bytes(uri)) if isinstance(uri, bytes) else None
+    if name == "/Thread" and "/F" in action:
+        return "goto_remote"
+    return None
+
+
+class _Walk:
+    """One counting pass over a document's active content: the places docjobs/pdf/sanitize.py's `_Pass` looks
+    (catalog /OpenAction and /AA, the /JavaScript and /EmbeddedFiles name trees, XFA, /AF, bookmarks, form fields,
+    page /AA, annotations and their /A, /PA, /AA, /Next chains), each object once, within one budget."""
+
+    def __init__(self, reader: PdfReader, *, keep_attachments: bool) -> None:
+        self._reader = reader
+        self._keep_attachments = keep_attachments
+        self._budget = _Budget(MAX_NODES)
+        self._found: Counter[str] = Counter()
+        self._actions_seen: set[ObjId] = set()
+        self._holders_seen: set[tuple[ObjId, str]] = set()
+        self._annotations_seen: set[ObjId] = set()
+
+    def run(self) -> dict[str, int]:
+        root_raw = self._reader.trailer.raw_get("/Root")
+        root, root_id = _resolve(root_raw)
+        if not isinstance(root, pdf.DictionaryObject):
+            raise DocJobError("fidelity.reader", "the release gate's reader found no document catalog")
+        self._action(root, root_id, "/OpenAction")  # an array there is a destination: inert
+        self._triggers(root, root_id)
+        self._name_trees(root)
+        self._xfa(root)
+        self._associated_files(root)
+        outlines = _get(root, "/Outlines")
+        for item, ident in self._reachable([_raw(outlines, "/First")], ("/First", "/Next")):
+            self._action(item, ident, "/A")
+        form = _get(root, "/AcroForm")
+        for field, ident in self._reachable([_raw(form, "/Fields")], ("/Kids",)):
+            self._action(field, ident, "/A")
+            self._triggers(field, ident)
+        for page in self._reader.pages:
+            self._budget.spend()
+            ident = _ident(page)
+            self._triggers(page, ident)
+            self._associated_files(page)
+            self._annotations(page)
+        return dict(sorted(self._found.items()))
+
+    def _reachable(
+        self, start: Iterable[Any], keys: tuple[str, ...], seen: set[ObjId] | None = None
+    ) -> Iterator[tuple[pdf.DictionaryObject, ObjId | None]]:
+        """Each dictionary reachable from `start` through `keys` (arrays looked into), once."""
+        seen = set() if seen is None else seen
+        pending = list(start)
+        while pending:
+            item, ident = _resolve(pending.pop())
+            self._budget.spend()
+            if not isinstance(item, pdf.ArrayObject | pdf.DictionaryObject):
+                continue
+            if ident is not None:
+                if ident in seen:
+                    continue
+                seen.add(ident)
+            if isinstance(item, pdf.ArrayObject):
+                pending.extend(item)  # pypdf's arrays give their items as they are: references unresolved
+                continue
+            following = [_raw(item, key) for key in keys]
+            yield item, ident
+            pending.extend(following)
+
+    def _first_visit(self, ident: ObjId | None, key: str) -> bool:
+        if ident is None:
+            return True
+        mark = (ident, key)
+        if mark in self._holders_seen:
+            return False
+        self._holders_seen.add(mark)
+        return True
+
+    def _action(self, holder: Any, ident: ObjId | None, key: str) -> None:
+        head = _raw(holder, key)
+        if not isinstance(_resolve(head)[0], pdf.DictionaryObject) or not self._first_visit(ident, key):
+            return
+        for action, _ in self._reachable([head], ("/Next",), self._actions_seen):
+            kind = action_kind(action)
+            if kind is not None:
+                self._found[kind] += 1
+
+    def _triggers(self, holder: Any, ident: ObjId | None) -> None:
+        triggers, triggers_id = _resolve(_raw(holder, "/AA"))
+        if not isinstance(triggers, pdf.DictionaryObject) or not self._first_visit(ident, "/AA"):
+            return
+        for event in list(triggers.keys()):
+            self._budget.spend()
+            self._action(triggers, triggers_id, str(event))
+
+    def _name_trees(self, root: pdf.DictionaryObject) -> None:
+        names = _get(root, "/Names")
+        if not isinstance(names, pdf.DictionaryObject):
+            return
+        if "/JavaScript" in names:
+            for script in self._tree_values(_raw(names, "/JavaScript")):
+                if isinstance(_resolve(script)[0], pdf.DictionaryObject):
+                    for action, _ in self._reachable([script], ("/Next",), self._actions_seen):
+                        kind = action_kind(action)
+                        if kind is not None:
+                            self._found[kind] += 1
+        if "/EmbeddedFiles" in names and not self._keep_attachments:
+            self._found["embedded_file"] += sum(1 for _ in self._tree_values(_raw(names, "/EmbeddedFiles")))
+
+    def _tree_values(self, root: Any) -> Iterator[Any]:
+        for node, _ in self._reachable([root], ("/Kids",)):
+            pairs = _get(node, "/Names")
+            if isinstance(pairs, pdf.ArrayObject):
+                for index in range(1, len(pairs), 2):
+                    self._budget.spend()
+                    yield pairs[index]
+
+    def _xfa(self, root: pdf.DictionaryObject) -> None:
+        form = _get(root, "/AcroForm")
+        if isinstance(form, pdf.DictionaryObject) and "/XFA" in form:
+            self._found["xfa"] += 1
+
+    def _associated_files(self, holder: Any) -> None:
+        if self._keep_attachments or not isinstance(holder, pdf.DictionaryObject) or "/AF" not in holder:
+            return
+        files = _get(holder, "/AF")
+        self._found["embedded_file"] += len(files) if isinstance(files, pdf.ArrayObject) else 1
+
+    def _annotations(self, page: pdf.DictionaryObject) -> None:
+        annotations = _get(page, "/Annots")
+        if not isinstance(annotations, pdf.ArrayObject):
+            return
+        for index in range(len(annotations)):
+            self._budget.spend()
+            annotation, ident = _resolve(annotations[index])
+            if not isinstance(annotation, pdf.DictionaryObject):
+                continue
+            first = ident is None or ident not in self._annotations_seen
+            if ident is not None:
+                self._annotations_seen.add(ident)
+            if not first:
+                continue
+            kind = self._annotation_kind(annotation)
+            if kind is not None:
+                self._found[kind] += 1
+                continue
+            for key in ("/A", "/PA"):
+                self._action(annotation, ident, key)
+            self._triggers(annotation, ident)
+            self._associated_files(annotation)
+
+    def _annotation_kind(self, annotation: pdf.DictionaryObject) -> str | None:
+        subtype = _get(annotation, "/Subtype")
+        if not isinstance(subtype, pdf.NameObject):
+            return None
+        if str(subtype) == "/FileAttachment" and not self._keep_attachments:
+            return "embedded_file"
+        return ACTIVE_ANNOTATIONS.get(str(subtype))
+
+
+def _ident(item: Any) -> ObjId | None:
+    reference = getattr(item, "indirect_reference", None)
+    return (reference.idnum, reference.generation) if isinstance(reference, pdf.IndirectObject) else None
+
+
+def find_active_content(reader: PdfReader, *, keep_attachments: bool = False) -> dict[str, int]:
+    """The active content of the document `reader` reads, kind -> count (empty when it has none).
+
+    Raises DocJobError input.too_complex when the walk exceeds its budget."""
+    return _Walk(reader, keep_attachments=keep_attachments).run()
+
+
+# --- Text, by pypdf --------------------------------------------------------------------------------------------
+
+
+def page_texts(reader: PdfReader) -> list[str | None]:
+    """The extracted text of every page (None for a page pypdf cannot read: not known to be clean)."""
+    texts: list[str | None] = []
+    for page in reader.pages:
+        try:
+            texts.append(page.extract_text())
+        except Exception:  # noqa: BLE001 - any extractor failure is reported as an unreadable page
+            texts.append(None)
+    return texts
+
+
+def watermark_missing(texts: list[str | None], watermark_text: str) -> list[int]:
+    """The pages (1-based) whose text does not hold the watermark's text, whitespace aside (extractors differ on
+    the spaces around and inside a stamp drawn over other text; its characters, in their order, they agree on)."""
+    stamp = "".join(watermark_text.split())
+    return [number for number, text in enumerate(texts, 1) if text is None or stamp not in "".join(text.split())]
+
+
+def redaction_leaks(texts: list[str | None], settings: ReleaseGateSettings) -> list[str]:
+    """ "page N: kind" for each page where a redaction pattern still matches (or that cannot be read)."""
+    if settings.redact is None:
+        return []
+    patterns = compile_patterns(settings.redact)
+    leaks: list[str] = []
+    for number, text in enumerate(texts, 1):
+        if text is None:
+            leaks.append(f"page {number}: unreadable")
+            continue
+        leaks += [f"page {number}: {kind}" for kind in sorted(sensitive_kinds(text, patterns, frozenset()))]
+    return leaks
+
+
+# --- The worker's side: what it expects, and its verdict -----------------------------------------------------------
+
+
+def expected_signature(reason: str, *, certify: bool) -> tuple[dict[str, Any], Any]:
+    """The signature dictionary the worker would write (as docjobs/signing/sign.py has pyHanko write it), without
+    /Contents, /ByteRange and /M, and the field's /Lock: DocMDP P1 on an unsigned input (a certification), or, after
+    earlier signatures, a FieldMDP lock of every field that allows no change either (`/P 1`)."""
+    params: dict[str, Any] = {"/Type": "/TransformParams", "/V": "/1.2", "/P": 1}
+    if certify:
+        reference = {"/Type": "/SigRef", "/TransformMethod": "/DocMDP", "/TransformParams": params}
+        lock = None
+    else:
+        reference = {
+            "/Type": "/SigRef",
+            "/TransformMethod": "/FieldMDP",
+            "/Data": CATALOG,
+            "/TransformParams": {**params, "/Action": "/All"},
+        }
+        lock = {"/Type": "/SigFieldLock", "/Action": "/All", "/P": 1}
+    entries = {
+        "/Type": "/Sig",
+        "/Filter": "/Adobe.PPKLite",
+        "/SubFilter": "/ETSI.CAdES.detached",
+        "/Reason": {"string": reason},
+        "/Reference": [reference],
+    }
+    return entries, lock
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the worker knows of the job, independently of every child: its tenant's /Reason, the byte range it
+    checked, whether the policy lets an input be signed already, render's page count, the sanitize policy."""
+
+    reason: str
+    byte_range: tuple[int, int, int, int]
+    allow_signed_input: bool
+    page_count: int  # 0: not known (scheduled without the job's shape)
+    sanitize: SanitizePolicy
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+
+def judge(report: GateReport, expected: Expected) -> list[str]:
+    """The worker's verdict on the gate's report: the checks passed, or DocJobError with the first failing one's
+    code (signature.dictionary, fidelity.page_count, sanitize.residue, fidelity.watermark, redaction.leak)."""
+    if report.loaded_forbidden:  # the gate's own process is not what it must be: never a pass
+        raise DocJobError("internal.error", "the release gate's child loaded a C/C++ PDF reader")
+    checks = [_judge_signature(report, expected)]
+    if expected.page_count and report.page_count != expected.page_count:
+        raise DocJobError("fidelity.page_count", "the release gate counts another number of pages than render did")
+    checks.append("gate_page_count")
+    if expected.sanitize.mode is not SanitizeMode.KEEP:
+        if report.active:
+            kinds = ", ".join(sorted(report.active))
+            raise DocJobError("sanitize.residue", f"the release gate found active content ({kinds}) before signing")
+        checks.append("gate_no_active_content")
+    if report.watermark_missing is not None:
+        if report.watermark_missing:
+            missing = len(report.watermark_missing)
+            raise DocJobError("fidelity.watermark", f"the release gate finds no watermark on {missing} page(s)")
+        checks.append("gate_watermark_every_page")
+    if report.redaction_leaks:
+        raise DocJobError("redaction.leak", "the release gate finds a redaction pattern in the document's text")
+    return checks
+
+
+def _judge_signature(report: GateReport, expected: Expected) -> str:
+    if len(report.placeholders) != 1:
+        count = len(report.placeholders)
+        raise DocJobError("signature.dictionary", f"the prepared document has {count} empty signatures, not one")
+    [found] = report.placeholders
+    certify = not (expected.allow_signed_input and report.earlier_signatures)
+    entries, lock = expected_signature(expected.reason, certify=certify)
+    if found.entries != entries or found.lock != lock:
+        raise DocJobError("signature.dictionary", "the signature dictionary is not the one the worker expects")
+    if found.certifies != certify:
+        raise DocJobError("signature.dictionary", "the document's DocMDP permissions do not point at the signature")
+    if found.byte_range != list(expected.byte_range):
+        raise DocJobError("signature.dictionary", "the signature's /ByteRange is not the range the worker checked")
+    signed_at = _pdf_date(found.signing_time)
+    if signed_at is None or abs(signed_at - expected.now()) > SIGNING_TIME_SLACK:
+        raise DocJobError("signature.dictionary", "the signature's signing time is not now")
+    return "gate_signature_dictionary"
+
+
+_PDF_DATE = re.compile(r"^D:(\d{14})(?:(Z)|([+-])(\d{2})'?(\d{2})'?)?$")
+
+
+def _pdf_date(text: str | None) -> datetime | None:
+    """A PDF date string to its time (UTC when it names no offset), None when it is not one."""
+    match = _PDF_DATE.match(text or "")
+    if match is None:
+        return None
+    try:
+        moment = datetime.strptime(match.group(1), "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    if match.group(3):
+        offset = timedelta(hours=int(match.group(4)), minutes=int(match.group(5)))
+        moment -= offset if match.group(3) == "+" else -offset
+    return moment
