@@ -65,7 +65,9 @@ class ResolveActivities:
             policy = book.resolve(job.policy, job.overrides)
         except (pydantic.ValidationError, ConfigError):
             raise DocJobError("policy.invalid") from None
-        if job.policy_version is not None and policy.version != job.policy_version:
+        # A pin is the version a status shows (no terms) or the fingerprint a batch pins (terms included, and what
+        # versions were before the terms left them: pins recorded by older code).
+        if job.policy_version is not None and job.policy_version not in (policy.version, policy.fingerprint):
             raise DocJobError("policy.changed")
         return policy
 

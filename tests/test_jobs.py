@@ -78,7 +78,7 @@ async def test_structure_mode_keeps_the_document_and_stamps_every_page(
     with pikepdf.open(out) as pdf:
         assert any(annot.get("/Subtype") == "/Link" for annot in pdf.pages[0].get("/Annots", []))
     # staged attempts are cleaned up
-    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json", "run.json"]
+    assert job_files(env, submitted.job_id) == ["artifact.pdf", "commitment.salt", "evidence.json", "run.json"]
 
 
 async def test_raster_mode_rebuilds_pages_with_the_same_geometry(
@@ -172,7 +172,8 @@ async def test_deadline_cancels_the_job_and_cleans_up(
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "deadline_exceeded"), status
     assert held.hold(submitted.job_id).has("canceled")  # the running stage was stopped, not left to finish
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # no artifact, no staging leftovers
+    # no artifact, no staging leftovers
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]
 
 
 async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, held: HeldQueue, samples: Path) -> None:
@@ -185,7 +186,8 @@ async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, held: Hel
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "requested"), status
     assert hold.has("canceled")
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # only the signed record of the outcome
+    # only the signed record of the outcome
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]
 
 
 def holding_worker(start_worker: StartWorker, queue: str, folder: Path, *extra_args: str) -> WorkerProcess:
@@ -216,7 +218,7 @@ async def test_killed_worker_loses_its_lease_and_another_finishes(
     ), story
     assert story[-1].startswith("succeeded; artifact released")
     # exactly one artifact, no leftovers
-    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json", "run.json"]
+    assert job_files(env, submitted.job_id) == ["artifact.pdf", "commitment.salt", "evidence.json", "run.json"]
 
 
 async def test_changed_source_after_acceptance_is_quarantined(

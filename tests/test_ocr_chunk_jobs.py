@@ -164,7 +164,8 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     for number, expected in enumerate(words):  # every page's own words, on that page: complete, in page order
         own = {word.lower() for word in expected}
         assert len(own & found[number]) >= 0.75 * len(own), (number + 1, found[number])
-    assert job_files(env, job_id) == ["artifact.pdf", "evidence.json", "run.json", "text.json"]  # chunks removed
+    # chunks removed
+    assert job_files(env, job_id) == ["artifact.pdf", "commitment.salt", "evidence.json", "run.json", "text.json"]
 
     history = await jobs.client.get_workflow_handle(job_id).fetch_history()
     replayer = Replayer(workflows=[DocumentJobWorkflow], data_converter=data_converter(client.settings))
@@ -245,7 +246,8 @@ async def test_a_range_resumes_after_the_pages_its_lost_attempt_read(
     for number, expected in enumerate(words):  # the resumed pages' words too, on their own pages
         own = {word.lower() for word in expected}
         assert len(own & found[number]) >= 0.75 * len(own), (number + 1, found[number])
-    assert job_files(env, job_id) == ["artifact.pdf", "evidence.json", "run.json", "text.json"]  # checkpoints gone
+    # checkpoints gone
+    assert job_files(env, job_id) == ["artifact.pdf", "commitment.salt", "evidence.json", "run.json", "text.json"]
 
 
 @needs_ocr_tools
@@ -282,4 +284,4 @@ async def test_cancel_stops_every_running_chunk(
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "requested")
     scheduled = [payload["pages"]["first"] for _, payload in await activity_events(jobs.client, job_id, "ocr_chunk")]
     assert scheduled[:2] == [1, 3]  # in page order, two at once
-    assert job_files(env, job_id) == ["evidence.json", "run.json"]  # no chunk outlived the job
+    assert job_files(env, job_id) == ["commitment.salt", "evidence.json", "run.json"]  # no chunk outlived the job

@@ -99,7 +99,8 @@ async def test_cancel_during_ocr_kills_the_process_tree(
     assert ocr_processes(submitted.job_id) == [], f"OCR still running {killed_after:.1f}s after the cancel"
     status = await wait_terminal(jobs, submitted.job_id, timeout=60)
     assert (status.state, status.cancel_reason) == (JobState.CANCELED, "requested")
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # only the signed record of the outcome
+    # only the signed record of the outcome
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]
 
 
 @needs_ocr_tools
@@ -123,7 +124,13 @@ async def test_worker_killed_during_ocr_another_finishes(
     status = await wait_terminal(jobs, submitted.job_id, timeout=300)
     assert status.state is JobState.SUCCEEDED, status
     assert status.attempts["ocr"] >= 2
-    assert job_files(env, submitted.job_id) == ["artifact.pdf", "evidence.json", "run.json", "text.json"]
+    assert job_files(env, submitted.job_id) == [
+        "artifact.pdf",
+        "commitment.salt",
+        "evidence.json",
+        "run.json",
+        "text.json",
+    ]
 
 
 def test_worker_serves_any_subset_of_queues(start_worker: StartWorker) -> None:

@@ -73,8 +73,9 @@ async def test_an_office_document_becomes_a_released_pdf(
     # The evidence binds both files: the office document as accepted, and the PDF it became (kept beside it).
     check = await jobs.verify_evidence(submitted.job_id)
     assert check.ok, check.broken
-    assert check.evidence is not None and check.evidence.input_sha256 == sha256_file(document)
-    assert check.evidence.converted_sha256 not in (None, check.evidence.input_sha256, status.output_sha256)
+    salt = bytes.fromhex(status.commitment_salt or "")
+    assert check.evidence is not None and check.evidence.binds("source", sha256_file(document), salt)
+    assert "converted.pdf" in (check.evidence.commitments or {})  # checked by verify_evidence against the kept file
 
 
 async def test_a_policy_asks_pdf_a_2b_from_an_office_document(

@@ -128,7 +128,8 @@ async def test_summary_is_bound_into_the_evidence(
     assert (page.spans, status.redaction.spans) == (2, 2)  # spans counted, never the letters they held
     envelope = tmp_path / "evidence.json"
     assert run_starter(env, "evidence", status.job_id, "-o", str(envelope))[0] == 0
-    assert envelope_evidence(envelope.read_bytes()).redaction_summary_sha256 == status.redaction.sha256
+    salt = bytes.fromhex(status.commitment_salt or "")
+    assert envelope_evidence(envelope.read_bytes()).binds("redaction.json", status.redaction.sha256, salt)
     code, checked, _ = run_starter(env, "verify-evidence", status.job_id)  # the reported summary is the bound one
     assert (code, checked["ok"], checked["broken"]) == (0, True, [])
 
@@ -184,7 +185,8 @@ async def test_box_only_redactor_is_caught_by_the_gate(
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "redaction.leak"), status
     assert status.output_sha256 is None and status.attempts["redact"] == 1  # deterministic: not retried
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # nothing released, nothing staged left
+    # nothing released, nothing staged left
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]
     assert SSN not in (status.failure_message or "") and EMAIL not in (status.failure_message or "")
 
 

@@ -76,7 +76,8 @@ async def test_untrusted_signer_is_quarantined(
     submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="release-untrusted")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "signature.untrusted"), status
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # nothing released, nothing staged left
+    # nothing released, nothing staged left
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]
 
 
 async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
@@ -111,10 +112,17 @@ async def test_evidence_is_signed_and_names_the_broken_binding(
     assert run_starter(env, "evidence", submitted.job_id, "-o", str(envelope))[0] == 0
     await jobs.fetch(submitted.job_id, artifact)
     evidence = envelope_evidence(envelope.read_bytes())
-    assert (evidence.job_id, evidence.terminal_state) == (submitted.job_id, "succeeded")
-    assert evidence.output_sha256 == status.output_sha256 and evidence.input_sha256 == status.input_sha256
+    salt = bytes.fromhex(status.commitment_salt or "")  # the tenant's: the commitments check with it alone
+    assert evidence.binds("job", submitted.job_id, salt) and evidence.terminal_state == "succeeded"
+    assert evidence.output_sha256 == status.output_sha256 and evidence.binds("source", status.input_sha256, salt)
+    assert not evidence.binds("source", status.input_sha256, bytes(32))
     elsewhere = ("verify-evidence", "--evidence", str(envelope), "--artifact", str(artifact))
     assert run_starter(env, *elsewhere)[0] == 0
+    source = tmp_path / "source"
+    source.write_bytes((Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / "sources" / status.input_sha256).read_bytes())
+    code, result, _ = run_starter(env, *elsewhere, "--source", str(source))  # no salt: no proof of the input
+    assert (code, result["broken"]) == (1, ["input_sha256"])
+    assert run_starter(env, *elsewhere, "--source", str(source), "--salt", status.commitment_salt or "")[0] == 0
 
     forged = json.loads(envelope.read_bytes())
     statement = json.loads(base64.b64decode(forged["payload"]))

@@ -115,7 +115,7 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
     assert old.state is JobState.SUCCEEDED, old
     old_run = await run_id_of(client, first.job_id)
     old_folder = f"{job_prefix(first.job_id)}/runs/{old_run}"
-    assert keys_under(blobs_of(mine), old_folder) == ["artifact.pdf", "evidence.json", "run.json"]
+    assert keys_under(blobs_of(mine), old_folder) == ["artifact.pdf", "commitment.salt", "evidence.json", "run.json"]
 
     # A job still running, with blobs: rendered, then waiting for an OCR worker that never comes.
     scan = policies.get("scan")
@@ -139,8 +139,9 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
     assert hashlib.sha256(fetched.read_bytes()).hexdigest() == new.output_sha256 != old.output_sha256
     await mine.evidence(second.job_id, envelope)
     evidence = envelope_evidence(envelope.read_bytes())
-    assert (evidence.job_id, evidence.run_id) == (second.job_id, new_run)
-    assert (evidence.input_sha256, evidence.output_sha256) == (second.input_sha256, new.output_sha256)
+    salt = bytes.fromhex(new.commitment_salt or "")
+    assert evidence.binds("job", second.job_id, salt) and evidence.run_id == new_run
+    assert evidence.binds("source", second.input_sha256, salt) and evidence.output_sha256 == new.output_sha256
     code, check, _ = run_starter(store_env, "verify-evidence", second.job_id)
     assert (code, check["ok"], check["broken"]) == (0, True, []), check
 
@@ -163,7 +164,7 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
     orphan_marker = owner_marker_key(orphan, "someone")
     assert orphan_marker in before
     assert set(after) == set(before) - {blob.key for blob in gone} - {old_source.key, old_owner.key, orphan_marker}
-    assert keys_under(after, new_folder) == ["artifact.pdf", "evidence.json", "run.json"]
+    assert keys_under(after, new_folder) == ["artifact.pdf", "commitment.salt", "evidence.json", "run.json"]
     staged = keys_under(after, running_folder)
     assert staged[0] == "run.json" and len(staged) == 2 and staged[1].startswith("staging/render-a1-"), staged
     assert {source_key(second.input_sha256), source_key(running.input_sha256)} <= set(after)

@@ -44,7 +44,7 @@ async def test_job_on_s3_publishes_once_and_leaves_no_staging(
     keys = sorted(item["Key"].removeprefix(f"{prefix}/") for item in listing["Contents"])
     run_id = (await jobs.handle(submitted.job_id).describe()).run_id
     folder = f"{job_prefix(submitted.job_id)}/runs/{run_id}"  # the run's own folder, named by Temporal's run ID
-    expected = [f"{folder}/{name}" for name in ("artifact.pdf", "evidence.json", "run.json")]
+    expected = [f"{folder}/{name}" for name in ("artifact.pdf", "commitment.salt", "evidence.json", "run.json")]
     owner = owner_marker_key(status.input_sha256, CLI_TENANT)  # the tenant that stored the source
     assert keys == [*expected, f"sources/{status.input_sha256}", owner]
 

@@ -67,7 +67,7 @@ async def test_fail_mode_refuses_the_input(jobs: JobClient, env: Env, policies: 
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.active_content"), status
     assert status.attempts["render"] == 1 and status.output_sha256 is None  # deterministic: not retried
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]
 
 
 async def test_raster_mode_has_no_document_level_content(
@@ -92,4 +92,4 @@ async def test_verify_catches_a_render_that_strips_nothing(
     submitted = await on_queue.submit(active, policies.get("standard"), key="sanitize-residue")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "sanitize.residue"), status
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # nothing released
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]  # nothing released

@@ -53,9 +53,12 @@ from docjobs.signing.dev_ca import DEV_CA_CN, DEV_SIGNER_CN, ensure_dev_signer, 
 from docjobs.signing.environment import ENV_NAMES, signer_from_env
 from docjobs.signing.evidence import (
     PAYLOAD_TYPE,
+    PREDICATE_TYPE_V1,
     Evidence,
     EvidenceCheck,
+    commitment,
     envelope_evidence,
+    pae,
     sign_evidence,
     tool_versions,
     verify_evidence,
@@ -527,21 +530,65 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+SALT = bytes(range(32))  # a job's commitment salt (its status holds one drawn at random)
+
+
 @pytest.fixture(scope="module")
 def evidence(sample: Path, signed: tuple[Path, SignInfo]) -> Evidence:
     out, _ = signed
     return Evidence(
-        job_id="acme/job-1",
+        run_id="run-1",
         tenant="acme",
         document_class="standard",
         policy={"name": "standard", "watermark": {"text": "CONFIDENTIAL — ü", "dpi": 150}},
         policy_version="standard@0123456789ab",
-        input_sha256=sha256(sample),
         output_sha256=sha256(out),
+        commitments={
+            "job": commitment(SALT, "job", "acme/job-1"),
+            "source": commitment(SALT, "source", sha256(sample)),
+            "policy": commitment(SALT, "policy", "0" * 64),
+        },
+        redactions={"ssn": 1, "custom": 2},
         stage_attempts={"render": 1, "publish": 2},
         tool_versions=tool_versions(),
         terminal_state="succeeded",
         completed_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2))),
+    )
+
+
+def v1_envelope(evidence: Evidence, config: SignerConfig, **fields: Any) -> bytes:
+    """A DSSE envelope of a v1 statement, exactly as docjobs wrote them before the commitments: the job's ID and
+    the policy in the predicate, the source and an office input's PDF as plain subjects."""
+    predicate = evidence.model_dump(mode="json", exclude={"commitments", "redactions", "output_sha256"})
+    predicate.update(job_id="acme/job-1", input_sha256=None, converted_sha256=None)
+    predicate.update(fields)
+    names = {"output_sha256": "artifact.pdf", "input_sha256": "source", "converted_sha256": "converted.pdf"}
+    values = {"output_sha256": evidence.output_sha256, **fields}
+    subjects = [{"name": names[field], "digest": {"sha256": value}} for field, value in values.items() if value]
+    for field in (*names, "ocr_text_sha256"):  # every subject's field: a v1 predicate held none of them
+        predicate.pop(field, None)
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": subjects,
+        "predicateType": PREDICATE_TYPE_V1,
+        "predicate": predicate,
+    }
+    body = canonical_json(statement)
+    material = load_signer(config)
+    assert isinstance(material.key, ec.EllipticCurvePrivateKey)
+    signature = material.key.sign(pae(PAYLOAD_TYPE, body), ec.ECDSA(hashes.SHA256()))
+    return canonical_json(
+        {
+            "payload": base64.b64encode(body).decode(),
+            "payloadType": PAYLOAD_TYPE,
+            "signatures": [
+                {
+                    "keyid": "k",
+                    "sig": base64.b64encode(signature).decode(),
+                    "cert": cert_pem(material.certificate).decode(),
+                }
+            ],
+        }
     )
 
 
@@ -570,26 +617,54 @@ def test_evidence_envelope_round_trip(
     assert envelope == canonical_json(parsed)  # the envelope itself is canonical: no whitespace, sorted keys
     assert (statement["_type"], statement["predicateType"]) == (
         "https://in-toto.io/Statement/v1",
-        "https://docjobs.dev/evidence/v1",
+        "https://docjobs.dev/evidence/v2",
     )
-    assert statement["subject"] == [
-        {"name": "artifact.pdf", "digest": {"sha256": sha256(out)}},
-        {"name": "source", "digest": {"sha256": sha256(sample)}},
-    ]
+    assert statement["subject"] == [{"name": "artifact.pdf", "digest": {"sha256": sha256(out)}}]  # the release only
     predicate = statement["predicate"]
-    assert not {"input_sha256", "output_sha256", "ocr_text_sha256"} & set(predicate)  # those are the subjects
+    assert not {"input_sha256", "output_sha256", "ocr_text_sha256", "job_id"} & set(predicate)
+    assert sha256(sample) not in base64.b64decode(parsed["payload"]).decode()  # the source by its commitment only
+    assert predicate["commitments"]["source"] == commitment(SALT, "source", sha256(sample))
     assert predicate["completed_at"] == "2026-01-02T01:04:05Z"  # normalised to UTC
     assert "CONFIDENTIAL — ü".encode() in base64.b64decode(parsed["payload"])  # UTF-8, not \u-escaped
 
-    check = verify_evidence(envelope, dev, artifact=out, source=sample)
+    check = verify_evidence(envelope, dev, artifact=out, source=sample, job_id="acme/job-1", salt=SALT)
     assert check == EvidenceCheck(broken=[], evidence=evidence, signer_subject=f"CN={DEV_SIGNER_CN}")
     assert check.ok and envelope_evidence(envelope) == evidence
+
+
+def test_commitments_check_only_with_the_jobs_salt(evidence: Evidence, dev: SignerConfig, sample: Path) -> None:
+    """Without the salt (a receiver) the source and the job cannot be tied to the envelope; with another salt, or
+    another file or job, the binding breaks."""
+    envelope = sign_evidence(evidence, dev)
+    assert verify_evidence(envelope, dev, source=sample).broken == ["input_sha256"]
+    assert verify_evidence(envelope, dev, source=sample, salt=bytes(32)).broken == ["input_sha256"]
+    assert verify_evidence(envelope, dev, job_id="acme/job-1").broken == ["run"]
+    assert verify_evidence(envelope, dev, job_id="acme/job-2", salt=SALT).broken == ["run"]
+    assert verify_evidence(envelope, dev, job_id="acme/job-1", run_id="run-1", salt=SALT).ok
+    assert verify_evidence(envelope, dev, job_id="acme/job-1", run_id="run-2", salt=SALT).broken == ["run"]
+
+
+def test_a_v1_statement_still_verifies(evidence: Evidence, dev: SignerConfig, sample: Path) -> None:
+    """Jobs that ended before the commitments keep their v1 statement: its plain bindings are checked as before."""
+    envelope = v1_envelope(evidence, dev, input_sha256=sha256(sample))
+    check = verify_evidence(envelope, dev, source=sample, job_id="acme/job-1", run_id="run-1")
+    assert check.ok and check.evidence is not None and check.evidence.job_id == "acme/job-1"
+    assert verify_evidence(envelope, dev, source=sample, job_id="acme/job-2").broken == ["run"]
+    other = v1_envelope(evidence, dev, input_sha256="0" * 64)
+    assert verify_evidence(other, dev, source=sample).broken == ["input_sha256"]
+
+
+def test_only_committed_evidence_is_written(evidence: Evidence, dev: SignerConfig) -> None:
+    with pytest.raises(ValueError, match="committed"):
+        sign_evidence(evidence.model_copy(update={"job_id": "acme/job-1"}), dev)
+    with pytest.raises(ValueError, match="committed"):
+        sign_evidence(evidence.model_copy(update={"commitments": None}), dev)
 
 
 def test_evidence_predicate_matches_its_schema(evidence: Evidence, dev: SignerConfig) -> None:
     import jsonschema
 
-    schema = json.loads((REPO / "schemas" / "evidence-v1.schema.json").read_text())
+    schema = json.loads((REPO / "schemas" / "evidence-v2.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     signature = {"bottom_line": True, "coverage": "entire_file", "tenant": "acme", "docmdp": 1}
     update = {"sanitized": {"javascript": 1}, "signature": signature}
@@ -640,7 +715,7 @@ def test_evidence_flipped_artifact_byte(
     out, _ = signed
     tampered = work / "artifact-flipped.pdf"
     tampered.write_bytes(flip_byte(out.read_bytes(), 100))
-    check = verify_evidence(sign_evidence(evidence, dev), dev, artifact=tampered, source=sample)
+    check = verify_evidence(sign_evidence(evidence, dev), dev, artifact=tampered, source=sample, salt=SALT)
     assert check.broken == ["output_sha256"] and not check.ok
 
 
@@ -652,19 +727,23 @@ def test_evidence_digest_not_recorded(work: Path, evidence: Evidence, dev: Signe
 def test_evidence_binds_an_office_inputs_converted_pdf(
     work: Path, evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, SignInfo]
 ) -> None:
-    """The accepted office file is `source`; the PDF it was converted to, which every later stage worked on, is a
-    subject of its own, and a changed byte in it breaks its binding alone."""
+    """The accepted office file is `source`; the PDF it was converted to, which every later stage worked on, has a
+    commitment of its own, and a changed byte in it breaks its binding alone."""
     out, _ = signed
-    converted = evidence.model_copy(update={"converted_sha256": sha256(out)})
-    envelope = sign_evidence(converted, dev)
+    commitments = {**(evidence.commitments or {}), "converted.pdf": commitment(SALT, "converted.pdf", sha256(out))}
+    envelope = sign_evidence(evidence.model_copy(update={"commitments": commitments}), dev)
     _, statement = opened(envelope)
-    assert {"name": "converted.pdf", "digest": {"sha256": sha256(out)}} in statement["subject"]
+    assert [subject["name"] for subject in statement["subject"]] == ["artifact.pdf"]
     assert "converted_sha256" not in statement["predicate"]
-    assert verify_evidence(envelope, dev, artifact=out, source=sample, converted=out).ok
+    assert verify_evidence(envelope, dev, artifact=out, source=sample, converted=out, salt=SALT).ok
     tampered = work / "converted-flipped.pdf"
     tampered.write_bytes(flip_byte(out.read_bytes(), 100))
-    assert verify_evidence(envelope, dev, source=sample, converted=tampered).broken == ["converted_sha256"]
-    assert verify_evidence(sign_evidence(evidence, dev), dev, converted=out).broken == ["converted_sha256"]
+    check = verify_evidence(envelope, dev, source=sample, converted=tampered, salt=SALT)
+    assert check.broken == ["converted_sha256"]
+    assert verify_evidence(sign_evidence(evidence, dev), dev, converted=out, salt=SALT).broken == ["converted_sha256"]
+    v1 = v1_envelope(evidence, dev, input_sha256=sha256(sample), converted_sha256=sha256(out))
+    assert verify_evidence(v1, dev, source=sample, converted=out).ok
+    assert verify_evidence(v1, dev, converted=tampered).broken == ["converted_sha256"]
 
 
 @pytest.mark.parametrize(
@@ -760,8 +839,10 @@ def test_evidence_written_before_the_attestation_still_verifies(
     evidence: Evidence, dev: SignerConfig, sample: Path, signed: tuple[Path, SignInfo]
 ) -> None:
     out, _ = signed
+    written = {"job_id": "acme/job-1", "input_sha256": sha256(sample), "commitments": None, "redactions": None}
+    evidence = evidence.model_copy(update=written)  # what evidence was then: the job and its input in plain
     old = rfc8785_envelope(evidence.model_dump(mode="json"), dev)
-    check = verify_evidence(old, dev, artifact=out, source=sample)
+    check = verify_evidence(old, dev, artifact=out, source=sample, job_id="acme/job-1")
     assert check == EvidenceCheck(broken=[], evidence=evidence, signer_subject=f"CN={DEV_SIGNER_CN}")
     assert envelope_evidence(old) == evidence
     parsed = json.loads(old)
@@ -812,7 +893,11 @@ def legacy_envelope(payload: dict[str, Any], config: SignerConfig) -> bytes:
 
 
 def test_evidence_from_before_rfc8785_still_verifies(evidence: Evidence, dev: SignerConfig) -> None:
-    payload = evidence.model_dump(mode="json") | {"policy": {"name": "standard", "ocr": {"tesseract_timeout": 180.0}}}
+    payload = evidence.model_dump(mode="json", exclude={"commitments", "redactions"}) | {
+        "job_id": "acme/job-1",
+        "input_sha256": "0" * 64,
+        "policy": {"name": "standard", "ocr": {"tesseract_timeout": 180.0}},
+    }
     old = legacy_envelope(payload, dev)
     assert b'"tesseract_timeout":180.0' in old and b"180.0" not in canonical_json(payload)  # the forms differ
     check = verify_evidence(old, dev)

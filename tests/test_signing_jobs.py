@@ -142,4 +142,5 @@ async def test_a_forged_byte_range_is_refused(
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "signature.byte_range"), status
     assert status.attempts.get("sign") == 1 and "verify" not in status.attempts  # refused at once, never retried
     assert status.output_sha256 is None
-    assert job_files(env, submitted.job_id) == ["evidence.json", "run.json"]  # nothing signed was staged or kept
+    # nothing signed was staged or kept
+    assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]

@@ -406,7 +406,8 @@ class DocumentJobWorkflow:
             state=status.state,
             failure_code=status.failure_code,
             cancel_reason=status.cancel_reason,
-            input_sha256=status.input_sha256,
+            # a redaction job's input digest would confirm a guessed value to whoever reads the event
+            input_sha256=None if self._request.policy.redact.enabled else status.input_sha256,
             output_sha256=status.output_sha256,
             evidence_sha256=status.evidence_sha256,
         )
@@ -524,6 +525,7 @@ class DocumentJobWorkflow:
             stage_attempts=dict(status.attempts),
             terminal_state=ending.state,
             completed_at=workflow.now(),
+            redactions=status.redaction.by_kind() if status.redaction else {},
         )
         try:
             recorded = await workflow.execute_local_activity(
@@ -538,6 +540,7 @@ class DocumentJobWorkflow:
             return Ending(JobState.QUARANTINED, "evidence.unavailable", FAILURE_CODES["evidence.unavailable"][1])
         status.evidence_key = recorded.evidence.key
         status.evidence_sha256 = recorded.evidence.sha256
+        status.commitment_salt = recorded.commitment_salt
         return ending
 
     async def _release_gates(self, source: BlobRef, staged: BlobRef, ocr_on: bool) -> BlobRef:

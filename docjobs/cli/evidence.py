@@ -37,6 +37,7 @@ async def cmd_verify_evidence(args: argparse.Namespace, settings: TemporalSettin
             source=Path(args.source) if args.source else None,
             ocr_text=Path(args.text) if args.text else None,
             converted=Path(args.converted) if args.converted else None,
+            salt=_salt(args.salt),
         )
     elif args.job_id:
         check = await (await job_client(settings)).verify_evidence(args.job_id)
@@ -46,6 +47,19 @@ async def cmd_verify_evidence(args: argparse.Namespace, settings: TemporalSettin
     text = "evidence verified: every binding holds" if check.ok else f"evidence broken: {', '.join(check.broken)}"
     out.result(payload, text)
     return EXIT_OK if check.ok else EXIT_JOB_NOT_SUCCEEDED
+
+
+def _salt(text: str | None) -> bytes | None:
+    """`--salt`: the job's `commitment_salt` (64 hex, from its status), to check what the envelope commits to."""
+    if text is None:
+        return None
+    try:
+        salt = bytes.fromhex(text)
+    except ValueError:
+        salt = b""
+    if len(salt) != 32:
+        raise ConfigError("--salt is the job's commitment_salt: 64 hex digits, as its status shows it")
+    return salt
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,4 +74,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     check.add_argument("--source", metavar="FILE", help="the input the envelope binds")
     check.add_argument("--text", metavar="FILE", help="the OCR text (text.json) the envelope binds")
     check.add_argument("--converted", metavar="PDF", help="an office input's PDF (converted.pdf) the envelope binds")
+    check.add_argument(
+        "--salt",
+        metavar="HEX",
+        help="the job's commitment_salt (its status): checks what the envelope commits to (--source, --converted)",
+    )
     check.set_defaults(handler=cmd_verify_evidence)

@@ -72,7 +72,8 @@ class BatchRequest(Frozen):
 
 def document_input(batch: BatchRequest, overrides: JobOverrides, source: SourceRef) -> DocumentJobInput:
     """A document's public input: the batch's policy name and `overrides` (what the batch was asked), held to
-    the version the batch pinned, so a policy file changed while the batch runs fails `policy.changed`."""
+    the policy the batch pinned (its fingerprint, terms included: `Policy.fingerprint`), so a policy file changed
+    while the batch runs fails `policy.changed`."""
     return DocumentJobInput(
         version=1,
         tenant=batch.tenant,
@@ -80,7 +81,7 @@ def document_input(batch: BatchRequest, overrides: JobOverrides, source: SourceR
         policy=batch.policy.name,
         overrides=overrides,
         deadline_seconds=batch.deadline_seconds,
-        policy_version=batch.policy.version,
+        policy_version=batch.policy.fingerprint,
     )
 
 

@@ -235,16 +235,40 @@ class Policy(Frozen):
 
     @property
     def version(self) -> str:
-        """`name@digest` of the canonical policy: an override makes a new version, so a new job. A section added
-        after versions were first recorded (`office`) counts only when it differs from its defaults, and so does a
-        field added to it since (`office.pdf_variant`), so every policy that does not use them keeps the version it
-        had (pinned batches, recorded jobs)."""
+        """`name@digest` of the canonical policy without its redaction terms (`redact.regexes`, `redact.regions`,
+        left empty): what a job's status and evidence show. The terms are a job's data, not its policy: a version
+        that hashed them would let anyone who sees it confirm a guessed name offline (put it back, hash, compare).
+        A policy with terms has the version of the same policy without them, so a policy that never had any keeps
+        the version it always had; `fingerprint` tells policies with other terms apart."""
+        return self.without_terms().fingerprint
+
+    @property
+    def fingerprint(self) -> str:
+        """`name@digest` of the whole canonical policy, terms included: what a job's identity is derived from (an
+        override makes a new fingerprint, so a new job) and what a batch pins its documents to. Never released: it
+        stays in the history and the tenant's own records. It is what `version` was before the terms left it, so a
+        version recorded or pinned by older code is the policy's fingerprint (docs/batches.md).
+
+        A section added after versions were first recorded (`office`) counts only when it differs from its
+        defaults, and so does a field added to it since (`office.pdf_variant`), so every policy that does not use
+        them keeps the digest it had (pinned batches, recorded jobs)."""
         unset: dict[str, Any] | None = None
         if self.office == OfficePolicy():
             unset = {"office": True}
         elif self.office.pdf_variant is None:
             unset = {"office": {"pdf_variant"}}
         return f"{self.name}@{canonical_sha256(self, unset)[:12]}"
+
+    def without_terms(self) -> Policy:
+        """This policy with no redaction terms of its own: what a release may show of it."""
+        if not (self.redact.regexes or self.redact.regions):
+            return self
+        return self.model_copy(update={"redact": self.redact.model_copy(update={"regexes": (), "regions": ()})})
+
+    def released(self) -> dict[str, Any]:
+        """The policy as a release shows it: without the redaction terms (`redact.regexes` and `redact.regions`,
+        left out), whose number the evidence gives by kind instead (`Evidence.redactions`)."""
+        return self.model_dump(mode="json", exclude={"redact": {"regexes", "regions"}})
 
 
 class BlobRef(Frozen):
@@ -355,9 +379,9 @@ class DocumentJobInput(Strict):
     policy_version: str | None = Field(
         default=None,
         pattern=POLICY_VERSION_PATTERN,
-        description="the policy version (`name@digest`, as a job's status shows it) the job must run with: if the "
-        "policy and overrides resolve to another version (the policy file changed), the job fails `policy.changed`; "
-        "None: whatever they resolve to",
+        description="the policy version (`name@digest`, as a job's status shows it) the job must run with, or the "
+        "policy's fingerprint (its redaction terms included: what a batch pins): if the policy and overrides resolve "
+        "to another (the policy file changed), the job fails `policy.changed`; None: whatever they resolve to",
     )
 
 
@@ -596,8 +620,22 @@ class RedactionSummary(Frozen):
 
     @property
     def sha256(self) -> str:
-        """Digest of the canonical summary, bound into the evidence."""
+        """Digest of the canonical summary, bound into the evidence (by a commitment: docs/release-gates.md)."""
         return canonical_sha256(self)
+
+    def by_kind(self) -> dict[str, int]:
+        """Spans removed, by kind: a built-in pattern's name, `custom` (any of the job's own regexes, never which:
+        their order could tell them apart) and `region` (explicit boxes). What a release says of its redactions."""
+        counts: dict[str, int] = {}
+        for page in self.pages:
+            matched = 0
+            for name, count in page.matches.items():
+                kind = name if name in BUILTIN_PATTERN_NAMES else "custom"
+                counts[kind] = counts.get(kind, 0) + count
+                matched += count
+            if page.spans > matched:
+                counts["region"] = counts.get("region", 0) + page.spans - matched
+        return counts
 
 
 class RedactDone(Frozen):
@@ -678,10 +716,13 @@ class EvidenceInput(Frozen):
     stage_attempts: dict[str, int]
     terminal_state: JobState
     completed_at: datetime
+    redactions: dict[str, int] = Field(default_factory=dict)  # spans removed by kind (RedactionSummary.by_kind)
 
 
 class EvidenceOutput(Frozen):
     evidence: BlobRef
+    # The key of the envelope's commitments (hex; None: an envelope written before them): the tenant's to keep.
+    commitment_salt: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 class NotifyInput(Frozen):
@@ -692,7 +733,9 @@ class NotifyInput(Frozen):
     state: JobState
     failure_code: str | None
     cancel_reason: str | None
-    input_sha256: str
+    # None for a job whose policy redacts: the input's plain digest would confirm a guessed value (the tenant's
+    # status has it)
+    input_sha256: str | None
     output_sha256: str | None
     evidence_sha256: str | None
     callback: str | None = None  # where to send it, instead of the tenant's callback (not part of the body)
@@ -754,6 +797,9 @@ class JobStatus(BaseModel):
     fidelity_checks: list[str] = Field(default_factory=list)
     evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
     evidence_sha256: str | None = None
+    # The key of the evidence's commitments (hex): with it the tenant proves which input, policy and job a release
+    # came from (verify-evidence uses it). The tenant's private record: never hand it to a receiver.
+    commitment_salt: str | None = None
     cost: JobCost = JobCost()  # CPU, wall time, memory and I/O of every stage attempt (docjobs.domain.models.Cost)
     notification: str | None = None  # the tenant callback: "delivered", "no callback", "failed"
     failure_code: str | None = None

@@ -7,12 +7,18 @@ tools and without docjobs:
   "signatures": [{"keyid": hex sha256 of the certificate (DER), "sig": base64(SIGNATURE), "cert": PEM}]}``
 
   * STATEMENT: ``{"_type": "https://in-toto.io/Statement/v1", "subject": [...], "predicateType":
-    "https://docjobs.dev/evidence/v1", "predicate": {...}}`` in UTF-8 (written as RFC 8785 canonical JSON, but
-    verified as the exact bytes it is). Its subjects are the released artifact (``artifact.pdf``, only when the
-    job succeeded), the accepted input (``source``), the OCR text (``text.json``, when there is one) and an
-    office input's PDF as LibreOffice made it (``converted.pdf``, when it was converted), each with its
-    ``sha256`` digest; the predicate is everything else the job binds (`Evidence` without those
-    digests; schema: ``schemas/evidence-v1.schema.json``). Datetimes are ISO 8601 in UTC with a ``Z`` suffix.
+    "https://docjobs.dev/evidence/v2", "predicate": {...}}`` in UTF-8 (written as RFC 8785 canonical JSON, but
+    verified as the exact bytes it is). Its subjects are what the receiver is handed: the released artifact
+    (``artifact.pdf``, only when the job succeeded) and its text (``text.json``, when there is one), each with its
+    ``sha256`` digest. Everything on the input's side of the redaction (the job's ID, the accepted input, an
+    office input's PDF as LibreOffice made it, the redaction summary and the whole policy, terms included) is
+    bound by a **commitment** only (`commitment`: HMAC-SHA256 keyed with the job's own random salt, which only
+    the tenant's status holds): the tenant can prove the link, a receiver can confirm no guess. The predicate is
+    everything else the job binds (schema: ``schemas/evidence-v2.schema.json``): the policy without its redaction
+    terms (`Policy.released`) and its version, the redactions counted by kind. Datetimes are ISO 8601 in UTC with
+    a ``Z`` suffix. A ``https://docjobs.dev/evidence/v1`` statement (written before the commitments) has the
+    input's side as plain subjects (``source``, ``converted.pdf``) and fields (``job_id``,
+    ``redaction_summary_sha256``, the whole policy); it still verifies.
   * SIGNATURE: over DSSE's pre-authentication encoding of the payload's exact bytes,
     ``PAE = "DSSEv1" SP len(type) SP type SP len(payload) SP payload`` (lengths in ASCII decimal): RSASSA-PSS
     (SHA-256, MGF1-SHA-256, 32-byte salt) for an RSA key, ECDSA on P-256 with SHA-256 (DER-encoded) for an EC
@@ -34,6 +40,7 @@ import asyncio
 import base64
 import functools
 import hashlib
+import hmac
 import importlib.metadata
 import json
 import platform
@@ -65,7 +72,8 @@ DIGEST_FIELDS = ("input_sha256", "output_sha256", "ocr_text_sha256", "redaction_
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://docjobs.dev/evidence/v1"
+PREDICATE_TYPE = "https://docjobs.dev/evidence/v2"
+PREDICATE_TYPE_V1 = "https://docjobs.dev/evidence/v1"  # before the commitments: read, never written
 # The statement's subjects: the name of each file it binds -> the evidence field holding its digest.
 SUBJECTS = {
     "artifact.pdf": "output_sha256",
@@ -73,6 +81,16 @@ SUBJECTS = {
     "text.json": "ocr_text_sha256",
     "converted.pdf": "converted_sha256",
 }
+RELEASED_SUBJECTS = ("artifact.pdf", "text.json")  # what a v2 statement names by a plain digest
+# What a v2 statement binds by a commitment only (`commitment`), and the field of a v1 statement that bound it.
+COMMITTED = {
+    "job": "job_id",
+    "source": "input_sha256",
+    "converted.pdf": "converted_sha256",
+    "redaction.json": "redaction_summary_sha256",
+    "policy": None,  # the sha256 of the whole policy's canonical JSON, terms included (v1 carried the policy)
+}
+COMMITMENT_CONTEXT = b"docjobs commitment v1\0"
 
 _PACKAGES = ("pikepdf", "pyHanko", "pyhanko-certvalidator", "cryptography", "pydantic", "temporalio")
 _TOOLS = {"qpdf": ["qpdf", "--version"], "pdftoppm": ["pdftoppm", "-v"], "tesseract": ["tesseract", "--version"]}
@@ -80,20 +98,26 @@ _VERSION = re.compile(r"\d+(?:\.\d+)+")
 
 
 class Evidence(Frozen):
-    """What a job did; digests only, never document content."""
+    """What a job did; digests and commitments only, never document content, a redaction term or a box.
 
-    job_id: str
+    A v2 statement (`committed`) names the job, its input and its terms by commitments only; the fields marked
+    v1 are those of an older statement, read back and verified, never written again."""
+
+    job_id: str | None = None  # v1 only: v2 binds it by the commitment "job"
     run_id: str | None = None  # the workflow run that wrote it (None: an envelope from before run folders)
     tenant: str
     document_class: str
-    policy: dict[str, Any]
+    policy: dict[str, Any]  # v2: `Policy.released` (no terms); v1: the whole policy
     policy_version: str
-    input_sha256: str = Field(pattern=SHA256_PATTERN)
+    input_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)  # v1 only (v2: commitment "source")
     output_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)  # None unless succeeded
     ocr_text_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
-    redaction_summary_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
-    # an office input's PDF, the document every stage after render worked on (None: no conversion, or older)
+    redaction_summary_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)  # v1 only
+    # v1 only: an office input's PDF, the document every stage after render worked on
     converted_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
+    # v2: name (COMMITTED) -> hex HMAC-SHA256 under the job's salt; None: a v1 statement
+    commitments: dict[str, str] | None = None
+    redactions: dict[str, int] | None = None  # v2: spans removed by kind (a built-in pattern, custom, region)
     sanitized: dict[str, int] | None = None  # active content removed, kind -> count (None: an older envelope)
     # the verify stage's verdict on the release signature, naming its tenant and lock (None: unsigned, or older)
     signature: dict[str, str | bool | int | None] | None = None
@@ -101,6 +125,22 @@ class Evidence(Frozen):
     tool_versions: dict[str, str] = Field(default_factory=dict)
     terminal_state: str
     completed_at: datetime
+
+    @property
+    def committed(self) -> bool:
+        """A v2 statement: the input's side is bound by commitments."""
+        return self.commitments is not None
+
+    def binds(self, name: str, value: str, salt: bytes | None) -> bool:
+        """Whether the evidence binds `value` as `name` (COMMITTED): by its commitment under the job's `salt` (v2),
+        else by the v1 field that held it in plain."""
+        if not self.committed:
+            field = COMMITTED[name]
+            return field is not None and getattr(self, field) == value
+        recorded = (self.commitments or {}).get(name)
+        return (
+            salt is not None and recorded is not None and hmac.compare_digest(recorded, commitment(salt, name, value))
+        )
 
     @field_validator("completed_at")
     @classmethod
@@ -128,31 +168,56 @@ def _legacy_json(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
+_V1_ONLY = ("job_id", "input_sha256", "redaction_summary_sha256", "converted_sha256")
+
+
+def commitment(salt: bytes, name: str, value: str) -> str:
+    """The commitment to `value` (a digest in hex, or the job's ID) under the job's `salt`: hex HMAC-SHA256 of
+    ``"docjobs commitment v1" NUL name NUL value``. Without the salt no guess can be checked against it; with it
+    (the tenant's status holds it) anyone can recompute it from the file or ID it binds."""
+    message = COMMITMENT_CONTEXT + name.encode() + b"\0" + value.encode()
+    return hmac.new(salt, message, hashlib.sha256).hexdigest()
+
+
 def statement(evidence: Evidence) -> dict[str, Any]:
-    """The in-toto Statement v1 of the evidence: the files it binds as subjects, the rest as the predicate."""
-    fields = evidence.model_dump(mode="json")
+    """The in-toto Statement v1 of the evidence (predicate v2): the released files as subjects, the rest, with the
+    commitments, as the predicate."""
+    if not evidence.committed or any(getattr(evidence, field) is not None for field in _V1_ONLY):
+        raise ValueError("only a committed evidence (v2) is written")
+    fields = evidence.model_dump(mode="json", exclude=set(_V1_ONLY))
     subjects = [
-        {"name": name, "digest": {"sha256": fields[field]}} for name, field in SUBJECTS.items() if fields[field]
+        {"name": name, "digest": {"sha256": fields[SUBJECTS[name]]}}
+        for name in RELEASED_SUBJECTS
+        if fields[SUBJECTS[name]]
     ]
     predicate = {key: value for key, value in fields.items() if key not in SUBJECTS.values()}
     return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
 
 def evidence_of(statement: dict[str, Any]) -> Evidence:
-    """The evidence a statement states. Raises ValueError (pydantic's ValidationError among them) when it is not a
-    docjobs evidence statement."""
-    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
+    """The evidence a statement states (predicate v2, or v1 as older code wrote it). Raises ValueError
+    (pydantic's ValidationError among them) when it is not a docjobs evidence statement."""
+    kind = statement.get("predicateType")
+    if statement.get("_type") != STATEMENT_TYPE or kind not in (PREDICATE_TYPE, PREDICATE_TYPE_V1):
         raise ValueError("not a docjobs evidence statement")
+    v2 = kind == PREDICATE_TYPE
     predicate, subjects = statement.get("predicate"), statement.get("subject")
     if not isinstance(predicate, dict) or not isinstance(subjects, list) or set(predicate) & set(SUBJECTS.values()):
         raise ValueError("a malformed statement")
+    if v2 and (predicate.get("commitments") is None or set(predicate) & set(_V1_ONLY)):
+        raise ValueError("a v2 statement binds its input by commitments only")
+    if not v2 and (predicate.get("commitments") is not None or predicate.get("job_id") is None):
+        raise ValueError("a malformed v1 statement")
+    allowed = RELEASED_SUBJECTS if v2 else tuple(SUBJECTS)
     digests: dict[str, Any] = {}
     for subject in subjects:
         name, digest = (subject.get("name"), subject.get("digest")) if isinstance(subject, dict) else (None, None)
-        field = SUBJECTS.get(name) if isinstance(name, str) else None
+        field = SUBJECTS.get(name) if isinstance(name, str) and name in allowed else None
         if field is None or field in digests or not isinstance(digest, dict):
             raise ValueError("an unknown or repeated subject")
         digests[field] = digest.get("sha256")
+    if not v2 and digests.get("input_sha256") is None:
+        raise ValueError("a v1 statement names its source")
     return Evidence.model_validate({**predicate, **digests})
 
 
@@ -272,16 +337,18 @@ def verify_evidence(
     source: Path | None = None,
     redaction_summary: Path | None = None,
     converted: Path | None = None,
+    salt: bytes | None = None,
 ) -> EvidenceCheck:
-    """Check the envelope's signature and every digest for which a file is given.
+    """Check the envelope's signature and every digest or commitment for which a file is given.
 
     Either form (see the module docstring). "signature" breaks when the certificate does not chain to a
     configured trust root (offline, at the current time) or the signature does not verify (over the PAE of the
     payload's bytes, or over the re-canonicalized payload of an older envelope); "payload" when the payload is no
-    docjobs evidence; "run" when the
-    evidence names another job than `job_id` or another run than `run_id` (an envelope from before run folders
-    names none); a digest field breaks when its file's SHA-256 differs or the evidence does not record that
-    digest at all.
+    docjobs evidence; "run" when the evidence names another job than `job_id` or another run than `run_id` (an
+    envelope from before run folders names none); a digest field breaks when its file's SHA-256 differs or the
+    evidence does not record that digest at all. A v2 envelope binds the job's ID, the source, an office input's
+    PDF and the redaction summary by commitments: they are checked with the job's `salt` (its status holds it),
+    and break without it.
     """
     try:
         opened = _open(envelope)
@@ -299,7 +366,7 @@ def verify_evidence(
         broken.append("payload")
     if (job_id is not None or run_id is not None) and (
         evidence is None
-        or (job_id is not None and evidence.job_id != job_id)
+        or (job_id is not None and not evidence.binds("job", job_id, salt))
         or (run_id is not None and evidence.run_id not in (None, run_id))
     ):
         broken.append("run")
@@ -310,12 +377,17 @@ def verify_evidence(
         "redaction_summary_sha256": redaction_summary,
         "converted_sha256": converted,
     }
+    committed_as = {field: name for name, field in COMMITTED.items() if field is not None}
     for name in DIGEST_FIELDS:
         path = files[name]
         if path is None:
             continue
-        recorded = getattr(evidence, name, None) if evidence is not None else None
-        if recorded is None or sha256_file(path) != recorded:
+        if evidence is not None and evidence.committed and name in committed_as:
+            holds = evidence.binds(committed_as[name], sha256_file(path), salt)
+        else:
+            recorded = getattr(evidence, name, None) if evidence is not None else None
+            holds = recorded is not None and sha256_file(path) == recorded
+        if not holds:
             broken.append(name)
     return EvidenceCheck(
         broken=broken,

@@ -357,6 +357,11 @@ def evidence_key(run: RunScope) -> str:
     return f"{run.prefix}/evidence.json"
 
 
+def commitment_salt_key(run: RunScope) -> str:
+    """The salt of the run's evidence commitments: kept beside the envelope, never served to anyone."""
+    return f"{run.prefix}/commitment.salt"
+
+
 def text_key(run: RunScope) -> str:
     """The searchable text of every page (OCR), beside the artifact."""
     return f"{run.prefix}/{TEXT_BLOB}"

@@ -42,7 +42,8 @@ def copy_blob(store: BlobStore, key: str, dest: Path) -> Path:
 async def verify_stored_evidence(
     store: BlobStore, status: JobStatus, signer: SignerConfig, *, job_id: str, run_id: str | None
 ) -> EvidenceCheck:
-    """Check the job's envelope and recompute every digest it binds from the stored blobs."""
+    """Check the job's envelope and recompute every digest and commitment it binds from the stored blobs (the
+    commitments with the salt the job's status holds)."""
     from docjobs.signing.evidence import verify_evidence  # pyHanko is heavy: only the commands that verify load it
 
     assert status.evidence_key is not None
@@ -78,6 +79,7 @@ async def verify_stored_evidence(
             ocr_text=text,
             redaction_summary=summary,
             converted=converted,
+            salt=bytes.fromhex(status.commitment_salt) if status.commitment_salt else None,
         )
 
 
@@ -86,6 +88,7 @@ def _claims_converted(envelope: bytes) -> bool:
     from docjobs.signing.evidence import envelope_evidence
 
     try:
-        return envelope_evidence(envelope).converted_sha256 is not None
+        evidence = envelope_evidence(envelope)
     except (ValueError, KeyError, TypeError, UnicodeError):
         return False
+    return evidence.converted_sha256 is not None or "converted.pdf" in (evidence.commitments or {})
