@@ -8,8 +8,10 @@ names its position, never its name. `Idempotency-Key` is the batch's key (batch 
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, BinaryIO
@@ -28,16 +30,18 @@ from docjobs.api.uploads import HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarg
 from docjobs.domain.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.idempotency import BATCH_KEY_RULE, is_valid_batch_key
-from docjobs.domain.models import SHA256_PATTERN, BlobRef
+from docjobs.domain.models import SHA256_PATTERN, BlobRef, JobOverrides, Policy
 from docjobs.settings.quotas import (
     BATCH_BYTES,
     BYTES_PER_DAY,
     RUNNING_JOBS_RETRY_AFTER,
     QuotaExceeded,
+    TenantLimits,
     batch_bytes_check,
     seconds_to_next_day,
 )
-from docjobs.temporal.batches import BatchClient, BatchNotFound, derive_batch_id
+from docjobs.store.storage import sha256_file, source_key
+from docjobs.temporal.batches import BatchClient, BatchNotFound, BatchPlan, BatchSubmitted, batch_slots
 
 MAX_UPLOAD_FILES = 100  # per multipart batch; larger batches name stored sources
 MAX_STORED_SOURCES = 10_000
@@ -162,22 +166,6 @@ async def spool_batch(
     return paths, part
 
 
-async def accept_uploads(context: ApiContext, paths: list[Path], tenant: str) -> list[BlobRef]:
-    """Each document checked and stored as a single upload is; a refusal names the document's position."""
-    sources = []
-    for number, path in enumerate(paths, start=1):
-        try:
-            with path.open("rb") as document:
-                check_kind(document.read(HEAD_BYTES))
-            sources.append(await context.jobs.accept(path, tenant=tenant))
-        except ApiError as error:
-            raise ApiError(error.status, error.code, f"document {number}: {error.message}") from None
-        except DocJobError as error:
-            refused = acceptance_error(error)
-            raise ApiError(refused.status, refused.code, f"document {number}: {refused.message}") from None
-    return sources
-
-
 @router.post(
     "/v1/batches",
     status_code=202,
@@ -237,8 +225,6 @@ async def submit_batch(
     content_type = request.headers.get("content-type", "").lower()
     uploaded = content_type.startswith("multipart/form-data")
     limits = await context.admit(name, takes_bytes=uploaded)  # no byte left today: before the body is read
-    concurrency = min(concurrency, limits.max_running_jobs)
-    charged = 0
     if content_type.startswith("application/json"):
         try:
             stored = StoredBatch.model_validate_json(b"".join([chunk async for chunk in limited_body(request)]))
@@ -248,50 +234,124 @@ async def submit_batch(
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
         chosen, overrides = pinned_policy(context, name, stored.policy)
         try:
-            sources = await batches.stored_sources(stored.sources, tenant=name)
+            async with context.admissions.lookups(name):  # one look-up pass per tenant at a time
+                sources = await batches.stored_sources(stored.sources, tenant=name)  # each digest once
         except DocJobError as error:
             raise ApiError(422, error.code, error.message) from None
-        batch_bytes_check(sum(source.size for source in {s.sha256: s for s in sources}.values()), limits)
-        if not await repeat(context, name, idempotency_key):
-            await context.check_running(name, limits)
-    elif uploaded:
-        spool_dir = context.settings.spool_dir
-        spool_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=spool_dir, prefix="batch-") as folder:
-            # Read no further than the batch may hold and the tenant may still send today, whichever is less.
-            today = context.limits_left_today(name, limits)
-            batch_limit, over = limits.max_batch_bytes, QuotaExceeded(BATCH_BYTES, RUNNING_JOBS_RETRY_AFTER)
-            if today < batch_limit:
-                batch_limit, over = today, QuotaExceeded(BYTES_PER_DAY, seconds_to_next_day(datetime.now(UTC)))
-            try:
-                paths, part = await spool_batch(request, Path(folder), context.upload_limit, batch_limit, over)
-            except TooLarge:
-                message = f"a document is larger than {context.upload_limit} bytes"
-                raise ApiError(413, "input.too_large", message) from None
-            except ClientDisconnect:
-                raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-            chosen, overrides = pinned_policy(context, name, part)  # checked before anything is stored
-            if not await repeat(context, name, idempotency_key):  # a repeat counts no bytes and no share
-                await context.check_running(name, limits)
-                charged = sum(path.stat().st_size for path in paths)
-                await context.charge(name, charged, limits)
-            try:
-                sources = await accept_uploads(context, paths, name)
-            except BaseException:
-                await context.refund(name, charged)
-                raise
-    else:
+        batch_bytes_check(sum(source.size for source in sources), limits)
+        asked = Asked(chosen, overrides, idempotency_key, concurrency)
+        return await _start_batch(
+            context, batches, batches.plan(sources, chosen, tenant=name, key=idempotency_key), [], asked, name, limits
+        )
+    if not uploaded:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
+    spool_dir = context.settings.spool_dir
+    spool_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=spool_dir, prefix="batch-") as folder:
+        # Read no further than the batch may hold and the tenant may still send today, whichever is less.
+        today = context.limits_left_today(name, limits)
+        batch_limit, over = limits.max_batch_bytes, QuotaExceeded(BATCH_BYTES, RUNNING_JOBS_RETRY_AFTER)
+        if today < batch_limit:
+            batch_limit, over = today, QuotaExceeded(BYTES_PER_DAY, seconds_to_next_day(datetime.now(UTC)))
+        try:
+            paths, part = await spool_batch(request, Path(folder), context.upload_limit, batch_limit, over)
+        except TooLarge:
+            message = f"a document is larger than {context.upload_limit} bytes"
+            raise ApiError(413, "input.too_large", message) from None
+        except ClientDisconnect:
+            raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
+        chosen, overrides = pinned_policy(context, name, part)  # checked before anything is stored
+        uploads = await checked_uploads(paths)  # kinds and digests: still nothing stored
+        plan = batches.plan([source for _, source in uploads], chosen, tenant=name, key=idempotency_key)
+        asked = Asked(chosen, overrides, idempotency_key, concurrency)
+        return await _start_batch(context, batches, plan, uploads, asked, name, limits)
+
+
+async def checked_uploads(paths: list[Path]) -> list[tuple[Path, BlobRef]]:
+    """Each spooled document checked by its magic bytes and hashed, with the reference it will have once stored
+    (`sources/<sha256>`); a refusal names the document's position. Nothing is stored."""
+    uploads = []
+    for number, path in enumerate(paths, start=1):
+        try:
+            with path.open("rb") as document:
+                check_kind(document.read(HEAD_BYTES))
+        except ApiError as error:
+            raise ApiError(error.status, error.code, f"document {number}: {error.message}") from None
+        digest = await asyncio.to_thread(sha256_file, path)
+        uploads.append((path, BlobRef(key=source_key(digest), sha256=digest, size=path.stat().st_size)))
+    return uploads
+
+
+async def accept_uploads(context: ApiContext, uploads: list[tuple[Path, BlobRef]], tenant: str) -> None:
+    """Store each distinct document as a single upload is (its owner recorded); a refusal names its position."""
+    stored: set[str] = set()
+    for number, (path, source) in enumerate(uploads, start=1):
+        if source.sha256 in stored:
+            continue
+        try:
+            await context.jobs.accept(path, tenant=tenant, hashed=source.sha256)
+        except DocJobError as error:
+            refused = acceptance_error(error)
+            raise ApiError(refused.status, refused.code, f"document {number}: {refused.message}") from None
+        stored.add(source.sha256)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the request asks of its batch: the resolved policy, its overrides, the key and the concurrency."""
+
+    policy: Policy
+    overrides: JobOverrides
+    key: str | None
+    concurrency: int
+
+
+async def _start_batch(
+    context: ApiContext,
+    batches: BatchClient,
+    plan: BatchPlan,
+    uploads: list[tuple[Path, BlobRef]],
+    asked: Asked,
+    tenant: str,
+    limits: TenantLimits,
+) -> Response:
+    """Start the planned batch, or answer the one its ID names already (the same: `200`; another: `422
+    idempotency.conflict`) with nothing stored. A new batch reserves its slots of the tenant's running jobs (its
+    concurrency, fewer if fewer are free: 429 if none is), is charged every byte it stores (the uploaded
+    documents, the manifest) and only then stores them and starts."""
+    existing = await batches.existing(plan)
+    if existing is not None:
+        return batch_answer(existing)
+    slots = batch_slots(asked.concurrency, len(plan.distinct))
+    reservation = await context.reserve(tenant, limits, plan.batch_id, slots)
+    stored_bytes = plan.manifest.size + sum(source.size for source in plan.distinct if uploads)
+    charged = 0
     try:
+        await context.charge(tenant, stored_bytes, limits)
+        charged = stored_bytes
+        await accept_uploads(context, uploads, tenant)
         submitted = await batches.submit(
-            sources, chosen, overrides=overrides, tenant=name, key=idempotency_key, concurrency=concurrency
+            plan.distinct,
+            asked.policy,
+            overrides=asked.overrides,
+            tenant=tenant,
+            key=asked.key,
+            concurrency=reservation.slots,  # at most the slots free at admission
         )
     except BaseException:
-        if charged:
-            await context.refund(name, charged)
+        context.admissions.release(reservation)
+        await context.refund(tenant, charged)
         raise
-    if charged and not submitted.created:  # a repeat: the batch accepted these bytes already
-        await context.refund(name, charged)
+    if submitted.created:
+        context.admissions.started(reservation)
+    else:  # started meanwhile (a race): the bytes stay counted unless they are that batch's own (the same batch)
+        context.admissions.release(reservation)
+        if not submitted.conflict:
+            await context.refund(tenant, charged)
+    return batch_answer(submitted)
+
+
+def batch_answer(submitted: BatchSubmitted) -> Response:
     if submitted.conflict:
         raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with other documents or policy")
     url = batch_path(submitted.batch_id)
@@ -299,11 +359,6 @@ async def submit_batch(
     if submitted.created:
         return JSONResponse(body, status_code=202, headers={"Location": url})
     return JSONResponse(body, status_code=200, headers={"Content-Location": url})
-
-
-async def repeat(context: ApiContext, tenant: str, key: str | None) -> bool:
-    """Whether the request names, by its key, a batch that exists already."""
-    return key is not None and await context.jobs.exists(derive_batch_id(tenant, key, "", "")[0])
 
 
 async def owned_batch(context: ApiContext, batch_id: str, tenant: str, *, outcomes: bool) -> BatchStatus:

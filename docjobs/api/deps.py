@@ -4,6 +4,8 @@ of the request, which only its API key gives."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -13,10 +15,84 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from docjobs.api.errors import ApiError
 from docjobs.domain.models import JobStatus
 from docjobs.settings.policies import PolicyBook
-from docjobs.settings.quotas import DailyBytes, TenantLimits, running_jobs_check
+from docjobs.settings.quotas import DailyBytes, TenantLimits, running_slots_check
 from docjobs.settings.tenants import TenantBook
+from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.client import JobClient, JobNotFound
 from docjobs.temporal.settings import TemporalSettings
+
+# How long a start this process admitted counts from its own ledger while visibility does not show it yet: far
+# longer than visibility's lag (milliseconds on the dev server, about a second with Elasticsearch).
+ADMISSION_GRACE_SECONDS = 30.0
+
+
+@dataclass
+class Reservation:
+    """Running slots this process admitted for the job or batch `workflow_id`, while it is being started: every
+    request for that same ID shares it (`holders`), so concurrent repeats of one upload take one slot."""
+
+    tenant: str
+    workflow_id: str
+    slots: int
+    at: float
+    holders: int = 1
+    started: bool = False
+
+
+class Admissions:
+    """Per tenant, in this API process: one admission at a time (count, decide, reserve), and the starts admitted
+    that visibility may not show yet, so concurrent requests cannot all see the same free share. The share itself
+    is counted in Temporal (visibility: running jobs and batches), which is what holds across processes and
+    restarts; this ledger only covers visibility's lag, for `ADMISSION_GRACE_SECONDS` at most."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._lookups: dict[str, asyncio.Lock] = {}
+        self._pending: dict[str, Reservation] = {}  # by workflow ID
+
+    def lock(self, tenant: str) -> asyncio.Lock:
+        return self._locks.setdefault(tenant, asyncio.Lock())
+
+    def lookups(self, tenant: str) -> asyncio.Lock:
+        """One pass of source look-ups at a time per tenant (a JSON batch's), so a tenant holds at most one of the
+        shared worker threads with them."""
+        return self._lookups.setdefault(tenant, asyncio.Lock())
+
+    def unseen(self, tenant: str) -> list[Reservation]:
+        """The tenant's admissions here not known to be in visibility yet; forgets the expired."""
+        now = self._clock()
+        for workflow_id, held in list(self._pending.items()):
+            if now - held.at > ADMISSION_GRACE_SECONDS:
+                del self._pending[workflow_id]
+        return [held for held in self._pending.values() if held.tenant == tenant]
+
+    def shared(self, workflow_id: str) -> Reservation | None:
+        """The admission of a start of `workflow_id` under way here: another request for it joins it."""
+        held = self._pending.get(workflow_id)
+        if held is not None:
+            held.holders += 1
+        return held
+
+    def reserve(self, tenant: str, workflow_id: str, slots: int) -> Reservation:
+        reservation = Reservation(tenant, workflow_id, slots, self._clock())
+        self._pending[workflow_id] = reservation
+        return reservation
+
+    def started(self, reservation: Reservation) -> None:
+        """The workflow started: it counts here until visibility has it (then visibility's counts include it)."""
+        reservation.started = True
+
+    def release(self, reservation: Reservation) -> None:
+        """This request started nothing (a refusal, a failure, a repeat found in a race): the admission ends when
+        no request holds it and nothing was started under it."""
+        reservation.holders -= 1
+        if reservation.holders <= 0 and not reservation.started:
+            self.forget(reservation)
+
+    def forget(self, reservation: Reservation) -> None:
+        if self._pending.get(reservation.workflow_id) is reservation:
+            del self._pending[reservation.workflow_id]
 
 
 @dataclass
@@ -29,9 +105,11 @@ class ApiContext:
     upload_limit: int
     client: JobClient | None = None
     usage: DailyBytes = field(init=False)
+    admissions: Admissions = field(init=False)
 
     def __post_init__(self) -> None:
         self.usage = DailyBytes(self.settings.usage_dir)
+        self.admissions = Admissions()
 
     def limits(self, tenant: str) -> TenantLimits:
         """The tenant's limits: its own (tenants file), else the deployment's defaults."""
@@ -45,11 +123,28 @@ class ApiContext:
             await asyncio.to_thread(self.usage.ensure_room, tenant, limits)
         return limits
 
-    async def check_running(self, tenant: str, limits: TenantLimits) -> None:
-        """Before a job or batch starts (and before anything is stored): refuse a tenant that has its maximum of
-        jobs running already (429). After the request is read and checked, so a bad request gets its own answer
-        and the check needs Temporal only for a request that would start something."""
-        running_jobs_check(await self.jobs.count_running(tenant), limits)
+    async def reserve(self, tenant: str, limits: TenantLimits, workflow_id: str, slots: int = 1) -> Reservation:
+        """Before the job or batch `workflow_id` starts (and before anything is stored): reserve up to `slots` of
+        the tenant's running jobs (a job: one; a batch: its concurrency), fewer if fewer are free, or refuse when
+        none is (429 `running_jobs`). The share in use is each running batch's full slots, each other running job
+        and what this process admitted that visibility does not show yet; one admission per tenant at a time, and
+        a request for a workflow whose start is under way here joins that admission (the same job: no new slot).
+        After the request is read and checked, so a bad request gets its own answer and only a request that would
+        start something asks Temporal. `started` or `release` the reservation once the start is done."""
+        admissions, batches = self.admissions, BatchClient(self.jobs)
+        async with admissions.lock(tenant):
+            pending = 0
+            for held in admissions.unseen(tenant):  # first: once visible, a start is in every count after
+                if await batches.visible(held.workflow_id):
+                    admissions.forget(held)
+                else:
+                    pending += held.slots
+            joined = admissions.shared(workflow_id)
+            if joined is not None:
+                return joined
+            used = await batches.running_slots(tenant, limit=limits.max_running_jobs)
+            free = running_slots_check(used + pending, limits)
+            return admissions.reserve(tenant, workflow_id, min(slots, free))
 
     def limits_left_today(self, tenant: str, limits: TenantLimits) -> int:
         """How many more bytes the tenant may send today."""

@@ -1,15 +1,17 @@
 """The job routes: upload a document and get its job ID at once; read, cancel, fetch, list.
 
 The upload never waits for processing. Its order is fixed: spool the body (bounded) to a temp file, check
-its kind by content, store it by sha256, derive the workflow ID, start-or-get the workflow, answer. A retry
-of the same upload (same `Idempotency-Key`, or without a key the same bytes and policy) finds the same
-workflow, so it never creates a second job. The tenant comes only from the API key; another tenant's job
-answers 404.
+its kind by content, derive the workflow ID; if that job exists, answer (the same job, or `idempotency.conflict`
+when its key was used with another digest or ask) with nothing stored; else reserve a running slot, charge the
+bytes, store them by sha256, start the workflow, answer. A retry of the same upload (same `Idempotency-Key`, or
+without a key the same bytes and policy) finds the same workflow, so it never creates a second job. The tenant
+comes only from the API key; another tenant's job answers 404.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import tempfile
 from collections.abc import Iterator
@@ -26,13 +28,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.uploads import CHUNK, TooLarge, spool, tenant_policy
+from docjobs.domain.canonical import canonical_model
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.idempotency import CLIENT_KEY_RULE, is_valid_client_key
-from docjobs.domain.models import InputKind, JobSummary
+from docjobs.domain.models import BlobRef, InputKind, JobSummary
 from docjobs.domain.states import JobState, is_terminal
 from docjobs.pdf.inspect import input_kind
-from docjobs.store.storage import verified_chunks
-from docjobs.store.templates import TemplateNotFound, is_valid_template_name
+from docjobs.store.storage import source_key, verified_chunks
+from docjobs.store.templates import TemplateManifest, TemplateNotFound, is_valid_template_name
 from docjobs.temporal.client import asked_of, derive_job_id
 
 log = logging.getLogger("docjobs.api")
@@ -125,17 +128,22 @@ async def submit(
                 raise ApiError(415, "input.unsupported", UNSUPPORTED_MESSAGE)
             kind = found
         chosen, overrides = tenant_policy(context, name, upload.part)
-        # A repeat (the job exists already) is answered as before whatever the tenant's share, and counts no
-        # bytes. A template job without a key has its ID only once its manifest is stored: never a repeat here.
-        known = upload.template is None or idempotency_key is not None
         asked = asked_of(chosen, overrides)
-        job_id = derive_job_id(name, idempotency_key, spooled.sha256, asked) if known else None
+        # What the job's input will be, known before a byte is stored: the document's digest, or the digest of
+        # the template job's manifest (the template's current version and the data's digest).
+        manifest: bytes | None = None
+        if upload.template is not None:
+            manifest = await _template_manifest_body(context, name, upload.template, spooled.sha256, spooled.size)
+        digest = spooled.sha256 if manifest is None else hashlib.sha256(manifest).hexdigest()
+        job_id = derive_job_id(name, idempotency_key, digest, asked)
+        if await context.jobs.exists(job_id):  # a repeat or a conflict: answered with nothing stored or counted
+            return await _existing(context, job_id, (digest, asked), keyed=idempotency_key is not None)
+        reservation = await context.reserve(name, limits, job_id)  # one running job: 429 before storing
         charged = 0
-        if job_id is None or not await context.jobs.exists(job_id):
-            await context.check_running(name, limits)
-            await context.charge(name, spooled.size, limits)
-            charged = spooled.size
         try:
+            size = spooled.size + (len(manifest) if manifest is not None else 0)  # a template job: its manifest too
+            await context.charge(name, size, limits)  # every byte stored is counted
+            charged = size
             document = spooled.path
             if upload.template is not None:  # the job's input is the manifest, hashed when it is stored
                 document = await _template_manifest(context, name, upload.template, spooled.path, limit)
@@ -149,19 +157,39 @@ async def submit(
                 hashed=spooled.sha256 if upload.template is None else None,
             )
         except DocJobError as error:
+            context.admissions.release(reservation)
             await context.refund(name, charged)
             raise acceptance_error(error) from None
         except BaseException:
+            context.admissions.release(reservation)
             await context.refund(name, charged)
             raise
-    if charged and not submitted.created:  # a repeat after all (a race): the job accepted these bytes already
-        await context.refund(name, charged)
-    body = {"job_id": submitted.job_id, "status_url": job_path(submitted.job_id)}
     if submitted.created:
+        context.admissions.started(reservation)
+        body = {"job_id": submitted.job_id, "status_url": job_path(submitted.job_id)}
         return JSONResponse(body, status_code=202, headers={"Location": body["status_url"]})
-    accepted_as = (submitted.input_sha256, asked)
-    if idempotency_key is not None and await context.jobs.accepted_as(submitted.job_id) != accepted_as:
+    # Started meanwhile by another request (a race). A conflict the client found before storing the document
+    # (`conflict`) stored none of it (a template job's data was stored already: it stays counted). Found after
+    # storing: these bytes stay counted, unless they are the existing job's own (a true repeat: the same digest,
+    # counted when that job stored it).
+    context.admissions.release(reservation)
+    if submitted.conflict:
+        if upload.template is None:
+            await context.refund(name, charged)
         raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with a different document or policy")
+    answer = await _existing(
+        context, submitted.job_id, (submitted.input_sha256, asked), keyed=idempotency_key is not None
+    )
+    await context.refund(name, charged)  # reached only for a true repeat: a conflict raised above
+    return answer
+
+
+async def _existing(context: ApiContext, job_id: str, accepted_as: tuple[str, str], *, keyed: bool) -> Response:
+    """The answer to an upload whose job exists: `200` with the job, if it was accepted with the same input digest
+    and the same ask (policy and overrides); `422 idempotency.conflict` if its key was used for another."""
+    if keyed and await context.jobs.accepted_as(job_id) != accepted_as:
+        raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with a different document or policy")
+    body = {"job_id": job_id, "status_url": job_path(job_id)}
     return JSONResponse(body, status_code=200, headers={"Content-Location": body["status_url"]})
 
 
@@ -174,6 +202,18 @@ def check_kind(head: bytes) -> None:
 
 def acceptance_error(error: DocJobError) -> ApiError:
     return ApiError(413 if error.code == "input.too_large" else 422, error.code, error.message)
+
+
+async def _template_manifest_body(context: ApiContext, tenant: str, template: str, sha256: str, size: int) -> bytes:
+    """The template job's manifest as it will be stored (`TemplateStore.manifest`): computed, nothing stored."""
+    if not is_valid_template_name(template):
+        raise ApiError(422, "template.unknown", "the tenant has no template of that name")
+    try:
+        version = await asyncio.to_thread(context.jobs.templates.current, tenant, template)
+    except TemplateNotFound:
+        raise ApiError(422, "template.unknown", "the tenant has no template of that name") from None
+    data = BlobRef(key=source_key(sha256), sha256=sha256, size=size)
+    return canonical_model(TemplateManifest(template=template, bundle=version.bundle, data=data))
 
 
 async def _template_manifest(context: ApiContext, tenant: str, template: str, data: Path, limit: int) -> Path:

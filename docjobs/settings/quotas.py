@@ -3,7 +3,8 @@
 A tenant's limits are its own (`starter.py tenant limits NAME ...`, in the tenants file) where it has them, else
 the deployment's defaults (`DOCJOBS_TENANT_MAX_*`). Three limits:
 
-- `running_jobs`: how many of its jobs may run at once (counted by the API in Temporal visibility);
+- `running_jobs`: how many of its jobs may run at once (counted by the API in Temporal visibility, each running
+  batch by its full concurrency, when a job or batch is admitted);
 - `bytes_per_day`: how many bytes the API may accept from it per UTC day (uploads, batch files, template
   bundles), counted here;
 - `batch_bytes`: how many bytes one batch may hold (the files of a multipart batch, counted while they stream
@@ -61,10 +62,13 @@ def seconds_to_next_day(now: datetime) -> int:
     return max(1, int((tomorrow - now).total_seconds()) + 1)
 
 
-def running_jobs_check(running: int, limits: TenantLimits) -> None:
-    """Refuse another job when the tenant already has its maximum running."""
-    if running >= limits.max_running_jobs:
+def running_slots_check(used: int, limits: TenantLimits) -> int:
+    """The running slots the tenant has free (at least 1), its share in use being `used` (running jobs, each
+    running batch by its concurrency); refuse when none is free."""
+    free = limits.max_running_jobs - used
+    if free < 1:
         raise QuotaExceeded(RUNNING_JOBS, RUNNING_JOBS_RETRY_AFTER)
+    return free
 
 
 def batch_bytes_check(size: int, limits: TenantLimits, retry_after: int = RUNNING_JOBS_RETRY_AFTER) -> None:

@@ -3,12 +3,18 @@
 A batch's workflow ID is `{tenant}/batch-{key}`; without a client key, the key is a digest of tenant, manifest
 and policy version (the same documents in the same order under the same policy are the same batch). Its
 documents' jobs are ordinary jobs (workflows/batch_job.py).
+
+A resubmission is told apart before anything is stored: the manifest (and so its digest) is computed from the
+sources' references alone, and compared with the existing batch's memo. A batch's running jobs are bounded by
+its `slots` (its concurrency, at most its document count), recorded in its memo: `running_slots` counts a
+tenant's share from visibility, each running batch by its full slots and each other running job by one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,20 +35,28 @@ from docjobs.domain.batching import (
     DEFAULT_CONCURRENCY,
     DOCUMENTS_PER_RUN,
     BatchInput,
+    BatchManifest,
     BatchRequest,
     BatchState,
     BatchStatus,
 )
+from docjobs.domain.canonical import canonical_model
+from docjobs.domain.contract import WORKFLOW_TYPE as JOB_WORKFLOW_TYPE
 from docjobs.domain.errors import DocJobError
+from docjobs.domain.idempotency import batch_document_key, keyed_job_id
 from docjobs.domain.models import BlobRef, JobOverrides, Policy
-from docjobs.store.batch_store import read_outcomes, store_manifest
+from docjobs.store.batch_store import MANIFESTS, read_outcomes, store_manifest
 from docjobs.store.storage import owned_source
 from docjobs.temporal.client import QUERY_TIMEOUT, JobClient
 from docjobs.temporal.settings import TemporalSettings
+from docjobs.temporal.visibility import SAFE_QUERY_VALUE
 from workflows import search_attributes as sa
 from workflows.batch_job import WORKFLOW_TYPE, DocumentBatchWorkflow
 
 BATCH_MEMO = "batch"
+SLOTS_MEMO = "slots"  # how many of the tenant's running jobs the batch may hold at once (its reservation)
+DIGEST_HEX = frozenset("0123456789abcdef")
+SAFE_WORKFLOW_ID = re.compile(r"[A-Za-z0-9_.@~:/-]+")  # tenant names and keys: safe inside a quoted query value
 
 
 class BatchNotFound(Exception):
@@ -69,6 +83,29 @@ class BatchSubmitted:
     conflict: bool = False  # the key names an existing batch of other documents or another policy
 
 
+@dataclass(frozen=True)
+class BatchPlan:
+    """What a batch is, computed before anything is stored: its ID and key, its distinct sources and its manifest
+    (the blob's bytes and the reference it will have once stored)."""
+
+    batch_id: str
+    key: str
+    distinct: list[BlobRef]
+    manifest: BlobRef
+    manifest_body: bytes
+    identity: dict[str, object]  # its memo: a resubmission is compared with it
+
+
+def batch_slots(concurrency: int, total: int) -> int:
+    """The running jobs a batch may hold at once: its concurrency, never more than its documents."""
+    return max(1, min(concurrency, total))
+
+
+def distinct_sources(sources: list[BlobRef]) -> list[BlobRef]:
+    """Sources by digest, the first of each kept, in order (duplicates are one document: one job)."""
+    return list({source.sha256: source for source in sources}.values())
+
+
 class BatchClient:
     def __init__(self, jobs: JobClient) -> None:
         self.jobs = jobs
@@ -78,10 +115,11 @@ class BatchClient:
         return [await self.jobs.accept(path, tenant=tenant) for path in paths]
 
     async def stored_sources(self, digests: list[str], *, tenant: str) -> list[BlobRef]:
-        """References to sources `tenant` stored, by sha256; `source.missing` if one is not there or another
-        tenant's only (the same answer after the same work: a digest is no proof of owning the document)."""
+        """References to sources `tenant` stored, by sha256, each digest looked up once (duplicates are one
+        document); `source.missing` if one is not there or another tenant's only (the same answer after the same
+        work: a digest is no proof of owning the document)."""
         sources = []
-        for digest in digests:
+        for digest in dict.fromkeys(digests):
             stored = await asyncio.to_thread(owned_source, self.jobs.store, digest, tenant)
             if stored is None:
                 raise DocJobError("source.missing", "a listed source is not in the store")
@@ -103,12 +141,15 @@ class BatchClient:
         """Start-or-get the batch of `sources` (duplicates by digest count once: they are the same job).
 
         `policy`: the named policy `policy.name` resolved with `overrides`, which the batch pins: its documents
-        start with the public input asking for the name and overrides, held to the pinned version."""
-        distinct = list({source.sha256: source for source in sources}.values())
-        if not distinct:
-            raise DocJobError("input.empty", "a batch needs at least one document")
+        start with the public input asking for the name and overrides, held to the pinned version. A batch that
+        exists already is answered from its memo before the manifest is stored (`conflict` if it is another)."""
+        plan = self.plan(sources, policy, tenant=tenant, key=key)
+        existing = await self.existing(plan)
+        if existing is not None:
+            return existing
+        distinct = plan.distinct
         manifest = await asyncio.to_thread(store_manifest, self.jobs.store, distinct)
-        batch_id, batch_key = derive_batch_id(tenant, key, manifest.sha256, policy.version)
+        batch_id, batch_key = plan.batch_id, plan.key
         settings = self.jobs.settings
         request = BatchRequest(
             batch_id=batch_id,
@@ -128,11 +169,7 @@ class BatchClient:
             accepted_at=datetime.now(UTC),
         )
         # What the batch is, in its memo: a resubmission is compared with it, and gc keeps the manifest's sources.
-        identity = {
-            "manifest": manifest.model_dump(mode="json"),
-            "policy_version": policy.version,
-            "total": len(distinct),
-        }
+        identity = {**plan.identity, "manifest": manifest.model_dump(mode="json")}
         try:
             await self.jobs.client.start_workflow(
                 DocumentBatchWorkflow.run,
@@ -142,15 +179,90 @@ class BatchClient:
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 search_attributes=TypedSearchAttributes([SearchAttributePair(sa.TENANT, tenant)]),
-                memo={BATCH_MEMO: identity},
+                memo={BATCH_MEMO: identity, SLOTS_MEMO: batch_slots(concurrency, len(distinct))},
             )
-        except WorkflowAlreadyStartedError:
-            description = await self.handle(batch_id).describe()
-            existing = await description.memo_value(BATCH_MEMO, default=None)
-            same = description.workflow_type == WORKFLOW_TYPE and existing == identity
-            total = existing.get("total", 0) if isinstance(existing, dict) else 0
-            return BatchSubmitted(batch_id, created=False, total=total, conflict=not same)
+        except WorkflowAlreadyStartedError:  # started meanwhile (a race): compared as a resubmission is
+            answer = await self.existing(plan)
+            return answer or BatchSubmitted(batch_id, created=False, total=0, conflict=True)
         return BatchSubmitted(batch_id, created=True, total=len(distinct))
+
+    def plan(self, sources: list[BlobRef], policy: Policy, *, tenant: str, key: str | None) -> BatchPlan:
+        """The batch `submit` would start, computed from the references alone: nothing is stored."""
+        distinct = distinct_sources(sources)
+        if not distinct:
+            raise DocJobError("input.empty", "a batch needs at least one document")
+        body = canonical_model(BatchManifest(sources=distinct))  # exactly the bytes `store_manifest` stores
+        digest = hashlib.sha256(body).hexdigest()
+        manifest = BlobRef(key=f"{MANIFESTS}/{digest}.json", sha256=digest, size=len(body))
+        batch_id, batch_key = derive_batch_id(tenant, key, digest, policy.fingerprint)
+        identity: dict[str, object] = {
+            "manifest": manifest.model_dump(mode="json"),
+            "policy_version": policy.fingerprint,  # its identity: the terms count (Policy.fingerprint)
+            "total": len(distinct),
+        }
+        return BatchPlan(batch_id, batch_key, distinct, manifest, body, identity)
+
+    async def existing(self, plan: BatchPlan) -> BatchSubmitted | None:
+        """The answer to a resubmission, if the plan's batch ID exists: the same batch (`created` False), or a
+        `conflict` when it is another batch (other documents or policy, or not a batch); None if it does not."""
+        try:
+            description = await self.handle(plan.batch_id).describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        existing = await description.memo_value(BATCH_MEMO, default=None)
+        same = description.workflow_type == WORKFLOW_TYPE and existing == plan.identity
+        total = existing.get("total", 0) if isinstance(existing, dict) else 0
+        return BatchSubmitted(plan.batch_id, created=False, total=total, conflict=not same)
+
+    async def running_slots(self, tenant: str, *, limit: int) -> int:
+        """The tenant's share in use: each running batch counts its slots (the jobs it may run at once, from its
+        memo), or its running jobs if more; each other running job counts one. At the limit, the count of running
+        jobs alone says so; with no running batch, it is the share.
+
+        Visibility is eventually consistent: a start a moment ago may be missing (the API counts its own recent
+        admissions until `visible` names them), and an end a moment ago may still count (a few seconds too many)."""
+        if not SAFE_QUERY_VALUE.fullmatch(tenant):
+            raise ValueError("a tenant name may only hold letters, digits and . _ @ -")
+        client = self.jobs.client
+        running = await self.jobs.count_running(tenant)
+        if running >= limit:
+            return running
+        mine = f'ExecutionStatus = "Running" AND {sa.TENANT.name} = "{tenant}"'
+        batches: dict[str, int] = {}  # document job ID prefix -> the batch's slots
+        async for execution in client.list_workflows(f'WorkflowType = "{WORKFLOW_TYPE}" AND {mine}', limit=limit):
+            _, _, batch_key = execution.id.partition("/batch-")
+            prefix = keyed_job_id(tenant, batch_document_key(batch_key, ""))
+            batches[prefix] = await self._slots(execution.id, await execution.memo_value(SLOTS_MEMO, default=None))
+        if not batches:
+            return running
+        held = dict.fromkeys(batches, 0)  # running jobs of each running batch
+        others = 0
+        query = f'WorkflowType = "{JOB_WORKFLOW_TYPE}" AND {mine}'
+        async for execution in client.list_workflows(query, limit=limit + sum(batches.values())):
+            prefix, _, digest = execution.id.rpartition(".")
+            if f"{prefix}." in held and len(digest) == 16 and set(digest) <= DIGEST_HEX:
+                held[f"{prefix}."] += 1
+            else:
+                others += 1
+        return max(running, others + sum(max(slots, held[prefix]) for prefix, slots in batches.items()))
+
+    async def visible(self, workflow_id: str) -> bool:
+        """Whether visibility has the workflow (running or closed): from then on its counts include it."""
+        if not SAFE_WORKFLOW_ID.fullmatch(workflow_id):
+            raise ValueError("not a docjobs workflow ID")
+        return (await self.jobs.client.count_workflows(f'WorkflowId = "{workflow_id}"')).count > 0
+
+    async def _slots(self, batch_id: str, recorded: object) -> int:
+        """A running batch's slots: from its memo; a batch accepted before they were recorded, by its progress."""
+        if isinstance(recorded, int) and recorded >= 1:
+            return recorded
+        try:
+            progress = await self.handle(batch_id).query(DocumentBatchWorkflow.progress, rpc_timeout=QUERY_TIMEOUT)
+        except RPCError:  # no worker to answer: its running jobs count (each by one)
+            return 0
+        return batch_slots(progress.concurrency, progress.total - progress.ended)
 
     def handle(self, batch_id: str) -> WorkflowHandle[DocumentBatchWorkflow, BatchStatus]:
         return self.jobs.client.get_workflow_handle_for(DocumentBatchWorkflow.run, batch_id)

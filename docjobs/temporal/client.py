@@ -96,6 +96,8 @@ class Submitted:
     job_id: str
     created: bool
     input_sha256: str
+    # The key names an existing job accepted with another input digest or ask (nothing of this input was stored).
+    conflict: bool = False
 
 
 def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, asked: str) -> str:
@@ -176,11 +178,17 @@ class JobClient:
         here the name must exist and the overrides must apply (ConfigError, pydantic's ValidationError).
 
         A `Policy` object instead pins the whole policy in the internal request (tests and tools that need a
-        policy no named one with overrides makes; the workflow still takes that shape)."""
+        policy no named one with overrides makes; the workflow still takes that shape).
+
+        With a `key` whose job exists already, nothing is stored: the answer is that job (`created` False), with
+        `conflict` when it was accepted with another input digest or ask."""
         if isinstance(policy, Policy):
             return await self._submit_pinned(path, policy, input_kind, tenant, key, deadline_seconds, hashed)
         named = self.policies().get(policy)  # its name and deadline: the workflow resolves the rest
         overrides = check_overrides(overrides or JobOverrides())
+        existing = await self._existing(tenant, key, path, hashed, asked_of(named.name, overrides))
+        if existing is not None:
+            return existing
         stored = await self.accept(path, tenant=tenant, hashed=hashed)
         job = DocumentJobInput(
             version=1,
@@ -206,8 +214,11 @@ class JobClient:
         deadline_seconds: int | None,
         hashed: str | None,
     ) -> Submitted:
+        existing = await self._existing(tenant, key, path, hashed, policy.fingerprint)  # as `accepted_as` reads it
+        if existing is not None:
+            return existing
         stored = await self.accept(path, tenant=tenant, hashed=hashed)
-        job_id = derive_job_id(tenant, key, stored.sha256, policy.version)
+        job_id = derive_job_id(tenant, key, stored.sha256, policy.fingerprint)
         request = JobRequest(
             job_id=job_id,
             tenant=tenant,
@@ -224,6 +235,20 @@ class JobClient:
             notify_task_queue=self.settings.notify_task_queue,
         )
         return Submitted(job_id, created=await self.start(request), input_sha256=stored.sha256)
+
+    async def _existing(
+        self, tenant: str, key: str | None, path: Path, hashed: str | None, asked: str
+    ) -> Submitted | None:
+        """The keyed job, if it exists: compared with this input (its digest, what is asked of it) before any byte
+        of it is stored. None when there is no key or no such job."""
+        if not key:
+            return None
+        job_id = derive_job_id(tenant, key, "", asked)
+        if not await self.exists(job_id):
+            return None
+        digest: str = hashed if hashed is not None else await asyncio.to_thread(sha256_file, path)
+        conflict = await self.accepted_as(job_id) != (digest, asked)
+        return Submitted(job_id, created=False, input_sha256=digest, conflict=conflict)
 
     async def accept(self, path: Path, *, tenant: str, hashed: str | None = None) -> BlobRef:
         """Check the input's size, hash it and store it as a source (every document a job or batch accepts),
@@ -338,7 +363,7 @@ class JobClient:
         return True
 
     async def accepted_as(self, job_id: str) -> tuple[str, str] | None:
-        """(input sha256, what was asked of it: `asked_of` a public input, a pinned policy's version) the job was
+        """(input sha256, what was asked of it: `asked_of` a public input, a pinned policy's fingerprint) the job was
         accepted with, from its start memo; None when it has none docjobs can read (a job a foreign client
         started, or refused)."""
         description = await self.handle(job_id).describe()
@@ -350,7 +375,7 @@ class JobClient:
         if memo is None:
             return None
         request = JobRequest.model_validate(memo)
-        return request.source.sha256, request.policy_version
+        return request.source.sha256, request.policy.fingerprint  # terms included (what older code recorded as version)
 
     def handle(self, job_id: str) -> WorkflowHandle[DocumentJobWorkflow, JobStatus]:
         return self.client.get_workflow_handle_for(DocumentJobWorkflow.run, job_id)
