@@ -37,6 +37,7 @@ BAD_IMPORTS = {
     "core": ("docjobs/store/storage.py", "import docjobs.worker", "docjobs.store.storage -> docjobs.worker"),
     "layers": ("docjobs/temporal/codec.py", "import docjobs.api.app", "docjobs.temporal.codec -> docjobs.api.app"),
     "workflow": ("docjobs/domain/states.py", "import pikepdf", "docjobs.domain.states -> pikepdf"),
+    "gate": ("docjobs/pdf/active_kinds.py", "import pikepdf", "docjobs.pdf.active_kinds -> pikepdf"),
 }
 
 

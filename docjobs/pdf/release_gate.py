@@ -7,9 +7,10 @@ over verify too and have it answer "valid". The gate is the check such a documen
 
 * it runs in a sandbox of its own (docjobs/isolation/gate_work.py: a fresh child of a zygote that imported only
   this module), never in a child that made the bytes;
-* it reads them with pure-Python code only: pypdf (the page tree, the objects, the text) and pyHanko's reader (the
-  signature fields). This module imports neither pikepdf/qpdf, nor PDFium, nor poppler or Ghostscript (import-linter
-  forbids it, and the child reports the modules it loaded: `LOADED_FORBIDDEN`);
+* it reads them with pure-Python code only: pypdf (the page tree, the objects, the text), pdfminer (the text of a
+  page pypdf cannot read) and pyHanko's reader (the signature fields). This module imports neither pikepdf/qpdf,
+  nor PDFium, nor poppler or Ghostscript (import-linter forbids it, and the child reports the modules it loaded:
+  `LOADED_FORBIDDEN`);
 * it reports facts (`GateReport`), and the worker judges them (`judge`): a report cannot make the worker sign what
   it did not expect, and the signature dictionary is compared with the one the worker itself would write
   (`expected_signature`), field by field.
@@ -44,6 +45,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, cast
 
+from pdfminer.high_level import extract_text as pdfminer_text
 from pydantic import Field
 from pyhanko.pdf_utils import generic as hanko
 from pyhanko.pdf_utils.reader import PdfFileReader
@@ -103,7 +105,9 @@ def read_gate(path: Path, settings: ReleaseGateSettings, on_pages: Callable[[int
             if on_pages is not None:
                 on_pages(page_count)
             active = find_active_content(reader, keep_attachments=settings.sanitize.keep_attachments)
-            texts = page_texts(reader) if settings.watermark_text is not None or settings.redact is not None else []
+            texts = (
+                page_texts(reader, path) if settings.watermark_text is not None or settings.redact is not None else []
+            )
         except (DocJobError, RecursionError, MemoryError):
             raise
         except Exception:  # noqa: BLE001 - any reader failure: the file is not known to be clean
@@ -454,15 +458,26 @@ def find_active_content(reader: PdfReader, *, keep_attachments: bool = False) ->
 # --- Text, by pypdf --------------------------------------------------------------------------------------------
 
 
-def page_texts(reader: PdfReader) -> list[str | None]:
-    """The extracted text of every page (None for a page pypdf cannot read: not known to be clean)."""
+def page_texts(reader: PdfReader, path: Path) -> list[str | None]:
+    """The extracted text of every page: pypdf's, else pdfminer's (None for a page neither can read: not known to be
+    clean). pypdf gives up on a page whose content has a token it cannot parse, which producers leave and viewers
+    skip, and with it on the stamp docjobs drew after it (the stream that draws the stamp first closes what the
+    page left open: read on its own, it does not parse); pdfminer, pure Python too, reads past it as viewers do."""
     texts: list[str | None] = []
-    for page in reader.pages:
+    for number, page in enumerate(reader.pages):
         try:
             texts.append(page.extract_text())
-        except Exception:  # noqa: BLE001 - any extractor failure is reported as an unreadable page
-            texts.append(None)
+        except Exception:  # noqa: BLE001 - any extractor failure: the other reader's turn
+            texts.append(_pdfminer_text(path, number))
     return texts
+
+
+def _pdfminer_text(path: Path, number: int) -> str | None:
+    """The text pdfminer reads on the page `number` (0-based), or None when it cannot read it either."""
+    try:
+        return str(pdfminer_text(str(path), page_numbers=[number]))
+    except Exception:  # noqa: BLE001 - an unreadable page is reported as such
+        return None
 
 
 def watermark_missing(texts: list[str | None], watermark_text: str) -> list[int]:
