@@ -75,9 +75,10 @@ secrets: deps
 
 lint: deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mkdocs build --strict --quiet
+	$(VENV)/bin/mkdocs build --strict
 
 # The whole suite (what CI runs): unit, workflow (dev server, activity doubles) and e2e (real workers, children).
 test: lint

@@ -1,7 +1,7 @@
-"""Runs a docjobs worker (the logic is docjobs/worker.py):
+"""Runs a docjobs worker (the logic is docjobs/worker.py).
 
-    python worker.py [--task-queue NAME] [--queue general|ocr|batch]... [--metrics-port N] [--log-format text|json]
-                     [--deployment NAME [--build-id ID]]
+Usage: python worker.py [--task-queue NAME] [--queue general|ocr|batch]... [--metrics-port N]
+       [--log-format text|json] [--deployment NAME [--build-id ID]]
 """
 
 from docjobs.worker import main
