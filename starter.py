@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from temporalio.service import RPCError
 
 from docjobs.cli import batches, costs, deploy, evidence, gc, jobs, schema, servers, templates, tenants
+from docjobs.cli.jobs import KeyConflict
 from docjobs.cli.output import (
     EXIT_INTERRUPTED,
     EXIT_JOB_NOT_SUCCEEDED,
@@ -112,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     except BatchNotFound:
         message = "no such batch (or it is past the retention window)"
         return fail(out, EXIT_USAGE, "batch.not_found", message, batch_id=batch_id)
+    except KeyConflict as error:
+        message = "this --key was used with a different document or policy"
+        return fail(out, EXIT_USAGE, "idempotency.conflict", message, job_id=error.job_id)
     except NotReleased as error:
         return fail(out, EXIT_JOB_NOT_SUCCEEDED, "job.not_released", str(error), job_id=job_id)
     except ProtocolError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import subprocess
@@ -36,6 +37,12 @@ def test_submit_status_fetch_audit(env: Env, main_worker: WorkerProcess, samples
     assert (code, first) == (0, {"job_id": "acme/cli-1", "created": True})
     code, again, _ = run_starter(env, "submit", sample, "--key", "cli-1", "--tenant", "acme")
     assert (code, again) == (0, {"job_id": "acme/cli-1", "created": False})
+    other = tmp_path / "other.pdf"
+    other.write_bytes((samples / "sample.pdf").read_bytes() + b"%another document\n")  # bytes no test stored
+    code, refused, _ = run_starter(env, "submit", str(other), "--key", "cli-1", "--tenant", "acme")
+    assert (code, refused["error"], refused["job_id"]) == (2, "idempotency.conflict", "acme/cli-1")
+    stored = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / "sources" / hashlib.sha256(other.read_bytes()).hexdigest()
+    assert not stored.exists()  # nothing of the other document was kept
 
     code, waited, _ = run_starter(env, "wait", "acme/cli-1", "--timeout", "120")
     assert (code, waited["state"]) == (0, "succeeded")

@@ -83,11 +83,21 @@ def accepted_input(args: argparse.Namespace, settings: TemporalSettings) -> Iter
         )
 
 
+class KeyConflict(Exception):
+    """`--key` names a job accepted with another document or policy: nothing of this input was stored."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+
+
 async def submit_input(
     jobs: JobClient, args: argparse.Namespace, source: Path, kind: InputKind, policy: str, overrides: JobOverrides
 ) -> Submitted:
-    """Start (or get) the job for the accepted input, as `run` and `submit` were asked: tenant, key, deadline."""
-    return await jobs.submit(
+    """Start (or get) the job for the accepted input, as `run` and `submit` were asked: tenant, key, deadline.
+    Raises KeyConflict when the key's job was accepted with another input or ask (the API's 422
+    `idempotency.conflict`): answering with that job would report, or fetch, another document's result."""
+    submitted = await jobs.submit(
         source,
         policy,
         overrides=overrides,
@@ -96,6 +106,9 @@ async def submit_input(
         key=args.key,
         deadline_seconds=args.deadline,
     )
+    if submitted.conflict:
+        raise KeyConflict(submitted.job_id)
+    return submitted
 
 
 async def wait_and_report(jobs: JobClient, job_id: str, args: argparse.Namespace, out: Output) -> int:
