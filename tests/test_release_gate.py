@@ -27,7 +27,7 @@ from docjobs.isolation import gate_work
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.gate_work import GateWork
 from docjobs.isolation.sandbox import ChildLimits, ChildPool, hand_over, sibling_pools
-from docjobs.pdf import release_gate
+from docjobs.pdf import active_walk
 from docjobs.pdf.release_gate import Expected, GateReport, judge, read_gate
 from docjobs.pdf.sanitize import find_active_content as pikepdf_active_content
 from docjobs.pdf.stamp import stamp
@@ -269,9 +269,9 @@ def active_document(path: Path, *, field_loop: bool = True) -> Path:
 def test_active_content_is_counted_as_sanitize_counts_it(tmp_path: Path) -> None:
     path = active_document(tmp_path / "active.pdf")
     for keep_attachments in (False, True):
-        found = release_gate.find_active_content(PdfReader(path), keep_attachments=keep_attachments)
+        found = active_walk.find_active_content(PdfReader(path), keep_attachments=keep_attachments)
         assert found == pikepdf_active_content(path, keep_attachments=keep_attachments), keep_attachments
-    assert set(release_gate.find_active_content(PdfReader(path))) == {
+    assert set(active_walk.find_active_content(PdfReader(path))) == {
         "embedded_file",
         "goto_remote",
         "import_data",
@@ -297,9 +297,9 @@ def test_active_content_is_refused_unless_the_policy_keeps_it(signer: SignerConf
 
 def test_the_walk_has_a_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = active_document(tmp_path / "active.pdf")
-    monkeypatch.setattr(release_gate, "MAX_NODES", 10)
+    monkeypatch.setattr(active_walk, "MAX_NODES", 10)
     with pytest.raises(DocJobError) as failure:
-        release_gate.find_active_content(PdfReader(path))
+        active_walk.find_active_content(PdfReader(path))
     assert failure.value.code == "input.too_complex"
 
 
