@@ -26,7 +26,15 @@ from starlette.requests import ClientDisconnect
 from docjobs.api.deps import ApiContext, Context, Tenant
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.jobs import acceptance_error, check_kind
-from docjobs.api.uploads import HEAD_BYTES, MULTIPART_SLACK, PolicyPart, TooLarge, _limited, pinned_policy
+from docjobs.api.uploads import (
+    HEAD_BYTES,
+    MULTIPART_SLACK,
+    PolicyPart,
+    TooLarge,
+    _limited,
+    pinned_policy,
+    policy_part_schema,
+)
 from docjobs.domain.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.idempotency import BATCH_KEY_RULE, is_valid_batch_key
@@ -180,13 +188,17 @@ async def spool_batch(
                         "type": "object",
                         "required": ["file"],
                         "properties": {
-                            "file": {"type": "array", "items": {"type": "string", "format": "binary"}},
-                            "policy": {
-                                "type": "string",
-                                "description": "JSON: name, watermark, mode, ocr, redact, redact_regions",
+                            "file": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": MAX_UPLOAD_FILES,
+                                "items": {"type": "string", "format": "binary"},
                             },
+                            "policy": policy_part_schema(),
                         },
-                    }
+                        "additionalProperties": False,
+                    },
+                    "encoding": {"policy": {"contentType": "application/json"}},
                 },
                 "application/json": {
                     "schema": {
@@ -199,10 +211,7 @@ async def spool_batch(
                                 "maxItems": MAX_STORED_SOURCES,
                                 "items": {"type": "string", "pattern": SHA256_PATTERN},
                             },
-                            "policy": {
-                                "type": "object",
-                                "description": "name, watermark, mode, ocr, redact, redact_regions",
-                            },
+                            "policy": policy_part_schema(),
                         },
                     }
                 },

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 from temporalio.service import RPCError
 
 from docjobs.settings.quotas import QUOTA_EXCEEDED, QuotaExceeded
@@ -64,9 +65,43 @@ async def invalid_request(_: Request, error: RequestValidationError) -> JSONResp
     return error_response(422, "request.invalid", f"invalid request parameters: {where}"[:300])
 
 
-async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+PROBED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+STATIC_METHODS = ("GET", "HEAD")  # a mount (the docs assets) serves static files
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the app answers at the request's path (all routes that match it, not only the
+    first: `/v1/jobs` is two routes, and `{job_id:path}` matches `/v1/jobs/ID/cancel` too)."""
+    allowed: list[str] = []
+    mounted = False
+    for method in PROBED_METHODS:
+        for route in request.app.router.routes:
+            probe = {
+                "type": "http",
+                "path": request.scope["path"],
+                "root_path": request.scope.get("root_path", ""),
+                "method": method,
+                "headers": [],
+                "query_string": b"",
+            }
+            match, _ = route.matches(probe)
+            if isinstance(route, Mount):
+                mounted = mounted or match is not Match.NONE
+            elif match is Match.FULL:
+                allowed.append(method)
+                break
+    return allowed or (list(STATIC_METHODS) if mounted else [])
+
+
+async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
     codes = {404: "http.not_found", 405: "http.method_not_allowed"}
-    return error_response(error.status_code, codes.get(error.status_code, "http.error"), str(error.detail)[:200])
+    headers = dict(error.headers or {})
+    if error.status_code == 405:  # RFC 9110: a 405 lists the methods the resource allows
+        allowed = allowed_methods(request)
+        if allowed:
+            headers["Allow"] = ", ".join(allowed)
+    code = codes.get(error.status_code, "http.error")
+    return error_response(error.status_code, code, str(error.detail)[:200], headers or None)
 
 
 async def unavailable(_: Request, error: RPCError) -> JSONResponse:

@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
-from docjobs.api.uploads import CHUNK, TooLarge, spool, tenant_policy
+from docjobs.api.uploads import CHUNK, TooLarge, policy_part_schema, spool, tenant_policy
 from docjobs.domain.canonical import canonical_model
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.idempotency import CLIENT_KEY_RULE, is_valid_client_key
@@ -35,7 +35,7 @@ from docjobs.domain.models import BlobRef, InputKind, JobSummary
 from docjobs.domain.states import JobState, is_terminal
 from docjobs.pdf.inspect import input_kind
 from docjobs.store.storage import source_key, verified_chunks
-from docjobs.store.templates import TemplateManifest, TemplateNotFound, is_valid_template_name
+from docjobs.store.templates import TEMPLATE_NAME, TemplateManifest, TemplateNotFound, is_valid_template_name
 from docjobs.temporal.client import asked_of, derive_job_id
 
 log = logging.getLogger("docjobs.api")
@@ -83,17 +83,26 @@ def job_path(job_id: str) -> str:
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",
-                        "description": "a `file` part, or a `template` name and its JSON `data`",
+                        "description": "a `file` part, or a `template` name and its JSON `data`; a JSON `policy`",
                         "properties": {
                             "file": {"type": "string", "format": "binary"},
-                            "template": {"type": "string", "description": "a stored template's name"},
-                            "data": {"type": "string", "format": "binary", "description": "JSON: the template's data"},
-                            "policy": {
+                            "template": {
                                 "type": "string",
-                                "description": "JSON: name, watermark, mode, ocr, redact, redact_regions",
+                                "pattern": f"^{TEMPLATE_NAME.pattern}$",
+                                "description": "a stored template's name",
                             },
+                            "data": {"type": "string", "format": "binary", "description": "JSON: the template's data"},
+                            "policy": policy_part_schema(),
                         },
-                    }
+                        # A document, or a template job (its name and data): never both, never a name alone.
+                        "oneOf": [
+                            {"required": ["file"], "not": {"required": ["template"]}},
+                            {"required": ["template", "data"], "not": {"required": ["file"]}},
+                        ],
+                        "dependentRequired": {"template": ["data"]},
+                        "additionalProperties": False,
+                    },
+                    "encoding": {"policy": {"contentType": "application/json"}},
                 },
             },
         }

@@ -9,9 +9,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Annotated, Any, BinaryIO
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, WithJsonSchema
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
@@ -20,7 +20,14 @@ from docjobs.api.deps import ApiContext
 from docjobs.api.errors import ApiError
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
-from docjobs.domain.models import JobOverrides, Policy
+from docjobs.domain.models import (
+    BUILTIN_PATTERN_NAMES,
+    POLICY_NAME_PATTERN,
+    JobOverrides,
+    OcrMode,
+    Policy,
+    WatermarkMode,
+)
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook, job_overrides
 
@@ -83,15 +90,54 @@ class HashingWriter:
         return Spooled(path=path, sha256=self._digest.hexdigest(), size=self.size, head=self._head)
 
 
+# What the OpenAPI document declares of each field (`WithJsonSchema`: the schema only; parsing stays as loose as
+# it was, so a value out of these rules keeps its error code, `policy.invalid` or `policy.unknown`).
+NUMBER = r"-?[0-9]+(\.[0-9]+)?"
+REGION_PATTERN = rf"^[1-9][0-9]*:({NUMBER},){{3}}{NUMBER}$"
+
+
+def _nullable(schema: dict[str, Any]) -> WithJsonSchema:
+    return WithJsonSchema({"anyOf": [schema, {"type": "null"}]})
+
+
 class PolicyPart(BaseModel):
     """The JSON `policy` part of a multipart upload: a named policy and optional overrides."""
 
-    name: str | None = None
-    watermark: str | None = None
-    mode: str | None = None
-    ocr: str | None = None
-    redact: list[str] = []  # built-in pattern names or regexes, as `--redact`
-    redact_regions: list[str] = []  # `PAGE:X0,Y0,X1,Y1`, as `--redact-region`
+    name: Annotated[
+        str | None,
+        _nullable({"type": "string", "pattern": POLICY_NAME_PATTERN, "description": "a configured policy's name"}),
+    ] = None
+    watermark: Annotated[
+        str | None,
+        _nullable({"type": "string", "minLength": 1, "maxLength": 200, "description": "printable in the stamp's font"}),
+    ] = None
+    mode: Annotated[str | None, _nullable({"type": "string", "enum": [mode.value for mode in WatermarkMode]})] = None
+    ocr: Annotated[str | None, _nullable({"type": "string", "enum": [mode.value for mode in OcrMode]})] = None
+    redact: Annotated[  # built-in pattern names or regexes, as `--redact`
+        list[str],
+        WithJsonSchema(
+            {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "description": f"built-in pattern names ({', '.join(BUILTIN_PATTERN_NAMES)}) or RE2 regexes",
+            }
+        ),
+    ] = []
+    redact_regions: Annotated[  # `PAGE:X0,Y0,X1,Y1`, as `--redact-region`
+        list[str],
+        WithJsonSchema(
+            {
+                "type": "array",
+                "items": {"type": "string", "pattern": REGION_PATTERN},
+                "description": "`PAGE:X0,Y0,X1,Y1`: a page from 1 and a box of PDF points with an area",
+            }
+        ),
+    ] = []
+
+
+def policy_part_schema() -> dict[str, Any]:
+    """The `policy` part's JSON schema, as the OpenAPI document declares it."""
+    return PolicyPart.model_json_schema()
 
 
 def requested_policy(book: PolicyBook, part: PolicyPart) -> tuple[str, JobOverrides]:
