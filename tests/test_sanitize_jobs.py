@@ -83,13 +83,16 @@ async def test_raster_mode_has_no_document_level_content(
     assert not {"/OpenAction", "/AA", "/Names", "/AF"} & set(root.keys())
 
 
-async def test_verify_catches_a_render_that_strips_nothing(
+async def test_the_release_gate_catches_a_render_that_strips_nothing(
     jobs: JobClient, env: Env, policies: PolicyBook, active: Path, start_worker: StartWorker
 ) -> None:
+    """Render leaves the active content in: the release gate finds it in `sign`, before anything is signed (verify's
+    readers, after signing, would too)."""
     queue = "docjobs-keeps-active"
     start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="keep-active-content")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     submitted = await on_queue.submit(active, policies.get("standard"), key="sanitize-residue")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "sanitize.residue"), status
+    assert status.attempts.get("sign") == 1 and "verify" not in status.attempts  # refused at once, never signed
     assert job_files(env, submitted.job_id) == ["commitment.salt", "evidence.json", "run.json"]  # nothing released
