@@ -1,16 +1,32 @@
 """What counts as active content, as plain data: the names both walks over a document share.
 
-`docjobs/pdf/sanitize.py` (pikepdf: it strips, in render) and `docjobs/pdf/release_gate.py` (pypdf: it only
+`docjobs/pdf/sanitize.py` (pikepdf: it strips, in render) and `docjobs/pdf/active_walk.py` (pypdf: it only
 counts, in the release gate's own sandbox, which must not load a C/C++ PDF parser) judge the same actions and
-annotations by these tables, so that the gate refuses exactly what sanitization would have removed. This
-module imports nothing but the standard library: see sanitize.py's docstring for what each kind means.
+annotations by these tables, within the same budget, so that the gate refuses exactly what sanitization would
+have removed. This module imports nothing but the standard library and the domain's errors: see sanitize.py's
+docstring for what each kind means.
 """
 
 from __future__ import annotations
 
 import re
 
+from docjobs.domain.errors import DocJobError
+
 MAX_NODES = 500_000  # objects one pass may visit: far above real documents, bounded for hostile ones
+
+
+class WalkBudget:
+    """How many more objects a walk over a document may visit (input.too_complex beyond)."""
+
+    def __init__(self, nodes: int) -> None:
+        self.left = nodes
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise DocJobError("input.too_complex", "the input has too many objects to check for active content")
+
 
 ACTIVE_ACTIONS = {
     "/JavaScript": "javascript",

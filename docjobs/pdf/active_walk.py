@@ -12,21 +12,9 @@ from pypdf import PdfReader
 from pypdf import generic as pdf
 
 from docjobs.domain.errors import DocJobError
-from docjobs.pdf.active_kinds import ACTIVE_ACTIONS, ACTIVE_ANNOTATIONS, INERT_ACTIONS, MAX_NODES, uri_kind
+from docjobs.pdf.active_kinds import ACTIVE_ACTIONS, ACTIVE_ANNOTATIONS, INERT_ACTIONS, MAX_NODES, WalkBudget, uri_kind
 
 ObjId = tuple[int, int]
-
-
-class _Budget:
-    """How many more objects the walk may visit (input.too_complex beyond)."""
-
-    def __init__(self, nodes: int) -> None:
-        self.left = nodes
-
-    def spend(self) -> None:
-        self.left -= 1
-        if self.left < 0:
-            raise DocJobError("input.too_complex", "the document has too many objects to check for active content")
 
 
 def _resolve(value: Any) -> tuple[Any, ObjId | None]:
@@ -80,7 +68,7 @@ class _Walk:
     def __init__(self, reader: PdfReader, *, keep_attachments: bool) -> None:
         self._reader = reader
         self._keep_attachments = keep_attachments
-        self._budget = _Budget(MAX_NODES)
+        self._budget = WalkBudget(MAX_NODES)
         self._found: Counter[str] = Counter()
         self._actions_seen: set[ObjId] = set()
         self._holders_seen: set[tuple[ObjId, str]] = set()

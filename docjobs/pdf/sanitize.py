@@ -42,29 +42,22 @@ from pikepdf import Array, Dictionary, Name
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import SanitizeMode, SanitizePolicy
-from docjobs.pdf.active_kinds import ACTIVE_ACTIONS, ACTIVE_ANNOTATIONS, INERT_ACTIONS, MAX_NODES, uri_kind
-
-_ACTIVE_ACTIONS, _INERT_ACTIONS, _ACTIVE_ANNOTATIONS = ACTIVE_ACTIONS, INERT_ACTIONS, ACTIVE_ANNOTATIONS
+from docjobs.pdf.active_kinds import (
+    ACTIVE_ACTIONS,
+    ACTIVE_ANNOTATIONS,
+    INERT_ACTIONS,
+    MAX_NODES,
+    WalkBudget,
+    uri_kind,
+)
 
 ObjGen = tuple[int, int]
-
-
-class _Budget:
-    """How many more objects a pass may visit."""
-
-    def __init__(self, nodes: int) -> None:
-        self.left = nodes
-
-    def spend(self) -> None:
-        self.left -= 1
-        if self.left < 0:
-            raise DocJobError("input.too_complex", "the input has too many objects to check for active content")
 
 
 def _reachable(
     start: Iterable[object],
     children: Callable[[Dictionary], list[object]],
-    budget: _Budget,
+    budget: WalkBudget,
     seen: set[ObjGen] | None = None,
 ) -> Iterator[Dictionary]:
     """Each dictionary reachable from `start` through `children` (arrays are looked into), once: indirect
@@ -102,9 +95,9 @@ def action_kind(action: Dictionary) -> str | None:
     if not isinstance(subtype, Name):
         return "other_action"
     name = str(subtype)
-    if name in _ACTIVE_ACTIONS:
-        return _ACTIVE_ACTIONS[name]
-    if name not in _INERT_ACTIONS:
+    if name in ACTIVE_ACTIONS:
+        return ACTIVE_ACTIONS[name]
+    if name not in INERT_ACTIONS:
         return "other_action"
     if name == "/URI":
         return _uri_kind(action.get("/URI"))
@@ -126,7 +119,7 @@ class _Pass:
         self._pdf = pdf
         self._strip = strip
         self._keep_attachments = keep_attachments
-        self._budget = _Budget(MAX_NODES)
+        self._budget = WalkBudget(MAX_NODES)
         self._found: Counter[str] = Counter()
         self._actions_seen: set[ObjGen] = set()  # an action reachable from several places counts once
         self._holders_seen: set[tuple[ObjGen, str]] = set()
@@ -279,7 +272,7 @@ class _Pass:
             return None
         if subtype == Name.FileAttachment and not self._keep_attachments:
             return "embedded_file"
-        return _ACTIVE_ANNOTATIONS.get(str(subtype))
+        return ACTIVE_ANNOTATIONS.get(str(subtype))
 
 
 def strip_active_content(pdf: pikepdf.Pdf, *, keep_attachments: bool = False) -> dict[str, int]:
