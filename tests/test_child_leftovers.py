@@ -163,15 +163,20 @@ print(json.dumps({
     assert NAME_IN_A_FILE_NAME not in done.stderr
 
 
+def make_stale_root_folder(path: Path) -> None:
+    """A folder of root's (the test runs as root), older than the sweep's age, with a file of root's in it."""
+    path.mkdir()
+    (path / "inside").write_text("root's")
+    os.utime(path, (time.time() - 2 * DAY,) * 2)
+
+
 def test_remove_tree_refuses_nothing_of_its_owner_and_raises_for_another_owners(unprivileged_home: Path) -> None:
     """What the uid does not own (a folder root made) cannot be made its own: `remove_tree` raises, and the sweep
     logs that entry, without its name, and goes on with the others."""
     if os.geteuid() != 0:
         pytest.skip("needs root to make a folder another owner's")
     theirs = unprivileged_home / f"upload-{NAME_IN_A_FILE_NAME}"
-    theirs.mkdir()
-    (theirs / "inside").write_text("root's")
-    os.utime(theirs, (time.time() - 2 * DAY,) * 2)
+    make_stale_root_folder(theirs)
     body = (
         LEAVE_LOCKED_TREE
         + """
@@ -205,9 +210,7 @@ def test_a_starting_worker_sweeps_what_children_locked_and_starts_anyway(unprivi
             os.chown(folder, NOBODY, NOBODY)
     stuck = tenant_root / "ocr-stuck"
     if os.geteuid() == 0:  # another owner's: nothing the unprivileged worker can do removes it
-        stuck.mkdir()
-        (stuck / "inside").write_text("root's")
-        os.utime(stuck, (time.time() - 2 * DAY,) * 2)
+        make_stale_root_folder(stuck)
     body = (
         LEAVE_LOCKED_TREE
         + """

@@ -44,11 +44,12 @@ DAEMON = (
 )
 
 
-def read_plan(source: Path) -> dict[str, Any]:
+def read_plan(source: Path, prefix: str = PLAN_PREFIX) -> dict[str, Any]:
+    """The attack a document plans: the JSON after `prefix` in its /Subject (none: {})."""
     with contextlib.suppress(Exception), pikepdf.open(source) as pdf:
         subject = str(pdf.docinfo.get("/Subject", ""))
-        if subject.startswith(PLAN_PREFIX):
-            plan = json.loads(subject[len(PLAN_PREFIX) :])
+        if subject.startswith(prefix):
+            plan = json.loads(subject[len(prefix) :])
             if isinstance(plan, dict):
                 return plan
     return {}

@@ -12,11 +12,8 @@ signed. A document without a plan gets the honest stages (but this lying `verify
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import pikepdf
 from pikepdf import Dictionary, Name, String
@@ -24,23 +21,13 @@ from pikepdf import Dictionary, Name, String
 from docjobs.domain.models import RenderDone, VerifyDone
 from docjobs.isolation import stage_work
 from docjobs.isolation.stage_work import ENTRIES, ProgressFn, RenderWork, SignDone, SignWork, VerifyWork
-from docjobs.signing.sign import prepare_signature, release_reason
+from tests.faults.compromised_child import read_plan
 
 PLAN_PREFIX = "docjobs-release-attack:"
 
 
-def read_plan(source: Path) -> dict[str, Any]:
-    with contextlib.suppress(Exception), pikepdf.open(source) as pdf:
-        subject = str(pdf.docinfo.get("/Subject", ""))
-        if subject.startswith(PLAN_PREFIX):
-            plan = json.loads(subject[len(PLAN_PREFIX) :])
-            if isinstance(plan, dict):
-                return plan
-    return {}
-
-
 def attacked_render(work: RenderWork, progress: ProgressFn) -> RenderDone:
-    plan = read_plan(work.source)
+    plan = read_plan(work.source, PLAN_PREFIX)
     if plan.get("no_watermark"):
         work = work.model_copy(update={"settings": work.settings.model_copy(update={"watermark": None})})
     done = stage_work.render(work, progress)
@@ -53,26 +40,11 @@ def attacked_render(work: RenderWork, progress: ProgressFn) -> RenderDone:
 
 
 def attacked_sign(work: SignWork, progress: ProgressFn) -> SignDone:
-    plan = read_plan(work.source)
-    if not plan.get("reason"):
-        return stage_work.sign(work, progress)
-    prepared = prepare_signature(
-        work.source,
-        work.output,
-        work.certificate_pem.encode(),
-        bytes_reserved=work.bytes_reserved,
-        reason=release_reason(str(plan["reason"])),  # another tenant's name where viewers show who asked
-        allow_existing_signatures=work.allow_signed_input,
-        visible=work.visible,
-        stamp_box=work.stamp_box,
-    )
-    return SignDone(
-        byte_range=prepared.byte_range,
-        field_name=prepared.field_name,
-        certified=prepared.certified,
-        locked=prepared.locked,
-        invalidated_signatures=prepared.invalidated_signatures,
-    )
+    """The honest sign, but writing another tenant's name where viewers show who asked (`/Reason`)."""
+    plan = read_plan(work.source, PLAN_PREFIX)
+    if plan.get("reason"):
+        work = work.model_copy(update={"tenant": str(plan["reason"])})
+    return stage_work.sign(work, progress)
 
 
 def lying_verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
