@@ -28,14 +28,19 @@ from temporalio.service import RPCError, RPCStatusCode
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.uploads import CHUNK, TooLarge, policy_part_schema, spool, tenant_policy
-from docjobs.domain.canonical import canonical_model
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.domain.models import BlobRef, InputKind, JobSummary
 from docjobs.domain.states import JobState, is_terminal
 from docjobs.pdf.inspect import input_kind
 from docjobs.store.storage import source_key, verified_chunks
-from docjobs.store.templates import TEMPLATE_NAME, TemplateManifest, TemplateNotFound, is_valid_template_name
+from docjobs.store.templates import (
+    TEMPLATE_NAME,
+    TemplateNotFound,
+    TemplateVersion,
+    is_valid_template_name,
+    manifest_bytes,
+)
 from docjobs.temporal.client import asked_of, derive_job_id
 
 log = logging.getLogger("docjobs.api")
@@ -141,8 +146,11 @@ async def submit(
         # What the job's input will be, known before a byte is stored: the document's digest, or the digest of
         # the template job's manifest (the template's current version and the data's digest).
         manifest: bytes | None = None
+        version: TemplateVersion | None = None
         if upload.template is not None:
-            manifest = await _template_manifest_body(context, name, upload.template, spooled.sha256, spooled.size)
+            version = await _template_version(context, name, upload.template)
+            data = BlobRef(key=source_key(spooled.sha256), sha256=spooled.sha256, size=spooled.size)
+            manifest = manifest_bytes(upload.template, version, data)
         digest = spooled.sha256 if manifest is None else hashlib.sha256(manifest).hexdigest()
         job_id = derive_job_id(name, idempotency_key, digest, asked)
         if await context.jobs.exists(job_id):  # a repeat or a conflict: answered with nothing stored or counted
@@ -155,7 +163,7 @@ async def submit(
             charged = size
             document = spooled.path
             if upload.template is not None:  # the job's input is the manifest, hashed when it is stored
-                document = await _template_manifest(context, name, upload.template, spooled.path, limit)
+                document = await _template_manifest(context, name, upload.template, version, spooled.path, limit)
             submitted = await context.jobs.submit(
                 document,
                 chosen,
@@ -213,29 +221,24 @@ def acceptance_error(error: DocJobError) -> ApiError:
     return ApiError(413 if error.code == "input.too_large" else 422, error.code, error.message)
 
 
-async def _template_manifest_body(context: ApiContext, tenant: str, template: str, sha256: str, size: int) -> bytes:
-    """The template job's manifest as it will be stored (`TemplateStore.manifest`): computed, nothing stored."""
+async def _template_version(context: ApiContext, tenant: str, template: str) -> TemplateVersion:
+    """The template's current version, read once: the job's ID is derived from the manifest it makes, and the
+    manifest stored is made from it too (a version added meanwhile cannot make them differ)."""
     if not is_valid_template_name(template):
         raise ApiError(422, "template.unknown", "the tenant has no template of that name")
     try:
-        version = await asyncio.to_thread(context.jobs.templates.current, tenant, template)
+        return await asyncio.to_thread(context.jobs.templates.current, tenant, template)
     except TemplateNotFound:
         raise ApiError(422, "template.unknown", "the tenant has no template of that name") from None
-    data = BlobRef(key=source_key(sha256), sha256=sha256, size=size)
-    return canonical_model(TemplateManifest(template=template, bundle=version.bundle, data=data))
 
 
-async def _template_manifest(context: ApiContext, tenant: str, template: str, data: Path, limit: int) -> Path:
-    """A template job's input: its manifest (the template's current version and the data, stored by digest)."""
-    if not is_valid_template_name(template):
-        raise ApiError(422, "template.unknown", "the tenant has no template of that name")
-    try:
-        manifest = await asyncio.to_thread(
-            context.jobs.templates.manifest, tenant, template, data, data.parent, max_data_bytes=limit
-        )
-    except TemplateNotFound:
-        raise ApiError(422, "template.unknown", "the tenant has no template of that name") from None
-    return manifest
+async def _template_manifest(
+    context: ApiContext, tenant: str, template: str, version: TemplateVersion | None, data: Path, limit: int
+) -> Path:
+    """A template job's input: its manifest (the template's `version` and the data, stored by digest)."""
+    return await asyncio.to_thread(
+        context.jobs.templates.manifest, tenant, template, data, data.parent, max_data_bytes=limit, version=version
+    )
 
 
 @router.get("/v1/jobs", response_model=JobList, responses=ERRORS)

@@ -144,9 +144,19 @@ class TemplateStore:
                 versions.append(TemplateVersion.model_validate_json(pointer.read()))
         return sorted(versions, key=lambda version: version.name)
 
-    def manifest(self, tenant: str, name: str, data: Path, folder: Path, *, max_data_bytes: int) -> Path:
-        """Store the job's data by its digest and write the job's manifest into `folder` (the input to submit)."""
-        version = self.current(tenant, name)
+    def manifest(
+        self,
+        tenant: str,
+        name: str,
+        data: Path,
+        folder: Path,
+        *,
+        max_data_bytes: int,
+        version: TemplateVersion | None = None,
+    ) -> Path:
+        """Store the job's data by its digest and write the job's manifest into `folder` (the input to submit), for
+        `version` of the template (None: its current one)."""
+        version = self.current(tenant, name) if version is None else version
         if data.stat().st_size > max_data_bytes:
             raise DocJobError("input.too_large", f"the template data is larger than {max_data_bytes} bytes")
         digest = sha256_file(data)
@@ -155,5 +165,10 @@ class TemplateStore:
             raise DocJobError("source.digest_mismatch", "the data changed while it was being accepted")
         record_owner(self._store, digest, tenant)
         path = folder / "manifest.json"
-        path.write_bytes(canonical_model(TemplateManifest(template=name, bundle=version.bundle, data=stored)))
+        path.write_bytes(manifest_bytes(name, version, stored))
         return path
+
+
+def manifest_bytes(name: str, version: TemplateVersion, data: BlobRef) -> bytes:
+    """A template job's manifest, as it is stored: what the job's input digest is the digest of."""
+    return canonical_model(TemplateManifest(template=name, bundle=version.bundle, data=data))
