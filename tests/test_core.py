@@ -142,6 +142,10 @@ def test_a_keyless_job_id_derives_from_what_is_asked_never_from_a_resolved_polic
     )  # the order of patterns is kept as asked: a different request, a different job
     derived = derive_job_id("acme", None, "a" * 64, asked)
     assert derived.startswith("acme/auto-") and derived == derive_job_id("acme", None, "a" * 64, asked)
+    largest = job_overrides(redact_regions=[f"{2**53 - 1}:0,0,1,1"])  # what canonical JSON writes exactly
+    assert asked_of("standard", largest) != asked
+    with pytest.raises(ConfigError, match="a page >= 1"):
+        job_overrides(redact_regions=[f"{2**53}:0,0,1,1"])
 
 
 def test_overrides_that_cannot_apply_are_refused_without_resolving_a_policy() -> None:

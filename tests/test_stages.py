@@ -124,23 +124,28 @@ WIRE = {
     # The redaction summary counts spans (`spans`, defaulted) and no longer the glyphs they removed: a removed
     # field is ignored by older code (Frozen: extra="ignore"), which reads its default, and old histories replay.
     # Then a page's `fallback_fonts` (defaulted: the kinds of the fonts behind `font_not_resubset`).
-    "redact": ("db1f96fc5b24d8c0", "3386064094867ec2"),
+    # A region's page is at most 2**53 - 1 (JSON_SAFE_INTEGER: what canonical JSON writes exactly; beyond, hashing
+    # the ask crashed), in every input that carries a redaction policy.
+    "redact": ("4bea69385477e5bd", "3386064094867ec2"),
     # An addition with a default (the release gate, docs/release-gates.md): sign's `gate` settings (None in an older
     # workflow's input: the gate then checks what needs no policy, and active content as the shipped policies strip it).
-    "sign": ("094c77861512e3d3", "92dfd00402ce8dd4"),
+    # Then the region page bound (see redact) in the gate settings' redaction policy.
+    "sign": ("cb17963ea262d6c9", "92dfd00402ce8dd4"),
     # An addition with a default (PDF/A outputs, docs/policies.md): verify's `pdfa` output (None in older results).
-    "verify": ("b581b80482d95e16", "06aaec864041d3b9"),
+    # Then the region page bound (see redact).
+    "verify": ("ac52b21c1b28d7bc", "06aaec864041d3b9"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
     # Additions with defaults: `converted` (an office input's PDF, which the evidence binds; None in old jobs), then
     # the input's `redactions` (counts by kind: {} in old jobs) and the output's `commitment_salt` (None from older
-    # workers).
-    "evidence": ("7f4b7a94e3e51477", "17244d701355a0b7"),
+    # workers); then the region page bound (see redact).
+    "evidence": ("b4e172c16aa1004e", "17244d701355a0b7"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     # A widening: `input_sha256` may be None (a redaction job's event carries no plain digest of its input).
     "notify": ("799cebb4d6932edc", "e5d116e6b66fdc5a"),
     # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old
     # batch's request, whose documents keep starting with the pinned request).
-    "start_batch_documents": ("d6e88805f0e1397f", "5603494387f42eb6"),
+    # Then the region page bound (see redact).
+    "start_batch_documents": ("c2cca32953fa070c", "5603494387f42eb6"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),

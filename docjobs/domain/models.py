@@ -21,6 +21,9 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 TENANT_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"  # the first segment of a job ID: no '/', safe in a visibility query
 POLICY_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 POLICY_VERSION_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}@[0-9a-f]{12}$"  # Policy.version
+# The largest integer canonical JSON (RFC 8785: numbers as IEEE doubles) writes exactly. A job's ask, its policy and
+# its version are canonical JSON: an integer beyond it there is refused as invalid, never a crash when hashed.
+JSON_SAFE_INTEGER = 2**53 - 1
 
 
 class Frozen(BaseModel):
@@ -89,7 +92,7 @@ class DeskewedPage(Frozen):
 class RedactRegion(Frozen):
     """A rectangle to black out, in PDF points in the page's default user space (docjobs/pdf/redaction/regions.py)."""
 
-    page: int = Field(ge=1)  # 1-based
+    page: int = Field(ge=1, le=JSON_SAFE_INTEGER)  # 1-based
     x0: float
     y0: float
     x1: float
