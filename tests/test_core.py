@@ -146,6 +146,8 @@ def test_a_keyless_job_id_derives_from_what_is_asked_never_from_a_resolved_polic
     assert asked_of("standard", largest) != asked
     with pytest.raises(ConfigError, match="a page >= 1"):
         job_overrides(redact_regions=[f"{2**53}:0,0,1,1"])
+    with pytest.raises(ConfigError, match="a page >= 1"):
+        job_overrides(redact_regions=["1:0,0,1e400,1"])  # an infinity, which canonical JSON cannot write either
 
 
 def test_overrides_that_cannot_apply_are_refused_without_resolving_a_policy() -> None:

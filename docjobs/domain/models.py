@@ -92,11 +92,12 @@ class DeskewedPage(Frozen):
 class RedactRegion(Frozen):
     """A rectangle to black out, in PDF points in the page's default user space (docjobs/pdf/redaction/regions.py)."""
 
+    # Canonical JSON writes neither an integer beyond JSON_SAFE_INTEGER nor an infinity: the ask is hashed.
     page: int = Field(ge=1, le=JSON_SAFE_INTEGER)  # 1-based
-    x0: float
-    y0: float
-    x1: float
-    y1: float
+    x0: float = Field(allow_inf_nan=False)
+    y0: float = Field(allow_inf_nan=False)
+    x1: float = Field(allow_inf_nan=False)
+    y1: float = Field(allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _positive_area(self) -> RedactRegion:
