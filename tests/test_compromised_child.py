@@ -225,6 +225,14 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     assert "stopped after" in str(report["fork-bomb"]["detail"])  # RLIMIT_NPROC, not the attacker, ended it
     assert int(str(report["fork-bomb"]["detail"]).split("after ")[1].split()[0]) < NPROC
 
+    # It ran in a user namespace that is not the worker's (so `--disable-userns` applies: the filter is not the
+    # only refusal), holding no capability: a root worker's sandbox too, whose bwrap set it up as root.
+    worker_userns = os.readlink(f"/proc/{attacked_worker.process.pid}/ns/user")
+    children = [json.loads(line) for line in (log / "children.jsonl").read_text().splitlines()]
+    assert children and all(child["userns"] != worker_userns for child in children)
+    held = [child["capabilities"] for child in children]
+    assert all(sets["CapPrm"] == sets["CapEff"] == sets["CapInh"] == sets["CapAmb"] == 0 for sets in held), held
+
     # Nothing it tried left a trace outside, the code is intact, the worker is alive.
     assert not [name for name, path in outside.items() if path.exists()]
     assert code.read_bytes() == code_before

@@ -10,15 +10,17 @@ inside a bwrap sandbox that has
   the virtualenv, the code, the few /etc files tools read), a fresh /dev, a private /proc, small tmpfs /tmp and
   /dev/shm, and one writable folder, the tenant's work root, where the worker puts each attempt's folder. No data
   dir (blobs, tenants.json, signing/), no /run/secrets, no other tenant's folders, no home;
-- no root: a worker that runs as root starts the sandbox with only CAP_SETUID/CAP_SETGID, which the zygote
-  uses once, first thing, to become the tenant's own unprivileged uid (`SANDBOX_UID_BASE` + a slot derived
-  from the tenant's name: another tenant's pool never has it) and loses every capability; an unprivileged
-  worker gets a user namespace instead (`--uid`);
+- no root, and a user namespace of its own that cannot make another (`--unshare-user`, `--disable-userns`). An
+  unprivileged worker's bwrap makes it, as the worker's uid. A root worker's bwrap sets the sandbox up as root
+  (it binds what root may reach), with only CAP_SETUID/CAP_SETGID, and runs one program in it: `setpriv`, which
+  becomes the tenant's own unprivileged uid (`SANDBOX_UID_BASE` + a slot derived from the tenant's name: another
+  tenant's pool never has it) with no group, capability or bounding set left, and runs a second, unprivileged
+  bwrap that makes the user namespace (`--dev-bind / /`: the same file system) and starts the zygote in it. Nothing
+  of the tenant's runs before that: the zygote never holds root or a capability;
 - `no_new_privs` (bwrap sets it), a new session (no TIOCSTI into the worker's terminal), death with the worker
   (`--die-with-parent`), and a seccomp filter that refuses mount, namespaces, ptrace, BPF, keyrings,
   modules, kexec, userfaultfd, io_uring and the like. It exists for x86_64 only: elsewhere no sandbox starts, and a
-  confined worker refuses to (a root worker's sandbox has no user namespace of its own, so only the filter stops
-  a child from making one).
+  confined worker refuses to. In a root worker's sandbox the filter is the inner bwrap's, loaded last.
 
 The limits inside (hard CPU = soft, processes, file size) are set by the zygote and its children
 (docjobs/isolation/sandbox_child.py), from the environment this module adds. So are each child's Landlock rules
@@ -40,7 +42,6 @@ from pathlib import Path
 
 SANDBOX_MODES = ("bwrap", "unconfined")
 SANDBOX_UID_BASE = 200_000  # a root worker's sandboxes run as SANDBOX_UID_BASE + slot (a slot per tenant)
-UID_ENV = "DOCJOBS_CHILD_UID"
 NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
 FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"
 CONFINED_ENV = "DOCJOBS_CHILD_CONFINED"
@@ -174,9 +175,13 @@ def seccomp_filter() -> bytes | None:
 
 
 def _bwrap() -> str:
-    path = shutil.which("bwrap")
+    return _tool("bwrap", "bubblewrap")
+
+
+def _tool(name: str, package: str) -> str:
+    path = shutil.which(name)
     if path is None:
-        raise SandboxUnavailable("bwrap (Debian package bubblewrap) is not installed")
+        raise SandboxUnavailable(f"{name} (Debian package {package}) is not installed")
     return path
 
 
@@ -200,9 +205,13 @@ class Confinement:
         env = {NPROC_ENV: str(self.max_processes), FSIZE_ENV: str(self.max_file_mb), CONFINED_ENV: "1"}
         readable = [destination for _, destination in self._read_only()] + list(MERGED_DIRS)
         env[READABLE_ENV] = os.pathsep.join(readable)
-        if os.geteuid() == 0:
-            env[UID_ENV] = str(self.uid)
         return env
+
+    @property
+    def zygote_parent(self) -> int:
+        """The zygote's parent in the sandbox's PID namespace: its init (bwrap, pid 1), or in a root worker's sandbox
+        the inner bwrap that init starts (pid 2). Both die with the worker."""
+        return 2 if os.geteuid() == 0 else 1
 
     def _read_only(self) -> list[tuple[str, str]]:
         """The runtime bound read-only inside (source, destination): also all a child's Landlock rules let it read
@@ -215,18 +224,18 @@ class Confinement:
     def command(self, argv: Sequence[str], seccomp_fd: int | None) -> list[str]:
         """`argv` run inside the sandbox (run from an absolute path: bwrap's own PATH lookup is the host's).
 
-        Never without a seccomp filter (`seccomp_fd`, from `seccomp_filter`): it is what refuses a child a user or
-        network namespace of its own (and the kernel code only they reach), even in a root worker's sandbox,
-        which has no user namespace for `--disable-userns` to apply to (the zygote drops to the tenant's uid
-        itself). Where there is none (not x86_64) no sandbox starts: SandboxUnavailable."""
+        Never without a seccomp filter (`seccomp_fd`, from `seccomp_filter`): with `--disable-userns` it refuses a
+        child a user or network namespace of its own (and the kernel code only they reach). Where there is none
+        (not x86_64) no sandbox starts: SandboxUnavailable."""
         if seccomp_fd is None:
             raise SandboxUnavailable(f"there is no seccomp filter for this machine ({platform.machine()}), only x86_64")
         args = [_bwrap(), "--die-with-parent", "--new-session"]
         args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        if os.geteuid() == 0:  # a privileged bwrap: the zygote drops to its uid itself (UID_ENV)
+        own_namespace = ["--unshare-user", "--uid", str(self.uid), "--disable-userns", "--seccomp", str(seccomp_fd)]
+        if os.geteuid() == 0:  # set up as root, then the inner, unprivileged bwrap below (the module's docstring)
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
-            args += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid()), "--disable-userns"]
+            args += [*own_namespace, "--gid", str(os.getegid())]
         args += ["--hostname", "docjobs-child"]
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm"]
@@ -244,7 +253,11 @@ class Confinement:
         for source, destination in binds:
             args += ["--ro-bind", source, destination]
         args += ["--bind", str(self.writable), str(self.writable), "--chdir", str(self.writable)]
-        args += ["--seccomp", str(seccomp_fd)]
+        if os.geteuid() == 0:
+            uid = str(self.uid)
+            args += ["--", _tool("setpriv", "util-linux"), "--reuid", uid, "--regid", uid, "--clear-groups"]
+            args += ["--inh-caps=-all", "--bounding-set=-all", _bwrap(), *own_namespace, "--gid", uid]
+            args += ["--dev-bind", "/", "/", "--chdir", str(self.writable)]  # the same view, its /dev included
         return [*args, "--", *argv]
 
 
@@ -289,19 +302,13 @@ def check_sandbox(writable: Path) -> None:
     os.write(read_end, program)
     os.lseek(read_end, 0, os.SEEK_SET)
     pass_fds = (read_end,)
-    # Becomes the sandbox's uid as a zygote does, then asks for the Landlock ABI its children restrict themselves
-    # with (docjobs/isolation/landlock.py): exit status 3 where there is none.
-    probe = (
-        "import os,sys; u=os.environ.get('U'); u and (os.setgroups([]), os.setgid(int(u)), os.setuid(int(u)));"
-        "from docjobs.isolation.landlock import abi_version; sys.exit(0 if abi_version() >= 1 else 3)"
-    )
+    # Asks for the Landlock ABI its children restrict themselves with (docjobs/isolation/landlock.py): exit status 3
+    # where there is none.
+    probe = "import sys; from docjobs.isolation.landlock import abi_version; sys.exit(0 if abi_version() >= 1 else 3)"
     try:
         done = subprocess.run(
             confinement.command([python_inside(), "-S", "-c", probe], read_end),
-            env={
-                "U": confinement.environment().get(UID_ENV, ""),
-                "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            },
+            env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
             pass_fds=pass_fds,
             capture_output=True,
             timeout=30,

@@ -290,8 +290,8 @@ def child_environment(
         "PYTHONPATH": str(CODE_ROOT),
         "PYTHONDONTWRITEBYTECODE": "1",
         MEMORY_ENV: str(memory_mb),
-        # Inside the sandbox the zygote's parent is its PID namespace's init (bwrap), which dies with the worker.
-        PARENT_ENV: "1" if confinement is not None else str(os.getpid()),
+        # Inside the sandbox the zygote's parent is a bwrap there, which dies with the worker.
+        PARENT_ENV: str(confinement.zygote_parent) if confinement is not None else str(os.getpid()),
         CONTROL_ENV: str(control),
         ENTRIES_ENV: entries,
         **(confinement.environment() if confinement is not None else {}),

@@ -49,14 +49,12 @@ CONTROL_ENV = "DOCJOBS_CHILD_CONTROL_FD"
 ENTRIES_ENV = "DOCJOBS_CHILD_ENTRIES"
 # Set by docjobs.isolation.confine for a zygote inside its sandbox (kept in step with it: this module imports only
 # the standard library).
-UID_ENV = "DOCJOBS_CHILD_UID"
 NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
 FSIZE_ENV = "DOCJOBS_CHILD_MAX_FILE_MB"
 CONFINED_ENV = "DOCJOBS_CHILD_CONFINED"
 READABLE_ENV = "DOCJOBS_CHILD_READABLE"
 FORK_REQUEST = b"fork"
 PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
 NICENESS = 10
 # Written when memory has run out: prepared beforehand, since building it then may fail too.
 _OUT_OF_MEMORY = b""
@@ -88,21 +86,6 @@ def _die_with_parent(parent: int, on_death: Callable[[int, FrameType | None], No
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the line above took effect
         on_death(signal.SIGTERM, None)
-
-
-def _drop_root() -> None:
-    """Inside a root worker's sandbox: become the pool's own unprivileged uid, first thing (every capability goes
-    with root: the sandbox gave only CAP_SETUID and CAP_SETGID, for this)."""
-    uid = os.environ.get(UID_ENV)
-    if uid:
-        os.setgroups([])
-        os.setgid(int(uid))
-        os.setuid(int(uid))
-        if os.getuid() == 0 or os.geteuid() == 0:
-            raise SystemExit("the document zygote is still root")
-        # Changing uid made it non-dumpable: its /proc/self files (io, clear_refs: what a task cost) would be
-        # root's. No core is ever written (RLIMIT_CORE 0), and seccomp refuses ptrace.
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
 def _limit_self(memory_mb: int) -> None:
@@ -445,11 +428,11 @@ class _Zygote:
 
     def _kill_strays(self) -> None:
         """Inside the sandbox (its own PID namespace: /proc shows only its processes) nothing may outlive the task
-        that started it: whatever is not the namespace's init, this zygote, in a live fork's group or descended
-        from a live fork is killed: a daemon that left its group with `setsid` and its fork's family (reparented
-        when the fork ended). A live fork's own tools may have a session of their own (OCRmyPDF does, to be killed
-        as a whole): they stay, or one tenant's task ending would kill another task's OCR beside it."""
-        keep = {1, self.pid}
+        that started it: whatever is not the namespace's init, this zygote (or its parent), in a live fork's group
+        or descended from a live fork is killed: a daemon that left its group with `setsid` and its fork's family
+        (reparented when the fork ended). A live fork's own tools may have a session of their own (OCRmyPDF does,
+        to be killed as a whole): they stay, or one tenant's task ending would kill another task's OCR beside it."""
+        keep = {1, self.pid, os.getppid()}  # a root worker's sandbox: the inner bwrap, this zygote's parent
         live = {fork.pid for fork in self.forks.values()}
         parents = {int(entry): _parent_pid(int(entry)) for entry in os.listdir("/proc") if entry.isdigit()}
         for pid in parents:
@@ -493,7 +476,6 @@ def _descends_from(pid: int, ancestors: set[int], parents: dict[int, int]) -> bo
 
 def main() -> None:
     global _OUT_OF_MEMORY
-    _drop_root()
     memory_mb = int(os.environ[MEMORY_ENV])
     _limit_self(memory_mb)
     zygote = _Zygote(socket.socket(fileno=int(os.environ[CONTROL_ENV])))

@@ -100,6 +100,12 @@ def connect(port: int) -> str:
     return "connected"
 
 
+def capabilities() -> dict[str, int]:
+    """This process's capability sets (/proc/self/status: permitted, effective, inheritable, ambient, bounding)."""
+    lines = Path("/proc/self/status").read_text().splitlines()
+    return {line[:6]: int(line.split()[1], 16) for line in lines if line.startswith("Cap")}
+
+
 def libc_call(name: str, *args: object) -> str:
     """A system call through the C library (what shellcode would do): raises what it answered."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -150,6 +156,8 @@ def attacked_render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     root = work.workdir.parent / LOG_FOLDER  # in the tenant's work root, where every attempt's folder is
     plan = read_plan(work.source)
     who = {"pid": os.getpid(), "pidns": os.readlink("/proc/self/ns/pid"), "uid": os.getuid()}
+    who["userns"] = os.readlink("/proc/self/ns/user")
+    who["capabilities"] = capabilities()
     who["label"] = plan.get("label")
     with (root / "children.jsonl").open("a") as log:
         log.write(json.dumps(who) + "\n")
