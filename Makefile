@@ -70,8 +70,10 @@ secrets: deps
 		$(PY) -c "import base64,os;print('k1:'+base64.b64encode(os.urandom(32)).decode())" > ops/secrets/codec_keys
 	@umask 077; [ -s ops/secrets/codec_token ] || \
 		$(PY) -c "import secrets;print(secrets.token_urlsafe(32))" > ops/secrets/codec_token
+	@umask 077; [ -s ops/secrets/job_id_key ] || \
+		$(PY) -c "import secrets;print(secrets.token_hex(32))" > ops/secrets/job_id_key
 	@$(PY) -c "from pathlib import Path; from docjobs.signing.dev_ca import ensure_dev_signer; ensure_dev_signer(Path('ops/secrets/signing'))"
-	@echo "ops/secrets/: codec_keys, codec_token, signing/ (DEVELOPMENT signer; its CA: ops/secrets/signing/ca.pem)"
+	@echo "ops/secrets/: codec_keys, codec_token, job_id_key, signing/ (DEVELOPMENT signer; its CA: ops/secrets/signing/ca.pem)"
 
 lint: deps
 	$(VENV)/bin/ruff check .

@@ -65,7 +65,7 @@ class BatchActivities:
         started = []
         for index in range(step.first, min(step.first + step.count, len(sources))):
             source = sources[index]
-            job_id = keyed_job_id(batch.tenant, batch_document_key(batch.key, source.sha256))
+            job_id = keyed_job_id(batch.tenant, batch_document_key(batch.key, source.sha256, batch.document_salt))
             if batch.overrides is None:
                 # A batch accepted before its documents started with the public input (its request, from an old
                 # history, records no overrides): they start as they always did, pinning the batch's policy.

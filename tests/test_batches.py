@@ -21,6 +21,7 @@ from temporalio.worker import Replayer
 
 from docjobs.api.app import create_app
 from docjobs.domain.batching import BatchInput, BatchRequest, BatchState, BatchStatus
+from docjobs.domain.idempotency import batch_document_key, keyed_job_id
 from docjobs.domain.models import BlobRef, DocumentJobInput, JobOverrides, JobRequest
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides
@@ -127,10 +128,13 @@ async def test_a_batch_of_50_never_runs_more_than_5_and_each_document_has_its_ou
 
     # Every document is a job of its own, readable as any job, with its own digest; measured concurrency.
     spans = []
+    salt = (await batch_started_with(batches.jobs, submitted.batch_id)).request.document_salt
+    assert salt is not None
     for outcome, source in zip(status.outcomes, sources, strict=True):
         job = await batches.jobs.status(outcome.job_id)
         assert job.state is outcome.state and job.input_sha256 == source.sha256
-        assert outcome.job_id == f"cli/fifty.{source.sha256[:16]}"
+        assert outcome.job_id == keyed_job_id("cli", batch_document_key("fifty", source.sha256, salt))
+        assert source.sha256[:16] not in outcome.job_id  # the ID tells nobody the document's digest
         description = await batches.jobs.handle(outcome.job_id).describe()
         assert description.start_time and description.close_time
         spans.append((description.start_time, description.close_time))
@@ -173,8 +177,9 @@ async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
         job = await batches.jobs.status(outcome.job_id)
         assert job.state is JobState.CANCELED and job.cancel_reason == "requested"
     started = {outcome.job_id for outcome in status.outcomes}
+    salt = (await batch_started_with(batches.jobs, submitted.batch_id)).request.document_salt
     for source in sources:
-        job_id = f"cli/held.{source.sha256[:16]}"
+        job_id = keyed_job_id("cli", batch_document_key("held", source.sha256, salt))
         if job_id not in started:
             with pytest.raises(JobNotFound):
                 await batches.jobs.status(job_id)
@@ -203,6 +208,14 @@ async def test_a_resubmitted_batch_key_returns_the_same_batch(
     await finished(batches, auto.batch_id)
 
 
+async def batch_started_with(jobs: JobClient, batch_id: str) -> BatchInput:
+    """The input a batch's workflow was started with (its first run's)."""
+    history = await jobs.client.get_workflow_handle(batch_id, first_execution_run_id=None).fetch_history()
+    payloads = history.events[0].workflow_execution_started_event_attributes.input.payloads
+    [started] = await jobs.client.data_converter.decode(payloads)
+    return BatchInput.model_validate(started)
+
+
 async def started_with(jobs: JobClient, job_id: str) -> DocumentJobInput | JobRequest:
     """The input a job's workflow was started with: the first event of its history, as the worker reads it."""
     history = await jobs.handle(job_id).fetch_history()
@@ -221,8 +234,9 @@ async def test_a_batch_starts_its_documents_with_the_public_input_held_to_its_po
     assert status.state is BatchState.COMPLETED and status.succeeded == 2
     pinned = policies.resolve("standard", UNSIGNED).version
     assert status.policy_version == pinned
+    salt = (await batch_started_with(jobs, submitted.batch_id)).request.document_salt
     for outcome, source in zip(status.outcomes, sources, strict=True):
-        assert outcome.job_id == f"cli/public.{source.sha256[:16]}"  # the job IDs batches always gave
+        assert outcome.job_id == keyed_job_id("cli", batch_document_key("public", source.sha256, salt))
         started = await started_with(jobs, outcome.job_id)
         assert isinstance(started, DocumentJobInput)
         assert (started.policy, started.overrides, started.policy_version) == ("standard", UNSIGNED, pinned)
@@ -257,7 +271,7 @@ async def test_a_batch_accepted_before_the_public_input_keeps_starting_its_docum
     batches = BatchClient(jobs)
     [source] = await batches.accept_files(documents(tmp_path, 1, "pinned"), tenant="cli")
     policy = policies.resolve("standard", UNSIGNED)
-    batch_id, key = derive_batch_id("cli", "pinned", "", "")
+    batch_id, key = derive_batch_id("cli", "pinned", "", "", jobs.id_key)
     manifest = await asyncio.to_thread(store_manifest, jobs.store, [source])
     old = BatchRequest(
         batch_id=batch_id,
@@ -279,6 +293,7 @@ async def test_a_batch_accepted_before_the_public_input_keeps_starting_its_docum
     )
     status = await finished(batches, batch_id)
     [outcome] = status.outcomes
+    # It had no salt: its document keeps the ID such batches always gave (the digest itself).
     assert outcome.state is JobState.SUCCEEDED and outcome.job_id == f"cli/pinned.{source.sha256[:16]}"
     started = await started_with(jobs, outcome.job_id)
     assert isinstance(started, JobRequest) and started.policy == policy

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import os
 import re
+import secrets
 import subprocess
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 from unittest import mock
@@ -178,6 +180,26 @@ def test_cluster_services_share_the_minio_bucket_and_nothing_local(name: str, tm
     assert {settings.task_queue, settings.ocr_task_queue}.isdisjoint(
         {default_settings.task_queue, default_settings.ocr_task_queue}
     )
+
+
+def test_the_api_reads_the_job_id_key_from_its_secret(tmp_path: Path) -> None:
+    """Keyless IDs are keyed: every API replica, and the CLI in its container, reads the one mounted key."""
+    env = environment("docjobs-api")
+    assert env["DOCJOBS_JOB_ID_KEY_FILE"] == "/run/secrets/docjobs_job_id_key"
+    assert "docjobs_job_id_key" in SERVICES["docjobs-api"]["secrets"]
+    assert COMPOSE["secrets"]["docjobs_job_id_key"]["file"] == "./ops/secrets/job_id_key"  # `make secrets` makes it
+    secret = tmp_path / "docjobs_job_id_key"
+    secret.write_text(secrets.token_hex(32) + "\n")
+    codec = tmp_path / "docjobs_codec_keys"
+    codec.write_text("k1:" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    mounted = {"DOCJOBS_JOB_ID_KEY_FILE": str(secret), "DOCJOBS_CODEC_KEYS_FILE": str(codec)}
+    with mock.patch.dict(os.environ, {**env, **mounted}, clear=True):
+        settings = TemporalSettings.from_env()
+    assert settings.job_id_key() == bytes.fromhex(secret.read_text())
+    unmounted = replace(settings, job_id_key_file=tmp_path / "unmounted")
+    with pytest.raises(config.ConfigError, match="DOCJOBS_JOB_ID_KEY_FILE"):
+        unmounted.job_id_key()
+    assert not (tmp_path / "unmounted").exists()  # a named key is never made up: replicas would differ
 
 
 def test_every_cluster_client_uses_one_task_queue_and_store() -> None:

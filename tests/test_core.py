@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,9 +14,10 @@ import pytest
 from pydantic import ValidationError
 
 from docjobs.domain.errors import DocJobError
+from docjobs.domain.idempotency import batch_document_key, batch_document_prefix
 from docjobs.domain.models import JobOverrides, JobStatus, TransitionRecord, WatermarkMode
 from docjobs.domain.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
-from docjobs.settings.config import SHIPPED_POLICIES, ConfigError
+from docjobs.settings.config import SHIPPED_POLICIES, ConfigError, Settings
 from docjobs.settings.policies import PolicyBook, check_overrides, job_overrides
 from docjobs.store.storage import FileBlobStore, RunScope, artifact_key, staging_key
 from docjobs.temporal.client import asked_of, derive_job_id
@@ -124,12 +127,38 @@ def test_backoff_is_capped_and_jittered() -> None:
     assert len(set(delays)) == len(delays)
 
 
+ID_KEY = bytes(range(32))
+
+
 def test_job_ids() -> None:
-    assert derive_job_id("acme", "invoice-7", "a" * 64, "standard@1") == "acme/invoice-7"
-    derived = derive_job_id("acme", None, "a" * 64, "standard@1")
-    assert derived == derive_job_id("acme", None, "a" * 64, "standard@1")
-    assert derived != derive_job_id("acme", None, "a" * 64, "standard@2")
-    assert derived != derive_job_id("other", None, "a" * 64, "standard@1")
+    assert derive_job_id("acme", "invoice-7", "a" * 64, "standard@1", ID_KEY) == "acme/invoice-7"
+    derived = derive_job_id("acme", None, "a" * 64, "standard@1", ID_KEY)
+    assert derived == derive_job_id("acme", None, "a" * 64, "standard@1", ID_KEY)
+    assert derived != derive_job_id("acme", None, "a" * 64, "standard@2", ID_KEY)
+    assert derived != derive_job_id("other", None, "a" * 64, "standard@1", ID_KEY)
+    # Keyed: without the deployment's key, a guessed input put back into the ID reproduces nothing.
+    assert derived != derive_job_id("acme", None, "a" * 64, "standard@1", bytes(32))
+    unkeyed = hashlib.sha256(f"acme\0{'a' * 64}\0standard@1".encode()).hexdigest()[:32]
+    assert derived == f"acme/auto-{derived.rpartition('auto-')[2]}" and unkeyed not in derived
+
+
+def test_the_job_id_key_is_made_once_in_the_data_dir(tmp_path: Path) -> None:
+    settings = replace(Settings.from_env(), data_dir=tmp_path / "data", job_id_key_file=None)
+    key = settings.job_id_key()
+    made = tmp_path / "data" / "job-ids.key"
+    assert len(key) == 32 and made.stat().st_mode & 0o777 == 0o600
+    assert settings.job_id_key() == key  # read again, never made anew
+    made.write_text("abcd\n")
+    with pytest.raises(ConfigError, match="at least 32 bytes"):
+        settings.job_id_key()
+
+
+def test_a_batch_keys_its_documents_digests_unless_it_is_an_old_one() -> None:
+    digest, salt = "b" * 64, "c" * 64
+    keyed = batch_document_key("key", digest, salt)
+    assert keyed.startswith(batch_document_prefix("key")) and len(keyed) == len("key.") + 16
+    assert digest[:16] not in keyed and keyed != batch_document_key("key", digest, "d" * 64)
+    assert batch_document_key("key", digest, None) == f"key.{digest[:16]}"  # a batch from an old history
 
 
 def test_a_keyless_job_id_derives_from_what_is_asked_never_from_a_resolved_policy() -> None:
@@ -140,8 +169,8 @@ def test_a_keyless_job_id_derives_from_what_is_asked_never_from_a_resolved_polic
     assert asked_of("standard", job_overrides(redact=["ssn", "email"])) != asked_of(
         "standard", job_overrides(redact=["email", "ssn"])
     )  # the order of patterns is kept as asked: a different request, a different job
-    derived = derive_job_id("acme", None, "a" * 64, asked)
-    assert derived.startswith("acme/auto-") and derived == derive_job_id("acme", None, "a" * 64, asked)
+    derived = derive_job_id("acme", None, "a" * 64, asked, ID_KEY)
+    assert derived.startswith("acme/auto-") and derived == derive_job_id("acme", None, "a" * 64, asked, ID_KEY)
     largest = job_overrides(redact_regions=[f"{2**53 - 1}:0,0,1,1"])  # what canonical JSON writes exactly
     assert asked_of("standard", largest) != asked
     with pytest.raises(ConfigError, match="a page >= 1"):

@@ -109,21 +109,28 @@ def guessed_digests(guess_input: Path, guess_policy: Policy) -> set[str]:
 
 
 def guessed_job_id(tenant: str, guess_input: Path, guess_policy: Policy) -> str:
-    """The ID a keyless submission of the guessed input and policy derives (the part after `auto-`)."""
+    """What a receiver who guessed the input and policy computes for a keyless job's ID without the deployment's
+    job-ID key: the digest such IDs were before they were keyed (the part after `auto-`)."""
     source = hashlib.sha256(guess_input.read_bytes()).hexdigest()
-    return derive_job_id(tenant, None, source, guess_policy.fingerprint).rpartition("auto-")[2]
+    return hashlib.sha256(f"{tenant}\0{source}\0{guess_policy.fingerprint}".encode()).hexdigest()[:32]
+
+
+def keyed_job_id(jobs: JobClient, tenant: str, source: Path, policy: Policy) -> str:
+    """The ID the deployment, which holds the key, derives for a keyless job of `source` under `policy`."""
+    return derive_job_id(tenant, None, hashlib.sha256(source.read_bytes()).hexdigest(), policy.fingerprint, jobs.id_key)
 
 
 def assert_receiver_learns_nothing(handed: Handed, values: tuple[str, ...], guesses: set[str], job_id: str) -> None:
-    """Nothing released holds a value or a guessed digest, the keyless job's ID included; the webhook, which goes to
-    the tenant's own endpoint, holds neither a value nor a guessed digest (it names the job: see docs/security.md)."""
+    """Nothing released and no webhook holds a value or a guessed digest, and the job's ID (which the webhook
+    carries: a keyless one is keyed with the deployment's key) is not what a guess without that key computes."""
     released, webhook = handed.released(), handed.webhook.decode()
     for value in values:
         for text in (released, webhook):
             assert value not in text and json.dumps(value)[1:-1] not in text, "a redacted term was handed"
     for digest in guesses:
         assert digest not in released and digest not in webhook, "a guess reproduces a digest the receiver was handed"
-    assert job_id not in released, "the evidence names a keyless job, whose ID a guess reproduces"
+    assert job_id not in released + webhook, "a guess reproduces the keyless job's ID"
+    assert not handed.status.job_id.endswith(job_id)
     assert_nothing_left(handed.pdf, values)
 
 
@@ -152,9 +159,8 @@ async def test_a_regex_redaction_tells_the_receiver_nothing_of_the_name(
         guess_policy = policies.resolve(policies.default, job_overrides(redact=[name_regex(name)]))
         guesses = guessed_digests(guess, guess_policy)
         assert hashlib.sha256(guess.read_bytes()).hexdigest() == job.status.input_sha256  # the guess is exact
-        job_id = guessed_job_id(TENANT, guess, guess_policy)
-        assert job.status.job_id.endswith(job_id)
-        assert_receiver_learns_nothing(job, values, guesses, job_id)
+        assert job.status.job_id == keyed_job_id(jobs, TENANT, guess, guess_policy)  # the deployment's, keyed
+        assert_receiver_learns_nothing(job, values, guesses, guessed_job_id(TENANT, guess, guess_policy))
         assert job.predicate["redactions"] == {"custom": 1}
         assert "regexes" not in job.predicate["policy"]["redact"] and "regions" not in job.predicate["policy"]["redact"]
         assert job.predicate["policy_version"] == policies.get(policies.default).version  # the terms are not policy

@@ -144,8 +144,9 @@ WIRE = {
     "notify": ("799cebb4d6932edc", "e5d116e6b66fdc5a"),
     # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old
     # batch's request, whose documents keep starting with the pinned request).
-    # Then the region page bound (see redact).
-    "start_batch_documents": ("c2cca32953fa070c", "5603494387f42eb6"),
+    # Then the region page bound (see redact). Then the request's `document_salt`, an addition with a default (None
+    # in an old batch's request: its documents keep their keys).
+    "start_batch_documents": ("f1ac956b4c350de6", "5603494387f42eb6"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),

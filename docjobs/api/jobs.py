@@ -152,7 +152,7 @@ async def submit(
             data = BlobRef(key=source_key(spooled.sha256), sha256=spooled.sha256, size=spooled.size)
             manifest = manifest_bytes(upload.template, version, data)
         digest = spooled.sha256 if manifest is None else hashlib.sha256(manifest).hexdigest()
-        job_id = derive_job_id(name, idempotency_key, digest, asked)
+        job_id = derive_job_id(name, idempotency_key, digest, asked, context.jobs.id_key)
         if await context.jobs.exists(job_id):  # a repeat or a conflict: answered with nothing stored or counted
             return await _existing(context, job_id, (digest, asked), keyed=idempotency_key is not None)
         reservation = await context.reserve(name, limits, job_id)  # one running job: 429 before storing

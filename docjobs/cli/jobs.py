@@ -181,7 +181,7 @@ async def run_settings(
     (and OCR queue) named after the job, never the shared queue where other clients' jobs wait. Running the same
     command again (same job ID) serves the same queue, so it resumes a job an interrupted run left."""
     digest = await asyncio.to_thread(sha256_file, source)
-    job_id = derive_job_id(args.tenant, args.key, digest, asked)
+    job_id = derive_job_id(args.tenant, args.key, digest, asked, settings.job_id_key())
     own_queue = f"{settings.task_queue}-run-{hashlib.sha256(job_id.encode()).hexdigest()[:16]}"
     return replace(settings, task_queue=own_queue, ocr_task_queue_override=None)
 

@@ -54,6 +54,9 @@ class BatchRequest(Frozen):
     batch_id: str
     tenant: str
     key: str  # the batch's key: its documents' job keys derive from it (docjobs/domain/idempotency.py)
+    # Keys the documents' digests in their job keys (`batch_document_key`), so that no ID tells a document's digest.
+    # None: a batch accepted before (an old history): its documents keep the keys they were given.
+    document_salt: str | None = Field(default=None, pattern="^[0-9a-f]{64}$")
     policy: Policy
     # None: a batch accepted before its documents started with the public input (an old history): they keep
     # starting with the internal request that pins `policy` (`document_request`).

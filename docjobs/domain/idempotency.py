@@ -7,6 +7,8 @@ a word that names a job sub-resource. Checked with a full match: `$` would let a
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 
 CLIENT_KEY = re.compile(r"[A-Za-z0-9._~:-]{1,128}")
@@ -31,7 +33,24 @@ def is_valid_batch_key(key: str) -> bool:
     return is_valid_client_key(key) and len(key) <= BATCH_KEY_MAX
 
 
-def batch_document_key(batch_key: str, sha256: str) -> str:
-    """A batch document's own idempotency key: the batch's key and the document's digest (a valid client key,
-    never a reserved word), so resubmitting the batch finds the same jobs."""
-    return f"{batch_key}.{sha256[:16]}"
+def keyless_digest(id_key: bytes, *parts: str) -> str:
+    """What names a job or batch submitted without a key: a digest keyed with the deployment's job-ID key
+    (`DOCJOBS_JOB_ID_KEY_FILE`), so that the same input asked the same is the same job, yet nobody without the
+    key can put a guessed document back into an ID and confirm it (the ID travels in every notification)."""
+    message = "\0".join(("docjobs keyless id v2", *parts)).encode()
+    return hmac.new(id_key, message, hashlib.sha256).hexdigest()[:32]
+
+
+def batch_document_key(batch_key: str, sha256: str, salt: str | None) -> str:
+    """A batch document's own idempotency key: the batch's key and the document's digest keyed with the batch's
+    own salt (a valid client key, never a reserved word), so the batch's runs find the same jobs, and the ID tells
+    nobody the document's digest. `salt` None: a batch accepted before it had one (an old history), whose
+    documents keep the IDs they were given (the digest itself)."""
+    if salt is None:
+        return batch_document_prefix(batch_key) + sha256[:16]
+    return batch_document_prefix(batch_key) + hmac.new(bytes.fromhex(salt), sha256.encode(), "sha256").hexdigest()[:16]
+
+
+def batch_document_prefix(batch_key: str) -> str:
+    """What every document key of the batch `batch_key` starts with (16 hex digits follow)."""
+    return f"{batch_key}."

@@ -10,7 +10,9 @@ the processes use, resolved from it. Free of Temporal: how to reach a cluster be
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -37,6 +39,8 @@ class ConfigError(Exception):
     """A setting or policy file that cannot be used; the message names the setting."""
 
 
+JOB_ID_KEY_NAME = "job-ids.key"
+JOB_ID_KEY_BYTES = 32
 SECRET_VALUES = ("codec_keys", "codec_token", "signing_p12_passphrase")  # what a secrets directory file may give
 
 
@@ -108,6 +112,7 @@ class Environment(BaseSettings):
     codec_token: str | None = Field(default=None, repr=False)
     codec_token_file: Path | None = None
     tenants_file: Path | None = None  # None: the data dir's tenants.json
+    job_id_key_file: Path | None = None  # None: the data dir's job-ids.key, made on first use
     signing_p12: Path | None = None
     signing_p12_passphrase: str | None = Field(default=None, repr=False)
     signing_key: Path | None = None
@@ -212,6 +217,9 @@ class Settings:
     codec_keys: tuple[CodecKey, ...] = field(default=(), repr=False)  # the first one encrypts
     codec_token: str | None = field(default=None, repr=False)  # bearer token the codec server demands
     tenants_file: Path = Path("tenants.json")  # the API's tenants and their callbacks (docjobs/settings/tenants.py)
+    # Keys the IDs of jobs and batches submitted without a key (docjobs/domain/idempotency.py, keyless_digest).
+    # None: the data dir's, made on first use.
+    job_id_key_file: Path | None = None
     deployment: str | None = None  # the Worker Deployment workers join (pinned jobs), None: unversioned
     build_id: str | None = None  # this worker's version within the deployment
     body_read_timeout_seconds: float = 30.0  # an upload whose body stalls this long is cut off (408)
@@ -222,6 +230,30 @@ class Settings:
     @property
     def embedded(self) -> bool:
         return self.temporal_address is None
+
+    def job_id_key(self) -> bytes:
+        """The deployment's job-ID key: every process that derives a keyless ID (the API, the CLI) must read the
+        same one, or a resubmission would not find its job. `DOCJOBS_JOB_ID_KEY_FILE` names it (a compose
+        secret); without it, the data dir's `job-ids.key` is read, or made once (32 random bytes, hex, 0600)."""
+        path = self.job_id_key_file or self.data_dir / JOB_ID_KEY_NAME
+        name = "DOCJOBS_JOB_ID_KEY_FILE" if self.job_id_key_file else f"the data dir's {JOB_ID_KEY_NAME}"
+        if self.job_id_key_file is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                made = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(made, "w") as key_file:
+                    key_file.write(secrets.token_hex(JOB_ID_KEY_BYTES) + "\n")
+        try:
+            text = path.read_text().strip()
+        except OSError as error:
+            raise ConfigError(f"{name}: cannot read the job-ID key ({error.strerror})") from None
+        try:
+            key = bytes.fromhex(text)
+        except ValueError:
+            key = b""
+        if len(key) < JOB_ID_KEY_BYTES:
+            raise ConfigError(f"{name} must hold a key of at least {JOB_ID_KEY_BYTES} bytes, as hex digits")
+        return key
 
     @property
     def ocr_task_queue(self) -> str:
@@ -307,4 +339,5 @@ class Settings:
             codec_keys=_codec_keys(env),
             codec_token=_codec_token(env),
             tenants_file=env.tenants_file.resolve() if env.tenants_file else data_dir / "tenants.json",
+            job_id_key_file=env.job_id_key_file.resolve() if env.job_id_key_file else None,
         )

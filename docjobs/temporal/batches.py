@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from docjobs.domain.batching import (
 from docjobs.domain.canonical import canonical_model
 from docjobs.domain.contract import WORKFLOW_TYPE as JOB_WORKFLOW_TYPE
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.idempotency import batch_document_key, keyed_job_id
+from docjobs.domain.idempotency import batch_document_prefix, keyed_job_id, keyless_digest
 from docjobs.domain.models import BlobRef, JobOverrides, Policy
 from docjobs.store.batch_store import MANIFESTS, read_outcomes, store_manifest
 from docjobs.store.storage import owned_source
@@ -68,10 +69,13 @@ def batch_task_queue(settings: TemporalSettings) -> str:
     return f"{settings.task_queue}-batch"
 
 
-def derive_batch_id(tenant: str, key: str | None, manifest_sha256: str, policy_version: str) -> tuple[str, str]:
-    """(batch ID, batch key): `{tenant}/batch-{key}`, the key a client's or a digest of what the batch is."""
+def derive_batch_id(
+    tenant: str, key: str | None, manifest_sha256: str, policy_version: str, id_key: bytes
+) -> tuple[str, str]:
+    """(batch ID, batch key): `{tenant}/batch-{key}`, the key a client's or a keyed digest of what the batch is
+    (`keyless_digest`: the deployment's job-ID key)."""
     if not key:
-        key = "auto-" + hashlib.sha256(f"{tenant}\0{manifest_sha256}\0{policy_version}".encode()).hexdigest()[:32]
+        key = "auto-" + keyless_digest(id_key, "batch", tenant, manifest_sha256, policy_version)
     return f"{tenant}/batch-{key}", key
 
 
@@ -155,6 +159,7 @@ class BatchClient:
             batch_id=batch_id,
             tenant=tenant,
             key=batch_key,
+            document_salt=secrets.token_hex(32),
             policy=policy,
             overrides=overrides,
             manifest=manifest,
@@ -194,7 +199,7 @@ class BatchClient:
         body = canonical_model(BatchManifest(sources=distinct))  # exactly the bytes `store_manifest` stores
         digest = hashlib.sha256(body).hexdigest()
         manifest = BlobRef(key=f"{MANIFESTS}/{digest}.json", sha256=digest, size=len(body))
-        batch_id, batch_key = derive_batch_id(tenant, key, digest, policy.fingerprint)
+        batch_id, batch_key = derive_batch_id(tenant, key, digest, policy.fingerprint, self.jobs.id_key)
         identity: dict[str, object] = {
             "manifest": manifest.model_dump(mode="json"),
             "policy_version": policy.fingerprint,  # its identity: the terms count (Policy.fingerprint)
@@ -233,7 +238,7 @@ class BatchClient:
         batches: dict[str, int] = {}  # document job ID prefix -> the batch's slots
         async for execution in client.list_workflows(f'WorkflowType = "{WORKFLOW_TYPE}" AND {mine}', limit=limit):
             _, _, batch_key = execution.id.partition("/batch-")
-            prefix = keyed_job_id(tenant, batch_document_key(batch_key, ""))
+            prefix = keyed_job_id(tenant, batch_document_prefix(batch_key))
             batches[prefix] = await self._slots(execution.id, await execution.memo_value(SLOTS_MEMO, default=None))
         if not batches:
             return running

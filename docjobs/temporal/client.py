@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from docjobs.domain.canonical import canonical_json
 from docjobs.domain.contract import CALLER_WAIT_ENDED_SIGNAL, job_summary
 from docjobs.domain.errors import FAILURE_CODES, DocJobError
-from docjobs.domain.idempotency import keyed_job_id
+from docjobs.domain.idempotency import keyed_job_id, keyless_digest
 from docjobs.domain.models import (
     BlobRef,
     DocumentJobInput,
@@ -100,13 +99,12 @@ class Submitted:
     conflict: bool = False
 
 
-def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, asked: str) -> str:
-    """`{tenant}/{client key}`, or a digest of the tenant, the input's sha256 and what is asked of it (`asked`:
-    `asked_of` a public input, or a pinned policy's version)."""
+def derive_job_id(tenant: str, client_key: str | None, input_sha256: str, asked: str, id_key: bytes) -> str:
+    """`{tenant}/{client key}`, or a digest keyed with the deployment's job-ID key (`keyless_digest`) of the tenant,
+    the input's sha256 and what is asked of it (`asked`: `asked_of` a public input, or a pinned policy's version)."""
     if client_key:
         return keyed_job_id(tenant, client_key)
-    digest = hashlib.sha256(f"{tenant}\0{input_sha256}\0{asked}".encode()).hexdigest()[:32]
-    return f"{tenant}/auto-{digest}"
+    return f"{tenant}/auto-{keyless_digest(id_key, tenant, input_sha256, asked)}"
 
 
 def asked_of(policy: str, overrides: JobOverrides | None) -> str:
@@ -156,6 +154,11 @@ class JobClient:
         self.store = settings.blob_store()
         self.templates = TemplateStore(self.store)
 
+    @functools.cached_property
+    def id_key(self) -> bytes:
+        """The deployment's job-ID key (`Settings.job_id_key`), read when a keyless ID is first derived."""
+        return self.settings.job_id_key()
+
     def policies(self) -> PolicyBook:
         return PolicyBook.load(self.settings.policy_file)
 
@@ -199,7 +202,7 @@ class JobClient:
             deadline_seconds=deadline_seconds or named.deadline_seconds,
             callback=callback,
         )
-        job_id = derive_job_id(tenant, key, stored.sha256, asked_of(named.name, overrides))
+        job_id = derive_job_id(tenant, key, stored.sha256, asked_of(named.name, overrides), self.id_key)
         summary = job_summary(named.name, overrides.watermark_mode or named.watermark.mode)
         created = await self.start_input(job_id, job, summary=summary)
         return Submitted(job_id, created=created, input_sha256=stored.sha256)
@@ -218,7 +221,7 @@ class JobClient:
         if existing is not None:
             return existing
         stored = await self.accept(path, tenant=tenant, hashed=hashed)
-        job_id = derive_job_id(tenant, key, stored.sha256, policy.fingerprint)
+        job_id = derive_job_id(tenant, key, stored.sha256, policy.fingerprint, self.id_key)
         request = JobRequest(
             job_id=job_id,
             tenant=tenant,
@@ -243,7 +246,7 @@ class JobClient:
         of it is stored. None when there is no key or no such job."""
         if not key:
             return None
-        job_id = derive_job_id(tenant, key, "", asked)
+        job_id = keyed_job_id(tenant, key)
         if not await self.exists(job_id):
             return None
         digest: str = hashed if hashed is not None else await asyncio.to_thread(sha256_file, path)
