@@ -1,12 +1,15 @@
-"""The inputs of `make demo`: a text PDF, a scan with no text layer, a letter with fake personal data, and the
-invoice template's folder.
+"""The inputs of `make demo`: a text PDF, a scan with no text layer, a letter with fake personal data, a Word
+document and the invoice template's folder.
 
-    python demo/make_samples.py DIR     writes DIR/sample.pdf, DIR/scan.pdf, DIR/letter.pdf and DIR/invoice/
+    python demo/make_samples.py DIR     writes DIR/sample.pdf, DIR/scan.pdf, DIR/letter.pdf, DIR/memo.docx and
+                                        DIR/invoice/
 
 The letter's personal data is fake (an SSN of the reserved 078-05 range, example.org addresses, a 555
 number) and drawn in an embedded TrueType font, which fpdf2 writes as a CID font (Identity-H), as Word does:
-the redaction stage must find it through the font's own character map. The test suite builds its fixtures
-elsewhere (tests/fixtures/); these are only what the demo shows. The same code writes the same bytes.
+the redaction stage must find it through the font's own character map. The memo is the smallest valid `.docx`
+(three parts, written with zipfile, its `[Content_Types].xml` first as Word writes it) in Calibri, which LibreOffice
+lays out in Carlito (docs/office.md). The test suite builds its fixtures elsewhere (tests/fixtures/); these are
+only what the demo shows. The same code writes the same bytes.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from __future__ import annotations
 import argparse
 import io
 import shutil
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 import img2pdf  # type: ignore[import-untyped]
 import reportlab
@@ -43,6 +48,31 @@ LETTER_LINES = (
     "or (555) 123-4567 to arrange the follow-up visit.",
     "",
     "Kind regards, the front desk",
+)
+MEMO_TITLE = "Memo: office documents in docjobs"
+MEMO_PARAGRAPHS = (
+    "This page was written as a Word document (.docx) and converted to PDF by LibreOffice, inside the render "
+    "stage's sandbox, with a fresh profile in which no macro runs and no link is followed.",
+    "The PDF then went through every stage a PDF does: sanitized, watermarked, signed and verified.",
+    "It asks for Calibri: LibreOffice lays it out in Carlito, which has Calibri's metrics, so its lines break "
+    "where Word breaks them.",
+)
+_W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+_DOCX_PARTS = (  # [Content_Types].xml first: acceptance sniffs the first entry (docs/office.md)
+    (
+        "[Content_Types].xml",
+        '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+        '<Default Extension="xml" ContentType="application/xml"/>'
+        '<Override PartName="/word/document.xml" '
+        'ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>',
+    ),
+    (
+        "_rels/.rels",
+        '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+        '<Relationship Id="rId1" Target="word/document.xml" '
+        'Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument"/></Relationships>',
+    ),
 )
 
 
@@ -96,6 +126,35 @@ def make_letter(path: Path) -> None:
     path.write_bytes(document.output())
 
 
+def _docx_paragraph(text: str, *, size: int, bold: bool = False) -> str:
+    """One paragraph of one run in Calibri, `size` in half-points."""
+    weight = "<w:b/>" if bold else ""
+    fonts = '<w:rFonts w:ascii="Calibri" w:hAnsi="Calibri" w:cs="Calibri"/>'
+    return (
+        f'<w:p><w:pPr><w:spacing w:after="160"/></w:pPr><w:r><w:rPr>{fonts}{weight}<w:sz w:val="{size}"/></w:rPr>'
+        f'<w:t xml:space="preserve">{escape(text)}</w:t></w:r></w:p>'
+    )
+
+
+def make_memo(path: Path) -> None:
+    """A one-page Word memo: the three parts a `.docx` needs, nothing else (no styles, no settings, no fonts)."""
+    paragraphs = _docx_paragraph(MEMO_TITLE, size=32, bold=True) + "".join(
+        _docx_paragraph(text, size=22) for text in MEMO_PARAGRAPHS
+    )
+    section = (  # US Letter, 1-inch margins (twentieths of a point)
+        '<w:sectPr><w:pgSz w:w="12240" w:h="15840"/><w:pgMar w:top="1440" w:right="1440" w:bottom="1440" '
+        'w:left="1440" w:header="720" w:footer="720" w:gutter="0"/></w:sectPr>'
+    )
+    document = f'<w:document xmlns:w="{_W}"><w:body>{paragraphs}{section}</w:body></w:document>'
+    header = '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+    with zipfile.ZipFile(path, "w") as package:
+        for name, xml in (*_DOCX_PARTS, ("word/document.xml", document)):
+            entry = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))  # the same bytes every time
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.external_attr = 0o644 << 16
+            package.writestr(entry, header + xml)
+
+
 def make_invoice_template(folder: Path) -> None:
     """The shipped invoice template (demo/templates/invoice) with its fonts, ready for `template add`."""
     shutil.copytree(INVOICE_TEMPLATE, folder, dirs_exist_ok=True)
@@ -106,12 +165,15 @@ def make_invoice_template(folder: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write the documents of `make demo`.")
-    parser.add_argument("out", type=Path, help="directory to write sample.pdf, scan.pdf, letter.pdf and invoice/ into")
+    parser.add_argument(
+        "out", type=Path, help="directory to write sample.pdf, scan.pdf, letter.pdf, memo.docx and invoice/ into"
+    )
     folder = parser.parse_args(argv).out
     folder.mkdir(parents=True, exist_ok=True)
     make_sample(folder / "sample.pdf")
     make_scan(folder / "scan.pdf")
     make_letter(folder / "letter.pdf")
+    make_memo(folder / "memo.docx")
     make_invoice_template(folder / "invoice")
 
 
