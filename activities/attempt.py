@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from activities.runs import marked_run
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import BlobRef
 from docjobs.store.storage import (
     LEFT_FILE_FLOOR,
@@ -51,7 +51,7 @@ class StoreStages:
 
     def _fetch_source(self, ref: BlobRef, dest: Path) -> None:
         """The job's accepted input, at `dest`, re-checked against the digest it was accepted with."""
-        self._store.fetch(ref, dest, mismatch_code="source.digest_mismatch")
+        self._store.fetch(ref, dest, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
 
     def _fetch_job_input(self, job_id: str, ref: BlobRef, dest: Path) -> None:
         """The document the job's first reading stage works on (generate, render): the accepted input, only if
@@ -63,16 +63,16 @@ class StoreStages:
             return
         owned = owned_source(self._store, ref.sha256, job_id.partition("/")[0])
         if owned is None or ref.key != source_key(ref.sha256):
-            raise DocJobError("source.missing", "the source blob is missing")
+            raise DocJobError(FailureCode.SOURCE_MISSING, "the source blob is missing")
         self._fetch_source(ref, dest)
 
     def _verify_source(self, ref: BlobRef) -> None:
         """The job's accepted input still has its digest (a stage that does not read it still refuses a changed one)."""
-        self._store.verify(ref, mismatch_code="source.digest_mismatch")
+        self._store.verify(ref, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
 
     def _fetch_staged(self, ref: BlobRef, dest: Path) -> None:
         """An earlier stage's output, at `dest`, checked against the digest that stage recorded."""
-        self._store.fetch(ref, dest, mismatch_code="artifact.digest_mismatch")
+        self._store.fetch(ref, dest, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
 
     def _put_staged(self, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
         """Store an attempt's output under its own staging key in the run's folder (promoted only by `publish`).

@@ -16,7 +16,7 @@ from activities.lease import typed_failures
 from activities.runs import marked_run
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.canonical import canonical_sha256
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import BlobRef, EvidenceInput, EvidenceOutput
 from docjobs.signing.environment import signer_from_env
 from docjobs.signing.evidence import Evidence, commitment, envelope_evidence, sign_evidence, tool_versions
@@ -70,7 +70,7 @@ class EvidenceActivities(StoreStages):
             try:
                 ref, _ = self._store.promote(staged, final)
             except DocJobError as error:
-                if error.code != "publish.conflict":
+                if error.code != FailureCode.PUBLISH_CONFLICT:
                     raise
                 ref = self._existing(final, run, folder / "existing.json")  # an earlier attempt of this run wrote it
         return EvidenceOutput(evidence=ref, commitment_salt=salt.hex())
@@ -85,12 +85,12 @@ class EvidenceActivities(StoreStages):
         try:
             self._store.promote(staged, key)
         except DocJobError as error:
-            if error.code != "publish.conflict":
+            if error.code != FailureCode.PUBLISH_CONFLICT:
                 raise
         with self._store.open(key) as blob:
             salt = blob.read(SALT_BYTES + 1)
         if len(salt) != SALT_BYTES:
-            raise DocJobError("internal.error", "the run's commitment salt is unreadable")
+            raise DocJobError(FailureCode.INTERNAL_ERROR, "the run's commitment salt is unreadable")
         return salt
 
     def _existing(self, key: str, run: RunScope, path: Path) -> BlobRef:
@@ -103,5 +103,5 @@ class EvidenceActivities(StoreStages):
         except (ValueError, KeyError, TypeError, UnicodeError):
             written_by = None
         if written_by != run.run_id:
-            raise DocJobError("publish.conflict")
+            raise DocJobError(FailureCode.PUBLISH_CONFLICT)
         return BlobRef(key=key, sha256=sha256_file(path), size=path.stat().st_size)

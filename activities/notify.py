@@ -19,7 +19,7 @@ from activities.declared import implements
 from activities.lease import typed_failures
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.canonical import canonical_json
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import NotifyInput
 from docjobs.settings.tenants import callback_of
 from docjobs.settings.webhooks import DeliveryFailed, deliver, event_id
@@ -46,5 +46,5 @@ class NotifyActivities:
                 deliver(callback, body, event_id(event.job_id, run_id, event.state.value))
             except DeliveryFailed as failure:
                 log.warning("notify: delivery failed: %s", failure.reason)
-                raise DocJobError("notify.failed") from None
+                raise DocJobError(FailureCode.NOTIFY_FAILED) from None
             return "delivered"

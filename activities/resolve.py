@@ -15,7 +15,7 @@ import pydantic
 from activities.declared import implements
 from activities.lease import typed_failures
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import DocumentJobInput, JobRequest, Policy, ResolveInput
 from docjobs.settings.config import ConfigError, Settings
 from docjobs.settings.policies import PolicyBook
@@ -59,16 +59,16 @@ class ResolveActivities:
     def _policy(self, job: DocumentJobInput) -> Policy:
         book = PolicyBook.load(self._settings.policy_file)
         if job.policy not in book.policies:
-            raise DocJobError("policy.unknown")
+            raise DocJobError(FailureCode.POLICY_UNKNOWN)
         book.check_allowed(job.policy, policies_of(self._settings.tenants_file, job.tenant))
         try:
             policy = book.resolve(job.policy, job.overrides)
         except (pydantic.ValidationError, ConfigError):
-            raise DocJobError("policy.invalid") from None
+            raise DocJobError(FailureCode.POLICY_INVALID) from None
         # A pin is the version a status shows (no terms) or the fingerprint a batch pins (terms included, and what
         # versions were before the terms left them: pins recorded by older code).
         if job.policy_version is not None and job.policy_version not in (policy.version, policy.fingerprint):
-            raise DocJobError("policy.changed")
+            raise DocJobError(FailureCode.POLICY_CHANGED)
         return policy
 
     def _check_callback(self, job: DocumentJobInput) -> None:
@@ -78,9 +78,10 @@ class ResolveActivities:
         registered = callback_of(self._settings.tenants_file, job.tenant)
         if registered is None:
             raise DocJobError(
-                "request.invalid", "a job's callback needs its tenant's webhook secret (tenant add --callback)"
+                FailureCode.REQUEST_INVALID,
+                "a job's callback needs its tenant's webhook secret (tenant add --callback)",
             )
         try:
             parse_callback(job.callback, allow_http_loopback=registered.allow_http_loopback)
         except CallbackInvalid:
-            raise DocJobError("request.invalid", "the job's callback URL cannot be delivered to") from None
+            raise DocJobError(FailureCode.REQUEST_INVALID, "the job's callback URL cannot be delivered to") from None

@@ -27,6 +27,7 @@ import boto3  # type: ignore[import-untyped]
 from harness import median_ms
 from moto.server import ThreadedMotoServer
 
+from docjobs.domain.errors import FailureCode
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.signing.sign import sign_pdf
 from docjobs.signing.verify import verify_pdf
@@ -48,13 +49,13 @@ def job_round_trips(store: BlobStore, document: Path, workdir: Path) -> None:
     run = RunScope(namespace="bench", workflow_id=f"bench/{uuid.uuid4().hex}", run_id=str(uuid.uuid4()))
     mark_run(store, run)
     source = store.put_file(source_key(uuid.uuid4().hex), document)
-    store.fetch(source, workdir / "a.pdf", mismatch_code="source.digest_mismatch")
+    store.fetch(source, workdir / "a.pdf", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
     rendered = store.put_file(staging_key(run, "render", 1), workdir / "a.pdf")
-    store.fetch(rendered, workdir / "b.pdf", mismatch_code="artifact.digest_mismatch")
+    store.fetch(rendered, workdir / "b.pdf", mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
     signed = store.put_file(staging_key(run, "sign", 1), workdir / "b.pdf")
-    store.fetch(source, workdir / "c.pdf", mismatch_code="source.digest_mismatch")
-    store.fetch(signed, workdir / "d.pdf", mismatch_code="artifact.digest_mismatch")
-    store.verify(source, mismatch_code="source.digest_mismatch")
+    store.fetch(source, workdir / "c.pdf", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
+    store.fetch(signed, workdir / "d.pdf", mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
+    store.verify(source, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
     store.promote(signed, artifact_key(run))
     store.promote(store.put_file(staging_key(run, "evidence", 1, ".json"), workdir / "d.pdf"), evidence_key(run))
     store.delete_prefix(staging_prefix(run))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.idempotency import batch_document_key, batch_document_prefix
 from docjobs.domain.models import JobOverrides, JobStatus, TransitionRecord, WatermarkMode
 from docjobs.domain.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
@@ -234,7 +234,7 @@ def test_tampered_blob_is_detected(tmp_path: Path) -> None:
     ref = store.put_file("sources/x", source)
     (tmp_path / "blobs" / "sources" / "x").write_bytes(b"%PDF-changed!")
     with pytest.raises(DocJobError) as error:
-        store.fetch(ref, tmp_path / "copy.pdf", mismatch_code="source.digest_mismatch")
+        store.fetch(ref, tmp_path / "copy.pdf", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
     assert error.value.code == "source.digest_mismatch"
     with pytest.raises(ValueError):
         store.put_file("../escape", source)

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from docjobs.domain.errors import FAILURE_CODES, FAILURE_GUIDE, GUIDE_MARKERS, Outcome, failure_code_table
+from docjobs.domain.errors import (
+    FAILURE_CODES,
+    GUIDE_MARKERS,
+    DocJobError,
+    FailureCode,
+    Outcome,
+    failure_code_table,
+    known_code,
+    outcome_of,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 # How a job with each outcome ends, as the tables say it (notify.failed leaves the job as it was).
@@ -18,13 +27,26 @@ STATE_WORDS = {Outcome.FAIL: "failed", Outcome.QUARANTINE: "quarantined", Outcom
 STATE_EXCEPTIONS = {"notify.failed"}
 
 
-def test_every_code_has_its_guide_and_its_outcome_in_words() -> None:
-    assert set(FAILURE_GUIDE) == set(FAILURE_CODES)
-    for code, (outcome, _) in FAILURE_CODES.items():
-        guide = FAILURE_GUIDE[code]
-        assert guide.meaning and guide.action, code
+def test_every_code_has_its_info_and_its_outcome_in_words() -> None:
+    assert list(FAILURE_CODES) == list(FailureCode)  # every member once, in the order of the enum
+    for code, info in FAILURE_CODES.items():
+        assert info.message and info.meaning and info.action, code
         if code not in STATE_EXCEPTIONS:
-            assert guide.state.startswith(STATE_WORDS[outcome]), (code, guide.state)
+            assert info.state.startswith(STATE_WORDS[info.outcome]), (code, info.state)
+
+
+def test_a_code_from_the_wire_is_read_as_its_member_or_as_unknown() -> None:
+    """Histories and statuses carry codes as strings, maybe a newer worker's: unknown, it fails the job rather
+    than being retried forever; a raise still names a known code, even past the type checker."""
+    assert known_code("fidelity.text") is FailureCode.FIDELITY_TEXT
+    assert known_code("fidelity.newer") is None and known_code(None) is None
+    assert outcome_of("ocr.failed") is Outcome.RETRY and outcome_of("fidelity.newer") is Outcome.FAIL
+    error = DocJobError("input.malformed")  # type: ignore[arg-type]  # what an untyped caller may pass
+    assert (
+        error.code is FailureCode.INPUT_MALFORMED and str(error) == "input.malformed: the input is not a readable PDF"
+    )
+    with pytest.raises(ValueError):
+        DocJobError("input.newer")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("page", ["docs/failure-codes.md", "RUNBOOK.md"])

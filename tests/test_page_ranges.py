@@ -12,7 +12,7 @@ from pathlib import Path
 import pikepdf
 import pytest
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import RedactPolicy
 from docjobs.pdf.page_ranges import map_pages, read_in_parallel, split_pages
 from docjobs.pdf.redaction import gate
@@ -36,7 +36,7 @@ def test_page_ranges_cover_every_page_once_in_order(count: int, parts: int) -> N
 def test_a_range_that_fails_fails_the_check() -> None:
     def work(pages: range) -> dict[str, object]:
         if PAGES - 1 in pages:
-            raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
+            raise DocJobError(FailureCode.FIDELITY_READER, "a second PDF reader could not read the output")
         return {"pages": list(pages)}
 
     with pytest.raises(DocJobError) as caught, read_in_parallel(work, split_pages(PAGES, 3)) as answers:
@@ -61,7 +61,7 @@ def test_paged_work_reports_every_page_as_its_range_does_it(parts: int) -> None:
 def test_paged_work_that_fails_fails_the_caller() -> None:
     def work(pages: range, page_done: Callable[[], None]) -> dict[str, object]:
         if 0 in pages:
-            raise DocJobError("render.failed", "pdftoppm exited with status 1")
+            raise DocJobError(FailureCode.RENDER_FAILED, "pdftoppm exited with status 1")
         return {}
 
     with pytest.raises(DocJobError) as caught:

@@ -20,7 +20,7 @@ from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamO
 from reportlab.pdfbase.pdfmetrics import registerFont, stringWidth
 from reportlab.pdfbase.ttfonts import TTFont
 
-from docjobs.domain.errors import FAILURE_CODES, Outcome
+from docjobs.domain.errors import FailureCode, Outcome
 from docjobs.domain.models import RedactPolicy
 from docjobs.pdf.redaction.gate import GateReport, check_redaction
 from docjobs.pdf.redaction.locate import PAD, Located, locate
@@ -497,8 +497,8 @@ def test_gate_reads_actual_text_and_searches_squeezed_values(fixtures: Path, tmp
 
 
 def test_redaction_failure_codes_are_registered() -> None:
-    assert FAILURE_CODES["redaction.leak"][0] is Outcome.QUARANTINE
-    assert FAILURE_CODES["redaction.failed"][0] is Outcome.RETRY
+    assert FailureCode.REDACTION_LEAK.info.outcome is Outcome.QUARANTINE
+    assert FailureCode.REDACTION_FAILED.info.outcome is Outcome.RETRY
 
 
 # --- fixtures ---------------------------------------------------------------------------------------------

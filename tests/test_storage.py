@@ -21,7 +21,7 @@ import boto3  # type: ignore[import-untyped]
 import pytest
 from botocore.exceptions import ClientError, IncompleteReadError  # type: ignore[import-untyped]
 
-from docjobs.domain.errors import DocJobError, Outcome
+from docjobs.domain.errors import DocJobError, FailureCode, Outcome
 from docjobs.domain.models import BlobRef
 from docjobs.store import s3store
 from docjobs.store.s3store import S3BlobStore, open_blob_store
@@ -116,24 +116,25 @@ def test_round_trip_with_digest(backend: Backend, tmp_path: Path) -> None:
     assert backend.store.exists("sources/abc")
     assert not backend.store.exists("sources/other")
     assert not backend.store.exists("sources")  # a folder is not a blob
-    backend.store.fetch(ref, tmp_path / "out.pdf", mismatch_code="source.digest_mismatch")
+    backend.store.fetch(ref, tmp_path / "out.pdf", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
     assert (tmp_path / "out.pdf").read_bytes() == data
-    backend.store.verify(ref, mismatch_code="source.digest_mismatch")
+    backend.store.verify(ref, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
     assert read_blob(backend.store, "sources/abc") == data
     empty = backend.store.put_file("sources/empty", write(tmp_path / "empty", b""))
     assert empty.size == 0
-    backend.store.verify(empty, mismatch_code="source.digest_mismatch")
+    backend.store.verify(empty, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
     again = backend.store.put_file("sources/abc", write(tmp_path / "v2.pdf", b"%PDF-replaced"))  # plain put replaces
     assert read_blob(backend.store, "sources/abc") == b"%PDF-replaced"
-    backend.store.verify(again, mismatch_code="source.digest_mismatch")
+    backend.store.verify(again, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
 
 
 def test_missing_blob_is_source_missing(backend: Backend, tmp_path: Path) -> None:
     ghost = BlobRef(key="sources/ghost", sha256="0" * 64, size=1)
     raises_code(
-        "source.missing", lambda: backend.store.fetch(ghost, tmp_path / "x", mismatch_code="source.digest_mismatch")
+        "source.missing",
+        lambda: backend.store.fetch(ghost, tmp_path / "x", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH),
     )
-    raises_code("source.missing", lambda: backend.store.verify(ghost, mismatch_code="source.digest_mismatch"))
+    raises_code("source.missing", lambda: backend.store.verify(ghost, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH))
     assert not (tmp_path / "x").exists()
     final_key = artifact_key(run_of("t/ghost"))
     raises_code("source.missing", lambda: backend.store.promote(ghost, final_key))
@@ -146,10 +147,15 @@ def test_tampered_blob_is_detected(backend: Backend, tmp_path: Path) -> None:
     backend.tamper("sources/t", b"%PDF-tampered" * 1000)  # same size, different bytes
     raises_code(
         "source.digest_mismatch",
-        lambda: backend.store.fetch(ref, tmp_path / "out.pdf", mismatch_code="source.digest_mismatch"),
+        lambda: backend.store.fetch(ref, tmp_path / "out.pdf", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH),
     )
-    raises_code("source.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code="source.digest_mismatch"))
-    raises_code("artifact.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code="artifact.digest_mismatch"))
+    raises_code(
+        "source.digest_mismatch", lambda: backend.store.verify(ref, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
+    )
+    raises_code(
+        "artifact.digest_mismatch",
+        lambda: backend.store.verify(ref, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH),
+    )
     # a tampered staged artifact is never published
     final_key = artifact_key(run_of("t/tampered"))
     raises_code("artifact.digest_mismatch", lambda: backend.store.promote(ref, final_key))
@@ -182,10 +188,10 @@ def test_promotion_is_create_only(backend: Backend, tmp_path: Path) -> None:
     assert store.promote(same, artifact_key(run)) == (final, False)  # same digest: a no-op
     raises_code("publish.conflict", lambda: store.promote(loser, artifact_key(run)))
     assert read_blob(store, artifact_key(run)) == b"%PDF-first"
-    store.verify(final, mismatch_code="artifact.digest_mismatch")
+    store.verify(final, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
     # the artifact does not depend on its staging blob
     assert store.delete_prefix(staging_prefix(run)) == 3
-    store.verify(final, mismatch_code="artifact.digest_mismatch")
+    store.verify(final, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
 
 
 def test_a_stale_chunk_attempt_never_overwrites_the_recorded_chunk(backend: Backend, tmp_path: Path) -> None:
@@ -195,7 +201,7 @@ def test_a_stale_chunk_attempt_never_overwrites_the_recorded_chunk(backend: Back
     recorded = store.put_file(ocr_chunk_key(run, 17, 32, 2), write(tmp_path / "new.pdf", b"%PDF-attempt-2"))
     stale = store.put_file(ocr_chunk_key(run, 17, 32, 1), write(tmp_path / "old.pdf", b"%PDF-attempt-1"))
     assert stale.key != recorded.key and recorded.key.startswith(f"{ocr_chunks_prefix(run)}/17-32-a2-")
-    store.verify(recorded, mismatch_code="artifact.digest_mismatch")
+    store.verify(recorded, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
     assert read_blob(store, recorded.key) == b"%PDF-attempt-2"
     assert store.delete_prefix(ocr_chunks_prefix(run)) == 2  # publish removes both with the run's chunks
 
@@ -237,7 +243,7 @@ def test_racing_promotions_have_exactly_one_winner(backend: Backend, tmp_path: P
         assert outcomes[winner] == (final, True)
         assert outcomes[1 - winner] == "publish.conflict"
         assert read_blob(store, artifact_key(job)) == contents[winner]
-        store.verify(final, mismatch_code="artifact.digest_mismatch")
+        store.verify(final, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
 
 
 def test_delete_prefix_removes_only_that_folder(backend: Backend, tmp_path: Path) -> None:
@@ -326,7 +332,7 @@ def test_round_trip_timing(backend: Backend, tmp_path: Path, record_property: Ca
     for n in range(20):
         start = time.perf_counter()
         ref = backend.store.put_file(f"bench/{n}", source)
-        backend.store.fetch(ref, tmp_path / "fetched", mismatch_code="source.digest_mismatch")
+        backend.store.fetch(ref, tmp_path / "fetched", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
         times.append(time.perf_counter() - start)
     median_ms = statistics.median(times) * 1000
     record_property(f"round_trip_1mb_median_ms_{backend.name}", round(median_ms, 2))
@@ -374,8 +380,8 @@ def test_s3_unreachable_is_storage_unavailable(s3: Any, monkeypatch: pytest.Monk
     store = s3_store(prefix)
     calls: list[Callable[[], object]] = [
         lambda: store.put_file("sources/u2", tmp_path / "u"),
-        lambda: store.fetch(ref, tmp_path / "f", mismatch_code="source.digest_mismatch"),
-        lambda: store.verify(ref, mismatch_code="source.digest_mismatch"),
+        lambda: store.fetch(ref, tmp_path / "f", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH),
+        lambda: store.verify(ref, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH),
         lambda: store.promote(ref, "jobs/u/artifact.pdf"),
         lambda: store.exists("sources/u"),
         lambda: store.open("sources/u"),
@@ -468,7 +474,7 @@ class ScriptedClient:
 def test_s3_error_mapping(s3: Any, tmp_path: Path, error: ClientError, code: str) -> None:
     ref = BlobRef(key="sources/x", sha256="0" * 64, size=1)
     store = s3_store(client=ScriptedClient(s3, get_object=[error]))
-    raises_code(code, lambda: store.verify(ref, mismatch_code="source.digest_mismatch"))
+    raises_code(code, lambda: store.verify(ref, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH))
 
 
 def test_s3_unexpected_client_errors_are_not_disguised(s3: Any) -> None:
@@ -487,7 +493,10 @@ def test_s3_connection_lost_mid_body_is_not_a_digest_mismatch(s3: Any, tmp_path:
 
     ref = BlobRef(key="sources/x", sha256="0" * 64, size=2)
     store = s3_store(client=ScriptedClient(s3, get_object=[{"Body": BrokenBody()}, {"Body": BrokenBody()}]))
-    raises_code("storage.unavailable", lambda: store.fetch(ref, tmp_path / "f", mismatch_code="source.digest_mismatch"))
+    raises_code(
+        "storage.unavailable",
+        lambda: store.fetch(ref, tmp_path / "f", mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH),
+    )
     assert not (tmp_path / "f").exists()
     with store.open("sources/x") as handle:
         raises_code("storage.unavailable", handle.read)

@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         STATUS_QUERY,
         WORKFLOW_TYPE,
     )
-    from docjobs.domain.errors import FAILURE_CODES, Outcome, outcome_of
+    from docjobs.domain.errors import FAILURE_CODES, FailureCode, Outcome, outcome_of
     from docjobs.domain.idempotency import is_valid_client_key
     from docjobs.domain.metric_names import DOCUMENT_CPU, JOBS_TERMINAL, RELEASED_PAGES, failure_family
     from docjobs.domain.models import (
@@ -96,7 +96,7 @@ InputT = TypeVar("InputT", bound=StageInput)
 OutputT = TypeVar("OutputT", bound=StageOutput)
 
 # Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.
-NON_RETRYABLE_CODES = [code for code, (outcome, _) in FAILURE_CODES.items() if outcome is not Outcome.RETRY]
+NON_RETRYABLE_CODES = [code for code, info in FAILURE_CODES.items() if info.outcome is not Outcome.RETRY]
 WRAP_UP_TIMEOUT = timedelta(minutes=2)  # one attempt of `evidence` or `cleanup`
 RESOLVE_TIMEOUT = timedelta(minutes=5)  # a policy look-up and one copy of the source within the store
 CALLER_WAIT_ENDED = CALLER_WAIT_ENDED_SIGNAL  # a caller's poll budget ended (history only, not an outcome)
@@ -128,35 +128,35 @@ def is_source_key(source: BlobRef) -> bool:
     return source.key == f"sources/{source.sha256}"
 
 
-def admit(request: RequestInput, workflow_id: str) -> DocumentJobInput | JobRequest | str:
+def admit(request: RequestInput, workflow_id: str) -> DocumentJobInput | JobRequest | FailureCode:
     """The input, if this workflow may run it; else the failure code that refuses it."""
     if not isinstance(request, RawValue):
         return admit(RawValue(workflow.payload_converter().to_payload(request)), workflow_id)
     if request.payload.metadata.get("encoding") == UNSEALED_ENCODING:
-        return "codec.unsealed"
+        return FailureCode.CODEC_UNSEALED
     # Sealed, but for no workflow (only the codec endpoint's former `/encode` sealed inputs so). The patch is
     # asked only on this path: a run started before the refusal existed replays as it ran.
     if UNBOUND_FIELD in request.payload.metadata and workflow.patched(REFUSE_UNBOUND_PATCH):
-        return "codec.unsealed"
+        return FailureCode.CODEC_UNSEALED
     converter = workflow.payload_converter()
     try:
         public = converter.from_payload(request.payload, DocumentJobInput)
     except Exception:  # noqa: BLE001 - not the public shape: maybe the internal one
         public = None
     if isinstance(public, DocumentJobInput):
-        return public if owns(workflow_id, public.tenant) else "request.invalid"
+        return public if owns(workflow_id, public.tenant) else FailureCode.REQUEST_INVALID
     try:
         admitted = converter.from_payload(request.payload, JobRequest)
     except Exception:  # noqa: BLE001 - any conversion failure (encoding, JSON, model) is an unreadable request
-        return "request.invalid"
+        return FailureCode.REQUEST_INVALID
     if not isinstance(admitted, JobRequest) or admitted.job_id != workflow_id:
-        return "request.invalid"
+        return FailureCode.REQUEST_INVALID
     # The internal request's tenant owns its job ID as a public input's must, and its source is a source
     # (`sources/<sha256>`), not another job's artifact or a template. Patched as above: asked only on refusal.
     if not (owns(workflow_id, admitted.tenant) and is_source_key(admitted.source)) and workflow.patched(
         REQUEST_TENANT_PATCH
     ):
-        return "request.invalid"
+        return FailureCode.REQUEST_INVALID
     return admitted
 
 
@@ -200,8 +200,8 @@ def failure_of(error: ActivityError) -> tuple[str, str, int | None]:
         attempt = cause.details[0] if cause.details and isinstance(cause.details[0], int) else None
         return cause.type, cause.message, attempt
     if isinstance(cause, ActivityTimeoutError) or error.retry_state is RetryState.TIMEOUT:
-        return "stage.timeout", FAILURE_CODES["stage.timeout"][1], None
-    return "stage.retries_exhausted", FAILURE_CODES["stage.retries_exhausted"][1], None
+        return FailureCode.STAGE_TIMEOUT, FailureCode.STAGE_TIMEOUT.info.message, None
+    return FailureCode.STAGE_RETRIES_EXHAUSTED, FailureCode.STAGE_RETRIES_EXHAUSTED.info.message, None
 
 
 def cost_of_failure(error: ActivityError) -> Cost | None:
@@ -242,7 +242,7 @@ class DocumentJobWorkflow:
         self._converted: BlobRef | None = None  # an office input's PDF, as render made it: the evidence binds it
         info = workflow.info()
         admitted = admit(request, info.workflow_id)
-        self._refusal = admitted if isinstance(admitted, str) else None
+        self._refusal = admitted if isinstance(admitted, FailureCode) else None
         self._public = admitted if isinstance(admitted, DocumentJobInput) else None
         if not isinstance(admitted, JobRequest):
             self._status = placeholder_status(info.workflow_id, info.start_time, self._public)
@@ -370,11 +370,11 @@ class DocumentJobWorkflow:
         workflow.upsert_memo({"request": request.model_dump(mode="json")})
         return True
 
-    def _refuse(self, code: str) -> None:
+    def _refuse(self, code: FailureCode) -> None:
         """End at once, before any activity: no stage, no evidence, no callback for a request we do not trust.
         The tenant and class it claimed are cleared from visibility, so it lists under no tenant."""
         workflow.upsert_search_attributes([sa.TENANT.value_unset(), sa.DOCUMENT_CLASS.value_unset()])
-        self._finish(Ending(JobState.FAILED, code, FAILURE_CODES[code][1]))
+        self._finish(Ending(JobState.FAILED, code, code.info.message))
 
     async def _wrap_up(self, ending: Ending) -> None:
         """Record the evidence, drop every staged attempt, then report the terminal state (in that order, so
@@ -537,7 +537,8 @@ class DocumentJobWorkflow:
         except LOCAL_ACTIVITY_FAILURES:
             if ending.state is not JobState.SUCCEEDED:
                 return ending
-            return Ending(JobState.QUARANTINED, "evidence.unavailable", FAILURE_CODES["evidence.unavailable"][1])
+            unavailable = FailureCode.EVIDENCE_UNAVAILABLE
+            return Ending(JobState.QUARANTINED, unavailable, unavailable.info.message)
         status.evidence_key = recorded.evidence.key
         status.evidence_sha256 = recorded.evidence.sha256
         status.commitment_salt = recorded.commitment_salt

@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
 from docjobs.api.uploads import CHUNK, TooLarge, policy_part_schema, spool, tenant_policy
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.idempotency import CLIENT_KEY_RULE, is_valid_client_key
 from docjobs.domain.models import BlobRef, InputKind, JobSummary
 from docjobs.domain.states import JobState, is_terminal
@@ -218,7 +218,7 @@ def check_kind(head: bytes) -> None:
 
 
 def acceptance_error(error: DocJobError) -> ApiError:
-    return ApiError(413 if error.code == "input.too_large" else 422, error.code, error.message)
+    return ApiError(413 if error.code == FailureCode.INPUT_TOO_LARGE else 422, error.code, error.message)
 
 
 async def _template_version(context: ApiContext, tenant: str, template: str) -> TemplateVersion:

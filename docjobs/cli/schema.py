@@ -11,7 +11,7 @@ from pathlib import Path
 
 from docjobs.cli.output import EXIT_OK, Output
 from docjobs.domain.contract import published_schemas
-from docjobs.domain.errors import FAILURE_CODES, FAILURE_GUIDE, GUIDE_MARKERS, failure_code_table
+from docjobs.domain.errors import FAILURE_CODES, GUIDE_MARKERS, failure_code_table
 from docjobs.temporal.settings import TemporalSettings
 
 
@@ -43,8 +43,7 @@ async def cmd_codes(args: argparse.Namespace, settings: TemporalSettings, out: O
         page.write_text(with_code_table(page.read_text()))
         out.progress(f"wrote the failure-code table in {page}")
     codes = [
-        {"code": code, "outcome": outcome.value, "message": message, **FAILURE_GUIDE[code]._asdict()}
-        for code, (outcome, message) in FAILURE_CODES.items()
+        {"code": code.value, **info._asdict(), "outcome": info.outcome.value} for code, info in FAILURE_CODES.items()
     ]
     out.result({"codes": codes}, "\n".join(f"{code['code']}\t{code['state']}\t{code['message']}" for code in codes))
     return EXIT_OK

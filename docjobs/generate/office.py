@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pikepdf
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import OfficePolicy, PdfVariant
 
 
@@ -142,9 +142,11 @@ def office_format(path: Path) -> OfficeFormat:
             else:
                 found = None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError):
-        raise DocJobError("input.malformed", "the office document's package cannot be read") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the office document's package cannot be read") from None
     if found is None:
-        raise DocJobError("input.unsupported", "the package is not a Word, Excel, PowerPoint or OpenDocument file")
+        raise DocJobError(
+            FailureCode.INPUT_UNSUPPORTED, "the package is not a Word, Excel, PowerPoint or OpenDocument file"
+        )
     return found
 
 
@@ -180,10 +182,12 @@ def _ole2_format(path: Path) -> OfficeFormat:
                     names.add(data[entry : entry + length - 2].decode("utf-16-le", "replace"))
             directory = fat[directory]
     except (struct.error, ValueError):
-        raise DocJobError("input.malformed", "the office document's compound file cannot be read") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the office document's compound file cannot be read") from None
     found = next((_OLE2_STREAMS[name] for name in sorted(names) if name in _OLE2_STREAMS), None)
     if found is None:
-        raise DocJobError("input.unsupported", "the compound file is not a Word, Excel or PowerPoint document")
+        raise DocJobError(
+            FailureCode.INPUT_UNSUPPORTED, "the compound file is not a Word, Excel or PowerPoint document"
+        )
     return found
 
 
@@ -191,10 +195,12 @@ def check_office_input(path: Path, policy: OfficePolicy) -> OfficeFormat:
     """The format of office document `path`, if the policy takes it: `input.unsupported` when the policy takes no
     office documents, `input.active_content` for a macro-enabled format it does not allow."""
     if not policy.enabled:
-        raise DocJobError("input.unsupported", "the policy takes no office documents")
+        raise DocJobError(FailureCode.INPUT_UNSUPPORTED, "the policy takes no office documents")
     found = office_format(path)
     if found in MACRO_FORMATS and not policy.allow_macro_formats:
-        raise DocJobError("input.active_content", f"a macro-enabled document ({found.value}) is refused by the policy")
+        raise DocJobError(
+            FailureCode.INPUT_ACTIVE_CONTENT, f"a macro-enabled document ({found.value}) is refused by the policy"
+        )
     return found
 
 
@@ -245,7 +251,7 @@ def convert_to_pdf(
     launcher = shutil.which("soffice")
     program = Path(os.path.realpath(launcher)).parent / "soffice.bin" if launcher else None
     if program is None or not program.is_file():
-        raise DocJobError("tool.missing", "soffice (libreoffice-*-nogui) is not installed")
+        raise DocJobError(FailureCode.TOOL_MISSING, "soffice (libreoffice-*-nogui) is not installed")
     office = workdir / "office"
     profile, outdir, tmp = office / "lo-profile", office / "out", office / "tmp"
     for folder in (outdir, tmp):
@@ -273,9 +279,11 @@ def convert_to_pdf(
         status = _run(command, environment, tmp, deadline - time.monotonic(), seconds)
     converted = outdir / "document.pdf"
     if status < 0:  # ended by a signal: a limit of the child (CPU, memory, file size), or a crash
-        raise DocJobError("input.too_complex", f"the converter was ended by signal {-status}")
+        raise DocJobError(FailureCode.INPUT_TOO_COMPLEX, f"the converter was ended by signal {-status}")
     if status != 0 or not converted.is_file() or converted.stat().st_size == 0:
-        raise DocJobError("input.malformed", f"the office document could not be converted (exit status {status})")
+        raise DocJobError(
+            FailureCode.INPUT_MALFORMED, f"the office document could not be converted (exit status {status})"
+        )
     shutil.move(converted, output)
 
 
@@ -368,7 +376,7 @@ def _squeezed(name: str) -> str:
 def _run(command: list[str], environment: dict[str, str], cwd: Path, left: float, seconds: float) -> int:
     """One run of LibreOffice in a session of its own, killed as a whole when it ends or at the time limit."""
     if left <= 0:
-        raise DocJobError("input.too_complex", f"the conversion took longer than {seconds:g} s")
+        raise DocJobError(FailureCode.INPUT_TOO_COMPLEX, f"the conversion took longer than {seconds:g} s")
     process = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
@@ -381,7 +389,7 @@ def _run(command: list[str], environment: dict[str, str], cwd: Path, left: float
     try:
         return process.wait(timeout=left)
     except subprocess.TimeoutExpired:
-        raise DocJobError("input.too_complex", f"the conversion took longer than {seconds:g} s") from None
+        raise DocJobError(FailureCode.INPUT_TOO_COMPLEX, f"the conversion took longer than {seconds:g} s") from None
     finally:
         _end_session(process)
 

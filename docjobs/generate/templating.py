@@ -22,7 +22,7 @@ from jinja2 import FileSystemLoader, StrictUndefined, TemplateError, TemplateSyn
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 
 MAX_DATA_BYTES = 16 * 1024 * 1024
 
@@ -63,13 +63,13 @@ class _TimedEnvironment(ImmutableSandboxedEnvironment):
 def load_data(path: Path) -> dict[str, Any]:
     """The job's data: a JSON object, whose keys are the template's variables."""
     if path.stat().st_size > MAX_DATA_BYTES:
-        raise DocJobError("input.too_large", f"the template data is larger than {MAX_DATA_BYTES} bytes")
+        raise DocJobError(FailureCode.INPUT_TOO_LARGE, f"the template data is larger than {MAX_DATA_BYTES} bytes")
     try:
         data = json.loads(path.read_bytes())
     except (ValueError, RecursionError):
-        raise DocJobError("input.malformed", "the template data is not valid JSON") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the template data is not valid JSON") from None
     if not isinstance(data, dict):
-        raise DocJobError("input.malformed", "the template data is not a JSON object")
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the template data is not a JSON object")
     return data
 
 
@@ -122,4 +122,4 @@ def render_template(folder: Path, entry: str, data: dict[str, Any], *, seconds: 
     ) as error:
         line = _template_line(error, folder)
         where = f" at line {line}" if line is not None else ""
-        raise DocJobError("template.invalid", f"the template has {_kind(error, seconds)}{where}") from None
+        raise DocJobError(FailureCode.TEMPLATE_INVALID, f"the template has {_kind(error, seconds)}{where}") from None

@@ -15,7 +15,7 @@ from pathlib import Path
 from weasyprint import CSS, HTML
 from weasyprint.urls import path2url
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import GeneratedSummary, GeneratePolicy, MissingResource, PdfVariant
 from docjobs.generate.fetcher import BundleFetcher
 from docjobs.pdf.fidelity import check_fonts_embedded
@@ -57,10 +57,10 @@ def html_to_pdf(
     counts = {kind: count for kind, count in sorted(refused.items()) if count}
     if counts and policy.missing is MissingResource.FAIL:
         listed = ", ".join(f"{kind}: {count}" for kind, count in counts.items())
-        raise DocJobError("generate.resource_refused", f"resources outside the job were refused ({listed})")
+        raise DocJobError(FailureCode.GENERATE_RESOURCE_REFUSED, f"resources outside the job were refused ({listed})")
     pages = len(document.pages)
     if pages > max_pages:
-        raise DocJobError("input.too_large", f"the document has more than {max_pages} pages")
+        raise DocJobError(FailureCode.INPUT_TOO_LARGE, f"the document has more than {max_pages} pages")
     on_pages(0, pages)  # the page count is known: the child's CPU budget grows with it
     variant = policy.pdf_variant
     document.write_pdf(

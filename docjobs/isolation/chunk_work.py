@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import DeskewedPage, Frozen, OcrPolicy, WatermarkPolicy
 from docjobs.domain.ocr_chunks import PageRange
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
@@ -93,7 +94,7 @@ def ocr_merge(work: OcrMergeWork, progress: ProgressFn) -> OcrMergeDone:
     merged = work.workdir / "merged.pdf"
     count = merge_chunks(work.source, [OcrdChunk(chunk.pages, chunk.path) for chunk in work.chunks], merged)
     progress(0, count)
-    work.text_output.write_text(text_json(page_texts(tool("pdftotext"), merged, count, "ocr.invalid_output")))
+    work.text_output.write_text(text_json(page_texts(tool("pdftotext"), merged, count, FailureCode.OCR_INVALID_OUTPUT)))
     if work.watermark is None:
         shutil.move(merged, work.output)
     else:

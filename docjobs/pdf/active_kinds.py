@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 
 MAX_NODES = 500_000  # objects one pass may visit: far above real documents, bounded for hostile ones
 
@@ -25,7 +25,9 @@ class WalkBudget:
     def spend(self) -> None:
         self.left -= 1
         if self.left < 0:
-            raise DocJobError("input.too_complex", "the input has too many objects to check for active content")
+            raise DocJobError(
+                FailureCode.INPUT_TOO_COMPLEX, "the input has too many objects to check for active content"
+            )
 
 
 ACTIVE_ACTIONS = {

@@ -11,7 +11,7 @@ from typing import Any
 from pypdf import PdfReader
 from pypdf import generic as pdf
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.pdf.active_kinds import ACTIVE_ACTIONS, ACTIVE_ANNOTATIONS, INERT_ACTIONS, MAX_NODES, WalkBudget, uri_kind
 
 ObjId = tuple[int, int]
@@ -78,7 +78,7 @@ class _Walk:
         root_raw = self._reader.trailer.raw_get("/Root")
         root, root_id = _resolve(root_raw)
         if not isinstance(root, pdf.DictionaryObject):
-            raise DocJobError("fidelity.reader", "the release gate's reader found no document catalog")
+            raise DocJobError(FailureCode.FIDELITY_READER, "the release gate's reader found no document catalog")
         self._action(root, root_id, "/OpenAction")  # an array there is a destination: inert
         self._triggers(root, root_id)
         self._name_trees(root)

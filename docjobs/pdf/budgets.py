@@ -26,7 +26,7 @@ from itertools import islice
 import pikepdf
 from pikepdf import Name
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import LimitsPolicy
 
 MIB = 1024 * 1024
@@ -77,7 +77,7 @@ def budgets_for(limits: LimitsPolicy, max_pages: int | None = None) -> Budgets:
 
 def too_complex(limit: str) -> DocJobError:
     """The failure for an exhausted budget; `limit` names the limit (never content)."""
-    return DocJobError("input.too_complex", f"the input exceeds a parser budget: {limit}")
+    return DocJobError(FailureCode.INPUT_TOO_COMPLEX, f"the input exceeds a parser budget: {limit}")
 
 
 def _size(count: int) -> str:
@@ -134,7 +134,7 @@ def page_tree_count(pdf: pikepdf.Pdf, cap: int, *, budgets: Budgets = DEFAULT_BU
     `input.malformed`; a node that is not a dictionary is skipped, as qpdf does."""
     root = pdf.Root.get(Name.Pages)
     if not isinstance(root, pikepdf.Dictionary):
-        raise DocJobError("input.malformed", "the input PDF has no page tree")
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the input PDF has no page tree")
     count = visits = 0
     ancestors: set[tuple[int, int]] = set()
     # Each entry: a node to enter, or None meaning "leave the node last entered" (pops `path`).
@@ -160,7 +160,7 @@ def page_tree_count(pdf: pikepdf.Pdf, cap: int, *, budgets: Budgets = DEFAULT_BU
             continue
         key = node.objgen if node.is_indirect else None
         if key is not None and key in ancestors:
-            raise DocJobError("input.malformed", "the page tree of the input PDF loops")
+            raise DocJobError(FailureCode.INPUT_MALFORMED, "the page tree of the input PDF loops")
         if len(path) >= budgets.max_depth:
             raise too_complex(f"the page tree is nested more than {budgets.max_depth} levels deep")
         if key is not None:

@@ -4,8 +4,8 @@ The second reader is PDFium (Chrome's PDF engine, in process through pypdfium2):
 qpdf/pikepdf, which wrote the output, nor with pyHanko. It replaced poppler's `pdftotext` and `pdfinfo`, three
 process spawns per job that cost more than the rest of the verify stage; the checks are the same.
 
-Each check raises `DocJobError("fidelity.<check>")` (the job is quarantined: nothing is released) and
-the names of the passed checks are returned, so the job records what was verified.
+Each check raises `DocJobError(FailureCode.FIDELITY_<CHECK>)`, code `fidelity.<check>` (the job is quarantined:
+nothing is released) and the names of the passed checks are returned, so the job records what was verified.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pikepdf
 import pypdfium2 as pdfium  # type: ignore[import-untyped]
 import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.pdf.inspect import open_checked
 from docjobs.pdf.normalize import repair_input
 from docjobs.pdf.page_ranges import ranges_for, read_in_parallel
@@ -65,7 +65,7 @@ def _run(tool: str, *args: str) -> subprocess.CompletedProcess[bytes]:
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        raise DocJobError("tool.missing", f"{name} is not installed")
+        raise DocJobError(FailureCode.TOOL_MISSING, f"{name} is not installed")
     return path
 
 
@@ -230,15 +230,15 @@ def _found(
     if pages_in is None or (expected is not None and pages_in != expected):
         return None
     if pages_out is None:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
+        raise DocJobError(FailureCode.FIDELITY_READER, "a second PDF reader could not read the output")
     if pages_out != pages_in:
-        raise DocJobError("fidelity.reader", "a second PDF reader sees a different page count")
+        raise DocJobError(FailureCode.FIDELITY_READER, "a second PDF reader sees a different page count")
     parts = answers()
     unreadable = {part["unreadable"] for part in parts}
     if "input" in unreadable:
         return None
     if "output" in unreadable:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
+        raise DocJobError(FailureCode.FIDELITY_READER, "a second PDF reader could not read the output")
     return {
         "text_missing": [index for part in parts for index in part["text_missing"]],
         "stamp_missing": [index for part in parts for index in part["stamp_missing"]],
@@ -271,17 +271,21 @@ def check_fidelity(
         with open_checked(source, check_streams=False) as (before, _), pikepdf.open(output) as after:
             page_count = len(before.pages)
             if len(after.pages) != page_count:
-                raise DocJobError("fidelity.page_count", "the output does not have the input's page count")
+                raise DocJobError(FailureCode.FIDELITY_PAGE_COUNT, "the output does not have the input's page count")
             checks.append("page_count")
             if _geometry(after, pages_may_turn) != _geometry(before, pages_may_turn):
-                raise DocJobError("fidelity.geometry", "the output's page boxes or rotation differ from the input's")
+                raise DocJobError(
+                    FailureCode.FIDELITY_GEOMETRY, "the output's page boxes or rotation differ from the input's"
+                )
             checks.append("page_sizes" if pages_may_turn else "geometry")
             if text_layer_kept:
                 if _links(after) != _links(before):
-                    raise DocJobError("fidelity.links", "link annotations of the input are missing from the output")
+                    raise DocJobError(
+                        FailureCode.FIDELITY_LINKS, "link annotations of the input are missing from the output"
+                    )
                 checks.append("links")
         if qpdf_exit() not in (0, 3):  # 3: warnings only
-            raise DocJobError("fidelity.qpdf", "qpdf --check rejects the output")
+            raise DocJobError(FailureCode.FIDELITY_QPDF, "qpdf --check rejects the output")
         checks.append("qpdf_check")
         found = second_reader(page_count if workdir is not None else None)
     if found is None and workdir is not None:
@@ -290,17 +294,17 @@ def check_fidelity(
         with _reading(as_rendered) as second_reader:
             found = second_reader(None)
     if found is None:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the input")
+        raise DocJobError(FailureCode.FIDELITY_READER, "a second PDF reader could not read the input")
     checks.append("second_reader")
     if text_layer_kept:
         if found["text_missing"]:
             number = found["text_missing"][0] + 1
-            raise DocJobError("fidelity.text", f"text of the input is missing from output page {number}")
+            raise DocJobError(FailureCode.FIDELITY_TEXT, f"text of the input is missing from output page {number}")
         checks.append("text_kept")
     if watermark_text is not None:
         if found["stamp_missing"]:
             missing = len(found["stamp_missing"])
-            raise DocJobError("fidelity.watermark", f"the watermark is missing on {missing} page(s)")
+            raise DocJobError(FailureCode.FIDELITY_WATERMARK, f"the watermark is missing on {missing} page(s)")
         checks.append("watermark_every_page")
     return checks
 
@@ -309,7 +313,7 @@ def fonts_not_embedded(pdf: Path) -> int:
     """How many fonts `pdffonts` lists as not embedded (Type 3 fonts are glyph procedures: always carried)."""
     result = _run("pdffonts", str(pdf))
     if result.returncode != 0:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the output")
+        raise DocJobError(FailureCode.FIDELITY_READER, "a second PDF reader could not read the output")
     lines = result.stdout.decode("utf-8", "replace").splitlines()
     if len(lines) < 2:
         return 0
@@ -327,4 +331,4 @@ def fonts_not_embedded(pdf: Path) -> int:
 def check_fonts_embedded(pdf: Path) -> None:
     missing = fonts_not_embedded(pdf)
     if missing:
-        raise DocJobError("fidelity.fonts", f"{missing} font(s) of the document are not embedded")
+        raise DocJobError(FailureCode.FIDELITY_FONTS, f"{missing} font(s) of the document are not embedded")

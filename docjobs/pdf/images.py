@@ -26,7 +26,7 @@ from struct import error as struct_error
 import img2pdf  # type: ignore[import-untyped]
 from PIL import Image, ImageOps, ImageSequence
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, too_complex
 from docjobs.pdf.inspect import PdfInfo, inspect_pdf, sniff_kind
 
@@ -68,7 +68,7 @@ def image_to_pdf(src: Path, dst: Path, *, max_pages: int | None = None, budgets:
     with src.open("rb") as file:
         kind = sniff_kind(file.read(_HEAD))
     if kind not in _FORMATS:
-        raise DocJobError("input.unsupported", "the input is not a PDF, PNG, JPEG or TIFF")
+        raise DocJobError(FailureCode.INPUT_UNSUPPORTED, "the input is not a PDF, PNG, JPEG or TIFF")
     data = src.read_bytes()
     with warnings.catch_warnings():
         # Pillow warns above its own threshold and refuses twice that on opening: the budget decides first.
@@ -88,7 +88,7 @@ def _convert(data: bytes, expected_format: str, max_pages: int | None, budgets: 
         pngs, frames = _normalized_pngs(data, frames)
         pdf = _img2pdf(pngs, frames)
         if pdf is None:
-            raise DocJobError("input.malformed", "the image could not be converted to a PDF")
+            raise DocJobError(FailureCode.INPUT_MALFORMED, "the image could not be converted to a PDF")
     return pdf
 
 
@@ -104,18 +104,18 @@ def _scan_frames(
     try:
         with Image.open(io.BytesIO(data)) as image:
             if image.format not in (expected_format, "MPO" if expected_format == "JPEG" else expected_format):
-                raise DocJobError("input.malformed", "the image content does not match its type")
+                raise DocJobError(FailureCode.INPUT_MALFORMED, "the image content does not match its type")
             for frame in _frames(image):
                 check_pixels(frame.width, frame.height, "an image frame", budgets=budgets)
                 if max_pages is not None and len(frames) >= max_pages:
-                    raise DocJobError("input.too_large", f"the input has more than {max_pages} pages")
+                    raise DocJobError(FailureCode.INPUT_TOO_LARGE, f"the input has more than {max_pages} pages")
                 frame.load()
                 frames.append(_Frame(frame.width, frame.height, _dpi(frame)))
                 needs_pillow = needs_pillow or frame.getexif().get(_EXIF_ORIENTATION) in _MIRRORED
     except _DECODE_ERRORS:
-        raise DocJobError("input.malformed", "the image is corrupt or truncated") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the image is corrupt or truncated") from None
     if not frames:
-        raise DocJobError("input.empty")
+        raise DocJobError(FailureCode.INPUT_EMPTY)
     return frames, needs_pillow
 
 
@@ -163,7 +163,7 @@ def _img2pdf(images: list[bytes], frames: list[_Frame]) -> bytes | None:
         return None
     except (img2pdf.ImageOpenError, img2pdf.PdfTooLargeError, img2pdf.NegativeDimensionError, *_DECODE_ERRORS):
         # img2pdf parses some formats itself (PNG chunks, JPEG markers) and raises plain errors on junk
-        raise DocJobError("input.malformed", "the image could not be converted to a PDF") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the image could not be converted to a PDF") from None
     if next(sizes, None) is not None:
         return None  # img2pdf made fewer pages than there are frames
     assert isinstance(pdf, bytes)
@@ -189,7 +189,7 @@ def _normalized_pngs(data: bytes, frames: list[_Frame]) -> tuple[list[bytes], li
                 pngs.append(out.getvalue())
                 upright_frames.append(_Frame(upright.width, upright.height, dpi))
     except _DECODE_ERRORS:
-        raise DocJobError("input.malformed", "the image is corrupt or truncated") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the image is corrupt or truncated") from None
     return pngs, upright_frames
 
 

@@ -42,7 +42,7 @@ from typing import BinaryIO, Literal
 import pikepdf
 from pikepdf import Name
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import InputKind
 from docjobs.pdf.budgets import (
     DEFAULT_BUDGETS,
@@ -157,18 +157,18 @@ def open_checked(
         head = file.read(WINDOW)
         tail = _tail(file)
     if sniff_kind(head) != "pdf":
-        raise DocJobError("input.unsupported")
+        raise DocJobError(FailureCode.INPUT_UNSUPPORTED)
     if b"%%EOF" not in tail:
-        raise DocJobError("input.malformed", "the input PDF is truncated (no end-of-file marker)")
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the input PDF is truncated (no end-of-file marker)")
     limit = budgets.max_pages if max_pages is None else min(max_pages, budgets.max_pages)
     # qpdf copies every page object while opening (to push inherited attributes down), so the tree is
     # counted first on an opening that does not.
     with _open(path, inherit_page_attributes=False) as bare:
         try:
             if page_tree_count(bare, limit, budgets=budgets) > limit:
-                raise DocJobError("input.too_large", f"the input has more than {limit} pages")
+                raise DocJobError(FailureCode.INPUT_TOO_LARGE, f"the input has more than {limit} pages")
         except _PARSE_ERRORS:
-            raise DocJobError("input.malformed", "the page tree of the input PDF is unreadable") from None
+            raise DocJobError(FailureCode.INPUT_MALFORMED, "the page tree of the input PDF is unreadable") from None
     stack = ExitStack()
     pdf = stack.enter_context(_open(path))
     try:
@@ -179,9 +179,9 @@ def open_checked(
             pdf = stack.enter_context(_decrypted(path, key, stack))
         page_count = _page_count(pdf)
         if page_count == 0:
-            raise DocJobError("input.empty")
+            raise DocJobError(FailureCode.INPUT_EMPTY)
         if page_count > limit:
-            raise DocJobError("input.too_large", f"the input has more than {limit} pages")
+            raise DocJobError(FailureCode.INPUT_TOO_LARGE, f"the input has more than {limit} pages")
         repairs = len(pdf.get_warnings())  # made while opening and building the pages: accepted
         if check_streams:
             repairs += _check_syntax(pdf, budgets)
@@ -209,9 +209,9 @@ def _open(path: Path, *, inherit_page_attributes: bool = True) -> pikepdf.Pdf:
     try:
         return pikepdf.open(path, inherit_page_attributes=inherit_page_attributes)
     except pikepdf.PasswordError:
-        raise DocJobError("input.encrypted") from None
+        raise DocJobError(FailureCode.INPUT_ENCRYPTED) from None
     except _PARSE_ERRORS:
-        raise DocJobError("input.malformed") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED) from None
 
 
 _PASSWORD_PAD = bytes.fromhex("28BF4E5E4E758A4164004E56FFFA01082E2E00B6D0683E802F0CA9FE6453697A")
@@ -240,7 +240,9 @@ def _aes_key_without_length(pdf: pikepdf.Pdf) -> bytes | None:
             key = hashlib.md5(key, usedforsecurity=False).digest()
         return key
     except _PARSE_ERRORS:
-        raise DocJobError("input.malformed", "the encryption dictionary of the input PDF is unreadable") from None
+        raise DocJobError(
+            FailureCode.INPUT_MALFORMED, "the encryption dictionary of the input PDF is unreadable"
+        ) from None
 
 
 def _decrypted(path: Path, key: bytes, stack: ExitStack) -> pikepdf.Pdf:
@@ -255,7 +257,7 @@ def _decrypted(path: Path, key: bytes, stack: ExitStack) -> pikepdf.Pdf:
     except _PARSE_ERRORS:
         failed = True
     if failed:
-        raise DocJobError("input.malformed", "the input PDF cannot be decrypted")
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the input PDF cannot be decrypted")
     return _open(clear)
 
 
@@ -263,7 +265,7 @@ def _page_count(pdf: pikepdf.Pdf) -> int:
     try:
         return len(pdf.pages)
     except _PARSE_ERRORS:
-        raise DocJobError("input.malformed", "the page tree of the input PDF is unreadable") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the page tree of the input PDF is unreadable") from None
 
 
 def _check_syntax(pdf: pikepdf.Pdf, budgets: Budgets) -> int:
@@ -278,9 +280,9 @@ def _check_syntax(pdf: pikepdf.Pdf, budgets: Budgets) -> int:
         bound_jbig2_decoder(budgets.max_stream_bytes)
         warnings += pdf.check_pdf_syntax()  # raises for page content that cannot be decoded
     except _PARSE_ERRORS:
-        raise DocJobError("input.malformed", "the input PDF has damaged streams or page content") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the input PDF has damaged streams or page content") from None
     if any(_UNDECODABLE in warning for warning in warnings):
-        raise DocJobError("input.malformed", "the input PDF has damaged streams or page content")
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the input PDF has damaged streams or page content")
     return len(warnings)
 
 
@@ -289,7 +291,7 @@ def _check_geometry(pdf: pikepdf.Pdf) -> None:
         for page in pdf.pages:
             visible_box(page)
     except ValueError:
-        raise DocJobError("input.malformed", "a page of the input PDF has no usable MediaBox") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "a page of the input PDF has no usable MediaBox") from None
 
 
 def visible_box(page: pikepdf.Page) -> Box:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pikepdf
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.ocr_chunks import PageRange
 from docjobs.pdf.inspect import open_checked
 
@@ -35,7 +35,9 @@ def cut_chunk(source: Path, output: Path, pages: PageRange) -> None:
     """Pages `pages` of `source` (validated earlier in the job) as a PDF of their own, without annotations."""
     with open_checked(source, check_streams=False) as (pdf, info), pikepdf.new() as chunk:
         if pages.last > info.page_count:
-            raise DocJobError("input.malformed", f"the document has {info.page_count} pages, not {pages.last}")
+            raise DocJobError(
+                FailureCode.INPUT_MALFORMED, f"the document has {info.page_count} pages, not {pages.last}"
+            )
         for number in range(pages.first, pages.last + 1):
             chunk.pages.append(pdf.pages[number - 1])
         for page in chunk.pages:
@@ -54,15 +56,17 @@ def merge_chunks(source: Path, chunks: Sequence[OcrdChunk], output: Path) -> int
         expected = 1
         for chunk in sorted(chunks, key=lambda chunk: chunk.pages.first):
             if chunk.pages.first != expected:
-                raise DocJobError("ocr.invalid_output", f"the OCR chunks do not cover page {expected}")
+                raise DocJobError(FailureCode.OCR_INVALID_OUTPUT, f"the OCR chunks do not cover page {expected}")
             with pikepdf.open(chunk.path) as ocrd:
                 if len(ocrd.pages) != chunk.pages.pages:
-                    raise DocJobError("ocr.invalid_output", f"the OCR chunk {chunk.pages.name} has another page count")
+                    raise DocJobError(
+                        FailureCode.OCR_INVALID_OUTPUT, f"the OCR chunk {chunk.pages.name} has another page count"
+                    )
                 for index, page in enumerate(ocrd.pages):
                     _take_over(pdf, pdf.pages[chunk.pages.first - 1 + index], ocrd, page)
             expected = chunk.pages.last + 1
         if expected != info.page_count + 1:
-            raise DocJobError("ocr.invalid_output", f"the OCR chunks do not cover page {expected}")
+            raise DocJobError(FailureCode.OCR_INVALID_OUTPUT, f"the OCR chunks do not cover page {expected}")
         pdf.save(output)
         return info.page_count
 

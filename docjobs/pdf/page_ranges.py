@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 
 MIN_PAGES_PER_RANGE = 64  # below this a fork (a few ms) costs more than the pages it takes off the caller
 MAX_RANGES = 8
@@ -202,7 +202,7 @@ def _answer(message: object) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise RuntimeError("a page range reader answered out of protocol")
     if "failure" in message:
-        raise DocJobError(str(message["failure"]), str(message.get("message") or ""))
+        raise DocJobError(FailureCode(str(message["failure"])), str(message.get("message") or ""))
     if message.get("error") == "MemoryError":
         raise MemoryError
     if message.get("error") == "RecursionError":

@@ -40,7 +40,7 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Array, Dictionary, Name
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import SanitizeMode, SanitizePolicy
 from docjobs.pdf.active_kinds import (
     ACTIVE_ACTIONS,
@@ -296,7 +296,9 @@ def sanitize_file(path: Path, policy: SanitizePolicy) -> dict[str, int]:
         found = find_active_content(path, keep_attachments=policy.keep_attachments)
         if found:
             kinds = ", ".join(found)
-            raise DocJobError("input.active_content", f"the input has active content ({kinds}); the policy refuses it")
+            raise DocJobError(
+                FailureCode.INPUT_ACTIVE_CONTENT, f"the input has active content ({kinds}); the policy refuses it"
+            )
         return {}
     with pikepdf.open(path, allow_overwriting_input=True) as pdf:
         removed = strip_active_content(pdf, keep_attachments=policy.keep_attachments)
@@ -312,5 +314,5 @@ def check_no_active_content(path: Path, policy: SanitizePolicy) -> list[str]:
     if policy.mode is SanitizeMode.KEEP:
         return []
     if find_active_content(path, keep_attachments=policy.keep_attachments):
-        raise DocJobError("sanitize.residue")
+        raise DocJobError(FailureCode.SANITIZE_RESIDUE)
     return ["no_active_content"]

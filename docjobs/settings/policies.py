@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import (
     BUILTIN_PATTERN_NAMES,
     JobOverrides,
@@ -119,7 +119,7 @@ class PolicyBook:
     def check_allowed(self, name: str, listed: Sequence[str] | None) -> None:
         """`policy.forbidden` unless the tenant whose list is `listed` may name the policy `name`."""
         if name not in self.for_tenant(listed):
-            raise DocJobError("policy.forbidden")
+            raise DocJobError(FailureCode.POLICY_FORBIDDEN)
 
     @classmethod
     def load(cls, path: Path) -> PolicyBook:

@@ -48,7 +48,7 @@ from pyhanko.sign.timestamps import HTTPTimeStamper, TimestampRequestError
 from pyhanko.sign.validation.pdf_embedded import read_certification_data
 from pyhanko_certvalidator.registry import SimpleCertificateStore
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.signing.config import DEFAULT_STAMP_BOX, SignerConfig, asn1_certs, cert_pem, key_pem, load_signer
 from docjobs.signing.verify import PDF_ERRORS, TENANT_CLAIM
 
@@ -130,9 +130,11 @@ def prepare_signature(
             writer = _open_for_update(infile)
             existing = _signature_names(writer.prev)
             if existing and not allow_existing_signatures:
-                raise DocJobError("input.signed")
+                raise DocJobError(FailureCode.INPUT_SIGNED)
             if _forbids_changes(writer.prev):
-                raise DocJobError("input.signed", "the input is certified and its certification forbids all changes")
+                raise DocJobError(
+                    FailureCode.INPUT_SIGNED, "the input is certified and its certification forbids all changes"
+                )
             name = _free_name(field_name, existing, _field_names(writer.prev))
             certify = certify and not existing  # a certification signature must be the first one
             locked = certify or lock
@@ -160,7 +162,7 @@ def prepare_signature(
                 size = outfile.seek(0, os.SEEK_END)
         tmp.replace(dst)
     except PDF_ERRORS:
-        raise DocJobError("input.malformed", "the PDF could not be prepared for signing") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the PDF could not be prepared for signing") from None
     finally:
         tmp.unlink(missing_ok=True)
     start, end = prepared.reserved_region_start, prepared.reserved_region_end
@@ -180,16 +182,16 @@ def check_byte_range(file: IO[bytes], byte_range: Sequence[int], *, bytes_reserv
     Raises DocJobError signature.byte_range."""
     size = os.fstat(file.fileno()).st_size
     if len(byte_range) != 4 or not all(type(n) is int and n >= 0 for n in byte_range):
-        raise DocJobError("signature.byte_range", "the byte range is not four non-negative integers")
+        raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the byte range is not four non-negative integers")
     first, hole_start, hole_end, last = byte_range
     if first != 0 or hole_start <= 0 or hole_end + last != size:
-        raise DocJobError("signature.byte_range", "the byte range leaves part of the file unsigned")
+        raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the byte range leaves part of the file unsigned")
     if hole_end - hole_start != bytes_reserved + 2:
-        raise DocJobError("signature.byte_range", "the signature hole is not the size the worker reserved")
+        raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the signature hole is not the size the worker reserved")
     file.seek(hole_start)
     hole = file.read(bytes_reserved + 2)
     if hole[:1] != b"<" or hole[-1:] != b">" or hole[1:-1].strip(b"0"):
-        raise DocJobError("signature.byte_range", "the signature hole is not an empty placeholder")
+        raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the signature hole is not an empty placeholder")
     digest = hashlib.sha256()
     for offset, length in ((0, hole_start), (hole_end, last)):
         file.seek(offset)
@@ -197,7 +199,7 @@ def check_byte_range(file: IO[bytes], byte_range: Sequence[int], *, bytes_reserv
         while left:
             chunk = file.read(min(left, _CHUNK))
             if not chunk:
-                raise DocJobError("signature.byte_range", "the file ended inside the byte range")
+                raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the file ended inside the byte range")
             digest.update(chunk)
             left -= len(chunk)
     return digest.digest()
@@ -270,10 +272,10 @@ class ReleaseSigner:
         try:
             source = os.open(prepared, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            raise DocJobError("signature.byte_range", "the prepared document is not a regular file") from None
+            raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document is not a regular file") from None
         with os.fdopen(source, "rb") as infile:
             if not stat.S_ISREG(os.fstat(infile.fileno()).st_mode):
-                raise DocJobError("signature.byte_range", "the prepared document is not a regular file")
+                raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document is not a regular file")
             target = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 with os.fdopen(target, "r+b") as outfile:
@@ -300,7 +302,7 @@ class ReleaseSigner:
         digest = check_byte_range(outfile, byte_range, bytes_reserved=bytes_reserved)
         if begins_with is not None and not _begins_with(outfile, *begins_with):
             raise DocJobError(
-                "signature.byte_range", "the prepared document does not begin with the document it was given"
+                FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document does not begin with the document it was given"
             )
         return digest
 
@@ -334,7 +336,7 @@ class ReleaseSigner:
                 )
             )
         except TimestampRequestError:
-            raise DocJobError("signature.tsa_unavailable") from None
+            raise DocJobError(FailureCode.SIGNATURE_TSA_UNAVAILABLE) from None
         return cast(bytes, signed.dump())
 
 
@@ -407,7 +409,7 @@ def _open_for_update(infile: Any) -> IncrementalPdfFileWriter:
     try:
         writer = IncrementalPdfFileWriter(infile, strict=False)
     except PDF_ERRORS:
-        raise DocJobError("input.malformed", "the PDF to sign is not readable") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the PDF to sign is not readable") from None
     if writer.prev.encrypted:
         # Permissions-only encryption opens with the empty user password; the update is encrypted alike.
         try:
@@ -415,7 +417,7 @@ def _open_for_update(infile: Any) -> IncrementalPdfFileWriter:
         except PDF_ERRORS:
             opened = False
         if not opened:
-            raise DocJobError("input.encrypted")
+            raise DocJobError(FailureCode.INPUT_ENCRYPTED)
     return writer
 
 
@@ -423,7 +425,7 @@ def _signature_names(reader: PdfFileReader) -> list[str]:
     try:
         return [str(sig.field_name) for sig in reader.embedded_signatures]
     except PDF_ERRORS:
-        raise DocJobError("input.malformed", "the signature fields of the PDF are unreadable") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the signature fields of the PDF are unreadable") from None
 
 
 def _forbids_changes(reader: PdfFileReader) -> bool:

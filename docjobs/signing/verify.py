@@ -17,6 +17,7 @@ from pyhanko.sign.validation.pdf_embedded import EmbeddedPdfSignature
 from pyhanko.sign.validation.settings import KeyUsageConstraints
 from pyhanko.sign.validation.status import PdfSignatureStatus, SignatureCoverageLevel
 
+from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import Frozen
 from docjobs.signing.config import SignerConfig, TrustAnchors, validation_context
 
@@ -71,11 +72,11 @@ class SignatureReport(Frozen):
     docmdp: int | None = None  # the DocMDP permission it sets (certification, or its field's /Lock): 1 = locked
 
     @property
-    def failure_code(self) -> str | None:
+    def failure_code(self) -> FailureCode | None:
         return failure_code(self)
 
 
-def failure_code(report: SignatureReport) -> str | None:
+def failure_code(report: SignatureReport) -> FailureCode | None:
     """None when the signature is acceptable, otherwise the failure code (all QUARANTINE).
 
     signature.invalid: no signature, or not intact / not valid (also any other `bottom_line` failure,
@@ -84,13 +85,13 @@ def failure_code(report: SignatureReport) -> str | None:
     cover the entire file (something was appended after signing).
     """
     if report.signature_count == 0 or not (report.intact and report.valid):
-        return "signature.invalid"
+        return FailureCode.SIGNATURE_INVALID
     if not report.trusted or report.timestamp_trusted is False:
-        return "signature.untrusted"
+        return FailureCode.SIGNATURE_UNTRUSTED
     if report.coverage != "entire_file":
-        return "signature.coverage"
+        return FailureCode.SIGNATURE_COVERAGE
     if not report.bottom_line:
-        return "signature.invalid"
+        return FailureCode.SIGNATURE_INVALID
     return None
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from docjobs.domain.batching import BatchManifest, JobOutcome, RecordOutcomes, batch_prefix
 from docjobs.domain.canonical import canonical_model
+from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import BlobRef
 from docjobs.store.storage import BlobStore, sha256_file
 
@@ -28,7 +29,7 @@ def _put_canonical(store: BlobStore, body: bytes, key_of: str) -> BlobRef:
 def _read(store: BlobStore, ref: BlobRef) -> bytes:
     with tempfile.TemporaryDirectory(prefix="batch-") as folder:
         path = Path(folder) / "blob.json"
-        store.fetch(ref, path, mismatch_code="artifact.digest_mismatch")
+        store.fetch(ref, path, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
         return path.read_bytes()
 
 

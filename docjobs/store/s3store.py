@@ -50,7 +50,7 @@ from botocore.retries.standard import (  # type: ignore[import-untyped]
     TransientRetryableChecker,
 )
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import BlobRef
 from docjobs.store.storage import CHUNK, BlobStore, FileBlobStore, StoredBlob, chunks_of, hashed_copy
 
@@ -109,14 +109,16 @@ def _storage_error(error: Exception, operation: str) -> Exception:
     """A typed failure for a boto error; the message names the operation and S3's error code, never a key."""
     if isinstance(error, _TRANSIENT_EXCEPTIONS):
         return DocJobError(
-            "storage.unavailable", f"object storage is unavailable ({operation}: {type(error).__name__})"
+            FailureCode.STORAGE_UNAVAILABLE, f"object storage is unavailable ({operation}: {type(error).__name__})"
         )
     if isinstance(error, ClientError):
         code = _error_code(error)
         if _retried_by_botocore(error) or code == "ConditionalRequestConflict":
-            return DocJobError("storage.unavailable", f"object storage is unavailable ({operation}: {code})")
+            return DocJobError(FailureCode.STORAGE_UNAVAILABLE, f"object storage is unavailable ({operation}: {code})")
         if code in _REFUSED:
-            return DocJobError("storage.unavailable", f"object storage refused the request ({operation}: {code})")
+            return DocJobError(
+                FailureCode.STORAGE_UNAVAILABLE, f"object storage refused the request ({operation}: {code})"
+            )
     return error  # anything else is unexpected: the activity reports it as internal.error
 
 
@@ -202,7 +204,7 @@ class S3BlobStore:
             return self._client.get_object(Bucket=self.bucket, Key=self._object_key(key))
         except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
             if _is_missing(error):
-                raise DocJobError("source.missing", "a stored blob is missing") from None
+                raise DocJobError(FailureCode.SOURCE_MISSING, "a stored blob is missing") from None
             raise _storage_error(error, operation) from None
 
     def _chunks(self, response: Any, operation: str) -> Iterator[bytes]:
@@ -224,7 +226,7 @@ class S3BlobStore:
         """Stream the object (into `out`, if given) and return the sha256 of the bytes received."""
         return hashed_copy(self._chunks(self._get(key, operation), operation), out)[0]
 
-    def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: str) -> None:
+    def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: FailureCode) -> None:
         try:
             with dest.open("wb") as out:
                 actual = self._copy_hashed(ref.key, out, "GetObject")
@@ -234,7 +236,7 @@ class S3BlobStore:
         if actual != ref.sha256:
             raise DocJobError(mismatch_code)
 
-    def verify(self, ref: BlobRef, *, mismatch_code: str) -> None:
+    def verify(self, ref: BlobRef, *, mismatch_code: FailureCode) -> None:
         if self._copy_hashed(ref.key, None, "GetObject") != ref.sha256:
             raise DocJobError(mismatch_code)
 
@@ -282,7 +284,7 @@ class S3BlobStore:
             self._put(key, body, sha256)
         except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
             if isinstance(error, ClientError) and _error_code(error) in ("BadDigest", "InvalidDigest"):
-                raise DocJobError("internal.error", "a file changed while it was being stored") from None
+                raise DocJobError(FailureCode.INTERNAL_ERROR, "a file changed while it was being stored") from None
             raise _storage_error(error, "PutObject") from None
         return BlobRef(key=key, sha256=sha256, size=size)
 
@@ -291,7 +293,7 @@ class S3BlobStore:
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as local:
             # Verify the staged bytes and publish exactly those: the staged object may change meanwhile.
             if self._copy_hashed(staged.key, local, "GetObject") != staged.sha256:
-                raise DocJobError("artifact.digest_mismatch")
+                raise DocJobError(FailureCode.ARTIFACT_DIGEST_MISMATCH)
             local.seek(0)
             try:
                 response = self._put(final_key, cast(IO[bytes], local), staged.sha256, IfNoneMatch="*")
@@ -310,15 +312,15 @@ class S3BlobStore:
         if existing == staged.sha256:
             return final, created
         if existing is None:  # deleted meanwhile: the next attempt creates it
-            raise DocJobError("storage.unavailable", "the artifact went missing while it was being published")
-        raise DocJobError("publish.conflict")
+            raise DocJobError(FailureCode.STORAGE_UNAVAILABLE, "the artifact went missing while it was being published")
+        raise DocJobError(FailureCode.PUBLISH_CONFLICT)
 
     def _existing_digest(self, key: str) -> str | None:
         """The sha256 of the bytes stored at `key` (hashed, not read from metadata); None if there is none."""
         try:
             return self._copy_hashed(key, None, "GetObject")
         except DocJobError as error:
-            if error.code == "source.missing":
+            if error.code == FailureCode.SOURCE_MISSING:
                 return None
             raise
 
@@ -379,7 +381,8 @@ class S3BlobStore:
                     if failed:
                         codes = sorted({str(item.get("Code", "")) for item in failed})
                         raise DocJobError(
-                            "storage.unavailable", f"object storage did not delete some objects ({', '.join(codes)})"
+                            FailureCode.STORAGE_UNAVAILABLE,
+                            f"object storage did not delete some objects ({', '.join(codes)})",
                         )
         except (ClientError, *_TRANSIENT_EXCEPTIONS) as error:
             raise _storage_error(error, "DeleteObjects") from None

@@ -30,7 +30,7 @@ from urllib.request import url2pathname
 
 from pydantic import field_validator
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import BlobRef, Frozen, SourceRef
 
 CHUNK = 1024 * 1024
@@ -72,7 +72,7 @@ def verified_chunks(blob: BinaryIO, sha256: str, *, chunk_size: int = CHUNK) -> 
                 yield held
             held = chunk
     if digest.hexdigest() != sha256:
-        raise DocJobError("artifact.digest_mismatch", "the stored file does not match its recorded digest")
+        raise DocJobError(FailureCode.ARTIFACT_DIGEST_MISMATCH, "the stored file does not match its recorded digest")
     if held:
         yield held
 
@@ -116,7 +116,9 @@ def _open_folders_below(within: Path, names: Iterable[str]) -> int:
             inner = os.open(name, _LEFT_FOLDER, dir_fd=fd)
         except OSError as error:
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise DocJobError("internal.error", "a stage left a symbolic link (or a file) for a folder") from None
+                raise DocJobError(
+                    FailureCode.INTERNAL_ERROR, "a stage left a symbolic link (or a file) for a folder"
+                ) from None
             raise
         finally:
             os.close(fd)
@@ -140,7 +142,7 @@ def open_left_file(name: str, folder_fd: int) -> int:
         return os.open(name, _LEFT_FILE, dir_fd=folder_fd)
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise DocJobError("internal.error", "a stage output is a symbolic link") from None
+            raise DocJobError(FailureCode.INTERNAL_ERROR, "a stage output is a symbolic link") from None
         raise
 
 
@@ -166,8 +168,10 @@ def copy_left_file(path: Path, dest: Path, *, max_bytes: int = LEFT_FILE_FLOOR, 
     with os.fdopen(fd, "rb") as opened:
         facts = os.fstat(opened.fileno())
         if not stat.S_ISREG(facts.st_mode):
-            raise DocJobError("internal.error", "a stage output is not a regular file")
-        too_large = DocJobError("internal.error", f"a stage output is larger than the {max_bytes} bytes it may have")
+            raise DocJobError(FailureCode.INTERNAL_ERROR, "a stage output is not a regular file")
+        too_large = DocJobError(
+            FailureCode.INTERNAL_ERROR, f"a stage output is larger than the {max_bytes} bytes it may have"
+        )
         if facts.st_size > max_bytes:
             raise too_large
         copied = 0
@@ -228,7 +232,7 @@ def key_in_store(storage_url: str, uri: str) -> str:
     """The key of the blob `uri` names in the store `storage_url` names (`file:///root` or `s3://bucket/prefix`);
     `source.outside_store` when it names no blob of that store."""
     store, named = urlparse(storage_url), urlparse(uri)
-    outside = DocJobError("source.outside_store")
+    outside = DocJobError(FailureCode.SOURCE_OUTSIDE_STORE)
     if named.scheme != store.scheme or named.netloc != store.netloc or named.query or named.fragment or named.params:
         raise outside
     if store.scheme == "file":
@@ -255,7 +259,7 @@ def adopt_source(
     A source in that layout may be named only by a tenant that stored it; a key in another of docjobs' own
     folders (a run's artifact, a template, a manifest) never. Both answer `source.missing`, as a blob nobody
     stored does, after the same look-ups (`owned_source`)."""
-    missing = DocJobError("source.missing", "the source blob is missing")
+    missing = DocJobError(FailureCode.SOURCE_MISSING, "the source blob is missing")
     content_addressed = SOURCE_KEY.fullmatch(key)
     if content_addressed or key.split("/", 1)[0] in INTERNAL_FOLDERS:
         digest = content_addressed.group(1) if content_addressed else named.sha256
@@ -267,17 +271,19 @@ def adopt_source(
     if stored is None:
         raise missing
     if stored.size > max_bytes:
-        raise DocJobError("input.too_large", f"the input is larger than {max_bytes} bytes")
+        raise DocJobError(FailureCode.INPUT_TOO_LARGE, f"the input is larger than {max_bytes} bytes")
     if stored.size != named.size:
-        raise DocJobError("source.digest_mismatch", "the stored source does not have the size it was named with")
+        raise DocJobError(
+            FailureCode.SOURCE_DIGEST_MISMATCH, "the stored source does not have the size it was named with"
+        )
     ref = BlobRef(key=key, sha256=named.sha256, size=named.size)
     if key == source_key(named.sha256):
-        store.verify(ref, mismatch_code="source.digest_mismatch")
+        store.verify(ref, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
         return ref
     workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir, prefix="adopt-") as folder:
         copy = Path(folder) / "source"
-        store.fetch(ref, copy, mismatch_code="source.digest_mismatch")
+        store.fetch(ref, copy, mismatch_code=FailureCode.SOURCE_DIGEST_MISMATCH)
         adopted = store.put_file(source_key(named.sha256), copy)
     record_owner(store, named.sha256, tenant)
     return adopted
@@ -406,11 +412,11 @@ class BlobStore(Protocol):
         nothing reads it to hash it again. The caller vouches for `sha256`; S3 checks it on upload."""
         ...
 
-    def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: str) -> None:
+    def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: FailureCode) -> None:
         """Copy the blob to `dest` and check its digest; raise `mismatch_code` when it differs."""
         ...
 
-    def verify(self, ref: BlobRef, *, mismatch_code: str) -> None:
+    def verify(self, ref: BlobRef, *, mismatch_code: FailureCode) -> None:
         """Check the stored blob still has its digest, without copying it."""
         ...
 
@@ -482,29 +488,29 @@ class FileBlobStore:
                 raise
             stored = self.put_file(key, path)
             if stored.sha256 != sha256:
-                raise DocJobError("internal.error", "a file changed while it was being stored") from None
+                raise DocJobError(FailureCode.INTERNAL_ERROR, "a file changed while it was being stored") from None
         return BlobRef(key=key, sha256=sha256, size=size)
 
-    def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: str) -> None:
+    def fetch(self, ref: BlobRef, dest: Path, *, mismatch_code: FailureCode) -> None:
         source = self._path(ref.key)
         try:
             shutil.copyfile(source, dest)
         except FileNotFoundError:
-            raise DocJobError("source.missing", "a stored blob is missing") from None
+            raise DocJobError(FailureCode.SOURCE_MISSING, "a stored blob is missing") from None
         if sha256_file(dest) != ref.sha256:
             raise DocJobError(mismatch_code)
 
-    def verify(self, ref: BlobRef, *, mismatch_code: str) -> None:
+    def verify(self, ref: BlobRef, *, mismatch_code: FailureCode) -> None:
         try:
             actual = sha256_file(self._path(ref.key))
         except FileNotFoundError:
-            raise DocJobError("source.missing", "a stored blob is missing") from None
+            raise DocJobError(FailureCode.SOURCE_MISSING, "a stored blob is missing") from None
         if actual != ref.sha256:
             raise DocJobError(mismatch_code)
 
     def promote(self, staged: BlobRef, final_key: str) -> tuple[BlobRef, bool]:
         staged_path = self._path(staged.key)
-        self.verify(staged, mismatch_code="artifact.digest_mismatch")
+        self.verify(staged, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
         final_path = self._path(final_key)
         final_path.parent.mkdir(parents=True, exist_ok=True)
         final = BlobRef(key=final_key, sha256=staged.sha256, size=staged.size)
@@ -514,7 +520,7 @@ class FileBlobStore:
         except FileExistsError:
             if sha256_file(final_path) == staged.sha256:
                 return final, False
-            raise DocJobError("publish.conflict") from None
+            raise DocJobError(FailureCode.PUBLISH_CONFLICT) from None
 
     def delete_prefix(self, prefix: str) -> int:
         if not prefix.strip("/"):
@@ -552,4 +558,4 @@ class FileBlobStore:
         try:
             return self._path(key).open("rb")
         except FileNotFoundError:
-            raise DocJobError("source.missing", "a stored blob is missing") from None
+            raise DocJobError(FailureCode.SOURCE_MISSING, "a stored blob is missing") from None

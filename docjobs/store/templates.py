@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from docjobs.domain.canonical import canonical_model
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import BlobRef, Frozen
 from docjobs.store.storage import BlobStore, owned_source, record_owner, sha256_file, source_key
 
@@ -66,7 +66,9 @@ def zip_folder(folder: Path, out: Path) -> None:
             if stat.S_ISDIR(mode):
                 continue
             if not stat.S_ISREG(mode):
-                raise DocJobError("input.unsupported", "a template folder may hold only regular files and folders")
+                raise DocJobError(
+                    FailureCode.INPUT_UNSUPPORTED, "a template folder may hold only regular files and folders"
+                )
             entry = zipfile.ZipInfo(path.relative_to(folder).as_posix(), date_time=ZIP_EPOCH)
             entry.external_attr = (stat.S_IFREG | 0o644) << 16
             entry.compress_type = zipfile.ZIP_DEFLATED
@@ -80,7 +82,7 @@ def read_manifest(path: Path) -> TemplateManifest:
             raise ValueError
         return TemplateManifest.model_validate_json(path.read_bytes())
     except (ValueError, ValidationError):
-        raise DocJobError("input.malformed", "the template job's manifest cannot be read") from None
+        raise DocJobError(FailureCode.INPUT_MALFORMED, "the template job's manifest cannot be read") from None
 
 
 def check_manifest(store: BlobStore, manifest: TemplateManifest, *, tenant: str) -> None:
@@ -90,7 +92,7 @@ def check_manifest(store: BlobStore, manifest: TemplateManifest, *, tenant: str)
     owned = owned_source(store, data.sha256, tenant)
     own_template = manifest.bundle.key.startswith(f"{TemplateStore._tenant_folder(tenant)}/")
     if owned is None or data.key != source_key(data.sha256) or not own_template:
-        raise DocJobError("source.missing", "the template job's data or template is missing")
+        raise DocJobError(FailureCode.SOURCE_MISSING, "the template job's data or template is missing")
 
 
 class TemplateStore:
@@ -102,7 +104,7 @@ class TemplateStore:
     @staticmethod
     def _folder(tenant: str, name: str) -> str:
         if not is_valid_template_name(name):
-            raise DocJobError("input.unsupported", f"a template name is {TEMPLATE_NAME_RULE}")
+            raise DocJobError(FailureCode.INPUT_UNSUPPORTED, f"a template name is {TEMPLATE_NAME_RULE}")
         return f"{TemplateStore._tenant_folder(tenant)}/{name}"
 
     @staticmethod
@@ -116,7 +118,7 @@ class TemplateStore:
         digest = sha256_file(bundle)
         stored = self._store.put_file(f"{folder}/versions/{digest}.zip", bundle)
         if stored.sha256 != digest:
-            raise DocJobError("source.digest_mismatch", "the template changed while it was being stored")
+            raise DocJobError(FailureCode.SOURCE_DIGEST_MISMATCH, "the template changed while it was being stored")
         version = TemplateVersion(name=name, bundle=stored, added_at=datetime.now(UTC))
         with tempfile.TemporaryDirectory(prefix="docjobs-template-") as tmp:
             pointer = Path(tmp) / "current.json"
@@ -158,11 +160,11 @@ class TemplateStore:
         `version` of the template (None: its current one)."""
         version = self.current(tenant, name) if version is None else version
         if data.stat().st_size > max_data_bytes:
-            raise DocJobError("input.too_large", f"the template data is larger than {max_data_bytes} bytes")
+            raise DocJobError(FailureCode.INPUT_TOO_LARGE, f"the template data is larger than {max_data_bytes} bytes")
         digest = sha256_file(data)
         stored = self._store.put_file(source_key(digest), data)
         if stored.sha256 != digest:
-            raise DocJobError("source.digest_mismatch", "the data changed while it was being accepted")
+            raise DocJobError(FailureCode.SOURCE_DIGEST_MISMATCH, "the data changed while it was being accepted")
         record_owner(self._store, digest, tenant)
         path = folder / "manifest.json"
         path.write_bytes(manifest_bytes(name, version, stored))

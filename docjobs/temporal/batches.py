@@ -43,7 +43,7 @@ from docjobs.domain.batching import (
 )
 from docjobs.domain.canonical import canonical_model
 from docjobs.domain.contract import WORKFLOW_TYPE as JOB_WORKFLOW_TYPE
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.idempotency import batch_document_prefix, keyed_job_id, keyless_digest
 from docjobs.domain.models import BlobRef, JobOverrides, Policy
 from docjobs.store.batch_store import MANIFESTS, read_outcomes, store_manifest
@@ -126,7 +126,7 @@ class BatchClient:
         for digest in dict.fromkeys(digests):
             stored = await asyncio.to_thread(owned_source, self.jobs.store, digest, tenant)
             if stored is None:
-                raise DocJobError("source.missing", "a listed source is not in the store")
+                raise DocJobError(FailureCode.SOURCE_MISSING, "a listed source is not in the store")
             sources.append(BlobRef(key=stored.key, sha256=digest, size=stored.size))
         return sources
 
@@ -195,7 +195,7 @@ class BatchClient:
         """The batch `submit` would start, computed from the references alone: nothing is stored."""
         distinct = distinct_sources(sources)
         if not distinct:
-            raise DocJobError("input.empty", "a batch needs at least one document")
+            raise DocJobError(FailureCode.INPUT_EMPTY, "a batch needs at least one document")
         body = canonical_model(BatchManifest(sources=distinct))  # exactly the bytes `store_manifest` stores
         digest = hashlib.sha256(body).hexdigest()
         manifest = BlobRef(key=f"{MANIFESTS}/{digest}.json", sha256=digest, size=len(body))

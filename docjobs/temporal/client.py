@@ -38,7 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.domain.canonical import canonical_json
 from docjobs.domain.contract import CALLER_WAIT_ENDED_SIGNAL, job_summary
-from docjobs.domain.errors import FAILURE_CODES, DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode, known_code
 from docjobs.domain.idempotency import keyed_job_id, keyless_digest
 from docjobs.domain.models import (
     BlobRef,
@@ -263,14 +263,16 @@ class JobClient:
         """
         size = path.stat().st_size
         if size > self.settings.max_input_bytes:
-            raise DocJobError("input.too_large", f"the input is larger than {self.settings.max_input_bytes} bytes")
+            raise DocJobError(
+                FailureCode.INPUT_TOO_LARGE, f"the input is larger than {self.settings.max_input_bytes} bytes"
+            )
         if hashed is not None:
             stored = await asyncio.to_thread(self.store.put_hashed, source_key(hashed), path, hashed)
         else:
             digest = await asyncio.to_thread(sha256_file, path)
             stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
             if stored.sha256 != digest:
-                raise DocJobError("source.digest_mismatch", "the input changed while it was being accepted")
+                raise DocJobError(FailureCode.SOURCE_DIGEST_MISMATCH, "the input changed while it was being accepted")
         await asyncio.to_thread(record_owner, self.store, stored.sha256, tenant)
         # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
         # also counts its pages and fails it with the precise code.
@@ -423,7 +425,8 @@ class JobClient:
             status.state, code, status.cancel_reason = ending.state, ending.failure_code, ending.cancel_reason
             status.transitions.append(TransitionRecord(state=ending.state, stage=status.stage, at=ended_at))
         status.failure_code = code
-        status.failure_message = FAILURE_CODES[code][1] if code in FAILURE_CODES else None
+        known = known_code(code)
+        status.failure_message = known.info.message if known else None
         return status
 
     async def _from_history(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from docjobs.domain.canonical import canonical_model
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import JobStatus
 from docjobs.store.storage import CONVERTED_BLOB, TEXT_BLOB, BlobStore, beside, sha256_file, source_key
 
@@ -29,7 +29,7 @@ def export_blob(store: BlobStore, key: str, sha256: str, out: Path) -> None:
     tmp_path = Path(tmp.name)
     if sha256_file(tmp_path) != sha256:
         tmp_path.unlink()
-        raise DocJobError("artifact.digest_mismatch", "the stored file does not match its recorded digest")
+        raise DocJobError(FailureCode.ARTIFACT_DIGEST_MISMATCH, "the stored file does not match its recorded digest")
     tmp_path.replace(out)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from docjobs.domain.contract import WORKFLOW_TYPE
+from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import JobRequest, JobStatus, JobSummary, WatermarkMode
 from docjobs.domain.states import JobState, Stage, is_terminal, parse_state
 from workflows import search_attributes as sa
@@ -23,7 +24,7 @@ class OutsideEnding:
     """How a run that Temporal closed outside the workflow's own logic is reported."""
 
     state: JobState
-    failure_code: str | None = None
+    failure_code: FailureCode | None = None
     cancel_reason: str | None = None
 
 
@@ -36,8 +37,8 @@ def closed_outside(execution: WorkflowExecutionStatus | None, *, deadline_passed
     if execution is WorkflowExecutionStatus.TIMED_OUT:
         if deadline_passed:
             return OutsideEnding(JobState.CANCELED, cancel_reason="deadline_exceeded")
-        return OutsideEnding(JobState.FAILED, failure_code="workflow.timed_out")
-    return OutsideEnding(JobState.FAILED, failure_code="workflow.terminated")
+        return OutsideEnding(JobState.FAILED, failure_code=FailureCode.WORKFLOW_TIMED_OUT)
+    return OutsideEnding(JobState.FAILED, failure_code=FailureCode.WORKFLOW_TERMINATED)
 
 
 # Visibility's name of each way Temporal closes a run outside the workflow's logic -> the job states it reads as.

@@ -25,7 +25,7 @@ from typing import Any
 import pikepdf
 from pypdf import PdfReader
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.pdf.page_ranges import ranges_for, read_in_parallel
 from docjobs.pdf.redaction.patterns import NamedPattern, sensitive_kinds
 from docjobs.pdf.redaction.regions import PageRegions, Rect
@@ -73,7 +73,7 @@ def check_redaction(
                 leaks.append(Leak("pikepdf", site.page, site.kind))
         boxes = [_page_box(page) for page in pdf.pages]
     if shutil.which("pdftotext") is None:
-        raise DocJobError("tool.missing")
+        raise DocJobError(FailureCode.TOOL_MISSING)
     read = _RangeRead(pdf_path, values, patterns, regions, boxes)
     with read_in_parallel(read, ranges_for(len(boxes))) as answers:
         parts = answers()
@@ -127,7 +127,7 @@ def poppler_words(pdf_path: Path) -> list[tuple[int, list[Word]]] | None:
     with pikepdf.open(pdf_path) as pdf:
         boxes = [_page_box(page) for page in pdf.pages]
     if shutil.which("pdftotext") is None:
-        raise DocJobError("tool.missing")
+        raise DocJobError(FailureCode.TOOL_MISSING)
     read = _pdftotext_pages(pdf_path, boxes, range(len(boxes)))
     return None if read is None else [(number, _words(page, *box)) for number, page, box in read]
 
@@ -149,7 +149,7 @@ def _pdftotext_pages(
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise DocJobError("redaction.failed", "the redaction check timed out") from None
+        raise DocJobError(FailureCode.REDACTION_FAILED, "the redaction check timed out") from None
     if result.returncode != 0:
         return None
     # pdftotext copies control characters a font maps glyphs to into its XHTML, which XML 1.0 forbids.
