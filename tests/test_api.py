@@ -409,7 +409,7 @@ async def test_the_docs_page_is_served_whole_by_the_api(api: Api, http: httpx.As
 def test_the_docs_page_lists_the_operations_in_a_browser_without_network(api: Api, tmp_path: Path) -> None:
     """Headless Chromium that can resolve no host but loopback renders every operation, and breaks no policy."""
     browser = shutil.which("chromium")
-    assert browser, "chromium is missing: `make system-deps` installs it (Debian package `chromium`)"
+    assert browser, "chromium is missing: `make test-deps` installs it (Debian package `chromium`)"
     done = subprocess.run(
         [
             browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
