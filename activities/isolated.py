@@ -1,5 +1,7 @@
 """What every stage that opens document bytes shares: every part of an attempt (activities/attempt.py), and the
-pool of limited child processes that does the document work while the activity's thread keeps the lease."""
+pool of limited child processes that does the document work while the activity's thread keeps the lease. The
+stages declared by a `StageEntry` are run by activities/adapter.py; `sign` and `ocr_chunk` compose these parts
+themselves."""
 
 from __future__ import annotations
 
@@ -18,13 +20,15 @@ from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
 from docjobs.domain.models import BlobRef, CpuBudget, JobShape, StageInput
 from docjobs.domain.stage_specs import StageSpec
-from docjobs.isolation.sandbox import ChildPool, ChildStopped, ProgressFn, TenantPools, hand_over
+from docjobs.isolation.child_pool import ChildPool, ProgressFn
+from docjobs.isolation.child_process import ChildStopped
 from docjobs.isolation.stage_work import Entry
+from docjobs.isolation.tenant_pools import TenantPools, hand_over
 from docjobs.store.storage import BlobStore, left_file_cap
 
 WorkT = TypeVar("WorkT", bound=BaseModel)
 DoneT = TypeVar("DoneT", bound=BaseModel)
-OutputT = TypeVar("OutputT")
+OutputT = TypeVar("OutputT", bound=BaseModel)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
-"""OCR of a long document in page ranges (docjobs/domain/ocr_chunks.py): `ocr_chunk` OCRs one range, `ocr_merge`
-puts the ranges back into the document. Both run on the OCR queue, each attempt under its own lease and in a
-document child of its own, so a cancel or a lost lease kills that chunk's OCRmyPDF as it does the `ocr` stage's.
+"""OCR of a long document in page ranges (docjobs/domain/ocr_chunks.py): `ocr_chunk` OCRs one range, and `ocr_merge`
+(declared with the other document stages: docjobs/isolation/stage_work.py, `OCR_MERGE`) puts the ranges back into
+the document. Both run on the OCR queue, each attempt under its own lease and in a document child of its own, so a
+cancel or a lost lease kills that chunk's OCRmyPDF as it does the `ocr` stage's.
 
 A range resumes where a lost attempt stopped: the child leaves each page's words as a checkpoint as soon as
 Tesseract read them (docjobs/pdf/_ocr_child.py), the worker stores each one as the page progress comes in and names
@@ -28,10 +29,11 @@ from activities.runs import marked_run
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef
-from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput, PageRange
+from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, PageRange
 from docjobs.isolation import stage_work
-from docjobs.isolation.chunk_work import OcrChunkFile, OcrChunkWork, OcrMergeWork
-from docjobs.isolation.sandbox import ChildPool, TenantPools
+from docjobs.isolation.child_pool import ChildPool
+from docjobs.isolation.chunk_work import OcrChunkWork
+from docjobs.isolation.tenant_pools import TenantPools
 from docjobs.pdf.ocr import cpus
 from docjobs.store.storage import (
     BlobStore,
@@ -56,7 +58,7 @@ class OcrChunkActivities(IsolatedStages):
     @implements(specs.OCR_CHUNK)
     def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
         with (
-            self._attempt("ocr_chunk", request) as attempt,
+            self._attempt(specs.OCR_CHUNK.name, request) as attempt,
             self._cores.joined(attempt.folder / "cpu-share") as share,
         ):
             run = marked_run(self._store)
@@ -120,31 +122,6 @@ class OcrChunkActivities(IsolatedStages):
         pages = checkpoints.pages
         key = ocr_checkpoint_key(checkpoints.run, pages.first, pages.last, name, checkpoints.attempt)
         return self._put_left(key, checkpoints.folder / name, max_bytes=CHECKPOINT_MAX_BYTES)
-
-    @implements(specs.OCR_MERGE)
-    def ocr_merge(self, request: OcrMergeInput) -> OcrMergeOutput:
-        with self._attempt("ocr_merge", request) as attempt:
-            folder = attempt.folder
-            self._verify_source(request.source)
-            rendered, output, text = folder / "input.pdf", folder / "output.pdf", folder / "text.json"
-            self._fetch_staged(request.staged, rendered)
-            chunks = []
-            for chunk in request.chunks:
-                path = folder / f"chunk-{chunk.pages.name}.pdf"
-                self._fetch_staged(chunk.chunk, path)  # the digest its `ocr_chunk` reported
-                chunks.append(OcrChunkFile(pages=chunk.pages, path=path))
-            work = OcrMergeWork(
-                source=rendered,
-                chunks=chunks,
-                output=output,
-                text_output=text,
-                workdir=folder,
-                watermark=request.watermark,
-            )
-            self._isolated(attempt, stage_work.OCR_MERGE, work, request.cpu, max_pages=request.shape.page_count or None)
-            text_ref = self._put_staged("ocr-text", attempt.number, text, ".json")
-            staged = self._put_staged("ocr", attempt.number, output)
-        return OcrMergeOutput(staged=staged, text=text_ref, attempt=attempt.number, cost=attempt.meter.total())
 
 
 class CoreShare:

@@ -1,4 +1,5 @@
-"""The release gates: `sign` (PAdES, after the release gate) and `verify` (pyHanko's verdict and the output contract).
+"""The release gate and `sign` (PAdES, after the release gate). `verify` (pyHanko's verdict and the output contract)
+is declared with the other document stages (docjobs/isolation/stage_work.py, `VERIFY`: activities/adapter.py).
 
 The signing key stays in the worker: the document child prepares the signature's place (docjobs/signing/sign.py,
 `prepare_signature`) and reports the byte range; this activity checks that range on the file with integer and
@@ -22,13 +23,15 @@ from temporalio.exceptions import CancelledError
 from activities.declared import implements
 from activities.isolated import Attempt, IsolatedStages
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.models import ReleaseGateSettings, SignInput, SignOutput, VerifyInput, VerifyOutput
+from docjobs.domain.models import ReleaseGateSettings, SignInput, SignOutput
 from docjobs.isolation import gate_work, stage_work
+from docjobs.isolation.child_pool import ChildPool
+from docjobs.isolation.child_process import ChildStopped
 from docjobs.isolation.gate_work import GateWork
-from docjobs.isolation.sandbox import ChildPool, ChildStopped, TenantPools, hand_over, sibling_pools
-from docjobs.isolation.stage_work import SignWork, VerifyWork
-from docjobs.pdf.release_gate import Expected, GateReport, judge
-from docjobs.signing.config import SignerConfig, TrustAnchors
+from docjobs.isolation.stage_work import SignWork
+from docjobs.isolation.tenant_pools import TenantPools, hand_over, sibling_pools
+from docjobs.pdf.release_gate import Expected, ExpectedStamp, GateReport, judge
+from docjobs.signing.config import SignerConfig
 from docjobs.signing.environment import signer_from_env
 from docjobs.signing.sign import ReleaseSigner, release_reason
 from docjobs.store.storage import BlobStore
@@ -82,6 +85,7 @@ class ReleaseActivities(IsolatedStages):
                     stamp_box=config.stamp_box,
                 ),
             )
+            stamp = ExpectedStamp(key.certificate_pem, config.stamp_box) if request.sign.visible else None
             with self._folder("sign-key") as own:  # not the child's folder: it cannot change what is signed
                 signed = own / "signed.pdf"
                 key.finish(
@@ -91,7 +95,7 @@ class ReleaseActivities(IsolatedStages):
                     tenant=tenant,
                     bytes_reserved=reserved,
                     begins_with=(request.staged.size, request.staged.sha256),
-                    gate=lambda checked: self._release_gate(attempt, request, checked, done.byte_range, tenant),
+                    gate=lambda checked: self._release_gate(attempt, request, checked, done.byte_range, tenant, stamp),
                 )
                 staged = self._put_staged("sign", attempt.number, signed)
         return SignOutput(
@@ -106,7 +110,13 @@ class ReleaseActivities(IsolatedStages):
         )
 
     def _release_gate(
-        self, attempt: Attempt, request: SignInput, checked: Path, byte_range: Sequence[int], tenant: str
+        self,
+        attempt: Attempt,
+        request: SignInput,
+        checked: Path,
+        byte_range: Sequence[int],
+        tenant: str,
+        stamp: ExpectedStamp | None,
     ) -> None:
         """Run the release gate on a copy of `checked` (the worker's own copy of the prepared file, about to be
         signed) in a fresh child of the tenant's gate sandbox, and judge its report here: raises DocJobError
@@ -137,24 +147,7 @@ class ReleaseActivities(IsolatedStages):
             allow_signed_input=request.sign.allow_signed_input,
             page_count=request.shape.page_count,
             sanitize=settings.sanitize,
+            stamp=stamp,
         )
         checks = judge(report, expected)
         log.info("release gate passed for %s: %s", request.job_id, ", ".join(checks))
-
-    @implements(specs.VERIFY)
-    def verify(self, request: VerifyInput) -> VerifyOutput:
-        """Nothing is released unless the signature (if any) and every fidelity check pass: else quarantine."""
-        with self._attempt(specs.VERIFY.name, request) as attempt:
-            source, output = attempt.folder / "input", attempt.folder / "output.pdf"
-            self._fetch_source(request.source, source)
-            self._fetch_staged(request.staged, output)
-            work = VerifyWork(
-                source=source,
-                output=output,
-                workdir=attempt.folder,
-                trust=TrustAnchors.of(self._signer()) if request.signed else None,
-                settings=request,  # sent as VerifySettings: only the settings reach the child
-                tenant=request.tenant if request.signed else None,
-            )
-            done = self._isolated(attempt, stage_work.VERIFY, work, request.cpu)
-        return self._output(specs.VERIFY, done, attempt)

@@ -44,7 +44,7 @@ from docjobs.domain.models import (
 )
 from docjobs.domain.states import JobState
 from docjobs.generate.templating import render_template
-from docjobs.isolation.sandbox import ChildLimits, ChildPool
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.stage_work import GenerateWork
 from docjobs.settings.policies import PolicyBook
 from docjobs.store.templates import zip_folder

@@ -57,10 +57,11 @@ from docjobs.domain.models import (
 )
 from docjobs.domain.states import JobState
 from docjobs.isolation import gate_work
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.gate_work import GateWork
-from docjobs.isolation.sandbox import ChildLimits, ChildPool, hand_over, sibling_pools
 from docjobs.isolation.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
+from docjobs.isolation.tenant_pools import hand_over, sibling_pools
 from docjobs.pdf.release_gate import GateReport, read_gate
 from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import TrustAnchors

@@ -32,22 +32,23 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.adapter import StageActivities
 from activities.batch import BatchActivities
 from activities.evidence import EvidenceActivities
-from activities.generate import GenerateActivities
 from activities.metrics import LeaseExpiries
 from activities.notify import NotifyActivities
-from activities.ocr import OcrActivities
 from activities.ocr_chunks import OcrChunkActivities
 from activities.publish import PublishActivities
-from activities.redact import RedactActivities
 from activities.release import ReleaseActivities
-from activities.render import RenderActivities
 from activities.resolve import ResolveActivities
-from docjobs.domain.stage_specs import STAGE_PARTS, spec_of
+from docjobs.domain import stage_specs as specs
+from docjobs.domain.stage_specs import ActivitySpec, StageQueue, StageSpec, spec_of
 from docjobs.isolation import gate_work
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.confine import Confinement, SandboxUnavailable, check_sandbox
-from docjobs.isolation.sandbox import ChildLimits, ChildPool, TenantPools, sibling_pools
+from docjobs.isolation.entries import AnyStageEntry
+from docjobs.isolation.stage_work import STAGE_ENTRIES
+from docjobs.isolation.tenant_pools import TenantPools, sibling_pools
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook
 from docjobs.store.sweep import sweep_stale
@@ -69,6 +70,9 @@ HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 QUEUES = ("general", "ocr", "batch")
 STAGE_QUEUES = ("general", "ocr")  # the queues whose stages open documents (threads and document children)
+# The served queue (its threads and document children) that runs the activities of each stage queue: the page ranges
+# of long documents run on the OCR workers, with threads of their own (`create_workers`).
+SERVED_BY = {StageQueue.GENERAL: "general", StageQueue.OCR: "ocr", StageQueue.OCR_CHUNKS: "ocr"}
 BATCH_SLOTS = 200  # concurrent batch steps: async waits for jobs, no thread or child each
 # Concurrent wrap-up steps (evidence and cleanup, the job workflow's local activities), on threads of their own
 # beside the general queue's stage threads, so neither waits for the other. Each takes milliseconds (signing an
@@ -91,44 +95,62 @@ Pools = ChildPool | TenantPools
 GATE_POOLS = "release_gate"  # the key of the release gate's pools among the queues' (not a queue: `sign` runs it)
 
 
+def served_by(spec: ActivitySpec[Any, Any]) -> str:
+    """The served queue that registers `spec`'s activity: a stage's, as its spec's queue says; every other activity
+    of the job workflow, `general` (`evidence` and `cleanup` run as the workflow's local activities: they must be on
+    the worker that runs it)."""
+    return SERVED_BY[spec.queue] if isinstance(spec, StageSpec) else "general"
+
+
+Made = Callable[[Pools], Callable[..., Any]]  # an activity implementation, made with its served queue's pool
+
+
+def implementations(settings: TemporalSettings, pools: Mapping[str, Pools]) -> dict[str, Made]:
+    """How each activity of the job workflow is made, by name: every stage declared by a `StageEntry` by the one
+    adapter (activities/adapter.py); the others by the class of what the worker does itself (resolve, publish and
+    clean-up, evidence, notify), `sign` (the worker holds the key and runs the release gate) and `ocr_chunk` (its
+    page checkpoints, and the worker's cores shared between ranges)."""
+    store, workdir, data_dir = settings.blob_store(), settings.work_dir, settings.data_dir
+    gate = pools.get(GATE_POOLS)
+
+    def adapted(entry: AnyStageEntry) -> Made:
+        return lambda pool: StageActivities(store, workdir, pool, data_dir).activity(entry)
+
+    made: dict[str, Made] = {entry.name: adapted(entry) for entry in STAGE_ENTRIES}
+    made |= {
+        specs.RESOLVE.name: lambda pool: ResolveActivities(store, settings).resolve,
+        specs.SIGN.name: lambda pool: ReleaseActivities(store, workdir, pool, data_dir, gate=gate).sign,
+        specs.PUBLISH.name: lambda pool: PublishActivities(store, workdir).publish,
+        specs.CLEANUP.name: lambda pool: PublishActivities(store, workdir).cleanup,
+        specs.EVIDENCE.name: lambda pool: EvidenceActivities(store, workdir, data_dir).evidence,
+        specs.NOTIFY.name: lambda pool: NotifyActivities(settings.tenants_file).notify,
+        specs.OCR_CHUNK.name: lambda pool: OcrChunkActivities(store, workdir, pool).ocr_chunk,
+    }
+    return made
+
+
 def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> dict[str, list[Callable[..., Any]]]:
-    """The activity implementations each served queue (the keys of `pools`) registers: `general` the light
-    stages, `notify`, and `evidence` and `cleanup` (which the job workflow runs as local activities, so they
-    must be on the worker that runs the workflow), `ocr` the OCR stage. Each under the name of its declaration
-    in workflows/stages.py."""
-    store = settings.blob_store()
-    workdir = settings.work_dir
-    served: dict[str, list[Callable[..., Any]]] = {}
-    if "general" in pools:
-        pool = pools["general"]
-        render = RenderActivities(store, workdir, pool)
-        release = ReleaseActivities(store, workdir, pool, settings.data_dir, gate=pools.get(GATE_POOLS))
-        evidence = EvidenceActivities(store, workdir, settings.data_dir)
-        notify = NotifyActivities(settings.tenants_file)
-        publish = PublishActivities(store, workdir)
-        redact = RedactActivities(store, workdir, pool)
-        served["general"] = [
-            ResolveActivities(store, settings).resolve,
-            GenerateActivities(store, workdir, pool).generate,
-            render.render,
-            redact.redact,
-            release.sign,
-            release.verify,
-            publish.publish,
-            evidence.evidence,
-            publish.cleanup,
-            notify.notify,
-        ]
-    if "ocr" in pools:
-        chunks = OcrChunkActivities(store, workdir, pools["ocr"])
-        served["ocr"] = [OcrActivities(store, workdir, pools["ocr"]).ocr, chunks.ocr_chunk, chunks.ocr_merge]
-    return served
+    """The activity implementations each served stage queue (of the keys of `pools`) registers, in the order of the
+    specs (docjobs/domain/stage_specs.py, `JOB_ACTIVITIES`), on the queue each spec says (`served_by`), each made
+    with that queue's pool and registered under its spec's name (the name of its declaration in workflows/stages.py).
+    """
+    made = implementations(settings, pools)
+    return {
+        queue: [made[spec.name](pools[queue]) for spec in specs.JOB_ACTIVITIES if served_by(spec) == queue]
+        for queue in STAGE_QUEUES
+        if queue in pools
+    }
 
 
 def chunk_activities(served: Sequence[Callable[..., Any]]) -> list[Callable[..., Any]]:
-    """The parts of a long document's OCR among the OCR queue's activities: served on the chunk queue too (the
-    OCR queue keeps them for the jobs that schedule them there: accepted before the chunk queue existed)."""
-    return [function for function in served if spec_of(function) in STAGE_PARTS]
+    """The parts of a long document's OCR among the OCR queue's activities (their specs' queue: `ocr_chunks`): served
+    on the chunk queue too (the OCR queue keeps them for the jobs that schedule them there: accepted before the
+    chunk queue existed)."""
+    return [
+        function
+        for function in served
+        if isinstance(spec := spec_of(function), StageSpec) and spec.queue is StageQueue.OCR_CHUNKS
+    ]
 
 
 def create_workers(
@@ -167,7 +189,7 @@ def create_workers(
         )
     if "general" in served:
         # `notify` is registered on the general queue too, for the jobs accepted before it had its own queue.
-        notify = [function for function in served["general"] if activity_name(function) == "notify"]
+        notify = [function for function in served["general"] if activity_name(function) == specs.NOTIFY.name]
         workers.append(
             Worker(
                 client,

@@ -14,28 +14,33 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from activities.declared import implements
-from activities.render import RenderActivities
+from activities.adapter import StageActivities
 from docjobs import worker
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.models import RenderInput, RenderOutput
+from docjobs.domain.models import StageInput
+from docjobs.isolation.entries import StageEntry
 
 GATE_SECONDS = 10.0
 HOLD_POLL_SECONDS = 0.2
+InputT = TypeVar("InputT", bound=StageInput)
+OutputT = TypeVar("OutputT", bound=BaseModel)
 
 
-class RecordingRender(RenderActivities):
+class RecordingRender(StageActivities):
     inside = 0
     lock = threading.Condition()
 
-    @implements(specs.RENDER)
-    def render(self, request: RenderInput) -> RenderOutput:
+    def run_stage(self, entry: StageEntry[InputT, OutputT, Any, Any], request: InputT) -> OutputT:
+        if entry.spec is not specs.RENDER:
+            return super().run_stage(entry, request)
         record = Path(os.environ["DOCJOBS_BATCH_RECORD"])
         with self.lock:
             RecordingRender.inside += 1
@@ -44,7 +49,7 @@ class RecordingRender(RenderActivities):
             self.lock.notify_all()
         try:
             self._hold()
-            return super().render(request)
+            return super().run_stage(entry, request)
         finally:
             with self.lock:
                 RecordingRender.inside -= 1
@@ -69,5 +74,5 @@ class RecordingRender(RenderActivities):
 
 
 if __name__ == "__main__":
-    setattr(worker, "RenderActivities", RecordingRender)  # noqa: B010 - swap the stage in, keep the rest
+    setattr(worker, "StageActivities", RecordingRender)  # noqa: B010 - swap the stage in, keep the rest
     raise SystemExit(worker.main())

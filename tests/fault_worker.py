@@ -42,26 +42,32 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pikepdf
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from activities.adapter import StageActivities
 from activities.declared import implements
 from activities.lease import Lease
 from activities.ocr_chunks import OcrChunkActivities, PageCheckpoints
-from activities.render import RenderActivities
 from docjobs import worker
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.models import BlobRef, RenderInput, RenderOutput
+from docjobs.domain.models import BlobRef, RenderOutput, StageInput
 from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput
-from docjobs.isolation.sandbox import ChildPool
+from docjobs.isolation.child_pool import ChildPool
+from docjobs.isolation.entries import StageEntry
 from docjobs.temporal.tracing import configure_tracing
+
+InputT = TypeVar("InputT", bound=StageInput)
+OutputT = TypeVar("OutputT", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -106,11 +112,11 @@ def hold_until_released(hold: Hold, stage: str, name: str = "") -> None:
             raise
 
 
-class HeldRender(RenderActivities):
-    @implements(specs.RENDER)
-    def render(self, request: RenderInput) -> RenderOutput:
-        hold_until_released(Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id), "render")
-        return super().render(request)
+class HeldRender(StageActivities):
+    def run_stage(self, entry: StageEntry[InputT, OutputT, Any, Any], request: InputT) -> OutputT:
+        if entry.spec is specs.RENDER:
+            hold_until_released(Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id), "render")
+        return super().run_stage(entry, request)
 
 
 class HeldOcrChunk(OcrChunkActivities):
@@ -136,17 +142,18 @@ class CheckpointedOcrChunk(OcrChunkActivities):
                 time.sleep(1)
 
 
-class FlakyRender(RenderActivities):
+class FlakyRender(StageActivities):
     def _put_staged(self, stage: str, attempt: int, path: Path, suffix: str = ".pdf") -> BlobRef:
         if stage == "render" and attempt == 1:
             raise OSError("the store is away (a test double)")
         return super()._put_staged(stage, attempt, path, suffix)
 
 
-class PageDroppingRender(RenderActivities):
-    @implements(specs.RENDER)
-    def render(self, request: RenderInput) -> RenderOutput:
-        rendered = super().render(request)
+class PageDroppingRender(StageActivities):
+    def run_stage(self, entry: StageEntry[InputT, OutputT, Any, Any], request: InputT) -> OutputT:
+        rendered = super().run_stage(entry, request)
+        if not isinstance(rendered, RenderOutput):
+            return rendered
         self._workdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self._workdir) as tmp:  # what is stored is left below the work folder
             whole, short = Path(tmp) / "whole.pdf", Path(tmp) / "short.pdf"
@@ -176,7 +183,7 @@ if __name__ == "__main__":
     fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
     renders = {"drop-last-page": PageDroppingRender, "hold-render": HeldRender, "flaky-render": FlakyRender}
     if fault in renders:
-        setattr(worker, "RenderActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
+        setattr(worker, "StageActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
     elif fault == "hold-ocr-chunk":
         setattr(worker, "OcrChunkActivities", HeldOcrChunk)  # noqa: B010
     elif fault in ("hold-ocr-checkpoint", "fail-ocr-checkpoint"):

@@ -1,7 +1,7 @@
 """Finding one OCR call's processes in /proc.
 
 Every program an OCR call runs (Tesseract, Ghostscript...) carries DOCJOBS_OCR_TAG in its environment. OCRmyPDF
-itself and its page workers are forks (docjobs/pdf/ocr.py), whose /proc environment is their forebear's, so they
+itself and its page workers are forks (docjobs/pdf/ocr_process.py), whose /proc environment is their forebear's, so they
 are found by their session instead: the call's own, which its tagged programs share.
 """
 

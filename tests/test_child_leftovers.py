@@ -35,8 +35,8 @@ from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, PageCheckpoints
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import CpuBudget
 from docjobs.domain.ocr_chunks import PageRange
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.confine import Confinement, SandboxUnavailable, check_sandbox, seccomp_filter
-from docjobs.isolation.sandbox import ChildLimits, ChildPool
 from docjobs.store.storage import (
     LEFT_FILE_FLOOR,
     FileBlobStore,

@@ -27,9 +27,11 @@ import pytest
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
 from docjobs.domain.states import JobState, Stage
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
+from docjobs.isolation.child_process import ChildCrashed
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.protocol import TaskUsage
-from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, TenantPools, tenant_root
+from docjobs.isolation.tenant_pools import TenantPools, tenant_root
 from docjobs.settings.tenants import add_tenant
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.store.storage import copy_left_file, job_prefix
@@ -515,7 +517,7 @@ def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
         os.chown(attempt, confinement.uid, confinement.uid)
     pids = attempt / "pids"
     script = (
-        "from pathlib import Path; from docjobs.isolation.sandbox import ChildPool, ChildLimits; "
+        "from pathlib import Path; from docjobs.isolation.child_pool import ChildPool, ChildLimits; "
         "from docjobs.isolation.confine import Confinement; from docjobs.domain.models import CpuBudget; "
         "from tests.sandbox_entries import Order, Seen;"
         f"root = Path({str(root)!r});"

@@ -40,7 +40,8 @@ from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import OcrMode, OcrPolicy
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
-from docjobs.pdf.ocr import CHILD_PLUGIN, ExitCode, OcrCanceled, OcrResult, exit_failure, ocrmypdf_args, run_ocr
+from docjobs.pdf.ocr import OcrResult, ocrmypdf_args, run_ocr
+from docjobs.pdf.ocr_process import CHILD_PLUGIN, ExitCode, OcrCanceled, exit_failure
 from tests.fixtures.redact_samples import SSN, make_standard_font_as_is
 from tests.fixtures.samples import make_encrypted_pdf, make_garbage, truncate_pdf
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_png, make_scan_tiff, scan_words

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import CpuBudget
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
+from docjobs.isolation.child_process import MAX_MESSAGE_BYTES, ChildCrashed
 from docjobs.isolation.protocol import (
     Crash,
     Exited,
@@ -25,7 +28,6 @@ from docjobs.isolation.protocol import (
     read_task,
     task_usage,
 )
-from docjobs.isolation.sandbox import MAX_MESSAGE_BYTES, ChildCrashed, ChildLimits, ChildPool
 from tests.sandbox_entries import Order, Seen
 
 USAGE = TaskUsage(cpu_seconds=0.25, peak_memory_mb=12.5, bytes_read=10, bytes_written=20)
@@ -33,8 +35,8 @@ CHILD_MESSAGES: list[BaseModel] = [
     Forked(pid=42),
     Progress(done=3, total=7),
     Result(value={"pid": 7, "folder": "/x"}, usage=USAGE.model_dump()),
-    Failure(code="input.too_complex", message="too deep", usage=USAGE.model_dump()),
-    Failure(code="input.too_complex", message="out of memory"),  # the zygote's, prepared: no usage
+    Failure(code=FailureCode.INPUT_TOO_COMPLEX, message="too deep", usage=USAGE.model_dump()),
+    Failure(code=FailureCode.INPUT_TOO_COMPLEX, message="out of memory"),  # the zygote's, prepared: no usage
     Crash(error="KeyError", usage=USAGE.model_dump()),
     Crash(error="Landlock: OSError"),
     Exited(status=9, cpu=1.5, maxrss_kb=2048),

@@ -19,7 +19,8 @@ from docjobs.domain.models import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval, remove_content
 from docjobs.pdf.redaction.gate import Word
-from docjobs.pdf.redaction.layout import PlacedGlyph, Show, _layout
+from docjobs.pdf.redaction.line_laying import lay_out
+from docjobs.pdf.redaction.line_records import PlacedGlyph, Show
 from docjobs.pdf.redaction.locate import locate
 from docjobs.pdf.redaction.patterns import compile_patterns
 from docjobs.pdf.redaction.redact import redact_pdf
@@ -274,7 +275,7 @@ def test_a_removed_span_of_spaces_alone_gets_no_mask(code: bytes, masks: int) ->
     show = Show(
         0, 1, [glyph], (9.0, 0.0, 0.0, 9.0, 80.0, 702.76), (1.0, 0.0, 0.0, 1.0, 0.0, 0.0), (0.0, 0.0), (None, None)
     )
-    assert len(_layout([show], 5.0).masks) == masks
+    assert len(lay_out([show], 5.0).masks) == masks
 
 
 SPACE_GAP = 0.25 * 9 - 1  # points of white left before the letter: a word space, less a pixel of antialiasing

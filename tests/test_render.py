@@ -18,15 +18,17 @@ import pikepdf
 import pypdf
 import pytest
 from pikepdf import Name
-from PIL import Image, ImageChops
+from PIL import Image, ImageChops, ImageStat
 
 from docjobs.domain.errors import DocJobError
+from docjobs.domain.models import WATERMARK_OPACITY, Policy, WatermarkMode, WatermarkPolicy
 from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf import raster
 from docjobs.pdf.inspect import Encryption, PdfInfo, inspect_pdf, sniff_kind
 from docjobs.pdf.page_ranges import split_pages
 from docjobs.pdf.raster import watermark_box, watermark_raster
-from docjobs.pdf.watermark import text_width_em, watermark_structure
+from docjobs.pdf.stamp import stamp
+from docjobs.pdf.watermark import OPACITY, text_width_em, watermark_structure
 from tests.fixtures.samples import (
     LINK_URL,
     make_encrypted_pdf,
@@ -441,6 +443,39 @@ def test_permissions_only_input_gives_unencrypted_output(permissions_only: Path,
     with pikepdf.open(out) as pdf:
         assert not pdf.is_encrypted
     assert TEXT in _pdftotext(out, 1) or mode == "raster"
+
+
+@pytest.mark.parametrize("mode", list(WatermarkMode))
+def test_the_policy_sets_how_much_the_stamp_hides(sample: Path, tmp_path: Path, mode: WatermarkMode) -> None:
+    """`watermark.opacity`: the stamp hides more of the page where it is drawn, in either mode; by default as much
+    as it always did."""
+    darkness = {}
+    for opacity in (0.2, WATERMARK_OPACITY, 0.9):
+        out = tmp_path / f"{mode.value}-{opacity}.pdf"
+        watermark = WatermarkPolicy(text=TEXT, mode=mode, dpi=72, opacity=opacity)
+        stamp(sample, out, watermark, workdir=tmp_path)
+        page = _render(out, 1, 72)
+        box = page.crop(watermark_box(*page.size))
+        darkness[opacity] = 255 - ImageStat.Stat(box).mean[0]
+        if mode is WatermarkMode.STRUCTURE:  # the stamp's own graphics state, the page's content untouched
+            with pikepdf.open(out) as pdf:
+                (form,) = [x for name, x in pdf.pages[0].Resources.XObject.items() if "Watermark" in name]
+                assert float(form.Resources.ExtGState.G0.ca) == pytest.approx(opacity)
+    assert darkness[0.2] < darkness[WATERMARK_OPACITY] < darkness[0.9], darkness
+    assert WatermarkPolicy(text=TEXT).opacity == OPACITY == WATERMARK_OPACITY
+    for outside in (0.05, 1.5):
+        with pytest.raises(ValueError):
+            WatermarkPolicy(text=TEXT, opacity=outside)
+
+
+def test_the_stamp_opacity_changes_no_policy_version_until_a_policy_sets_it() -> None:
+    """A policy that leaves `watermark.opacity` at its default keeps the version it had before the setting existed
+    (pinned batches, recorded jobs); one that sets it is another policy."""
+    policy = Policy(name="standard", watermark=WatermarkPolicy(text="CONFIDENTIAL"))
+    assert policy.version == "standard@44a881b4b711"  # as before `watermark.opacity` existed
+    lighter = policy.model_copy(update={"watermark": policy.watermark.model_copy(update={"opacity": 0.2})})
+    assert lighter.version != policy.version
+    assert Policy.model_validate(policy.model_dump()).version == policy.version
 
 
 @pytest.mark.parametrize("text", ["", "   ", "two\nlines", "機密", "x" * 201])

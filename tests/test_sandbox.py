@@ -22,9 +22,10 @@ import pytest
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import CpuBudget
 from docjobs.isolation import prefault
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
+from docjobs.isolation.child_process import ChildCrashed, ChildStopped
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.protocol import TaskUsage
-from docjobs.isolation.sandbox import ChildCrashed, ChildLimits, ChildPool, ChildStopped
 from tests.sandbox_entries import SHARED_PAGES, Order, Seen
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,7 +195,7 @@ def test_children_die_with_their_worker(tmp_path: Path) -> None:
     zygote's death, ends its own)."""
     pids = tmp_path / "pids"
     script = (
-        "import sys; from pathlib import Path; from docjobs.isolation.sandbox import ChildPool, ChildLimits;"
+        "import sys; from pathlib import Path; from docjobs.isolation.child_pool import ChildPool, ChildLimits;"
         "from docjobs.domain.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
         f"pool = ChildPool(ChildLimits(), home=Path({str(tmp_path)!r}), entries='tests.sandbox_entries'); pool.start();"
         f"pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60))"

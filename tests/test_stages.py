@@ -18,12 +18,13 @@ from pydantic import TypeAdapter
 from activities.batch import BatchActivities
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import JobStatus
-from docjobs.domain.stage_specs import spec_of
+from docjobs.domain.stage_specs import StageSpec, spec_of
 from docjobs.domain.states import Stage
-from docjobs.isolation.sandbox import ChildLimits, ChildPool
-from docjobs.isolation.stage_work import ENTRIES
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
+from docjobs.isolation.entries import Given, Reads
+from docjobs.isolation.stage_work import ENTRIES, STAGE_ENTRIES
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.worker import QUEUES, chunk_activities, stage_activities
+from docjobs.worker import QUEUES, SERVED_BY, chunk_activities, served_by, stage_activities
 from workflows import batch_job, document_job, stages
 from workflows.stages import DECLARATIONS, activity_name
 
@@ -117,16 +118,20 @@ WIRE = {
     # Then render's defaulted `fonts_substituted` output (an office input's font families drawn with a substitute).
     # Then the policy's `office.pdf_variant` (defaulted: None, a plain export), in render's, evidence's and the
     # batch's inputs.
-    "render": ("c9b494a97d1077e1", "7a875a8530369afc"),
+    # Then the watermark's `opacity` (defaulted: 0.35, the stamp's opacity before it), in every input that carries a
+    # watermark policy (render, ocr, redact) or a whole policy (evidence, the batch's).
+    "render": ("f28437dc4588e361", "7a875a8530369afc"),
     # Additions since, each with a default (OCR in page ranges): the OCR policy's `chunk_pages` and `max_parallel`
     # (in `ocr`'s input and the batch's pinned policy) and the status's `ocr_chunks` (in `evidence`'s input).
-    "ocr": ("cf43955ce826c1ac", "8f2d9486220d9f6a"),
+    # Then the watermark's `opacity` (see render).
+    "ocr": ("a6fefa6e7e8474b5", "8f2d9486220d9f6a"),
     # The redaction summary counts spans (`spans`, defaulted) and no longer the glyphs they removed: a removed
     # field is ignored by older code (Frozen: extra="ignore"), which reads its default, and old histories replay.
     # Then a page's `fallback_fonts` (defaulted: the kinds of the fonts behind `font_not_resubset`).
     # A region's page is at most 2**53 - 1 (JSON_SAFE_INTEGER: what canonical JSON writes exactly; beyond, hashing
     # the ask crashed), in every input that carries a redaction policy.
-    "redact": ("4bea69385477e5bd", "3386064094867ec2"),
+    # Then the watermark's `opacity` (see render).
+    "redact": ("efc0ea3f0d930e8c", "3386064094867ec2"),
     # An addition with a default (the release gate, docs/release-gates.md): sign's `gate` settings (None in an older
     # workflow's input: the gate then checks what needs no policy, and active content as the shipped policies strip it).
     # Then the region page bound (see redact) in the gate settings' redaction policy.
@@ -137,16 +142,16 @@ WIRE = {
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
     # Additions with defaults: `converted` (an office input's PDF, which the evidence binds; None in old jobs), then
     # the input's `redactions` (counts by kind: {} in old jobs) and the output's `commitment_salt` (None from older
-    # workers); then the region page bound (see redact).
-    "evidence": ("b4e172c16aa1004e", "17244d701355a0b7"),
+    # workers); then the region page bound (see redact); then the watermark's `opacity` (see render).
+    "evidence": ("5750cee189165505", "17244d701355a0b7"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     # A widening: `input_sha256` may be None (a redaction job's event carries no plain digest of its input).
     "notify": ("799cebb4d6932edc", "e5d116e6b66fdc5a"),
     # An addition with a default: the batch request's `overrides` (what the batch was asked; None in an old
     # batch's request, whose documents keep starting with the pinned request).
-    # Then the region page bound (see redact). Then the request's `document_salt`, an addition with a default (None
-    # in an old batch's request: its documents keep their keys).
-    "start_batch_documents": ("f1ac956b4c350de6", "5603494387f42eb6"),
+    # Then the region page bound (see redact). Then the watermark's `opacity` (see render). Then the request's
+    # `document_salt`, an addition with a default (None in an old batch's request: its documents keep their keys).
+    "start_batch_documents": ("07123b94443cdf33", "5603494387f42eb6"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),
@@ -207,6 +212,46 @@ def test_each_stage_child_entry_runs_under_its_stage_name() -> None:
         # page count is a claim the release gates check again on the whole document (fidelity: the page count).
         if name not in ("sign", "ocr_merge"):
             assert set(entry.done_type.model_fields) <= set(output.model_fields), name
+
+
+# What each way of reading needs of a stage's input (activities/adapter.py, `_given`).
+READS_FIELDS = {
+    Reads.JOB_INPUT: {"job_id", "source"},
+    Reads.TEMPLATE: {"job_id", "source", "input_kind"},
+    Reads.STAGED: {"source", "staged"},
+    Reads.RELEASE: {"source", "staged"},
+}
+
+
+def test_each_adapted_stage_is_one_declaration_of_its_spec_entry_and_work() -> None:
+    """A `StageEntry` holds its spec itself (not its name), is the entry its child serves, and what it reads, orders
+    and keeps fits its spec's input and output and its own work model (docjobs/isolation/stage_work.py)."""
+    stage_specs = (*specs.STAGES, *specs.STAGE_PARTS)
+    assert {entry.name for entry in STAGE_ENTRIES} <= {spec.name for spec in stage_specs}
+    for entry in STAGE_ENTRIES:
+        assert any(entry.spec is spec for spec in stage_specs) and entry.name == entry.spec.name
+        assert ENTRIES[entry.name] is entry
+        assert READS_FIELDS[entry.reads] <= set(entry.spec.input.model_fields), entry.name
+        hints = typing.get_type_hints(entry.order)
+        assert list(hints.values()) == [entry.spec.input, Given, entry.work_type], entry.name
+        kept = [keep.into for keep in entry.keeps]
+        assert len(kept) == len(set(kept)) and set(kept) <= set(entry.spec.output.model_fields), entry.name
+
+
+def test_the_worker_registers_each_activity_on_the_queue_its_spec_names(
+    registered: dict[str, list[Callable[..., Any]]],
+) -> None:
+    """The served queues and what each registers come from the specs: a stage on its spec's queue, the rest of the
+    job's activities beside the workflow; nothing is listed by hand."""
+    for queue, functions in registered.items():
+        for function in functions:
+            spec = spec_of(function)
+            assert served_by(spec) == queue, spec.name
+            if isinstance(spec, StageSpec):
+                assert SERVED_BY[spec.queue] == queue
+    assert sorted(spec_of(f).name for functions in registered.values() for f in functions) == sorted(
+        spec.name for spec in specs.JOB_ACTIVITIES
+    )
 
 
 def test_the_batch_workflow_calls_activities_only_by_declaration() -> None:

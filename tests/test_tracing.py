@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -22,14 +22,15 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel
 from temporalio import activity
 
-from activities.declared import implements
-from activities.render import RenderActivities
+from activities.adapter import StageActivities
 from docjobs import worker
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.models import RenderInput, RenderOutput
+from docjobs.domain.models import StageInput
 from docjobs.domain.states import JobState
+from docjobs.isolation.entries import StageEntry
 from docjobs.settings.policies import PolicyBook
 from docjobs.settings.tenants import add_tenant
 from docjobs.temporal.client import JobClient, connect
@@ -46,16 +47,17 @@ CALLER_SPAN = "00f067aa0ba902b7"
 TRANSIENT = "test.transient"
 SECRET_QUERY = {"file": "tenant-secret-name.pdf"}
 SECRET_AGENT = {"User-Agent": "tenant-secret-name-agent"}
+InputT = TypeVar("InputT", bound=StageInput)
+OutputT = TypeVar("OutputT", bound=BaseModel)
 
 
-class RenderFailingOnce(RenderActivities):
+class RenderFailingOnce(StageActivities):
     """`render` whose first attempt fails with a retryable error, as a worker lost in mid-stage would."""
 
-    @implements(specs.RENDER)
-    def render(self, request: RenderInput) -> RenderOutput:
-        if activity.info().attempt == 1:
+    def run_stage(self, entry: StageEntry[InputT, OutputT, Any, Any], request: InputT) -> OutputT:
+        if entry.spec is specs.RENDER and activity.info().attempt == 1:
             raise RuntimeError(TRANSIENT)
-        return super().render(request)
+        return super().run_stage(entry, request)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +124,7 @@ async def test_one_upload_is_one_trace_from_the_request_to_every_stage_attempt(
     settings = env.settings(DOCJOBS_TASK_QUEUE=f"tracing-{uuid.uuid4().hex[:8]}")
     document = tmp_path / "in.pdf"
     make_sample_pdf(document, pages=2, marker="traced")
-    monkeypatch.setattr(worker, "RenderActivities", RenderFailingOnce)
+    monkeypatch.setattr(worker, "StageActivities", RenderFailingOnce)
     client = await connect(settings)
     async with worker.serving(client, settings), tenant_api(settings, tmp_path) as (http, served):
         accepted = await upload(http, served, document, CALLER_TRACE)
@@ -230,7 +232,7 @@ async def test_a_deadline_is_visible_in_the_job_trace(
     """Its render holds until it is canceled: the job's deadline, not a document's size, ends it."""
     settings = env.settings(DOCJOBS_TASK_QUEUE=f"tracing-{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("DOCJOBS_HOLD_DIR", str(tmp_path))
-    monkeypatch.setattr(worker, "RenderActivities", HeldRender)
+    monkeypatch.setattr(worker, "StageActivities", HeldRender)
     document = tmp_path / "in.pdf"
     make_sample_pdf(document, pages=1, marker="deadline")
     client = await connect(settings)

@@ -37,10 +37,15 @@ class WatermarkMode(StrEnum):
     RASTER = "raster"  # render each page to an image at `dpi`, stamp it, rebuild the PDF
 
 
+WATERMARK_OPACITY = 0.35  # the stamp's default opacity, in both modes
+
+
 class WatermarkPolicy(Frozen):
     text: str = Field(min_length=1, max_length=200)
     mode: WatermarkMode = WatermarkMode.STRUCTURE
     dpi: int = Field(default=150, ge=36, le=600)
+    # How much of the page the stamp hides where it is drawn (1: all of it); at least 0.1, so it is always seen.
+    opacity: float = Field(default=WATERMARK_OPACITY, ge=0.1, le=1.0)
 
     @field_validator("text")
     @classmethod
@@ -254,14 +259,16 @@ class Policy(Frozen):
         version recorded or pinned by older code is the policy's fingerprint (docs/batches.md).
 
         A section added after versions were first recorded (`office`) counts only when it differs from its
-        defaults, and so does a field added to it since (`office.pdf_variant`), so every policy that does not use
-        them keeps the digest it had (pinned batches, recorded jobs)."""
-        unset: dict[str, Any] | None = None
+        defaults, and so does a field added to a section since (`office.pdf_variant`, `watermark.opacity`), so every
+        policy that does not use them keeps the digest it had (pinned batches, recorded jobs)."""
+        unset: dict[str, Any] = {}
         if self.office == OfficePolicy():
-            unset = {"office": True}
+            unset["office"] = True
         elif self.office.pdf_variant is None:
-            unset = {"office": {"pdf_variant"}}
-        return f"{self.name}@{canonical_sha256(self, unset)[:12]}"
+            unset["office"] = {"pdf_variant"}
+        if self.watermark.opacity == WATERMARK_OPACITY:
+            unset["watermark"] = {"opacity"}
+        return f"{self.name}@{canonical_sha256(self, unset or None)[:12]}"
 
     def without_terms(self) -> Policy:
         """This policy with no redaction terms of its own: what a release may show of it."""

@@ -1,10 +1,13 @@
 """Every activity docjobs runs, declared once: its name and what it takes and returns; for a document stage also
 what its timeout grows with, the queue it runs on and which of its results the job's status shows.
 
-The workflows call activities through these (workflows/stages.py declares one callable per spec), the worker's
-implementations are registered under them (`activity_name`), and a document child serves each stage's work
-under the same name (docjobs/stage_work.py, `ENTRIES`). The names are in every recorded history, and the
-input and output models are what other-language clients and old histories send and read: never rename either.
+The workflows call activities through these (workflows/stages.py declares one callable per spec), and the worker
+registers its implementations under them. A document stage's spec is what the workflows may know of it; the rest
+of its one declaration holds the spec itself, beside what only a worker may import: its `StageEntry`
+(docjobs/isolation/stage_work.py) adds the work order, the document child's function, the files it reads and
+those it keeps, from which one adapter (activities/adapter.py) makes its activity and the worker registers it on
+its spec's queue. The names are in every recorded history, and the input and output models are what
+other-language clients and old histories send and read: never rename either.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
 
 from docjobs.domain.batching import AwaitJobs, EndedJob, RecordOutcomes, RunningJob, StartDocuments
 from docjobs.domain.models import (
@@ -46,6 +51,7 @@ from docjobs.domain.states import Stage
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
 StageInputT = TypeVar("StageInputT", bound=StageInput)
+StageOutputT = TypeVar("StageOutputT", bound=BaseModel)
 FunctionT = TypeVar("FunctionT", bound=Callable[..., Any])
 SPEC_ATTRIBUTE = "docjobs_activity"  # set on each declaration and implementation: the spec it is registered under
 
@@ -53,8 +59,8 @@ SPEC_ATTRIBUTE = "docjobs_activity"  # set on each declaration and implementatio
 @dataclass(frozen=True)
 class ActivitySpec(Generic[InputT, OutputT]):
     name: str  # the activity's name in history: never rename one
-    input: Any  # the type of its one argument (a model, or a generic alias such as `list[str]`)
-    output: Any  # the type of its result
+    input: type[InputT]  # the type of its one argument (a model, or a generic alias such as `list[str]`)
+    output: type[OutputT]  # the type of its result
 
 
 class StageQueue(StrEnum):
@@ -74,7 +80,7 @@ def ocr_per_page_seconds(timing: ActivityTiming) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageSpec(ActivitySpec[StageInputT, OutputT]):
+class StageSpec(ActivitySpec[StageInputT, StageOutputT]):
     """A stage of the document pipeline: an activity whose timeout and child CPU budget grow with the pages."""
 
     stage: Stage
@@ -87,12 +93,12 @@ class StageSpec(ActivitySpec[StageInputT, OutputT]):
 def stage_spec(
     stage: Stage,
     input: type[StageInputT],
-    output: type[OutputT],
+    output: type[StageOutputT],
     *,
     status: Mapping[str, str] | tuple[str, ...] = (),
     queue: StageQueue = StageQueue.GENERAL,
     per_page: Callable[[ActivityTiming], float] = per_page_seconds,
-) -> StageSpec[StageInputT, OutputT]:
+) -> StageSpec[StageInputT, StageOutputT]:
     """A stage's spec, named after the stage; `status` names the fields shared by its output and the status."""
     copied = dict(status) if isinstance(status, Mapping) else {name: name for name in status}
     return StageSpec(stage.value, input, output, stage=stage, queue=queue, per_page=per_page, status=copied)
@@ -170,7 +176,7 @@ STAGES: tuple[StageSpec[Any, Any], ...] = (GENERATE, RENDER, OCR, REDACT, SIGN, 
 STAGE_PARTS: tuple[StageSpec[Any, Any], ...] = (OCR_CHUNK, OCR_MERGE)  # each runs a part of its stage
 JOB_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (RESOLVE, *STAGES, *STAGE_PARTS, EVIDENCE, CLEANUP, NOTIFY)
 
-# The batch workflow's steps (docjobs/batching.py): run on the batch queue, never on a document.
+# The batch workflow's steps (docjobs/domain/batching.py): run on the batch queue, never on a document.
 START_DOCUMENTS = ActivitySpec[StartDocuments, list[RunningJob]](
     "start_batch_documents", StartDocuments, list[RunningJob]
 )

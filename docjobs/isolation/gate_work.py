@@ -4,7 +4,7 @@ A pool whose zygote imports this module (`ENTRIES_MODULE`), not docjobs/isolatio
 confined like every document child (the tenant's sandbox, uid and limits, Landlock to the gate's folder), but the
 only PDF code they ever load is pure Python (pypdf, pyHanko's reader). They never ran a C/C++ parser on a
 document, and none of them made the bytes they read: a fresh child for every gate, in a PID namespace of its own,
-apart from the children of the stages (docjobs/isolation/sandbox.py, `sibling_pools`).
+apart from the children of the stages (docjobs/isolation/tenant_pools.py, `sibling_pools`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Copy-on-write faults moved off a task's path: a spare child copies, while it waits, the pages of the zygote that
 tasks were seen to write.
 
-A confined child is a fresh fork for every task (docjobs/isolation/sandbox.py). Python writes every object it touches
+A confined child is a fresh fork for every task (docjobs/isolation/child_pool.py). Python writes every object it touches
 (its reference count), so a task's first writes to the zygote's pages fault, and each fault copies a page: about
 5,300 faults and 35 ms of CPU for a 1-page job's three stages, on the job's path (bench/README.md, "What the tenant
 boundary costs"). Copying every private page of the zygote in the spare costs more than it saves (86 MB); copying

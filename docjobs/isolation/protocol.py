@@ -10,7 +10,7 @@ of a known kind that does not match its model is malformed (`MalformedMessage`),
 ignored. What a task cost (`usage`) is accounting, never a verdict: it stays any JSON in the messages and is
 validated on its own (`TaskUsage`), a malformed one counting as none.
 
-Both sides are the same build: the worker starts its zygote from its own code folder (`sandbox.CODE_ROOT`), so the
+Both sides are the same build: the worker starts its zygote from its own code folder (`zygote.CODE_ROOT`), so the
 protocol needs no versions. The zygote imports this module (and pydantic) only once it has limited itself, with
 the stage work, before it forks: no child pays for the import.
 """
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from docjobs.domain.errors import FAILURE_CODES
+from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import CpuBudget
 
 
@@ -85,17 +85,11 @@ class Result(Message):
     usage: Any = None
 
 
-def _known_code(code: str) -> str:
-    if code not in FAILURE_CODES:
-        raise ValueError("not a failure code")
-    return code
-
-
 class Failure(Message):
     """The document failed with one of the failure codes (docjobs/domain/errors.py), a safe message."""
 
     kind: Literal["failure"] = "failure"
-    code: Annotated[str, AfterValidator(_known_code)]
+    code: FailureCode
     message: str
     usage: Any = None
 

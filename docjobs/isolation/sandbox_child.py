@@ -1,5 +1,5 @@
 """The document zygote and the children it forks: `python -P -m docjobs.isolation.sandbox_child`, started by
-`docjobs.isolation.sandbox.ChildPool`, one per pool.
+`docjobs.isolation.child_pool.ChildPool`, one per pool.
 
 The zygote imports only the standard library until it has limited itself (memory, core dumps, priority, death
 with its worker), then imports the stage work once, freezes what it imported out of the garbage collector's
@@ -10,7 +10,7 @@ it reads only its report of pages: addresses, each checked against the zygote's 
 Each fork inherits the zygote's limits, takes a process group of its own, dies with the zygote (which dies with the
 worker), and serves tasks read as JSON lines on its task pipe, one at a time, answering on its channel: the messages
 of `docjobs.isolation.protocol` (pydantic models, imported by the zygote after the stage work; a task that is not one
-is never run), `docjobs.isolation.sandbox` has why. The zygote keeps a copy of every fork's channel until it has
+is never run), `docjobs.isolation.child_pool` has why. The zygote keeps a copy of every fork's channel until it has
 reaped that fork: it then kills what is left of the fork's group, writes the kernel's account of the fork (exit
 status, CPU seconds, peak memory) as the channel's last message and closes it. So the worker's end reaches its end
 of file only once the fork's pid is free, and until then a signal to that process group cannot reach anyone else.
@@ -210,7 +210,7 @@ def _confine_files(task: Task) -> None:
 def _serve_task(channel: int, task: Task, entries: dict[str, Any], report: prefault.Ranges = ()) -> bool:
     """Run one task and answer it; False when this child must not take another one. `report`: the zygote's
     mappings, whose pages this child wrote are listed for the zygote after a success (docjobs/isolation/prefault.py)."""
-    from docjobs.domain.errors import DocJobError  # imported by the zygote, with the entries and the protocol
+    from docjobs.domain.errors import DocJobError, FailureCode  # imported by the zygote with the entries and protocol
     from docjobs.isolation.protocol import Crash, Failure, Progress, Result
 
     if os.environ.get(CONFINED_ENV):
@@ -253,13 +253,13 @@ def _serve_task(channel: int, task: Task, entries: dict[str, Any], report: prefa
         _write(channel, _OUT_OF_MEMORY)
     except RecursionError:
         message = "the document's structure is nested too deeply"
-        _send(channel, Failure(code="input.too_complex", message=message, usage=usage.report()))
+        _send(channel, Failure(code=FailureCode.INPUT_TOO_COMPLEX, message=message, usage=usage.report()))
     except OSError as error:
         if error.errno != errno.EFBIG:  # beyond RLIMIT_FSIZE (Python ignores SIGXFSZ: the write fails instead)
             _send(channel, Crash(error=type(error).__name__, usage=usage.report()))
             return False
         message = f"the document made a file larger than the {os.environ.get(FSIZE_ENV)} MiB a stage may write"
-        _send(channel, Failure(code="input.too_complex", message=message, usage=usage.report()))
+        _send(channel, Failure(code=FailureCode.INPUT_TOO_COMPLEX, message=message, usage=usage.report()))
     except Exception as error:  # noqa: BLE001 - reported by type only: messages may quote the document
         _send(channel, Crash(error=type(error).__name__, usage=usage.report()))
     return False
@@ -486,10 +486,11 @@ def main() -> None:
     module = importlib.import_module(os.environ[ENTRIES_ENV])  # the heavy imports, once for every fork
     for name in getattr(module, "PRELOAD", ()):
         importlib.import_module(name)
+    from docjobs.domain.errors import FailureCode
     from docjobs.isolation.protocol import Failure  # the messages (pydantic), once for every fork
 
     message = f"the document needs more than the {memory_mb} MiB of memory a stage may use"
-    _OUT_OF_MEMORY = Failure(code="input.too_complex", message=message).line()
+    _OUT_OF_MEMORY = Failure(code=FailureCode.INPUT_TOO_COMPLEX, message=message).line()
     zygote.entries = module.ENTRIES
     for name in getattr(module, "WRITABLE_IN_ROOT", ()):
         shared = zygote.home / name

@@ -1,11 +1,13 @@
-"""The document work of each stage: plain functions on files, run inside a limited child process.
+"""The document work of each stage: plain functions on files, run inside a limited child process, and each document
+stage's one declaration (its `StageEntry`, at the end).
 
-Everything here opens tenants' bytes, so it runs only in a `docjobs.isolation.sandbox` child: the stage's activity
-fetches the blobs, hands this module paths, and stores what it wrote. A work order is a pydantic model
-(the child validates it): the attempt's paths and the stage's settings, the very model the activity input
+Everything here opens tenants' bytes, so it runs only in a sandboxed document child (docjobs/isolation/child_pool.py):
+the stage's activity fetches the blobs, hands this module paths, and stores what it wrote. A work order is a pydantic
+model (the child validates it): the attempt's paths and the stage's settings, the very model the activity input
 inherits (docjobs/domain/models.py). Each result is the stage's `...Done` model (the worker validates it: the child
 is not trusted), whose fields the activity output inherits. `ENTRIES` is what the child serves, by the
-stage's activity name (docjobs/domain/stage_specs.py).
+stage's activity name (its spec's: docjobs/domain/stage_specs.py); `STAGE_ENTRIES` are the stages whose activity
+one adapter makes (activities/adapter.py), which the worker registers on their specs' queues.
 """
 
 from __future__ import annotations
@@ -17,26 +19,46 @@ from typing import Any
 import pikepdf
 
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import (
     Frozen,
     GenerateDone,
+    GenerateInput,
+    GenerateOutput,
     GenerateSettings,
     InputKind,
     OcrDone,
+    OcrInput,
+    OcrOutput,
     OcrSettings,
     RedactDone,
+    RedactInput,
+    RedactOutput,
     RedactSettings,
     RenderDone,
+    RenderInput,
+    RenderOutput,
     RenderSettings,
     VerifyDone,
+    VerifyInput,
+    VerifyOutput,
     VerifySettings,
 )
+from docjobs.domain.ocr_chunks import OcrChunk, OcrMergeInput, OcrMergeOutput
 from docjobs.generate.bundle import INDEX, unpack_bundle
 from docjobs.generate.office import check_office_input, convert_to_pdf, substituted_fonts
 from docjobs.generate.templating import load_data, render_template
 from docjobs.generate.weasy import html_to_pdf
-from docjobs.isolation.chunk_work import OcrChunkDone, OcrChunkWork, OcrMergeDone, OcrMergeWork, ocr_chunk, ocr_merge
+from docjobs.isolation.chunk_work import (
+    OcrChunkDone,
+    OcrChunkFile,
+    OcrChunkWork,
+    OcrMergeDone,
+    OcrMergeWork,
+    ocr_chunk,
+    ocr_merge,
+)
+from docjobs.isolation.entries import OUTPUT, TEXT, AnyStageEntry, Given, Keep, Reads, StageEntry
 from docjobs.isolation.entries import Entry as Entry  # re-exported: the activities and tests name it here
 from docjobs.isolation.entries import ProgressFn as ProgressFn
 from docjobs.pdf.budgets import budgets_for
@@ -82,7 +104,7 @@ def generate(work: GenerateWork, progress: ProgressFn) -> GenerateDone:
         unpack_bundle(work.source, site, max_bytes=policy.bundle_mb << 20, max_files=policy.bundle_files)
     if settings.input_kind is InputKind.TEMPLATE:
         if work.data is None:
-            raise DocJobError("input.malformed", "a template job needs its data")
+            raise DocJobError(FailureCode.INPUT_MALFORMED, "a template job needs its data")
         html = render_template(site, INDEX, load_data(work.data), seconds=policy.template_seconds)
     summary = html_to_pdf(site, work.output, policy, html=html, max_pages=settings.max_pages, on_pages=progress)
     return GenerateDone(summary=summary)
@@ -124,17 +146,19 @@ def render(work: RenderWork, progress: ProgressFn) -> RenderDone:
     try:
         info = repair_input(source, normalized, max_pages=settings.max_pages, budgets=budgets)
     except DocJobError as error:  # an office document's pages are its converter's work, not what was sent
-        if converted_from is None or error.code != "input.too_large":
+        if converted_from is None or error.code != FailureCode.INPUT_TOO_LARGE:
             raise
         pages = settings.max_pages
-        raise DocJobError("input.too_complex", f"the converted document has more than {pages} pages") from None
+        raise DocJobError(
+            FailureCode.INPUT_TOO_COMPLEX, f"the converted document has more than {pages} pages"
+        ) from None
     substituted = 0 if found is None else substituted_fonts(work.source, found, normalized)
     if settings.refuse_encrypted and info.encryption is not Encryption.NONE:
-        raise DocJobError("input.encrypted", "the policy refuses encrypted inputs")
+        raise DocJobError(FailureCode.INPUT_ENCRYPTED, "the policy refuses encrypted inputs")
     progress(0, info.page_count)  # the page count is known: the child's CPU budget grows with it
     signatures = signature_count(normalized, budgets=budgets)
     if signatures and not settings.allow_signed_input:
-        raise DocJobError("input.signed")
+        raise DocJobError(FailureCode.INPUT_SIGNED)
     sanitized = sanitize_file(normalized, settings.sanitize)
     if settings.watermark is None:
         shutil.copyfile(normalized, work.output)
@@ -212,7 +236,9 @@ def redact(work: RedactWork, progress: ProgressFn) -> RedactDone:
     if work.text_output is not None:
         with pikepdf.open(redacted) as written:  # our own output: no need to re-check every stream
             pages = len(written.pages)
-        work.text_output.write_text(text_json(page_texts(tool("pdftotext"), redacted, pages, "redaction.failed")))
+        work.text_output.write_text(
+            text_json(page_texts(tool("pdftotext"), redacted, pages, FailureCode.REDACTION_FAILED))
+        )
     if settings.watermark is None:
         shutil.move(redacted, work.output)
     else:
@@ -284,7 +310,7 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
         if report.failure_code is not None:
             raise DocJobError(report.failure_code)
         if work.tenant is not None and (report.tenant != work.tenant or report.docmdp != 1):
-            raise DocJobError("signature.invalid", "the signature does not name the tenant, or does not lock")
+            raise DocJobError(FailureCode.SIGNATURE_INVALID, "the signature does not name the tenant, or does not lock")
         signature = report.model_dump(
             include={"intact", "valid", "trusted", "bottom_line", "coverage", "level", "signer_subject"}
             | ({"tenant", "docmdp"} if work.tenant is not None else set())
@@ -301,29 +327,177 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
     if settings.redact is not None:  # on the bytes to be released: no pattern may match any more
         gate = check_redaction(work.output, frozenset(), compile_patterns(settings.redact), {})
         if not gate.clean:
-            raise DocJobError("redaction.leak")
+            raise DocJobError(FailureCode.REDACTION_LEAK)
         checks.append("redaction_patterns")
     if settings.sanitize is not None:  # on the bytes to be released: no active content came back
         checks += check_no_active_content(work.output, settings.sanitize)
     return VerifyDone(signature=signature, fidelity_checks=checks, pdfa=pdfa_outcome(source, work.output))
 
 
-GENERATE = Entry(specs.GENERATE.name, GenerateWork, GenerateDone, generate)
-RENDER = Entry(specs.RENDER.name, RenderWork, RenderDone, render)
-OCR = Entry(specs.OCR.name, OcrWork, OcrDone, ocr)
-REDACT = Entry(specs.REDACT.name, RedactWork, RedactDone, redact)
+def generate_order(request: GenerateInput, given: Given) -> GenerateWork:
+    """Sent as GenerateSettings: only the settings reach the child."""
+    return GenerateWork(
+        source=given.source, data=given.data, output=given.output, workdir=given.folder, settings=request
+    )
+
+
+def generated_pages(request: GenerateInput, done: GenerateDone) -> GenerateDone:
+    """The child's page count is a claim: capped."""
+    summary = done.summary.model_copy(update={"page_count": min(done.summary.page_count, request.max_pages)})
+    return done.model_copy(update={"summary": summary})
+
+
+def render_order(request: RenderInput, given: Given) -> RenderWork:
+    """The input is its settings (and more): sent to the child as RenderSettings, only they go there."""
+    return RenderWork(source=given.source, output=given.output, workdir=given.folder, settings=request)
+
+
+def rendered_pages(request: RenderInput, done: RenderDone) -> RenderDone:
+    """The child's page count is a claim: capped."""
+    return done.model_copy(update={"page_count": min(done.page_count, request.max_pages)})
+
+
+def ocr_order(request: OcrInput, given: Given) -> OcrWork:
+    """Sent as OcrSettings: only the settings reach the child."""
+    return OcrWork(
+        source=given.source,
+        output=given.output,
+        text_output=given.text,
+        workdir=given.folder,
+        settings=request,
+        tag=request.job_id,
+    )
+
+
+def redact_order(request: RedactInput, given: Given) -> RedactWork:
+    """Sent as RedactSettings: only the settings reach the child."""
+    text = given.text if request.rebuild_text else None
+    return RedactWork(
+        source=given.source, output=given.output, text_output=text, workdir=given.folder, settings=request
+    )
+
+
+def verify_order(request: VerifyInput, given: Given) -> VerifyWork:
+    """Sent as VerifySettings: only the settings reach the child, and the trust anchors of a signed job."""
+    return VerifyWork(
+        source=given.source,
+        output=given.output,
+        workdir=given.folder,
+        trust=given.trust() if request.signed else None,
+        settings=request,
+        tenant=request.tenant if request.signed else None,
+    )
+
+
+def chunk_file(chunk: OcrChunk) -> str:
+    """Where, in the merge's folder, an OCR'd page range is fetched to."""
+    return f"chunk-{chunk.pages.name}.pdf"
+
+
+def merge_order(request: OcrMergeInput, given: Given) -> OcrMergeWork:
+    return OcrMergeWork(
+        source=given.source,
+        chunks=[OcrChunkFile(pages=chunk.pages, path=given.folder / chunk_file(chunk)) for chunk in request.chunks],
+        output=given.output,
+        text_output=given.text,
+        workdir=given.folder,
+        watermark=request.watermark,
+    )
+
+
+def staged(key: str) -> Keep[Any, Any]:
+    """The child's output document, staged under `key`: the output's `staged`."""
+    return Keep(into="staged", file=OUTPUT, key=key)
+
+
+# Each stage's one declaration beside its work: the annotation's four types (input, output, work order, result) make
+# mypy check the spec, the work order, the child's function and every function of the declaration against each other.
+GENERATE: StageEntry[GenerateInput, GenerateOutput, GenerateWork, GenerateDone] = StageEntry(
+    spec=specs.GENERATE,
+    work_type=GenerateWork,
+    done_type=GenerateDone,
+    run=generate,
+    reads=Reads.TEMPLATE,
+    order=generate_order,
+    max_pages=lambda request: request.max_pages,
+    checked=generated_pages,
+    keeps=(staged("generate"),),
+)
+RENDER: StageEntry[RenderInput, RenderOutput, RenderWork, RenderDone] = StageEntry(
+    spec=specs.RENDER,
+    work_type=RenderWork,
+    done_type=RenderDone,
+    run=render,
+    reads=Reads.JOB_INPUT,
+    order=render_order,
+    max_pages=lambda request: request.max_pages,
+    checked=rendered_pages,
+    # An office input: the PDF it was converted to is the job's document from here on (verify compares with it).
+    keeps=(
+        staged("render"),
+        Keep(
+            into="converted",
+            file=CONVERTED,
+            key="render",
+            suffix=".converted.pdf",
+            when=lambda request, done: done.converted_from is not None,
+        ),
+    ),
+)
+OCR: StageEntry[OcrInput, OcrOutput, OcrWork, OcrDone] = StageEntry(
+    spec=specs.OCR,
+    work_type=OcrWork,
+    done_type=OcrDone,
+    run=ocr,
+    reads=Reads.STAGED,
+    order=ocr_order,
+    keeps=(Keep(into="text", file=TEXT, key="ocr-text", suffix=".json"), staged("ocr")),
+)
+REDACT: StageEntry[RedactInput, RedactOutput, RedactWork, RedactDone] = StageEntry(
+    spec=specs.REDACT,
+    work_type=RedactWork,
+    done_type=RedactDone,
+    run=redact,
+    reads=Reads.STAGED,
+    order=redact_order,
+    keeps=(
+        Keep(
+            into="text", file=TEXT, key="redact-text", suffix=".json", when=lambda request, done: request.rebuild_text
+        ),
+        staged("redact"),
+    ),
+)
+VERIFY: StageEntry[VerifyInput, VerifyOutput, VerifyWork, VerifyDone] = StageEntry(
+    spec=specs.VERIFY,
+    work_type=VerifyWork,
+    done_type=VerifyDone,
+    run=verify,
+    reads=Reads.RELEASE,
+    order=verify_order,
+    max_pages=lambda request: None,
+)
+OCR_MERGE: StageEntry[OcrMergeInput, OcrMergeOutput, OcrMergeWork, OcrMergeDone] = StageEntry(
+    spec=specs.OCR_MERGE,
+    work_type=OcrMergeWork,
+    done_type=OcrMergeDone,
+    run=ocr_merge,
+    reads=Reads.STAGED,
+    fetches=lambda request: [(chunk_file(chunk), chunk.chunk) for chunk in request.chunks],  # as `ocr_chunk` reported
+    order=merge_order,
+    keeps=(Keep(into="text", file=TEXT, key="ocr-text", suffix=".json"), staged("ocr")),  # as `ocr` stages them
+)
+# The stages whose activity is the worker's own besides its child's work: `sign` (the worker holds the key, signs and
+# runs the release gate: activities/release.py) and `ocr_chunk` (its page checkpoints and the worker's cores, shared
+# between ranges: activities/ocr_chunks.py).
 SIGN = Entry(specs.SIGN.name, SignWork, SignDone, sign)
-VERIFY = Entry(specs.VERIFY.name, VerifyWork, VerifyDone, verify)
 OCR_CHUNK = Entry(specs.OCR_CHUNK.name, OcrChunkWork, OcrChunkDone, ocr_chunk)
-OCR_MERGE = Entry(specs.OCR_MERGE.name, OcrMergeWork, OcrMergeDone, ocr_merge)
-ENTRIES: dict[str, Entry[Any, Any]] = {
-    entry.name: entry for entry in (GENERATE, RENDER, OCR, OCR_CHUNK, OCR_MERGE, REDACT, SIGN, VERIFY)
-}
+STAGE_ENTRIES: tuple[AnyStageEntry, ...] = (GENERATE, RENDER, OCR, REDACT, VERIFY, OCR_MERGE)
+ENTRIES: dict[str, Entry[Any, Any]] = {entry.name: entry for entry in (*STAGE_ENTRIES, SIGN, OCR_CHUNK)}
 # Modules the stages import only on first use: the zygote imports them too, so no child pays for them per task.
 PRELOAD = (
     "cryptography.hazmat.backends.openssl",
     "encodings.ascii",
     "pyhanko.pdf_utils.filters",
     "pyhanko.pdf_utils.metadata.xmp_xml",
-    "docjobs.pdf.ocrmypdf_import",  # OCRmyPDF runs in a fork of the child (docjobs/pdf/ocr.py): its modules
+    "docjobs.pdf.ocrmypdf_import",  # OCRmyPDF runs in a fork of the child (docjobs/pdf/ocr_process.py): its modules
 )

@@ -1,4 +1,4 @@
-"""OCRmyPDF plugin loaded (by file path) into the OCR child process started by `docjobs.pdf.ocr`.
+"""OCRmyPDF plugin loaded (by file path) into the OCR child process started by `docjobs.pdf.ocr_process`.
 
 It reports to the parent as JSON lines on a private pipe whose descriptor is in the environment
 variable DOCJOBS_OCR_EVENT_FD (OCRmyPDF points file descriptor 1 at stderr, so stdout cannot be
@@ -39,8 +39,8 @@ degrees askew): the OCR engine is Tesseract with that one method replaced.
 A watchdog thread kills the whole process group (OCRmyPDF and its Tesseract/Ghostscript children)
 if the parent process disappears, so a worker that is SIGKILLed leaves no OCR running behind it.
 
-This module is loaded standalone by OCRmyPDF, so it imports nothing from docjobs (`deskew.py` is
-loaded from beside it by file path).
+This module is loaded standalone by OCRmyPDF, so it imports nothing from docjobs (`deskew.py` and `ocr_env.py`, the
+names of the environment variables above, are loaded from beside it by file path).
 """
 
 from __future__ import annotations
@@ -65,12 +65,6 @@ from ocrmypdf import OcrEngine, OcrOptions, hookimpl
 from ocrmypdf.builtin_plugins.tesseract_ocr import TesseractOcrEngine
 from PIL import Image, ImageFilter, ImageOps
 
-EVENT_FD_ENV = "DOCJOBS_OCR_EVENT_FD"
-PARENT_PID_ENV = "DOCJOBS_OCR_PARENT_PID"
-CONDITION_ENV = "DOCJOBS_OCR_CONDITION"
-CHECKPOINTS_ENV = "DOCJOBS_OCR_CHECKPOINTS"
-RESUME_ENV = "DOCJOBS_OCR_RESUME"
-SHARE_ENV = "DOCJOBS_OCR_SHARE"
 SHARE_POLL_SECONDS = 0.05
 CONDITION_DPI = 400.0
 DESPECKLE_MIN_DPI = 250.0  # below this a 3x3 median can eat thin strokes
@@ -79,6 +73,26 @@ _PAGE_PROGRESS_DESCS = ("OCR", "Image processing")
 _TIMEOUT_MESSAGE = "took too long to OCR"  # OCRmyPDF's warning when Tesseract times out on a page
 
 _DESKEW_MODULE = "docjobs_ocr_deskew"
+_ENV_MODULE = "docjobs_ocr_env"
+
+
+def _load_beside(name: str, file_name: str) -> ModuleType:
+    """A module of docjobs/pdf loaded by its file path (this plugin imports nothing from docjobs)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file_name))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+_env = _load_beside(_ENV_MODULE, "ocr_env.py")  # the names the worker's side sets (docjobs/pdf/ocr_process.py)
+EVENT_FD_ENV: str = _env.EVENT_FD_ENV
+PARENT_PID_ENV: str = _env.PARENT_PID_ENV
+CONDITION_ENV: str = _env.CONDITION_ENV
+CHECKPOINTS_ENV: str = _env.CHECKPOINTS_ENV
+RESUME_ENV: str = _env.RESUME_ENV
+SHARE_ENV: str = _env.SHARE_ENV
 
 _lock = threading.Lock()
 _event_fd: int | None = int(os.environ[EVENT_FD_ENV]) if os.environ.get(EVENT_FD_ENV) else None
@@ -201,16 +215,7 @@ def _condition(image: Image.Image, dpi_x: float, dpi_y: float) -> Image.Image:
     return gray
 
 
-def _load_deskew() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(_DESKEW_MODULE, Path(__file__).with_name("deskew.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_DESKEW_MODULE] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-_deskew = _load_deskew()
+_deskew = _load_beside(_DESKEW_MODULE, "deskew.py")
 
 
 def _page_of(image_file: Path) -> int | None:

@@ -1,6 +1,6 @@
 """OCRmyPDF's modules, imported once by the document zygote, without OCRmyPDF's changes to pdfminer.
 
-OCRmyPDF runs in a fork of the document child (docjobs/pdf/ocr.py), and the zygote imports its modules ahead so
+OCRmyPDF runs in a fork of the document child (docjobs/pdf/ocr_process.py), and the zygote imports its modules ahead so
 that no call pays for them. But importing OCRmyPDF changes pdfminer for the whole process: `ocrmypdf.pdfinfo.layout`
 replaces `PDFSimpleFont.__init__`, so that a simple font with neither /ToUnicode nor /Encoding (a standard-14
 font used as is) maps no code to text. The redaction engine locates matches with pdfminer; in a child patched so,

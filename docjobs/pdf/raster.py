@@ -31,7 +31,7 @@ import pikepdf
 from pikepdf import Name
 from PIL import Image, ImageChops, ImageDraw, ImageFont
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, too_complex
 from docjobs.pdf.inspect import PdfInfo, ProgressFn, open_checked, rotation, visible_box
@@ -57,11 +57,12 @@ def watermark_raster(
     text: str,
     *,
     dpi: int,
+    opacity: float = OPACITY,
     on_page: ProgressFn | None = None,
     workdir: Path | None = None,
     budgets: Budgets = DEFAULT_BUDGETS,
 ) -> PdfInfo:
-    """Rasterise `src` at `dpi`, stamp `text` on every page, write `dst`; returns the input's info.
+    """Rasterise `src` at `dpi`, stamp `text` on every page at `opacity`, write `dst`; returns the input's info.
 
     Temporary renderings go under `workdir` (default: the system temp dir), one page at a time. A page
     with more pixels at `dpi` than `budgets.max_pixels` fails `input.too_complex` before any is rendered.
@@ -75,7 +76,7 @@ def watermark_raster(
         clean = Path(tmp) / "input.pdf"
         pdf.save(clean, encryption=False)
         turns = {number: rotation(page) for number, page in enumerate(pdf.pages, start=1)}
-        rendered = render_pages(clean, turns, dpi, Path(tmp), text=text, on_page=on_page)
+        rendered = render_pages(clean, turns, dpi, Path(tmp), text=text, opacity=opacity, on_page=on_page)
         out = pikepdf.new()
         for number, page in enumerate(pdf.pages, start=1):
             _add_page(out, page, rendered[number], dpi)
@@ -100,13 +101,14 @@ def render_pages(
     tmp: Path,
     *,
     text: str | None = None,
+    opacity: float = OPACITY,
     on_page: ProgressFn | None = None,
 ) -> dict[int, Rendering]:
-    """Pages `turns` (number from 1 -> its /Rotate) of `pdf` rendered at `dpi`, stamped with `text` if given, in
-    page ranges at once (each a fork with its own folder under `tmp`, reporting its pages to `on_page`)."""
+    """Pages `turns` (number from 1 -> its /Rotate) of `pdf` rendered at `dpi`, stamped with `text` at `opacity` if
+    given, in page ranges at once (each a fork with its own folder under `tmp`, reporting its pages to `on_page`)."""
     pdftoppm = shutil.which("pdftoppm")
     if pdftoppm is None:
-        raise DocJobError("tool.missing", "pdftoppm (poppler-utils) is not installed")
+        raise DocJobError(FailureCode.TOOL_MISSING, "pdftoppm (poppler-utils) is not installed")
     numbers = sorted(turns)
     with tempfile.TemporaryDirectory(dir=tmp, prefix="pages-") as folder:
 
@@ -117,7 +119,7 @@ def render_pages(
                 number = numbers[index]
                 image = render_page(pdftoppm, pdf, number, dpi, own)
                 if text is not None:
-                    _stamp(image, text)
+                    _stamp(image, text, opacity)
                 rendering = _encoded(image, turns[number])
                 (Path(folder) / f"{number}.z").write_bytes(rendering.data)
                 shapes[str(number)] = [rendering.width, rendering.height, rendering.gray]
@@ -162,9 +164,9 @@ def render_page(pdftoppm: str, pdf: Path, number: int, dpi: int, tmp: Path) -> I
     try:
         subprocess.run([*command, str(pdf), str(prefix)], capture_output=True, timeout=PAGE_TIMEOUT_S, check=True)
     except subprocess.TimeoutExpired:
-        raise DocJobError("render.failed", f"rendering page {number} timed out") from None
+        raise DocJobError(FailureCode.RENDER_FAILED, f"rendering page {number} timed out") from None
     except subprocess.CalledProcessError as error:
-        raise DocJobError("render.failed", f"pdftoppm exited with status {error.returncode}") from None
+        raise DocJobError(FailureCode.RENDER_FAILED, f"pdftoppm exited with status {error.returncode}") from None
     rendered = prefix.with_suffix(".ppm")
     try:
         with Image.open(rendered) as image:
@@ -172,13 +174,13 @@ def render_page(pdftoppm: str, pdf: Path, number: int, dpi: int, tmp: Path) -> I
     except Image.DecompressionBombError:
         raise too_complex(f"page {number} renders to more pixels than the image library accepts") from None
     except (OSError, ValueError):
-        raise DocJobError("render.failed", f"pdftoppm produced no image for page {number}") from None
+        raise DocJobError(FailureCode.RENDER_FAILED, f"pdftoppm produced no image for page {number}") from None
     finally:
         rendered.unlink(missing_ok=True)
 
 
-def _stamp(image: Image.Image, text: str) -> None:
-    """Draw `text` centred in `watermark_box`, on an overlay of the box's size so nothing spills."""
+def _stamp(image: Image.Image, text: str, opacity: float = OPACITY) -> None:
+    """Draw `text` centred in `watermark_box` at `opacity`, on an overlay of the box's size so nothing spills."""
     x0, y0, x1, y1 = watermark_box(*image.size)
     width, height = x1 - x0, y1 - y0
     font = _fitting_font(text, width, height)
@@ -189,7 +191,7 @@ def _stamp(image: Image.Image, text: str) -> None:
         ((width - (right - left)) / 2 - left, (height - (bottom - top)) / 2 - top),
         text,
         font=font,
-        fill=(shade, shade, shade, round(OPACITY * 255)),
+        fill=(shade, shade, shade, round(opacity * 255)),
     )
     region = image.crop((x0, y0, x1, y1)).convert("RGBA")
     region.alpha_composite(overlay)

@@ -21,8 +21,11 @@ def stamp(
     budgets: Budgets = DEFAULT_BUDGETS,
 ) -> PdfInfo:
     """Stamp `src` into `dst` (already validated: streams are not checked again); returns the input's info."""
+    opacity = watermark.opacity
     if watermark.mode is WatermarkMode.STRUCTURE:
-        return watermark_structure(src, dst, watermark.text, on_page=on_page, check_streams=False, budgets=budgets)
+        return watermark_structure(
+            src, dst, watermark.text, opacity=opacity, on_page=on_page, check_streams=False, budgets=budgets
+        )
     return watermark_raster(
-        src, dst, watermark.text, dpi=watermark.dpi, on_page=on_page, workdir=workdir, budgets=budgets
+        src, dst, watermark.text, dpi=watermark.dpi, opacity=opacity, on_page=on_page, workdir=workdir, budgets=budgets
     )

@@ -33,6 +33,7 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Name
 
+from docjobs.domain.models import WATERMARK_OPACITY
 from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, array_items, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box
@@ -42,7 +43,7 @@ from docjobs.pdf.stamp_font import STAMP_FONT
 # Band of the upright visible page that receives the stamp, as fractions (x0, top, x1, bottom)
 # measured from the top-left corner; shared with raster mode so both modes stamp the same area.
 STAMP_BAND = (0.1, 0.42, 0.9, 0.58)
-OPACITY = 0.35
+OPACITY = WATERMARK_OPACITY  # unless the policy's watermark says otherwise (`opacity`)
 GRAY = 0.45
 
 _ASCENT, _DESCENT = 0.718, 0.207  # the stamp face's glyph extents above and below the baseline, in em
@@ -58,17 +59,18 @@ def watermark_structure(
     dst: Path,
     text: str,
     *,
+    opacity: float = OPACITY,
     on_page: ProgressFn | None = None,
     check_streams: bool = True,
     budgets: Budgets = DEFAULT_BUDGETS,
 ) -> PdfInfo:
-    """Stamp `text` on every page of `src` into an unencrypted `dst`; returns the input's info.
+    """Stamp `text` on every page of `src` into an unencrypted `dst`, at `opacity`; returns the input's info.
 
     `check_streams=False` when `src` was already fully validated (see `open_checked`)."""
     encoded = encode_text(text)
     with open_checked(src, check_streams=check_streams, budgets=budgets) as (pdf, info):
         flatten_annotations(pdf, budgets=budgets)
-        stamper = _Stamper(pdf, encoded, budgets)
+        stamper = _Stamper(pdf, encoded, budgets, opacity)
         for number, page in enumerate(pdf.pages, start=1):
             stamper.stamp(page)
             if on_page is not None:
@@ -108,7 +110,7 @@ def flatten_annotations(pdf: pikepdf.Pdf, *, budgets: Budgets = DEFAULT_BUDGETS)
 class _Stamper:
     """Adds the watermark to pages of one Pdf, sharing objects between pages where possible."""
 
-    def __init__(self, pdf: pikepdf.Pdf, encoded: bytes, budgets: Budgets) -> None:
+    def __init__(self, pdf: pikepdf.Pdf, encoded: bytes, budgets: Budgets, opacity: float = OPACITY) -> None:
         self._pdf = pdf
         self._budgets = budgets
         self._text = pikepdf.String(encoded).unparse()
@@ -116,7 +118,7 @@ class _Stamper:
         self._resources = pdf.make_indirect(
             pikepdf.Dictionary(
                 Font=pikepdf.Dictionary(F0=pdf.make_indirect(STAMP_FONT.font_object(pdf))),
-                ExtGState=pikepdf.Dictionary(G0=pikepdf.Dictionary(Type=Name.ExtGState, ca=OPACITY, CA=OPACITY)),
+                ExtGState=pikepdf.Dictionary(G0=pikepdf.Dictionary(Type=Name.ExtGState, ca=opacity, CA=opacity)),
             )
         )
         self._pushes: dict[int, pikepdf.Stream] = {}  # the `q`s before a page's content, shared by count

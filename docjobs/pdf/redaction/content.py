@@ -19,8 +19,7 @@ silently left under a region.
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import pikepdf
@@ -29,23 +28,29 @@ from pikepdf import Name
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, OperatorBudget, too_complex
 from docjobs.pdf.redaction.art import CONSTRUCTS, PAINTS, PathOutline
 from docjobs.pdf.redaction.fonts import UNKNOWN_FONT, FontModel, Glyph, font_model
-from docjobs.pdf.redaction.geometry import IDENTITY, Matrix, corners, multiply, quad_hits, strip_hits, translate
-from docjobs.pdf.redaction.images import copy_stream, redact_image
-from docjobs.pdf.redaction.layout import (
-    LineRecorder,
-    MaskLayout,
-    Move,
-    PlacedGlyph,
-    ResetLine,
-    Show,
-    SpacingSource,
-    reset_lines,
+from docjobs.pdf.redaction.geometry import IDENTITY, corners, multiply, quad_hits, translate
+from docjobs.pdf.redaction.glyph_placement import (
+    GraphicsState,
+    TextPosition,
+    glyph_advance,
+    glyph_under,
+    placed_glyph,
+    removed_displacement,
+    with_text_parameter,
 )
+from docjobs.pdf.redaction.images import copy_stream, redact_image
+from docjobs.pdf.redaction.layout import MaskLayout, reset_lines
+from docjobs.pdf.redaction.line_records import LineRecorder, Move, PlacedGlyph, Show, SpacingSource
 from docjobs.pdf.redaction.regions import Rect, UnsafePage
-from docjobs.pdf.redaction.resources import Instruction, MarkedContent, ResourceScope, inherited_resources
+from docjobs.pdf.redaction.reset_check import ResetLine
+from docjobs.pdf.redaction.resources import (
+    Instruction,
+    MarkedContent,
+    ResourceScope,
+    indirect_id,
+    inherited_resources,
+)
 from docjobs.pdf.redaction.stream import make_instruction, matrix_of, matrix_operand, numbers, parse_instructions
-
-_ZERO_WIDTH_BOX = 0.01  # em: a glyph without advance still gets a box, so it cannot hide under a region
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ def _walk(
     try:
         scope = ResourceScope(page.obj, inherited_resources(page.obj))
         rewritten = walker.rewrite(
-            parse_instructions(page, walker.operators), scope, _GraphicsState(ctm=IDENTITY), base_depth=0
+            parse_instructions(page, walker.operators), scope, GraphicsState(ctm=IDENTITY), base_depth=0
         )
         if rewritten is not None:
             page.obj[Name.Contents] = pdf.make_stream(pikepdf.unparse_content_stream(rewritten))
@@ -124,32 +129,17 @@ def _restore(page: pikepdf.Page, saved: dict[Name, pikepdf.Object | None]) -> No
             page.obj[key] = value
 
 
-@dataclass(frozen=True)
-class _GraphicsState:
-    """The part of the graphics state that places glyphs and images (saved by q, restored by Q)."""
-
-    ctm: Matrix
-    font: FontModel | None = None
-    font_ref: tuple[int, int] | None = None  # the font dictionary's object id (None: a direct object)
-    size: float = 0.0
-    char_spacing: float = 0.0
-    word_spacing: float = 0.0
-    scale: float = 1.0  # Tz / 100
-    leading: float = 0.0
-    rise: float = 0.0
-    invisible: bool = False  # text rendering mode 3: an OCR layer over its scan
-    spacing_sources: tuple[SpacingSource | None, SpacingSource | None] = (None, None)  # what set Tc, Tw
-
-
 @dataclass
-class _TextPosition:
-    matrix: Matrix = IDENTITY  # Tm
-    line: Matrix = IDENTITY  # Tlm
-    lost: str | None = None  # set when an unknown advance made Tm unknowable: the reason to raise
+class _Stream:
+    """One content stream as the walker rewrites it: what it wrote so far, and the state in effect."""
 
-    def move_line(self, tx: float, ty: float) -> None:
-        self.line = self.matrix = multiply(translate(tx, ty), self.line)
-        self.lost = None
+    state: GraphicsState
+    recorder: LineRecorder | None  # with a layout: what the line re-set needs
+    out: list[Instruction] = field(default_factory=list)
+    saved: list[GraphicsState] = field(default_factory=list)  # by q, restored by Q
+    text: TextPosition = field(default_factory=TextPosition)
+    outline: PathOutline = field(default_factory=PathOutline)
+    changed: bool = False
 
 
 class _Walker:
@@ -177,95 +167,120 @@ class _Walker:
         self._patterns_checked: set[tuple[int, int]] = set()
 
     def rewrite(
-        self, instructions: list[Instruction], scope: ResourceScope, state: _GraphicsState, base_depth: int
+        self, instructions: list[Instruction], scope: ResourceScope, state: GraphicsState, base_depth: int
     ) -> list[Instruction] | None:
         """The instructions with redacted content removed, or None when they needed no change."""
-        out: list[Instruction] = []
-        saved: list[_GraphicsState] = []
-        text = _TextPosition()
-        changed = False
-        outline = PathOutline()
-        recorder = LineRecorder(self._streams) if self.layout is not None else None
+        stream = _Stream(state, LineRecorder(self._streams) if self.layout is not None else None)
         self._streams += 1
         for instruction in instructions:
             operator = str(instruction.operator)
-            if recorder is not None:
-                state = self._record_position(recorder, operator, instruction, state, text, len(out))
+            if stream.recorder is not None:
+                stream.state = self._record_position(
+                    stream.recorder, operator, instruction, stream.state, stream.text, len(stream.out)
+                )
             if isinstance(instruction, pikepdf.ContentStreamInlineImage):
-                if self._under_regions(corners(state.ctm, 0, 0, 1, 1)):
+                if self._under_regions(corners(stream.state.ctm, 0, 0, 1, 1)):
                     raise UnsafePage("inline_image")
-            elif operator == "q":
-                saved.append(state)
-            elif operator == "Q":
-                state = saved.pop() if saved else state
-            elif operator == "cm":
-                state = dataclasses.replace(state, ctm=multiply(matrix_operand(instruction), state.ctm))
-            elif operator == "Tf":
-                state = self._set_font(list(instruction.operands), state, scope)
-            elif operator == "Tr":
-                state = dataclasses.replace(state, invisible=numbers(list(instruction.operands), 1)[0] == 3)
-            elif operator in ("Tc", "Tw", "Tz", "TL", "Ts"):
-                state = _with_text_parameter(state, operator, *numbers(list(instruction.operands), 1))
-            elif operator == "gs":
-                state = self._set_extgstate(list(instruction.operands), state, scope)
-            elif operator == "BT":
-                text = _TextPosition()
-            elif operator in ("Td", "TD"):
-                tx, ty = numbers(list(instruction.operands), 2)
-                if operator == "TD":
-                    state = dataclasses.replace(state, leading=-ty)
-                text.move_line(tx, ty)
-            elif operator == "Tm":
-                text.matrix = text.line = matrix_operand(instruction)
-                text.lost = None
-            elif operator == "T*":
-                text.move_line(0, -state.leading)
             elif operator in ("Tj", "TJ", "'", '"'):
-                placed: list[PlacedGlyph] | None = [] if recorder is not None else None
-                start = len(out)
-                state, replacement = self._show(instruction, state, text, placed)
-                out.extend(replacement if replacement is not None else [instruction])
-                changed |= replacement is not None
-                if recorder is not None and placed is not None:
-                    recorder.events.append(self._shown(start, len(out), placed, operator, state, text, recorder))
+                self._show_in(stream, instruction)
                 continue
             elif operator == "Do":
-                renamed = self._draw(list(instruction.operands), state, scope)
+                renamed = self._draw(list(instruction.operands), stream.state, scope)
                 if renamed is not None:
-                    out.append(make_instruction("Do", renamed))
-                    changed = True
+                    stream.out.append(make_instruction("Do", renamed))
+                    stream.changed = True
                     continue
-            elif operator in ("scn", "SCN") and instruction.operands and isinstance(instruction.operands[-1], Name):
-                self._check_pattern(scope.get(Name.Pattern, instruction.operands[-1]))
-            elif operator in ("BDC", "BMC"):
-                self._marks.append(MarkedContent(out, len(out), scope))
-            elif operator == "EMC" and len(self._marks) > base_depth:
-                changed |= self._marks.pop().close(self.pdf)
-            elif self._art_matters and operator in CONSTRUCTS:
-                self._outline(outline, operator, list(instruction.operands), state)
-            elif self._art_matters and operator in (*PAINTS, "n", "sh"):
-                if operator != "n":
-                    self._note_art(outline if operator != "sh" else None)  # a shading fills the whole clip
-                outline = PathOutline()
-            out.append(instruction)
+            elif not self._apply_state(stream, operator, instruction, scope):
+                self._follow_marks_and_art(stream, operator, instruction, scope, base_depth)
+            stream.out.append(instruction)
         while len(self._marks) > base_depth:  # sequences left open at the end of this stream
-            changed |= self._marks.pop().close(self.pdf)
-        if recorder is not None and self.layout is not None:
-            reset = reset_lines(out, recorder, self.layout, self._kept_spacing)
+            stream.changed |= self._marks.pop().close(self.pdf)
+        if stream.recorder is not None and self.layout is not None:
+            reset = reset_lines(stream.out, stream.recorder, self.layout, self._kept_spacing)
             if reset is not None:
-                out, changed = reset.instructions, True
+                stream.out, stream.changed = reset.instructions, True
                 self.lines += reset.lines
-        return out if changed else None
+        return stream.out if stream.changed else None
+
+    def _apply_state(
+        self, stream: _Stream, operator: str, instruction: pikepdf.ContentStreamInstruction, scope: ResourceScope
+    ) -> bool:
+        """Apply a graphics or text state operator to the stream's state (False: `operator` is none of them)."""
+        state, text = stream.state, stream.text
+        if operator == "q":
+            stream.saved.append(state)
+        elif operator == "Q":
+            stream.state = stream.saved.pop() if stream.saved else state
+        elif operator == "cm":
+            stream.state = dataclasses.replace(state, ctm=multiply(matrix_operand(instruction), state.ctm))
+        elif operator == "Tf":
+            stream.state = self._set_font(list(instruction.operands), state, scope)
+        elif operator == "Tr":
+            stream.state = dataclasses.replace(state, invisible=numbers(list(instruction.operands), 1)[0] == 3)
+        elif operator in ("Tc", "Tw", "Tz", "TL", "Ts"):
+            stream.state = with_text_parameter(state, operator, *numbers(list(instruction.operands), 1))
+        elif operator == "gs":
+            stream.state = self._set_extgstate(list(instruction.operands), state, scope)
+        elif operator == "BT":
+            stream.text = TextPosition()
+        elif operator in ("Td", "TD"):
+            tx, ty = numbers(list(instruction.operands), 2)
+            if operator == "TD":
+                stream.state = dataclasses.replace(state, leading=-ty)
+            text.move_line(tx, ty)
+        elif operator == "Tm":
+            text.matrix = text.line = matrix_operand(instruction)
+            text.lost = None
+        elif operator == "T*":
+            text.move_line(0, -state.leading)
+        else:
+            return False
+        return True
+
+    def _follow_marks_and_art(
+        self,
+        stream: _Stream,
+        operator: str,
+        instruction: pikepdf.ContentStreamInstruction,
+        scope: ResourceScope,
+        base_depth: int,
+    ) -> None:
+        """Follow the tiling patterns painted with, the marked-content sequences, and the paths painted (when an
+        explicit region may keep its box, see `_note_art`)."""
+        if operator in ("scn", "SCN") and instruction.operands and isinstance(instruction.operands[-1], Name):
+            self._check_pattern(scope.get(Name.Pattern, instruction.operands[-1]))
+        elif operator in ("BDC", "BMC"):
+            self._marks.append(MarkedContent(stream.out, len(stream.out), scope))
+        elif operator == "EMC" and len(self._marks) > base_depth:
+            stream.changed |= self._marks.pop().close(self.pdf)
+        elif self._art_matters and operator in CONSTRUCTS:
+            self._outline(stream.outline, operator, list(instruction.operands), stream.state)
+        elif self._art_matters and operator in (*PAINTS, "n", "sh"):
+            if operator != "n":
+                self._note_art(stream.outline if operator != "sh" else None)  # a shading fills the whole clip
+            stream.outline = PathOutline()
+
+    def _show_in(self, stream: _Stream, instruction: pikepdf.ContentStreamInstruction) -> None:
+        """A text-showing operator, written out without the glyphs under regions (and recorded for the re-set)."""
+        placed: list[PlacedGlyph] | None = [] if stream.recorder is not None else None
+        start = len(stream.out)
+        stream.state, replacement = self._show(instruction, stream.state, stream.text, placed)
+        stream.out.extend(replacement if replacement is not None else [instruction])
+        stream.changed |= replacement is not None
+        if stream.recorder is not None and placed is not None:
+            operator = str(instruction.operator)
+            shown = self._shown(start, len(stream.out), placed, operator, stream.state, stream.text, stream.recorder)
+            stream.recorder.events.append(shown)
 
     def _record_position(
         self,
         recorder: LineRecorder,
         operator: str,
         instruction: Instruction,
-        state: _GraphicsState,
-        text: _TextPosition,
+        state: GraphicsState,
+        text: TextPosition,
         index: int,
-    ) -> _GraphicsState:
+    ) -> GraphicsState:
         """Note a text-positioning operator (before it is applied: the move's result is computed here) or
         which operator set the character and word spacing."""
         if operator in ("BT", "ET", "Tm"):
@@ -288,8 +303,8 @@ class _Walker:
         end: int,
         placed: list[PlacedGlyph],
         operator: str,
-        state: _GraphicsState,
-        text: _TextPosition,
+        state: GraphicsState,
+        text: TextPosition,
         recorder: LineRecorder,
     ) -> Show:
         sources = state.spacing_sources
@@ -308,16 +323,16 @@ class _Walker:
 
     # --- state ------------------------------------------------------------------------------
 
-    def _set_font(self, operands: list[pikepdf.Object], state: _GraphicsState, scope: ResourceScope) -> _GraphicsState:
+    def _set_font(self, operands: list[pikepdf.Object], state: GraphicsState, scope: ResourceScope) -> GraphicsState:
         if len(operands) != 2:
             raise UnsafePage("unparsable_content")
         resource = scope.get(Name.Font, operands[0])
         font = self._font(resource)
-        return dataclasses.replace(state, font=font, font_ref=_object_id(resource), size=numbers(operands[1:], 1)[0])
+        return dataclasses.replace(state, font=font, font_ref=indirect_id(resource), size=numbers(operands[1:], 1)[0])
 
     def _set_extgstate(
-        self, operands: list[pikepdf.Object], state: _GraphicsState, scope: ResourceScope
-    ) -> _GraphicsState:
+        self, operands: list[pikepdf.Object], state: GraphicsState, scope: ResourceScope
+    ) -> GraphicsState:
         extgstate = scope.get(Name.ExtGState, operands[0]) if len(operands) == 1 else None
         font = extgstate.get(Name.Font) if isinstance(extgstate, pikepdf.Dictionary) else None
         if not isinstance(font, pikepdf.Array):
@@ -325,7 +340,7 @@ class _Walker:
         if len(font) != 2:
             raise UnsafePage("unparsable_content")
         return dataclasses.replace(
-            state, font=self._font(font[0]), font_ref=_object_id(font[0]), size=numbers([font[1]], 1)[0]
+            state, font=self._font(font[0]), font_ref=indirect_id(font[0]), size=numbers([font[1]], 1)[0]
         )
 
     def _font(self, font: pikepdf.Object | None) -> FontModel:
@@ -341,10 +356,10 @@ class _Walker:
     def _show(
         self,
         instruction: pikepdf.ContentStreamInstruction,
-        state: _GraphicsState,
-        text: _TextPosition,
+        state: GraphicsState,
+        text: TextPosition,
         placed: list[PlacedGlyph] | None,
-    ) -> tuple[_GraphicsState, list[Instruction] | None]:
+    ) -> tuple[GraphicsState, list[Instruction] | None]:
         """Walk a text-showing operator; returns the new state and, if glyphs went, its replacement."""
         operator, operands = str(instruction.operator), list(instruction.operands)
         prefix: list[Instruction] = []
@@ -367,8 +382,8 @@ class _Walker:
     def _show_items(
         self,
         items: list[pikepdf.Object],
-        state: _GraphicsState,
-        text: _TextPosition,
+        state: GraphicsState,
+        text: TextPosition,
         placed: list[PlacedGlyph] | None,
     ) -> list[pikepdf.Object | float] | None:
         """Advance through strings and TJ numbers; the TJ array without the glyphs under regions (None
@@ -382,21 +397,21 @@ class _Walker:
             if isinstance(item, pikepdf.String):
                 kept = bytearray()
                 for glyph in font.glyphs(bytes(item)):
-                    under = self._glyph_under_regions(font, glyph.width, state, text)
+                    under = glyph_under(font, glyph.width, state, text, self.aims)
                     if placed is not None:
                         placed.append(self._placed(font, glyph, under, state, text))
                     if under:
                         if kept:
                             out.append(pikepdf.String(bytes(kept)))
                             kept.clear()
-                        pending -= _removed_displacement(glyph.width, glyph.is_space, state)
+                        pending -= removed_displacement(glyph.width, glyph.is_space, state)
                         removed += 1
                     else:
                         if pending:
                             out.append(pending)
                             pending = 0.0
                         kept += glyph.code
-                    moved = _advance(font, glyph, state)
+                    moved = glyph_advance(font, glyph, state)
                     if moved is not None:
                         text.matrix = multiply(translate(*moved), text.matrix)
                 if kept:
@@ -421,94 +436,19 @@ class _Walker:
             mark.dirty = True
         return out
 
-    def _glyph_under_regions(
-        self, font: FontModel, width: float | None, state: _GraphicsState, text: _TextPosition
-    ) -> bool:
-        """Whether the glyph at the current position lies under a region (raises when that cannot be
-        told, or when it is under one but cannot be removed)."""
-        size = state.size
-        glyph_space = multiply((size * state.scale, 0.0, 0.0, size, 0.0, state.rise), multiply(text.matrix, state.ctm))
-        if font.vertical:
-            return self._vertical_glyph_under_regions(font, width, glyph_space, text)
-        # The box pdfminer gave the matched glyphs (and their cores) runs from the descent to one em above it. A
-        # font's ascent can reach further (DejaVu's: 1.232 em, the descent 0.462), into the middle of a line set
-        # 1.17 em above: the whole ascent would take that line's letters.
-        top = min(font.ascent, font.descent + 1.0)
-        if width is None or text.lost is not None:
-            reason = text.lost or font.unknown_reason
-            if width is None:
-                text.lost = reason
-            if any(strip_hits(glyph_space, font.descent, top, rect) for rect in self.aims):
-                raise UnsafePage(reason)
-            return False
-        left, right = (0.0, width) if width else (-_ZERO_WIDTH_BOX / 2, _ZERO_WIDTH_BOX / 2)
-        quad = corners(glyph_space, left, font.descent, right, top)
-        if not any(quad_hits(quad, rect) for rect in self.aims):
-            return False
-        if font.type3:
-            raise UnsafePage("type3_font")
-        if not font.removable:
-            raise UnsafePage("unsupported_encoding")
-        return True
-
-    def _vertical_glyph_under_regions(
-        self, font: FontModel, width: float | None, glyph_space: Matrix, text: _TextPosition
-    ) -> bool:
-        """A glyph of vertical writing hangs from its origin (its /DW2: `vertical_metrics`), centred on it across
-        the column. It is never removed: one under a region, or possibly under one, makes the page unsafe."""
-        half = (width if width is not None else 1.0) / 2
-        if width is None or font.vertical_metrics is None or text.lost is not None:
-            text.lost = text.lost or "vertical_text"
-            down_the_column = multiply((0.0, -1.0, 1.0, 0.0, 0.0, 0.0), glyph_space)
-            if any(strip_hits(down_the_column, -half, half, rect) for rect in self.aims):
-                raise UnsafePage("vertical_text")
-            return False
-        hang = font.vertical_metrics[0]
-        quad = corners(glyph_space, -half, font.descent - hang, half, font.ascent - hang)
-        if any(quad_hits(quad, rect) for rect in self.aims):
-            raise UnsafePage("vertical_text")
-        return False
-
     def _placed(
-        self, font: FontModel, glyph: Glyph, removed: bool, state: _GraphicsState, text: _TextPosition
+        self, font: FontModel, glyph: Glyph, removed: bool, state: GraphicsState, text: TextPosition
     ) -> PlacedGlyph:
-        """The glyph at the current position, in default user space, as the line re-set needs it."""
-        if font.vertical:
-            return _placed_vertical(font, glyph, state, text)
-        line_space = multiply(text.matrix, state.ctm)
-        glyph_space = multiply((state.size * state.scale, 0.0, 0.0, state.size, 0.0, state.rise), line_space)
-        unit = math.hypot(line_space[0], line_space[1])
-        natural = advance = None
-        if glyph.width is not None and text.lost is None:
-            spacing = state.char_spacing + (state.word_spacing if glyph.is_space else 0.0)
-            natural = glyph.width * state.size * state.scale * unit
-            advance = (glyph.width * state.size + spacing) * state.scale * unit
-        length = math.hypot(glyph_space[0], glyph_space[1]) or 1.0
-        triggered = False
-        # An OCR layer stays aligned with its scan: the painted pixels show the region there anyway.
-        if removed and self.layout is not None and glyph.width is not None and not state.invisible:
-            left, right = (0.0, glyph.width) if glyph.width else (-_ZERO_WIDTH_BOX / 2, _ZERO_WIDTH_BOX / 2)
-            quad = corners(glyph_space, left, font.descent, right, font.ascent)
-            hits = {number for number, rect in enumerate(self.layout.triggers) if quad_hits(quad, rect)}
-            self.replaced |= hits - self._boxed
-            triggered = bool(hits)
-        return PlacedGlyph(
-            code=glyph.code,
-            removed=removed,
-            triggered=triggered,
-            origin=(line_space[4], line_space[5]),
-            direction=(glyph_space[0] / length, glyph_space[1] / length),
-            up=(glyph_space[2], glyph_space[3]),
-            natural=natural,
-            advance=advance,
-            is_space=glyph.is_space,
-            ascent=font.ascent,
-            descent=font.descent,
+        """The glyph as the line re-set needs it; the trigger regions that removed it now show only their mask."""
+        placed, hits = placed_glyph(
+            font, glyph, removed, state, text, self.layout.triggers if self.layout is not None else None
         )
+        self.replaced |= hits - self._boxed
+        return placed
 
     # --- XObjects ---------------------------------------------------------------------------
 
-    def _draw(self, operands: list[pikepdf.Object], state: _GraphicsState, scope: ResourceScope) -> Name | None:
+    def _draw(self, operands: list[pikepdf.Object], state: GraphicsState, scope: ResourceScope) -> Name | None:
         """Handle `Do`: redact what this draw shows under the regions (in a page-private copy of the
         XObject); returns the resource name to draw instead when the original name cannot be used."""
         if len(operands) != 1 or not isinstance(operands[0], Name):
@@ -530,7 +470,7 @@ class _Walker:
             redacted = self._form(xobject, state, scope)
         return scope.place(Name.XObject, name, redacted if redacted is not None else xobject)
 
-    def _form(self, form: pikepdf.Stream, state: _GraphicsState, parent: ResourceScope) -> pikepdf.Stream | None:
+    def _form(self, form: pikepdf.Stream, state: GraphicsState, parent: ResourceScope) -> pikepdf.Stream | None:
         """Walk a form XObject; a redacted page-private copy of it, or None if it needs no change."""
         key = form.objgen
         if key in self._forms_open:
@@ -574,7 +514,7 @@ class _Walker:
             self._keep_boxes({number for number, rect in enumerate(self.layout.triggers) if quad_hits(quad, rect)})
 
     def _outline(
-        self, outline: PathOutline, operator: str, operands: list[pikepdf.Object], state: _GraphicsState
+        self, outline: PathOutline, operator: str, operands: list[pikepdf.Object], state: GraphicsState
     ) -> None:
         try:
             outline.add(operator, numbers(operands, _PATH_OPERANDS[operator]), state.ctm)
@@ -609,72 +549,3 @@ class _Walker:
 
 _DRAWS_CONTENT = {"Tj", "TJ", "'", '"', "Do", "INLINE IMAGE"}
 _PATH_OPERANDS = {"m": 2, "l": 2, "c": 6, "v": 4, "y": 4, "h": 0, "re": 4}
-
-
-def _with_text_parameter(state: _GraphicsState, operator: str, value: float) -> _GraphicsState:
-    if operator == "Tc":
-        return dataclasses.replace(state, char_spacing=value)
-    if operator == "Tw":
-        return dataclasses.replace(state, word_spacing=value)
-    if operator == "Tz":
-        return dataclasses.replace(state, scale=value / 100)
-    if operator == "TL":
-        return dataclasses.replace(state, leading=value)
-    return dataclasses.replace(state, rise=value)
-
-
-def _advance(font: FontModel, glyph: Glyph, state: _GraphicsState) -> tuple[float, float] | None:
-    """How far the glyph moves the text position, in text space (None: unknown). In vertical writing it moves
-    down the column by the /DW2 advance; character spacing applies along it, horizontal scaling does not."""
-    if glyph.width is None:
-        return None
-    spacing = state.char_spacing + (state.word_spacing if glyph.is_space else 0.0)
-    if not font.vertical:
-        return (glyph.width * state.size + spacing) * state.scale, 0.0
-    if font.vertical_metrics is None:
-        return None
-    return 0.0, font.vertical_metrics[1] * state.size + spacing
-
-
-def _placed_vertical(font: FontModel, glyph: Glyph, state: _GraphicsState, text: _TextPosition) -> PlacedGlyph:
-    """A glyph of vertical writing, never removed, as what a re-set line must not cover: along its column
-    (downwards) from its origin by its advance, and half its width either side (its `ascent` and `descent`)."""
-    line_space = multiply(text.matrix, state.ctm)
-    glyph_space = multiply((state.size * state.scale, 0.0, 0.0, state.size, 0.0, state.rise), line_space)
-    moved = None if text.lost is not None else _advance(font, glyph, state)
-    unit = math.hypot(line_space[2], line_space[3])
-    natural = advance = None
-    if moved is not None and font.vertical_metrics is not None:
-        natural = -font.vertical_metrics[1] * state.size * unit
-        advance = -moved[1] * unit
-    length = math.hypot(glyph_space[2], glyph_space[3]) or 1.0
-    half = (glyph.width if glyph.width is not None else 1.0) / 2
-    return PlacedGlyph(
-        code=glyph.code,
-        removed=False,
-        triggered=False,
-        origin=(line_space[4], line_space[5]),
-        direction=(-glyph_space[2] / length, -glyph_space[3] / length),
-        up=(glyph_space[0], glyph_space[1]),
-        natural=natural,
-        advance=advance,
-        is_space=glyph.is_space,
-        ascent=half,
-        descent=-half,
-    )
-
-
-def _removed_displacement(width: float | None, is_space: bool, state: _GraphicsState) -> float:
-    """The TJ number (thousandths of an em) that moves as far as the removed glyph did."""
-    if width is None:
-        raise UnsafePage("unknown_widths")
-    spacing = state.char_spacing + (state.word_spacing if is_space else 0.0)
-    if state.size == 0:
-        if spacing:  # the advance is pure spacing, which no TJ number can reproduce at size 0
-            raise UnsafePage("zero_font_size")
-        return 0.0
-    return (width + spacing / state.size) * 1000
-
-
-def _object_id(font: pikepdf.Object | None) -> tuple[int, int] | None:
-    return font.objgen if isinstance(font, pikepdf.Dictionary) and font.is_indirect else None

@@ -24,17 +24,18 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Name
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import PageRedaction, RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
 from docjobs.pdf.inspect import ProgressFn, open_checked, rotation, visible_box
 from docjobs.pdf.raster import check_page_pixels, image_content, render_pages
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.gate import GateReport, Word, check_redaction, poppler_words
-from docjobs.pdf.redaction.layout import MaskLayout, ResetLine, reset_words_kept
+from docjobs.pdf.redaction.layout import MaskLayout
 from docjobs.pdf.redaction.locate import CORE_SHARE, locate, pages_with_glyphs_in
 from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, sensitive_kinds, value_pattern
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
+from docjobs.pdf.redaction.reset_check import ResetLine, reset_words_kept
 from docjobs.pdf.redaction.scrub import scrub_document
 from docjobs.pdf.redaction.subset import FALLBACK_REASON, scrub_fonts
 from docjobs.pdf.watermark import wrap_content
@@ -102,7 +103,7 @@ def redact_pdf(
             now = _words(dst)
             _check_nothing_split(was, now, located.values, removal.drawn, set(removal.fallback))
             if _moved_pages(src, was, now, regions, drawn, set(removal.fallback), removal.reset):
-                raise DocJobError("fidelity.text", "text outside the redaction regions moved or vanished")
+                raise DocJobError(FailureCode.FIDELITY_TEXT, "text outside the redaction regions moved or vanished")
     listed = {page.page for page in removal.pages}
     burned_for_a_font = [PageRedaction(page=number) for number in sorted(set(removal.fallback) - listed)]
     explicit = Counter(region.page for region in policy.regions)
@@ -208,7 +209,9 @@ def _render(boxed: Path, dst: Path, fallback: dict[int, str], dpi: int, tmp: Pat
 
 def _leak(gate: GateReport, where: str) -> DocJobError:
     kinds = ", ".join(sorted({leak.kind for leak in gate.leaks}))
-    return DocJobError("redaction.leak", f"{len(gate.leaks)} trace(s) of redacted content remain {where} ({kinds})")
+    return DocJobError(
+        FailureCode.REDACTION_LEAK, f"{len(gate.leaks)} trace(s) of redacted content remain {where} ({kinds})"
+    )
 
 
 def _burnable_residue(
@@ -338,7 +341,7 @@ def _check_nothing_split(
                 break
     if split:
         listed = ", ".join(map(str, split[:20])) + (", …" if len(split) > 20 else "")
-        raise DocJobError("redaction.leak", f"part of a redacted value is still readable on page(s) {listed}")
+        raise DocJobError(FailureCode.REDACTION_LEAK, f"part of a redacted value is still readable on page(s) {listed}")
 
 
 def _holds_part(word: str, value: str) -> bool:
@@ -386,7 +389,7 @@ def _middle(box: Rect) -> Rect:
 def _words(path: Path) -> list[tuple[int, list[Word]]]:
     words = poppler_words(path)
     if words is None:
-        raise DocJobError("fidelity.reader", "a second PDF reader could not read the document")
+        raise DocJobError(FailureCode.FIDELITY_READER, "a second PDF reader could not read the document")
     return words
 
 
@@ -397,7 +400,7 @@ def _check_searchable(src: Path) -> None:
     if blind:
         listed = ", ".join(map(str, blind[:20])) + (", …" if len(blind) > 20 else "")
         message = f"page(s) {listed} have no text to search, only images: OCR them first (--ocr or the scan policy)"
-        raise DocJobError("redaction.needs_ocr", message)
+        raise DocJobError(FailureCode.REDACTION_NEEDS_OCR, message)
 
 
 def _same_place(a: Rect, b: Rect, tolerance: float = 0.5) -> bool:
@@ -409,7 +412,7 @@ def _merge_regions(found: PageRegions, explicit: tuple[RedactRegion, ...], page_
     for region in explicit:
         if region.page > page_count:
             raise DocJobError(
-                "redaction.region_outside", f"a redaction region names page {region.page} of {page_count}"
+                FailureCode.REDACTION_REGION_OUTSIDE, f"a redaction region names page {region.page} of {page_count}"
             )
         regions.setdefault(region.page, []).append(Rect(region.x0, region.y0, region.x1, region.y1))
     return regions

@@ -128,3 +128,8 @@ def inherited_resources(page: pikepdf.Dictionary) -> pikepdf.Object | None:
             return node[Name.Resources]
         node = node.get(Name.Parent)
     return None
+
+
+def indirect_id(obj: pikepdf.Object | None) -> tuple[int, int] | None:
+    """The object id of an indirect dictionary (a font, its descriptor...); None for anything else."""
+    return obj.objgen if isinstance(obj, pikepdf.Dictionary) and obj.is_indirect else None
