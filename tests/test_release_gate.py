@@ -12,6 +12,7 @@ from pathlib import Path
 import pikepdf
 import pytest
 from pikepdf import Array, Dictionary, Name, String
+from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pypdf import PdfReader
 
 from docjobs.domain.errors import DocJobError
@@ -24,14 +25,15 @@ from docjobs.domain.models import (
     WatermarkPolicy,
 )
 from docjobs.isolation import gate_work
+from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.gate_work import GateWork
-from docjobs.isolation.sandbox import ChildLimits, ChildPool, hand_over, sibling_pools
+from docjobs.isolation.tenant_pools import hand_over, sibling_pools
 from docjobs.pdf import active_walk
-from docjobs.pdf.release_gate import Expected, GateReport, judge, read_gate
+from docjobs.pdf.release_gate import Expected, ExpectedStamp, GateReport, judge, read_gate
 from docjobs.pdf.sanitize import find_active_content as pikepdf_active_content
 from docjobs.pdf.stamp import stamp
-from docjobs.signing.config import SignerConfig
+from docjobs.signing.config import DEFAULT_STAMP_BOX, SignerConfig
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.signing.sign import ReleaseSigner, prepare_signature, release_reason, sign_pdf
 from tests.fixtures.samples import make_sample_pdf
@@ -65,6 +67,7 @@ def prepared(
     certify: bool = True,
     lock: bool = True,
     visible: bool = False,
+    stamp_box: tuple[int, int, int, int] = DEFAULT_STAMP_BOX,
     allow_existing_signatures: bool = False,
 ) -> tuple[Path, tuple[int, int, int, int]]:
     """`src` prepared for signing into `dst`, as the sign child does it."""
@@ -78,6 +81,7 @@ def prepared(
         certify=certify,
         lock=lock,
         visible=visible,
+        stamp_box=stamp_box,
         allow_existing_signatures=allow_existing_signatures,
     )
     return dst, done.byte_range
@@ -122,9 +126,52 @@ def test_an_honest_prepared_document_passes_every_check(signer: SignerConfig, tm
     ]
 
 
-def test_a_visible_signature_has_the_same_dictionary(signer: SignerConfig, tmp_path: Path) -> None:
+def visible_stamp(signer: SignerConfig) -> ExpectedStamp:
+    return ExpectedStamp(ReleaseSigner(signer).certificate_pem, DEFAULT_STAMP_BOX)
+
+
+def test_a_visible_signature_has_the_same_dictionary_and_the_workers_stamp(
+    signer: SignerConfig, tmp_path: Path
+) -> None:
     path, byte_range = prepared(signer, watermarked(tmp_path), tmp_path / "prepared.pdf", visible=True)
-    assert "gate_signature_dictionary" in judge(in_process(path, STRUCTURE), expected(byte_range))
+    report = in_process(path, STRUCTURE)
+    assert "gate_signature_dictionary" in judge(report, expected(byte_range, stamp=visible_stamp(signer)))
+    widget = report.placeholders[0].widget
+    assert widget is not None and widget.on_first_page and widget.rect == [float(n) for n in DEFAULT_STAMP_BOX]
+    # The policy asks for an invisible signature: a stamp is refused, and an invisible one where a stamp is asked.
+    assert refused(report, expected(byte_range)) == "signature.dictionary"
+    hidden, hidden_range = prepared(signer, watermarked(tmp_path / "hidden"), tmp_path / "hidden.pdf")
+    assert refused(in_process(hidden, STRUCTURE), expected(hidden_range, stamp=visible_stamp(signer))) == (
+        "signature.dictionary"
+    )
+
+
+def test_a_stamp_the_worker_does_not_draw_is_refused(signer: SignerConfig, tmp_path: Path) -> None:
+    """The sign child draws the stamp: one that names someone else, or that covers the page, is not signed."""
+    path, byte_range = prepared(signer, watermarked(tmp_path), tmp_path / "prepared.pdf", visible=True)
+    forged = tmp_path / "forged.pdf"
+    with path.open("rb") as original:
+        writer = IncrementalPdfFileWriter(original)
+        field = writer.root["/AcroForm"]["/Fields"][0].get_object()
+        appearance = field["/AP"].raw_get("/N")
+        drawn = appearance.get_object()
+        drawn._data = drawn.data.replace(b"docjobs DEVELOPMENT ONLY signer", b"Dr Mallory, Chief Physician")
+        drawn._encoded_data = None
+        writer.mark_update(appearance)
+        with forged.open("wb") as out:
+            writer.write(out)  # type: ignore[no-untyped-call]  # pyHanko leaves it untyped
+    report = in_process(forged, STRUCTURE)
+    assert report.placeholders[0].byte_range == list(byte_range)  # the dictionary is the worker's: only the stamp
+    with pytest.raises(DocJobError, match="stamp is not the one the worker draws") as failure:
+        judge(report, expected(byte_range, stamp=visible_stamp(signer)))
+    assert failure.value.code == "signature.dictionary"
+
+    whole_page = (0, 0, 612, 792)
+    covering, covering_range = prepared(
+        signer, watermarked(tmp_path / "cover"), tmp_path / "covering.pdf", visible=True, stamp_box=whole_page
+    )
+    with pytest.raises(DocJobError, match="stamp box"):
+        judge(in_process(covering, STRUCTURE), expected(covering_range, stamp=visible_stamp(signer)))
 
 
 def test_after_earlier_signatures_the_worker_expects_a_field_lock(signer: SignerConfig, tmp_path: Path) -> None:
@@ -153,7 +200,10 @@ def test_after_earlier_signatures_the_worker_expects_a_field_lock(signer: Signer
 def test_a_signature_dictionary_other_than_the_workers_is_refused(
     signer: SignerConfig, tmp_path: Path, options: dict[str, bool], reason: str
 ) -> None:
-    path, byte_range = prepared(signer, watermarked(tmp_path), tmp_path / "prepared.pdf", reason=reason, **options)
+    certify, lock = options.get("certify", True), options.get("lock", True)
+    path, byte_range = prepared(
+        signer, watermarked(tmp_path), tmp_path / "prepared.pdf", reason=reason, certify=certify, lock=lock
+    )
     assert refused(in_process(path, STRUCTURE), expected(byte_range)) == "signature.dictionary"
 
 

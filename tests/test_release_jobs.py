@@ -45,6 +45,28 @@ async def test_succeeded_means_signed_verified_and_checked(
     assert "Total document signed" in report and "Not total document signed" not in report
 
 
+async def test_a_visible_signature_is_released_with_the_stamp_the_worker_drew(
+    jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
+) -> None:
+    """The sign child draws the stamp in its sandbox; the release gate finds it is the one the worker draws for its
+    certificate and the signing time (the children's clock is UTC whatever the worker's zone), and signs."""
+    body = policies.get("standard").model_dump()
+    body["sign"]["visible"] = True
+    submitted = await jobs.submit(samples / "sample.pdf", Policy.model_validate(body), key="release-visible")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+    assert status.signature is not None and status.signature["bottom_line"] is True
+    out = tmp_path / "signed.pdf"
+    await jobs.fetch(submitted.job_id, out)
+    assert (
+        "Digitally signed by docjobs DEVELOPMENT ONLY signer"
+        in subprocess.run(
+            ["pdftotext", "-f", "1", "-l", "1", str(out), "-"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert "Signature Validation: Signature is Valid." in pdfsig(out)
+
+
 async def test_no_sign_skips_the_signature_but_not_the_checks(
     jobs: JobClient, policies: PolicyBook, samples: Path
 ) -> None:

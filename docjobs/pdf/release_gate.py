@@ -22,6 +22,11 @@ What the gate checks, on the latest revision of the file prepared for signing (w
   job's own tenant) and `/Reference` (DocMDP P1, with the catalog's `/Perms /DocMDP` pointing at it; or, after
   earlier signatures, a FieldMDP lock of every field with `/P 1`, and the field's `/Lock`) are the worker's, and
   nothing else — else `signature.dictionary`;
+* the signature's widget, on the first page: invisible (an empty rectangle, no appearance) unless the policy asks
+  for a visible signature, and then at the signer's stamp box with exactly the appearance pyHanko draws for the
+  worker's certificate and the signature's signing time (its bytes and its dictionary, fonts included) — else
+  `signature.dictionary`: a child cannot put a stamp that names anyone else, or covers the page, under the
+  organization's signature;
 * the page count render reported — else `fidelity.page_count`;
 * no active content, as docjobs/pdf/sanitize.py counts it (the same tables: docjobs/pdf/active_kinds.py), walked
   with a visited set and a budget (docjobs/pdf/active_walk.py) — else `sanitize.residue`;
@@ -36,6 +41,7 @@ still run after signing: they can add a refusal, never a pass.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections.abc import Callable
@@ -47,11 +53,15 @@ from typing import IO, Any, cast
 from pdfminer.high_level import extract_text as pdfminer_text
 from pydantic import Field
 from pyhanko.pdf_utils import generic as hanko
+from pyhanko.pdf_utils.layout import BoxConstraints
 from pyhanko.pdf_utils.reader import PdfFileReader
-from pyhanko.sign import fields
+from pyhanko.pdf_utils.writer import PdfFileWriter
+from pyhanko.sign import fields, signers
+from pyhanko.sign.general import load_certs_from_pemder_data
+from pyhanko.sign.signers.constants import DEFAULT_SIGNING_STAMP_STYLE
 from pypdf import PdfReader
 
-from docjobs.domain.errors import DocJobError
+from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import Frozen, ReleaseGateSettings, SanitizeMode, SanitizePolicy
 from docjobs.pdf.active_walk import find_active_content
 from docjobs.pdf.redaction.patterns import compile_patterns, sensitive_kinds
@@ -62,6 +72,18 @@ CATALOG = "<catalog>"  # how a reference to the document catalog is reported (th
 SIGNING_TIME_SLACK = timedelta(hours=1)  # the /M the child wrote, against the worker's clock
 _VARIABLE_KEYS = ("/Contents", "/ByteRange", "/M")  # reported apart: the hole, the range, the time
 _MAX_DEPTH, _MAX_ITEMS = 6, 64  # how much of a signature dictionary is reported: more than pyHanko ever writes
+_MAX_APPEARANCE_BYTES = 1 << 16  # a stamp pyHanko draws is about 1 KiB
+_APPEARANCE_VARIABLE = ("/Length", "/Filter", "/DecodeParms")  # how the stream is stored, not what it draws
+_MAX_PAGE_TREE_DEPTH = 64
+
+
+class Widget(Frozen):
+    """The placeholder signature field's widget, as the gate read it (the field and its widget are one object)."""
+
+    on_first_page: bool  # the first page's /Annots lists it
+    rect: list[float] | None  # None: not four numbers
+    appearance_sha256: str | None  # of the decoded /AP /N stream; None: no appearance
+    appearance_entries: dict[str, Any] | None = None  # the stream's dictionary, /Length and /Filter aside
 
 
 class SignatureDictionary(Frozen):
@@ -74,6 +96,7 @@ class SignatureDictionary(Frozen):
     signing_time: str | None  # /M
     certifies: bool  # the catalog's /Perms /DocMDP is this dictionary
     lock: Any = None  # the field's /Lock
+    widget: Widget | None = None  # None: the field has widgets of its own (/Kids), which pyHanko never writes
 
 
 class GateReport(Frozen):
@@ -109,7 +132,9 @@ def read_gate(path: Path, settings: ReleaseGateSettings, on_pages: Callable[[int
         except (DocJobError, RecursionError, MemoryError):
             raise
         except Exception:  # noqa: BLE001 - any reader failure: the file is not known to be clean
-            raise DocJobError("fidelity.reader", "the release gate's reader could not read the document") from None
+            raise DocJobError(
+                FailureCode.FIDELITY_READER, "the release gate's reader could not read the document"
+            ) from None
     return GateReport(
         page_count=page_count,
         active=active,
@@ -152,11 +177,13 @@ def signature_fields(file: IO[bytes]) -> tuple[list[SignatureDictionary], int]:
                 earlier += 1
                 continue
             field = field_ref.get_object()
-            placeholders.append(_placeholder(str(name), signature, value, field, docmdp, root_ref))
+            placeholder = _placeholder(str(name), signature, value, field, docmdp, root_ref)
+            widget = _widget(reader, field_ref, field, root_ref)
+            placeholders.append(placeholder.model_copy(update={"widget": widget}))
     except (DocJobError, RecursionError, MemoryError):
         raise
     except Exception:  # noqa: BLE001 - any reader failure: the file is not known to be clean
-        raise DocJobError("fidelity.reader", "the release gate could not read the signature fields") from None
+        raise DocJobError(FailureCode.FIDELITY_READER, "the release gate could not read the signature fields") from None
     return placeholders, earlier
 
 
@@ -179,6 +206,69 @@ def _placeholder(
         certifies=docmdp is not None and _same_object(docmdp, value),
         lock=None if lock is None else _plain(lock, root, 0),
     )
+
+
+def _widget(reader: PdfFileReader, field_ref: Any, field: Any, root: Any) -> Widget | None:
+    """Where the field's widget is and what it draws (None: widgets of its own, /Kids)."""
+    if not isinstance(field, hanko.DictionaryObject) or "/Kids" in field:
+        return None
+    rect = _entry(field, "/Rect")
+    numbers = list(rect) if isinstance(rect, list) else []
+    appearances = _entry(field, "/AP")
+    normal = _entry(appearances, "/N") if isinstance(appearances, hanko.DictionaryObject) else None
+    sha256 = entries = None
+    if isinstance(normal, hanko.StreamObject):
+        encoded = normal.encoded_data
+        if encoded is not None and len(encoded) > _MAX_APPEARANCE_BYTES:
+            raise DocJobError(FailureCode.SIGNATURE_DICTIONARY, "the signature's appearance is too large")
+        sha256, entries = appearance_facts(normal, root)
+    elif normal is not None:
+        entries = {"not_a_stream": True}
+    return Widget(
+        on_first_page=_on_first_page(reader, field_ref),
+        rect=[float(n) for n in numbers] if len(numbers) == 4 and all(_is_number(n) for n in numbers) else None,
+        appearance_sha256=sha256,
+        appearance_entries=entries,
+    )
+
+
+def appearance_facts(stream: hanko.StreamObject, root: Any) -> tuple[str, dict[str, Any]]:
+    """What an appearance stream draws: the digest of its decoded content and its dictionary (plain)."""
+    entries = {str(key): _plain(stream.raw_get(key), root, 0) for key in list(stream)[:_MAX_ITEMS]}
+    for key in _APPEARANCE_VARIABLE:
+        entries.pop(key, None)
+    return hashlib.sha256(stream.data).hexdigest(), _as_floats(entries)
+
+
+def _as_floats(value: Any) -> Any:
+    """Every number as a float (a stamp drawn in memory has `0.0` where the same one written reads `0`)."""
+    if isinstance(value, dict):
+        if value.keys() == {"number"}:
+            return float(value["number"])
+        return {key: _as_floats(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_floats(item) for item in value]
+    return float(value) if _is_int(value) else value
+
+
+def _on_first_page(reader: PdfFileReader, field_ref: Any) -> bool:
+    """Whether the first page (the page tree's first leaf) lists `field_ref` in its /Annots."""
+    node = _entry(reader.root, "/Pages")
+    for _ in range(_MAX_PAGE_TREE_DEPTH):
+        if not isinstance(node, hanko.DictionaryObject):
+            return False
+        kids = _entry(node, "/Kids")
+        if not isinstance(kids, list):
+            break
+        node = kids[0].get_object() if kids else None
+    annots = _entry(node, "/Annots") if isinstance(node, hanko.DictionaryObject) else None
+    if not isinstance(annots, list):
+        return False
+    return any(_same_object(ref, field_ref) for ref in list(annots)[:_MAX_ITEMS])
+
+
+def _is_number(value: object) -> bool:
+    return _is_int(value) or isinstance(value, hanko.FloatObject)
 
 
 def _entry(holder: hanko.DictionaryObject, key: str) -> Any:
@@ -305,6 +395,28 @@ def expected_signature(reason: str, *, certify: bool) -> tuple[dict[str, Any], A
 
 
 @dataclass(frozen=True)
+class ExpectedStamp:
+    """A visible signature: the signer's certificate (whose name the stamp shows) and the stamp's box."""
+
+    certificate_pem: bytes
+    box: tuple[int, int, int, int]
+
+
+def stamp_appearance(stamp: ExpectedStamp, signed_at: datetime) -> tuple[str, dict[str, Any]]:
+    """The appearance pyHanko draws for `stamp` signed at `signed_at` (as docjobs/signing/sign.py has it draw it:
+    the default signing stamp, the certificate's name, the time in UTC), as `appearance_facts` reports one. Drawn
+    here, in a document of the worker's own: no tenant's byte is read."""
+    [certificate] = list(load_certs_from_pemder_data(stamp.certificate_pem))[:1]
+    name = signers.ExternalSigner(signing_cert=certificate, cert_registry=None, signature_value=b"").subject_name
+    x0, y0, x1, y1 = stamp.box
+    style = DEFAULT_SIGNING_STAMP_STYLE
+    text = {"signer": name, "ts": signed_at.astimezone(UTC).strftime(style.timestamp_format)}
+    writer = PdfFileWriter()  # type: ignore[no-untyped-call]  # pyHanko leaves __init__ untyped
+    drawn = style.create_stamp(writer, BoxConstraints(width=x1 - x0, height=y1 - y0), text)
+    return appearance_facts(drawn.as_form_xobject(), None)
+
+
+@dataclass(frozen=True)
 class Expected:
     """What the worker knows of the job, independently of every child: its tenant's /Reason, the byte range it
     checked, whether the policy lets an input be signed already, render's page count, the sanitize policy."""
@@ -314,6 +426,7 @@ class Expected:
     allow_signed_input: bool
     page_count: int  # 0: not known (scheduled without the job's shape)
     sanitize: SanitizePolicy
+    stamp: ExpectedStamp | None = None  # None: an invisible signature
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
 
 
@@ -321,43 +434,76 @@ def judge(report: GateReport, expected: Expected) -> list[str]:
     """The worker's verdict on the gate's report: the checks passed, or DocJobError with the first failing one's
     code (signature.dictionary, fidelity.page_count, sanitize.residue, fidelity.watermark, redaction.leak)."""
     if report.loaded_forbidden:  # the gate's own process is not what it must be: never a pass
-        raise DocJobError("internal.error", "the release gate's child loaded a C/C++ PDF reader")
+        raise DocJobError(FailureCode.INTERNAL_ERROR, "the release gate's child loaded a C/C++ PDF reader")
     checks = [_judge_signature(report, expected)]
     if expected.page_count and report.page_count != expected.page_count:
-        raise DocJobError("fidelity.page_count", "the release gate counts another number of pages than render did")
+        raise DocJobError(
+            FailureCode.FIDELITY_PAGE_COUNT, "the release gate counts another number of pages than render did"
+        )
     checks.append("gate_page_count")
     if expected.sanitize.mode is not SanitizeMode.KEEP:
         if report.active:
             kinds = ", ".join(sorted(report.active))
-            raise DocJobError("sanitize.residue", f"the release gate found active content ({kinds}) before signing")
+            raise DocJobError(
+                FailureCode.SANITIZE_RESIDUE, f"the release gate found active content ({kinds}) before signing"
+            )
         checks.append("gate_no_active_content")
     if report.watermark_missing is not None:
         if report.watermark_missing:
             missing = len(report.watermark_missing)
-            raise DocJobError("fidelity.watermark", f"the release gate finds no watermark on {missing} page(s)")
+            raise DocJobError(
+                FailureCode.FIDELITY_WATERMARK, f"the release gate finds no watermark on {missing} page(s)"
+            )
         checks.append("gate_watermark_every_page")
     if report.redaction_leaks:
-        raise DocJobError("redaction.leak", "the release gate finds a redaction pattern in the document's text")
+        raise DocJobError(
+            FailureCode.REDACTION_LEAK, "the release gate finds a redaction pattern in the document's text"
+        )
     return checks
 
 
 def _judge_signature(report: GateReport, expected: Expected) -> str:
     if len(report.placeholders) != 1:
         count = len(report.placeholders)
-        raise DocJobError("signature.dictionary", f"the prepared document has {count} empty signatures, not one")
+        raise DocJobError(
+            FailureCode.SIGNATURE_DICTIONARY, f"the prepared document has {count} empty signatures, not one"
+        )
     [found] = report.placeholders
     certify = not (expected.allow_signed_input and report.earlier_signatures)
     entries, lock = expected_signature(expected.reason, certify=certify)
     if found.entries != entries or found.lock != lock:
-        raise DocJobError("signature.dictionary", "the signature dictionary is not the one the worker expects")
+        raise DocJobError(
+            FailureCode.SIGNATURE_DICTIONARY, "the signature dictionary is not the one the worker expects"
+        )
     if found.certifies != certify:
-        raise DocJobError("signature.dictionary", "the document's DocMDP permissions do not point at the signature")
+        raise DocJobError(
+            FailureCode.SIGNATURE_DICTIONARY, "the document's DocMDP permissions do not point at the signature"
+        )
     if found.byte_range != list(expected.byte_range):
-        raise DocJobError("signature.dictionary", "the signature's /ByteRange is not the range the worker checked")
+        raise DocJobError(
+            FailureCode.SIGNATURE_DICTIONARY, "the signature's /ByteRange is not the range the worker checked"
+        )
     signed_at = _pdf_date(found.signing_time)
     if signed_at is None or abs(signed_at - expected.now()) > SIGNING_TIME_SLACK:
-        raise DocJobError("signature.dictionary", "the signature's signing time is not now")
+        raise DocJobError(FailureCode.SIGNATURE_DICTIONARY, "the signature's signing time is not now")
+    _judge_widget(found.widget, expected.stamp, signed_at)
     return "gate_signature_dictionary"
+
+
+def _judge_widget(widget: Widget | None, stamp: ExpectedStamp | None, signed_at: datetime) -> None:
+    """The widget pyHanko writes: on the first page; invisible (an empty rectangle, nothing drawn), or at the stamp
+    box drawing exactly the stamp the worker draws itself."""
+    if widget is None or not widget.on_first_page:
+        raise DocJobError(FailureCode.SIGNATURE_DICTIONARY, "the signature's widget is not the one the worker expects")
+    if stamp is None:
+        empty = widget.rect is not None and (widget.rect[0] == widget.rect[2] or widget.rect[1] == widget.rect[3])
+        if not empty or widget.appearance_sha256 is not None or widget.appearance_entries is not None:
+            raise DocJobError(FailureCode.SIGNATURE_DICTIONARY, "the signature is visible, but the policy says not")
+        return
+    if widget.rect != [float(n) for n in stamp.box]:
+        raise DocJobError(FailureCode.SIGNATURE_DICTIONARY, "the signature's stamp is not in the signer's stamp box")
+    if (widget.appearance_sha256, widget.appearance_entries) != stamp_appearance(stamp, signed_at):
+        raise DocJobError(FailureCode.SIGNATURE_DICTIONARY, "the signature's stamp is not the one the worker draws")
 
 
 _PDF_DATE = re.compile(r"^D:(\d{14})(?:(Z)|([+-])(\d{2})'?(\d{2})'?)?$")
