@@ -111,9 +111,12 @@ lint: dev-deps
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mkdocs build --strict
 
-# The whole suite (what CI runs): unit, workflow (dev server, activity doubles) and e2e (real workers, children).
+# The whole suite (what CI runs): unit, workflow (dev server, activity doubles) and e2e (real workers, children), on
+# pytest-xdist's workers, two a core (the suite waits on servers, leases and children about half its time), a module
+# at a time, the longest first (tests/conftest.py; docs/tests.md). Each marker's time budget is checked at the end.
+TEST_WORKERS ?= $(shell echo $$((2 * $$(nproc))))
 test: test-deps lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The fast loop: the linters and the tests that start no Temporal server, worker, child or OCR tool, on every core.
 check: test-deps lint

@@ -42,7 +42,7 @@ from docjobs.temporal.settings import TemporalSettings
 from tests.fault_worker import Hold
 from tests.fixtures.samples import make_sample_pdf
 
-pytest_plugins = ("tests.ci_skips",)  # under CI=true a skip fails the run
+pytest_plugins = ("tests.ci_skips", "tests.time_budgets")  # under CI=true a skip fails the run; markers' time budgets
 REPO = Path(__file__).resolve().parent.parent
 # A suite started in the background by a script (`make test &`, a CI runner's job) inherits SIGINT ignored, and so
 # would every command, server and worker it starts: the tests that interrupt one (exit 130, as Ctrl-C does) would
@@ -64,9 +64,17 @@ E2E_MODULES = frozenset(
     {"test_sandbox", "test_compromised_child", "test_ocr_core", "test_ocr_quality", "test_office", "test_ci_skips"}
 )
 KINDS = ("unit", "workflow", "e2e")
+# `make test` runs the suite on pytest-xdist's workers, a module at a time (`--dist loadgroup`, docs/tests.md): each
+# worker has a session of its own (its dev server, main worker and held queue, on free ports, in its own temporary
+# folder) and a module's fixtures are made once. Modules that share something beyond a session run on one worker,
+# one after the other: a tenant's sandbox uid comes from its name, and its process limit (RLIMIT_NPROC) counts
+# every process of that uid on the machine, so `mallory`'s fork bomb must not run beside `mallory`'s hostile jobs.
+SHARED_GROUPS = {"test_compromised_child": "mallory", "test_hostile_jobs": "mallory"}
+# What a test of each marker is expected to take (s) while no run has timed it (tests/time_budgets.py keeps times).
+EXPECTED_SECONDS = {"unit": 0.1, "workflow": 2.0, "e2e": 6.0}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(kind) for kind in KINDS):
             continue
@@ -77,6 +85,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             kind = "workflow" if "env" in fixtures else "unit"
         item.add_marker(getattr(pytest.mark, kind))
+    if config.getoption("dist", "no") == "loadgroup":
+        group_by_module(config, items)
+
+
+def group_by_module(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One pytest-xdist group a module (SHARED_GROUPS: some together), the groups handed out longest first, by the
+    times of the last run (or EXPECTED_SECONDS), so that no worker is left with a long module once the rest are done.
+    Deterministic: every worker must collect the same order."""
+    from tests.time_budgets import CACHE_KEY  # imported here: as a module of pytest_plugins it is imported after this
+
+    cache = getattr(config, "cache", None)  # None under `-p no:cacheprovider`
+    timed: dict[str, float] = cache.get(CACHE_KEY, {}) if cache is not None else {}
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        module = Path(item.nodeid.split("::")[0]).stem
+        group = SHARED_GROUPS.get(module, module)
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+
+    def expected(item: pytest.Item) -> float:
+        kind = next(kind for kind in KINDS if item.get_closest_marker(kind))
+        return float(timed.get(item.nodeid, EXPECTED_SECONDS[kind]))
+
+    longest_first = sorted(groups.values(), key=lambda tests: -sum(map(expected, tests)))
+    items[:] = [item for tests in longest_first for item in tests]
 
 
 @pytest.fixture

@@ -24,6 +24,12 @@ named them in its heartbeats, then holds (event `chunk-<first>.checkpointed`, wh
 worker is killed: an attempt
 lost in the middle of its range. `fail-ocr-checkpoint`: the same attempt fails there instead (a retryable error).
 
+`none`: every stage as `worker.py` has it: a worker to SIGKILL in the middle of real work.
+
+Every fault worker hands a job's next workflow task back to the other workers of its queue after 1 s unanswered
+(`STICKY_TIMEOUT`), not temporalio's 10 s: a worker a test kills leaves that task on its own queue, where no one
+answers, and the test waits for the lease to lapse, not for that fallback.
+
 `DOCJOBS_SPAN_FILE`: every span this worker ends is written there at once, one JSON object a line (a killed
 worker's batch exporter would lose them).
 
@@ -41,6 +47,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +58,7 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProces
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import CancelledError
+from temporalio.worker import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -68,6 +76,9 @@ from docjobs.temporal.tracing import configure_tracing
 
 InputT = TypeVar("InputT", bound=StageInput)
 OutputT = TypeVar("OutputT", bound=BaseModel)
+
+
+STICKY_TIMEOUT = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,8 @@ if __name__ == "__main__":
     if "DOCJOBS_SPAN_FILE" in os.environ:
         write_spans_to(Path(os.environ["DOCJOBS_SPAN_FILE"]))
     fault = os.environ.get("DOCJOBS_FAULT", "drop-last-page")
+    assert getattr(worker, "Worker", None) is Worker, "docjobs.worker no longer builds its workers as Worker(...)"
+    setattr(worker, "Worker", functools.partial(Worker, sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT))  # noqa: B010
     renders = {"drop-last-page": PageDroppingRender, "hold-render": HeldRender, "flaky-render": FlakyRender}
     if fault in renders:
         setattr(worker, "StageActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
@@ -198,6 +211,6 @@ if __name__ == "__main__":
     ):
         entries = f"tests.faults.{fault.replace('-', '_')}"
         setattr(worker, "ChildPool", functools.partial(ChildPool, entries=entries))  # noqa: B010
-    else:
+    elif fault != "none":
         raise SystemExit(f"unknown DOCJOBS_FAULT {fault!r}")
     raise SystemExit(worker.main())
