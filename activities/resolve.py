@@ -16,7 +16,8 @@ from activities.declared import implements
 from activities.lease import typed_failures
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import DocumentJobInput, JobRequest, Policy, ResolveInput
+from docjobs.domain.models import DocumentJobInput, JobRequest, ResolveInput
+from docjobs.domain.policy import Policy
 from docjobs.settings.config import ConfigError, Settings
 from docjobs.settings.policies import PolicyBook
 from docjobs.settings.tenants import callback_of, policies_of

@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env
 from pypdf import PdfReader
 
-from docjobs.domain.models import JobStatus, Policy
+from docjobs.domain.models import JobStatus
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.temporal.client import JobClient, connect

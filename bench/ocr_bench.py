@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import dev_server_env
 
-from docjobs.domain.models import Policy
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.pdf.ocr import ocrmypdf_args
 from docjobs.settings.policies import PolicyBook

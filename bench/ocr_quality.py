@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import OcrPolicy
+from docjobs.domain.policy import OcrPolicy
 from docjobs.pdf.ocr import ocrmypdf_args, run_ocr
 from docjobs.settings.config import Settings
 from docjobs.settings.policies import PolicyBook

@@ -27,7 +27,7 @@ import pikepdf
 from pdfminer.high_level import extract_text
 from pdfminer.layout import LAParams
 
-from docjobs.domain.models import RedactPolicy
+from docjobs.domain.policy import RedactPolicy
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.gate import check_redaction
 from docjobs.pdf.redaction.locate import locate

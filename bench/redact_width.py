@@ -31,7 +31,7 @@ from fontTools.ttLib import TTFont
 from pdfminer.cmapdb import CMapParser, FileUnicodeMap
 from reportlab.pdfbase.pdfmetrics import stringWidth
 
-from docjobs.domain.models import RedactLayout, RedactPolicy
+from docjobs.domain.policy import RedactLayout, RedactPolicy
 from docjobs.pdf.redaction.redact import redact_pdf
 from tests.fixtures.redact_layout import (
     FONT_SIZE,

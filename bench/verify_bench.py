@@ -43,7 +43,8 @@ def _seconds(action: Callable[[], object]) -> tuple[float, float]:
 
 def one_run(pages: int, folder: Path, *, redaction_gate: bool) -> dict[str, float]:
     """Render, sign and verify once, in this process, with the code on `sys.path`."""
-    from docjobs.domain.models import LimitsPolicy, RenderSettings, SanitizePolicy, VerifySettings, WatermarkPolicy
+    from docjobs.domain.models import RenderSettings, VerifySettings
+    from docjobs.domain.policy import LimitsPolicy, SanitizePolicy, WatermarkPolicy
     from docjobs.isolation.stage_work import RenderWork, VerifyWork, render, verify
     from docjobs.pdf.fidelity import check_fidelity
     from docjobs.pdf.sanitize import check_no_active_content
@@ -96,7 +97,7 @@ def one_run(pages: int, folder: Path, *, redaction_gate: bool) -> dict[str, floa
     )
     times["active_content"], _ = _seconds(lambda: check_no_active_content(signed, SanitizePolicy()))
     if redaction_gate:  # what verify adds for a policy that redacts (`external`'s patterns)
-        from docjobs.domain.models import RedactPolicy
+        from docjobs.domain.policy import RedactPolicy
         from docjobs.pdf.redaction.gate import check_redaction
         from docjobs.pdf.redaction.patterns import compile_patterns
 

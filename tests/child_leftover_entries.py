@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from docjobs.domain.models import Frozen
+from docjobs.domain.base import Frozen
 from docjobs.isolation.stage_work import Entry
 from tests.sandbox_entries import Order, ProgressFn, Seen
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from docjobs.domain.models import Frozen
+from docjobs.domain.base import Frozen
 from docjobs.isolation.stage_work import Entry
 
 ProgressFn = Callable[[int, int], None]

@@ -27,7 +27,8 @@ from docjobs.domain.batching import (
     RunningJob,
     StartDocuments,
 )
-from docjobs.domain.models import BlobRef, Policy, WatermarkPolicy
+from docjobs.domain.models import BlobRef
+from docjobs.domain.policy import Policy, WatermarkPolicy
 from docjobs.domain.states import JobState
 from docjobs.temporal.client import connect
 from tests.conftest import Env

@@ -18,7 +18,7 @@ from PIL import Image
 from pydantic import ValidationError
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import LimitsPolicy, Policy, RedactPolicy, RedactRegion, WatermarkPolicy
+from docjobs.domain.policy import LimitsPolicy, Policy, RedactPolicy, RedactRegion, WatermarkPolicy
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, budgets_for, decoded_size
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf

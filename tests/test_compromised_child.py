@@ -25,7 +25,8 @@ import pikepdf
 import pytest
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import CpuBudget, JobStatus, TransitionRecord, WatermarkMode
+from docjobs.domain.models import CpuBudget, JobStatus, TransitionRecord
+from docjobs.domain.policy import WatermarkMode
 from docjobs.domain.states import JobState, Stage
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.child_process import ChildCrashed

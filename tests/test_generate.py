@@ -11,7 +11,7 @@ import pytest
 from reportlab.pdfgen.canvas import Canvas
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import GeneratePolicy, MissingResource
+from docjobs.domain.policy import GeneratePolicy, MissingResource
 from docjobs.generate.bundle import unpack_bundle
 from docjobs.generate.templating import render_template
 from docjobs.generate.weasy import html_to_pdf

@@ -11,7 +11,8 @@ from pathlib import Path
 import pikepdf
 import pytest
 
-from docjobs.domain.models import InputKind, JobStatus, Policy
+from docjobs.domain.models import InputKind, JobStatus
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.pdf import pdfa
 from docjobs.settings.policies import PolicyBook

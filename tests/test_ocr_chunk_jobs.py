@@ -18,7 +18,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from docjobs.domain.models import Policy
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState, Stage
 from docjobs.isolation.chunk_work import RANGE_NICENESS
 from docjobs.isolation.sandbox_child import NICENESS

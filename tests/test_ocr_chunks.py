@@ -14,8 +14,9 @@ from pikepdf import Array, Dictionary, Name, OutlineItem
 
 from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, CoreShare, PageCheckpoints
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import BlobRef, OcrOutputType, OcrPolicy
+from docjobs.domain.models import BlobRef
 from docjobs.domain.ocr_chunks import PageRange, chunk_plan
+from docjobs.domain.policy import OcrOutputType, OcrPolicy
 from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
 from docjobs.store.storage import RunScope, ocr_checkpoints_prefix
 from workflows.ocr_chunks import page_ranges

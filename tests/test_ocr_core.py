@@ -37,7 +37,7 @@ from reportlab.lib.pagesizes import LETTER
 from reportlab.pdfgen.canvas import Canvas
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import OcrMode, OcrPolicy
+from docjobs.domain.policy import OcrMode, OcrPolicy
 from docjobs.pdf.images import image_to_pdf
 from docjobs.pdf.inspect import inspect_pdf
 from docjobs.pdf.ocr import OcrResult, ocrmypdf_args, run_ocr

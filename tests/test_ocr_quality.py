@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import OcrMode, OcrPolicy, OcrUnreadable
+from docjobs.domain.policy import OcrMode, OcrPolicy, OcrUnreadable
 from docjobs.domain.states import JobState
 from docjobs.pdf.deskew import estimate_skew
 from docjobs.pdf.ocr import run_ocr

@@ -19,7 +19,8 @@ import pytest
 from pikepdf import Name
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import InputKind, OfficePolicy, PdfVariant, Policy
+from docjobs.domain.models import InputKind
+from docjobs.domain.policy import OfficePolicy, PdfVariant, Policy
 from docjobs.generate.office import (
     OfficeFormat,
     check_office_input,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from docjobs.domain.models import InputKind, OfficePolicy, Policy
+from docjobs.domain.models import InputKind
+from docjobs.domain.policy import OfficePolicy, Policy
 from docjobs.domain.states import JobState
 from docjobs.pdf import pdfa
 from docjobs.settings.policies import PolicyBook, job_overrides

@@ -13,7 +13,7 @@ import pikepdf
 import pytest
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import RedactPolicy
+from docjobs.domain.policy import RedactPolicy
 from docjobs.pdf.page_ranges import map_pages, read_in_parallel, split_pages
 from docjobs.pdf.redaction import gate
 from docjobs.pdf.redaction.patterns import compile_patterns

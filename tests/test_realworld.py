@@ -15,16 +15,8 @@ import pypdfium2 as pdfium  # type: ignore[import-untyped]
 import pytest
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import (
-    LimitsPolicy,
-    RenderDone,
-    RenderSettings,
-    SanitizePolicy,
-    VerifyDone,
-    VerifySettings,
-    WatermarkMode,
-    WatermarkPolicy,
-)
+from docjobs.domain.models import RenderDone, RenderSettings, VerifyDone, VerifySettings
+from docjobs.domain.policy import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
 from docjobs.isolation.stage_work import RenderWork, SignWork, VerifyWork, render, sign, verify
 from docjobs.pdf.inspect import Encryption, inspect_pdf
 from docjobs.pdf.watermark import STAMP_BAND, watermark_structure

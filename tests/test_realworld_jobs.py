@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from docjobs.domain.models import Policy
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient

@@ -15,7 +15,7 @@ from PIL import Image
 from pypdf import PdfReader
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import RedactLayout, RedactPolicy, RedactRegion
+from docjobs.domain.policy import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval, remove_content
 from docjobs.pdf.redaction.gate import Word

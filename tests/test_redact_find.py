@@ -21,7 +21,7 @@ from reportlab.pdfbase.pdfmetrics import registerFont, stringWidth
 from reportlab.pdfbase.ttfonts import TTFont
 
 from docjobs.domain.errors import FailureCode, Outcome
-from docjobs.domain.models import RedactPolicy
+from docjobs.domain.policy import RedactPolicy
 from docjobs.pdf.redaction.gate import GateReport, check_redaction
 from docjobs.pdf.redaction.locate import PAD, Located, locate
 from docjobs.pdf.redaction.patterns import (

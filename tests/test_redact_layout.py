@@ -27,7 +27,8 @@ from pikepdf import Name
 from PIL import Image
 from pypdf import PdfReader
 
-from docjobs.domain.models import RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
+from docjobs.domain.models import RedactionSummary
+from docjobs.domain.policy import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.redaction.redact import redact_pdf
 from tests.ci_skips import needs_tools
 from tests.fixtures.office_samples import converted_by_libreoffice, letter_html

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from docjobs.api.app import create_app
 from docjobs.domain.linear_regex import LinearRegex, UnsupportedRegex
-from docjobs.domain.models import RedactPolicy
+from docjobs.domain.policy import RedactPolicy
 from docjobs.pdf.redaction.patterns import BUILTIN_PATTERNS, compile_patterns, find_matches, find_matches_loose
 from docjobs.settings.tenants import TenantBook, add_tenant
 from docjobs.temporal.settings import TemporalSettings

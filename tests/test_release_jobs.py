@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from docjobs.domain.models import Policy
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import cert_pem, key_pem

@@ -21,7 +21,7 @@ from pikepdf import Name
 from PIL import Image, ImageChops, ImageStat
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import WATERMARK_OPACITY, Policy, WatermarkMode, WatermarkPolicy
+from docjobs.domain.policy import WATERMARK_OPACITY, Policy, WatermarkMode, WatermarkPolicy
 from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf import raster
 from docjobs.pdf.inspect import Encryption, PdfInfo, inspect_pdf, sniff_kind

@@ -13,7 +13,7 @@ from pikepdf import Dictionary, Name, String
 from pypdf import PdfReader
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import SanitizeMode, SanitizePolicy
+from docjobs.domain.policy import SanitizeMode, SanitizePolicy
 from docjobs.pdf.raster import watermark_raster
 from docjobs.pdf.sanitize import (
     action_kind,

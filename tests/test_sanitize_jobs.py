@@ -8,7 +8,7 @@ import pytest
 from pypdf import PdfReader
 
 from docjobs.cli.output import describe
-from docjobs.domain.models import Policy
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.pdf.sanitize import find_active_content
 from docjobs.settings.policies import PolicyBook

@@ -10,7 +10,8 @@ import pikepdf
 from pikepdf import Array, Dictionary, Name, String
 from PIL import Image
 
-from docjobs.domain.models import LimitsPolicy, RenderSettings, SanitizePolicy, WatermarkMode, WatermarkPolicy
+from docjobs.domain.models import RenderSettings
+from docjobs.domain.policy import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
 from docjobs.isolation.stage_work import RenderWork, render
 from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND
 from tests.fixtures import realworld

@@ -35,15 +35,14 @@ from docjobs.domain.models import (
     JobRequest,
     JobStatus,
     NotifyInput,
-    Policy,
     PublishInput,
     PublishOutput,
     RenderInput,
     RenderOutput,
     VerifyInput,
     VerifyOutput,
-    WatermarkPolicy,
 )
+from docjobs.domain.policy import Policy, WatermarkPolicy
 from docjobs.domain.states import JobState, Stage
 from docjobs.store.storage import BlobStore, sha256_file
 from docjobs.temporal.client import JobClient, connect

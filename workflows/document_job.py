@@ -7,13 +7,9 @@ wrap-up's evidence and clean-up run as local activities on the worker that runs 
 the worker itself, recorded as markers rather than as scheduled tasks); the tenant's callback, an outside
 endpoint with minutes of retries, stays an activity.
 
-Whoever reaches the Temporal frontend can start this workflow, so it trusts nothing it is started with: it
-takes its input raw (an input the SDK cannot convert would fail the workflow task forever) and refuses,
-before any activity, an input it cannot read (`request.invalid`), one the payload codec did not accept or
-that was sealed for no workflow (`codec.unsealed`), a request for another job ID than its own workflow ID, an
-input (public or internal) whose tenant is not its ID's prefix, and an internal request whose source is not
-a source (`sources/<sha256>`) (`request.invalid`): every storage key a stage derives from `job_id` is
-therefore the workflow ID's, and the tenant a stage acts for is the ID's.
+Whoever reaches the Temporal frontend can start this workflow, so it trusts nothing it is started with: it takes
+its input raw and refuses, before any activity, what it may not run (workflows/admission.py). Every storage key a
+stage derives from `job_id` is therefore the workflow ID's, and the tenant a stage acts for is the ID's.
 
 It takes two shapes: the public `DocumentJobInput` (docjobs/domain/contract.py; what every client sends), which its
 first activity, `resolve`, turns into a full `JobRequest` recorded in history; and the internal `JobRequest`
@@ -25,16 +21,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RetryPolicy
 from temporalio.contrib.opentelemetry.workflow import completed_span
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
-from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from docjobs.domain import stage_specs as specs
@@ -45,15 +38,13 @@ with workflow.unsafe.imports_passed_through():
         STATUS_QUERY,
         WORKFLOW_TYPE,
     )
-    from docjobs.domain.errors import FAILURE_CODES, FailureCode, Outcome, outcome_of
-    from docjobs.domain.idempotency import is_valid_client_key
+    from docjobs.domain.errors import FailureCode, Outcome, outcome_of
     from docjobs.domain.metric_names import DOCUMENT_CPU, JOBS_TERMINAL, RELEASED_PAGES, failure_family
     from docjobs.domain.models import (
         BlobRef,
         CancelAnswer,
         ChunkProgress,
         CleanupInput,
-        Cost,
         CpuBudget,
         DocumentJobInput,
         EvidenceInput,
@@ -64,7 +55,6 @@ with workflow.unsafe.imports_passed_through():
         JobStatus,
         NotifyInput,
         OcrInput,
-        OcrMode,
         OcrOutput,
         PublishInput,
         RedactInput,
@@ -75,14 +65,15 @@ with workflow.unsafe.imports_passed_through():
         StageInput,
         TransitionRecord,
         VerifyInput,
-        WatermarkMode,
     )
     from docjobs.domain.ocr_chunks import PageRange
-    from docjobs.domain.sealing import UNBOUND_FIELD, UNSEALED_ENCODING
+    from docjobs.domain.policy import OcrMode, WatermarkMode
     from docjobs.domain.stage_specs import StageQueue, StageSpec, spec_of
     from docjobs.domain.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa
     from workflows import stages
+    from workflows.admission import NO_REQUEST, RequestInput, admit, placeholder_status
+    from workflows.endings import LOCAL_ACTIVITY_FAILURES, NON_RETRYABLE_CODES, Ending, cost_of_failure, failure_of
     from workflows.ocr_chunks import (
         OCR_CHUNK_QUEUE_PATCH,
         OCR_CHUNKS_PATCH,
@@ -95,86 +86,11 @@ with workflow.unsafe.imports_passed_through():
 InputT = TypeVar("InputT", bound=StageInput)
 OutputT = TypeVar("OutputT", bound=StageOutput)
 
-# Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.
-NON_RETRYABLE_CODES = [code for code, info in FAILURE_CODES.items() if info.outcome is not Outcome.RETRY]
 WRAP_UP_TIMEOUT = timedelta(minutes=2)  # one attempt of `evidence` or `cleanup`
 RESOLVE_TIMEOUT = timedelta(minutes=5)  # a policy look-up and one copy of the source within the store
 CALLER_WAIT_ENDED = CALLER_WAIT_ENDED_SIGNAL  # a caller's poll budget ended (history only, not an outcome)
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is recorded
-NO_REQUEST = RawValue(Payload())  # a start without arguments: as unreadable as any other bad input
-# How a local activity's last failed attempt reaches the workflow: the SDK raises its ApplicationError or
-# TimeoutError itself, not wrapped in an ActivityError as an activity's failure is (sdk-rust issue 323).
-LOCAL_ACTIVITY_FAILURES = (ActivityError, ApplicationError, ActivityTimeoutError)
-
-if TYPE_CHECKING:  # clients start a job with a DocumentJobInput; the workflow gets it raw and validates it itself
-    RequestInput = DocumentJobInput | JobRequest | RawValue
-else:
-    RequestInput = RawValue
-
-
-def owns(workflow_id: str, tenant: str) -> bool:
-    """Whether the workflow ID is `{tenant}/{key}`, with a key a client could have chosen."""
-    prefix, slash, key = workflow_id.partition("/")
-    return bool(slash) and prefix == tenant and is_valid_client_key(key)
-
-
-REFUSE_UNBOUND_PATCH = "refuse-unbound-input"
-REQUEST_TENANT_PATCH = "request-tenant-and-source"
-
-
-def is_source_key(source: BlobRef) -> bool:
-    """Whether the blob is a source in the content-addressed layout, under its own digest."""
-    return source.key == f"sources/{source.sha256}"
-
-
-def admit(request: RequestInput, workflow_id: str) -> DocumentJobInput | JobRequest | FailureCode:
-    """The input, if this workflow may run it; else the failure code that refuses it."""
-    if not isinstance(request, RawValue):
-        return admit(RawValue(workflow.payload_converter().to_payload(request)), workflow_id)
-    if request.payload.metadata.get("encoding") == UNSEALED_ENCODING:
-        return FailureCode.CODEC_UNSEALED
-    # Sealed, but for no workflow (only the codec endpoint's former `/encode` sealed inputs so). The patch is
-    # asked only on this path: a run started before the refusal existed replays as it ran.
-    if UNBOUND_FIELD in request.payload.metadata and workflow.patched(REFUSE_UNBOUND_PATCH):
-        return FailureCode.CODEC_UNSEALED
-    converter = workflow.payload_converter()
-    try:
-        public = converter.from_payload(request.payload, DocumentJobInput)
-    except Exception:  # noqa: BLE001 - not the public shape: maybe the internal one
-        public = None
-    if isinstance(public, DocumentJobInput):
-        return public if owns(workflow_id, public.tenant) else FailureCode.REQUEST_INVALID
-    try:
-        admitted = converter.from_payload(request.payload, JobRequest)
-    except Exception:  # noqa: BLE001 - any conversion failure (encoding, JSON, model) is an unreadable request
-        return FailureCode.REQUEST_INVALID
-    if not isinstance(admitted, JobRequest) or admitted.job_id != workflow_id:
-        return FailureCode.REQUEST_INVALID
-    # The internal request's tenant owns its job ID as a public input's must, and its source is a source
-    # (`sources/<sha256>`), not another job's artifact or a template. Patched as above: asked only on refusal.
-    if not (owns(workflow_id, admitted.tenant) and is_source_key(admitted.source)) and workflow.patched(
-        REQUEST_TENANT_PATCH
-    ):
-        return FailureCode.REQUEST_INVALID
-    return admitted
-
-
-def placeholder_status(workflow_id: str, started_at: datetime, job: DocumentJobInput | None = None) -> JobStatus:
-    """The status of a job without a resolved request (yet, or ever: a refused one): its own ID and times, what
-    its public input says (tenant, class, input digest) if it has one, placeholders for the rest."""
-    return JobStatus(
-        job_id=workflow_id,
-        tenant=job.tenant if job else "",
-        document_class=job.policy if job else "",
-        policy_version="",
-        watermark_mode=WatermarkMode.STRUCTURE,
-        state=JobState.QUEUED,
-        input_sha256=job.source.sha256 if job else "",
-        accepted_at=started_at,
-        deadline_at=started_at + timedelta(seconds=job.deadline_seconds or 0) if job else started_at,
-        transitions=[TransitionRecord(state=JobState.QUEUED, at=started_at)],
-    )
 
 
 def stage_summary(stage: Stage, mode: WatermarkMode, pages: int) -> str:
@@ -191,44 +107,6 @@ def watermark_stage(mode: WatermarkMode, *, ocr_on: bool, redact_on: bool) -> St
     if redact_on:
         return Stage.REDACT
     return Stage.OCR if ocr_on else Stage.RENDER
-
-
-def failure_of(error: ActivityError) -> tuple[str, str, int | None]:
-    """(code, safe message, attempt) of a failed stage, from the activity's typed failure."""
-    cause = error.cause
-    if isinstance(cause, ApplicationError) and cause.type in FAILURE_CODES:
-        attempt = cause.details[0] if cause.details and isinstance(cause.details[0], int) else None
-        return cause.type, cause.message, attempt
-    if isinstance(cause, ActivityTimeoutError) or error.retry_state is RetryState.TIMEOUT:
-        return FailureCode.STAGE_TIMEOUT, FailureCode.STAGE_TIMEOUT.info.message, None
-    return FailureCode.STAGE_RETRIES_EXHAUSTED, FailureCode.STAGE_RETRIES_EXHAUSTED.info.message, None
-
-
-def cost_of_failure(error: ActivityError) -> Cost | None:
-    """What every attempt of a failed stage cost: in the typed failure's details (activities/lease.py), or in the
-    last heartbeat of an attempt that timed out (activities/cost.py); None when neither says."""
-    cause = error.cause
-    if isinstance(cause, ApplicationError) and len(cause.details) > 1:
-        reported: object = cause.details[1]
-    elif isinstance(cause, ActivityTimeoutError) and cause.last_heartbeat_details:
-        beat = cause.last_heartbeat_details[0]
-        reported = beat.get("cost") if isinstance(beat, dict) else None
-    else:
-        return None
-    try:
-        return Cost.model_validate(reported)
-    except ValueError:  # pydantic's ValidationError: a failure from something else than a docjobs stage
-        return None
-
-
-@dataclass(frozen=True)
-class Ending:
-    """The terminal state a job will be reported in, once its clean-up is done."""
-
-    state: JobState
-    code: str | None = None
-    message: str | None = None
-    cancel_reason: str | None = None
 
 
 @workflow.defn(name=WORKFLOW_TYPE)

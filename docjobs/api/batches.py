@@ -35,10 +35,12 @@ from docjobs.api.uploads import (
     pinned_policy,
     policy_part_schema,
 )
+from docjobs.domain.base import SHA256_PATTERN
 from docjobs.domain.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.idempotency import BATCH_KEY_RULE, is_valid_batch_key
-from docjobs.domain.models import SHA256_PATTERN, BlobRef, JobOverrides, Policy
+from docjobs.domain.models import BlobRef, JobOverrides
+from docjobs.domain.policy import Policy
 from docjobs.settings.quotas import (
     BATCH_BYTES,
     BYTES_PER_DAY,

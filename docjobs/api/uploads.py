@@ -18,16 +18,11 @@ from starlette.requests import Request
 
 from docjobs.api.deps import ApiContext
 from docjobs.api.errors import ApiError
+from docjobs.domain.base import POLICY_NAME_PATTERN
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
-from docjobs.domain.models import (
-    BUILTIN_PATTERN_NAMES,
-    POLICY_NAME_PATTERN,
-    JobOverrides,
-    OcrMode,
-    Policy,
-    WatermarkMode,
-)
+from docjobs.domain.models import JobOverrides
+from docjobs.domain.policy import BUILTIN_PATTERN_NAMES, OcrMode, Policy, WatermarkMode
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook, job_overrides
 

@@ -26,7 +26,8 @@ from docjobs.cli.output import (
     status_payload,
 )
 from docjobs.domain.idempotency import CLIENT_KEY_RULE
-from docjobs.domain.models import BUILTIN_PATTERN_NAMES, InputKind, JobOverrides, OcrMode
+from docjobs.domain.models import InputKind, JobOverrides
+from docjobs.domain.policy import BUILTIN_PATTERN_NAMES, OcrMode
 from docjobs.domain.states import JobState, parse_state
 from docjobs.pdf.inspect import input_kind
 from docjobs.settings.config import ConfigError

@@ -14,16 +14,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, computed_field
 
-from docjobs.domain.models import (
-    ActivityTiming,
-    BlobRef,
-    DocumentJobInput,
-    Frozen,
-    JobOverrides,
-    JobRequest,
-    Policy,
-    SourceRef,
-)
+from docjobs.domain.base import Frozen
+from docjobs.domain.models import ActivityTiming, BlobRef, DocumentJobInput, JobOverrides, JobRequest, SourceRef
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 
 DEFAULT_CONCURRENCY = 4

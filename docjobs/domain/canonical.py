@@ -8,7 +8,7 @@ refused. Any language's JCS library gives the same bytes, so an auditor can re-d
 
 What uses it: the evidence envelope and the payload its signature covers (docjobs/signing/evidence.py), a policy's
 version (`Policy.version`), the redaction summary's digest and the `redaction.json` an export writes, and
-the body of a tenant's notification. Pure (no I/O): the workflow imports it through docjobs.domain.models.
+the body of a tenant's notification. Pure (no I/O): the workflow imports it through docjobs.domain.policy.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from docjobs.domain.models import BlobRef, Cost, DeskewedPage, Frozen, OcrPolicy, StageInput, WatermarkPolicy
+from docjobs.domain.base import Frozen
+from docjobs.domain.models import BlobRef, Cost, DeskewedPage, StageInput
+from docjobs.domain.policy import OcrPolicy, WatermarkPolicy
 
 
 class PageRange(Frozen):

@@ -32,7 +32,7 @@ from pathlib import Path
 import pikepdf
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import OfficePolicy, PdfVariant
+from docjobs.domain.policy import OfficePolicy, PdfVariant
 
 
 class OfficeFormat(StrEnum):

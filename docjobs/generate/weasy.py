@@ -16,7 +16,8 @@ from weasyprint import CSS, HTML
 from weasyprint.urls import path2url
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import GeneratedSummary, GeneratePolicy, MissingResource, PdfVariant
+from docjobs.domain.models import GeneratedSummary
+from docjobs.domain.policy import GeneratePolicy, MissingResource, PdfVariant
 from docjobs.generate.fetcher import BundleFetcher
 from docjobs.pdf.fidelity import check_fonts_embedded
 

@@ -10,9 +10,11 @@ from pathlib import Path
 
 from pydantic import Field
 
+from docjobs.domain.base import Frozen
 from docjobs.domain.errors import FailureCode
-from docjobs.domain.models import DeskewedPage, Frozen, OcrPolicy, WatermarkPolicy
+from docjobs.domain.models import DeskewedPage
 from docjobs.domain.ocr_chunks import PageRange
+from docjobs.domain.policy import OcrPolicy, WatermarkPolicy
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
 from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
 from docjobs.pdf.stamp import stamp

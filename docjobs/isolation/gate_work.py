@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from docjobs.domain.models import Frozen, ReleaseGateSettings
+from docjobs.domain.base import Frozen
+from docjobs.domain.models import ReleaseGateSettings
 from docjobs.isolation.entries import Entry, ProgressFn
 from docjobs.pdf.release_gate import GateReport, read_gate
 

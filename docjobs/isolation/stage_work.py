@@ -19,9 +19,9 @@ from typing import Any
 import pikepdf
 
 from docjobs.domain import stage_specs as specs
+from docjobs.domain.base import Frozen
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import (
-    Frozen,
     GenerateDone,
     GenerateInput,
     GenerateOutput,

@@ -27,7 +27,7 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import LimitsPolicy
+from docjobs.domain.policy import LimitsPolicy
 
 MIB = 1024 * 1024
 QPDF_MAX_NESTING = 499  # qpdf's parser_max_nesting: deeper containers are read as null, with a warning

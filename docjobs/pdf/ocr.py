@@ -39,7 +39,8 @@ import pikepdf
 from PIL import Image, UnidentifiedImageError
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import DeskewedPage, OcrMode, OcrPolicy, OcrUnreadable
+from docjobs.domain.models import DeskewedPage
+from docjobs.domain.policy import OcrMode, OcrPolicy, OcrUnreadable
 from docjobs.pdf.inspect import ProgressFn, open_checked
 from docjobs.pdf.ocr_env import CHECKPOINTS_ENV, CONDITION_ENV, PARENT_PID_ENV, RESUME_ENV, SHARE_ENV, TAG_ENV
 from docjobs.pdf.ocr_process import (

@@ -61,8 +61,10 @@ from pyhanko.sign.general import load_certs_from_pemder_data
 from pyhanko.sign.signers.constants import DEFAULT_SIGNING_STAMP_STYLE
 from pypdf import PdfReader
 
+from docjobs.domain.base import Frozen
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import Frozen, ReleaseGateSettings, SanitizeMode, SanitizePolicy
+from docjobs.domain.models import ReleaseGateSettings
+from docjobs.domain.policy import SanitizeMode, SanitizePolicy
 from docjobs.pdf.active_walk import find_active_content
 from docjobs.pdf.redaction.patterns import compile_patterns, sensitive_kinds
 

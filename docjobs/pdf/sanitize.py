@@ -41,7 +41,7 @@ import pikepdf
 from pikepdf import Array, Dictionary, Name
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import SanitizeMode, SanitizePolicy
+from docjobs.domain.policy import SanitizeMode, SanitizePolicy
 from docjobs.pdf.active_kinds import (
     ACTIVE_ACTIONS,
     ACTIVE_ANNOTATIONS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from docjobs.domain.models import WatermarkMode, WatermarkPolicy
+from docjobs.domain.policy import WatermarkMode, WatermarkPolicy
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets
 from docjobs.pdf.inspect import PdfInfo, ProgressFn
 from docjobs.pdf.raster import watermark_raster

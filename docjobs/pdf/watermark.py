@@ -33,7 +33,7 @@ from pathlib import Path
 import pikepdf
 from pikepdf import Name
 
-from docjobs.domain.models import WATERMARK_OPACITY
+from docjobs.domain.policy import WATERMARK_OPACITY
 from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, array_items, check_operators
 from docjobs.pdf.inspect import Box, PdfInfo, ProgressFn, open_checked, rotation, visible_box

@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import (
+from docjobs.domain.models import JobOverrides
+from docjobs.domain.policy import (
     BUILTIN_PATTERN_NAMES,
-    JobOverrides,
     Policy,
     RedactPolicy,
     RedactRegion,

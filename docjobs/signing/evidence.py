@@ -60,8 +60,8 @@ from pyhanko_certvalidator import CertificateValidator
 from pyhanko_certvalidator.errors import PathError
 from pyhanko_certvalidator.errors import ValidationError as CertificateValidationError
 
+from docjobs.domain.base import SHA256_PATTERN, Frozen
 from docjobs.domain.canonical import FORMAT, canonical_json
-from docjobs.domain.models import SHA256_PATTERN, Frozen
 from docjobs.signing.config import SignerConfig, asn1_certs, load_signer, validation_context
 from docjobs.store.storage import sha256_file
 

@@ -17,8 +17,8 @@ from pyhanko.sign.validation.pdf_embedded import EmbeddedPdfSignature
 from pyhanko.sign.validation.settings import KeyUsageConstraints
 from pyhanko.sign.validation.status import PdfSignatureStatus, SignatureCoverageLevel
 
+from docjobs.domain.base import Frozen
 from docjobs.domain.errors import FailureCode
-from docjobs.domain.models import Frozen
 from docjobs.signing.config import SignerConfig, TrustAnchors, validation_context
 
 # A signer certificate must allow signatures: nonRepudiation (what pyHanko asks by default) or

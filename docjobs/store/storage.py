@@ -30,8 +30,9 @@ from urllib.request import url2pathname
 
 from pydantic import field_validator
 
+from docjobs.domain.base import Frozen
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import BlobRef, Frozen, SourceRef
+from docjobs.domain.models import BlobRef, SourceRef
 
 CHUNK = 1024 * 1024
 

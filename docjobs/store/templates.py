@@ -24,9 +24,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from docjobs.domain.base import Frozen
 from docjobs.domain.canonical import canonical_model
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import BlobRef, Frozen
+from docjobs.domain.models import BlobRef
 from docjobs.store.storage import BlobStore, owned_source, record_owner, sha256_file, source_key
 
 TEMPLATE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")

@@ -45,7 +45,8 @@ from docjobs.domain.canonical import canonical_model
 from docjobs.domain.contract import WORKFLOW_TYPE as JOB_WORKFLOW_TYPE
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.idempotency import batch_document_prefix, keyed_job_id, keyless_digest
-from docjobs.domain.models import BlobRef, JobOverrides, Policy
+from docjobs.domain.models import BlobRef, JobOverrides
+from docjobs.domain.policy import Policy
 from docjobs.store.batch_store import MANIFESTS, read_outcomes, store_manifest
 from docjobs.store.storage import owned_source
 from docjobs.temporal.client import QUERY_TIMEOUT, JobClient

@@ -48,10 +48,10 @@ from docjobs.domain.models import (
     JobRequest,
     JobStatus,
     NotifyInput,
-    Policy,
     SourceRef,
     TransitionRecord,
 )
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState, Stage
 from docjobs.domain.timeline import narrate
 from docjobs.settings.policies import PolicyBook, check_overrides

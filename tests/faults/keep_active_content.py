@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from docjobs.domain.models import SanitizePolicy
+from docjobs.domain.policy import SanitizePolicy
 from docjobs.isolation import stage_work
 from docjobs.isolation.stage_work import ENTRIES
 

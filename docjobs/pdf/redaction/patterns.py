@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from docjobs.domain.linear_regex import LinearRegex
-from docjobs.domain.models import RedactPolicy
+from docjobs.domain.policy import RedactPolicy
 
 # The built-in patterns run on RE2 (linear time, see docjobs.domain.linear_regex), which has no lookaround and whose
 # \d, \s, \w are ASCII-only. So they are spelled with Python's Unicode classes, and each lookaround of their

@@ -25,7 +25,8 @@ import pikepdf
 from pikepdf import Name
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import PageRedaction, RedactionSummary, RedactLayout, RedactPolicy, RedactRegion
+from docjobs.domain.models import PageRedaction, RedactionSummary
+from docjobs.domain.policy import RedactLayout, RedactPolicy, RedactRegion
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_page_content, too_complex
 from docjobs.pdf.inspect import ProgressFn, open_checked, rotation, visible_box
 from docjobs.pdf.raster import check_page_pixels, image_content, render_pages
