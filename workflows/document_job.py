@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -48,18 +49,13 @@ with workflow.unsafe.imports_passed_through():
         CpuBudget,
         DocumentJobInput,
         EvidenceInput,
-        GenerateInput,
-        InputKind,
         JobRequest,
         JobShape,
         JobStatus,
         NotifyInput,
         OcrInput,
         OcrOutput,
-        PublishInput,
-        RedactInput,
         ReleaseGateSettings,
-        RenderInput,
         ResolveInput,
         SignInput,
         StageInput,
@@ -74,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import stages
     from workflows.admission import NO_REQUEST, RequestInput, admit, placeholder_status
     from workflows.endings import LOCAL_ACTIVITY_FAILURES, NON_RETRYABLE_CODES, Ending, cost_of_failure, failure_of
+    from workflows.job_context import JobContext, generate_input, ocr_input, publish_input, redact_input, render_input
     from workflows.ocr_chunks import (
         OCR_CHUNK_QUEUE_PATCH,
         OCR_CHUNKS_PATCH,
@@ -96,17 +93,6 @@ NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is r
 def stage_summary(stage: Stage, mode: WatermarkMode, pages: int) -> str:
     """A stage activity's summary in the Web UI, e.g. `render: structure, 19 pages`: never names or content."""
     return f"{stage.value}: {mode.value}" + (f", {pages} pages" if pages else "")
-
-
-def watermark_stage(mode: WatermarkMode, *, ocr_on: bool, redact_on: bool) -> Stage:
-    """The stage that stamps the watermark: the last one that changes content, so nothing cuts into it and
-    a structure stamp (text) never makes a page look searchable to OCR. A raster stamp before OCR is the
-    exception: it flattens the page, which OCR then reads (and redaction burns its boxes into)."""
-    if mode is WatermarkMode.RASTER and ocr_on:
-        return Stage.RENDER
-    if redact_on:
-        return Stage.REDACT
-    return Stage.OCR if ocr_on else Stage.RENDER
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -307,82 +293,68 @@ class DocumentJobWorkflow:
             status.notification = "failed"
 
     async def _pipeline(self) -> Ending:
-        request = self._request
-        policy = request.policy
-        ocr_on = policy.ocr.mode is not OcrMode.OFF
-        redact_on = policy.redact.enabled
-        stamp_at = watermark_stage(policy.watermark.mode, ocr_on=ocr_on, redact_on=redact_on)
+        """The job's stages, one named step a line over its context (workflows/job_context.py), as OCRmyPDF's
+        `_run_pipeline` reads: each step runs its stage and hands on the documents it made."""
+        context = JobContext.of(self._request)
         try:
-            source = request.source  # what every stage after `generate` takes as the job's document
-            if request.input_kind not in (InputKind.DOCUMENT, InputKind.OFFICE):  # HTML, bundle and template jobs
-                generate = GenerateInput(
-                    job_id=request.job_id,
-                    source=request.source,
-                    input_kind=request.input_kind,
-                    generate=policy.generate,
-                    max_pages=policy.max_pages,
-                )
-                source = (await self._stage(stages.generate, generate)).staged
-            render = RenderInput(
-                job_id=request.job_id,
-                source=source,
-                watermark=policy.watermark if stamp_at is Stage.RENDER else None,
-                max_pages=policy.max_pages,
-                allow_signed_input=policy.sign.allow_signed_input,
-                sanitize=policy.sanitize,
-                limits=policy.limits,
-                refuse_encrypted=policy.refuse_encrypted,
-                office=policy.office,
-            )
-            rendered = await self._stage(stages.render, render)
-            # An office input was converted: the PDF it became is what later stages compare with, as a generated one.
-            # (No patch: an older history has no converted document, and takes the same path as before.)
-            source = rendered.converted or source
-            self._converted = rendered.converted
-            self._status.repaired = rendered.repair_warnings > 0
-            staged, text = rendered.staged, None
-            if ocr_on:
-                ocr = OcrInput(
-                    job_id=request.job_id,
-                    source=source,
-                    staged=staged,
-                    ocr=policy.ocr,
-                    watermark=policy.watermark if stamp_at is Stage.OCR else None,
-                )
-                ranges = page_ranges(policy.ocr, self._status.page_count)
-                if ranges is not None and workflow.patched(OCR_CHUNKS_PATCH):
-                    ocred = await self._ocr_in_chunks(ocr, ranges)
-                else:
-                    ocred = await self._stage(stages.ocr, ocr)
-                staged, text = ocred.staged, ocred.text
-                self._status.ocr_text_sha256 = text.sha256
-            if redact_on:
-                redact = RedactInput(
-                    job_id=request.job_id,
-                    source=source,
-                    staged=staged,
-                    redact=policy.redact,
-                    limits=policy.limits,
-                    watermark=policy.watermark if stamp_at is Stage.REDACT else None,
-                    rebuild_text=text is not None,
-                )
-                redacted = await self._stage(stages.redact, redact)
-                staged, text = redacted.staged, redacted.text or text
-                self._status.ocr_text_sha256 = text.sha256 if text else None
-            staged = await self._release_gates(source, staged, ocr_on)
-            publish = PublishInput(job_id=request.job_id, source=source, staged=staged, text=text)
-            published = await self._stage(stages.publish, publish)
-            self._status.output_sha256 = published.artifact.sha256
-            self._status.artifact_key = published.artifact.key
+            if context.generates:
+                context = await self._generate(context)
+            context = await self._render(context)
+            if context.ocr_on:
+                context = await self._ocr(context)
+            if context.redact_on:
+                context = await self._redact(context)
+            context = await self._release_gates(context)
+            await self._publish(context)
             return Ending(JobState.SUCCEEDED)
         except ActivityError as error:
             if isinstance(error.cause, CancelledError):
                 raise  # the job is being canceled: `run` records that
-            code, message, attempt = failure_of(error)
-            if attempt is not None and self._status.stage is not None:
-                self._status.attempts[self._status.stage.value] = attempt
-            quarantine = outcome_of(code) is Outcome.QUARANTINE
-            return Ending(JobState.QUARANTINED if quarantine else JobState.FAILED, code=code, message=message)
+            return self._failed(error)
+
+    async def _generate(self, context: JobContext) -> JobContext:
+        """The PDF an HTML, bundle or template job makes: the document every later stage takes as its source."""
+        generated = await self._stage(stages.generate, generate_input(context))
+        return replace(context, source=generated.staged, staged=generated.staged)
+
+    async def _render(self, context: JobContext) -> JobContext:
+        rendered = await self._stage(stages.render, render_input(context))
+        # An office input was converted: the PDF it became is what later stages compare with, as a generated one.
+        # (No patch: an older history has no converted document, and takes the same path as before.)
+        self._converted = rendered.converted
+        self._status.repaired = rendered.repair_warnings > 0
+        return replace(context, source=rendered.converted or context.source, staged=rendered.staged)
+
+    async def _ocr(self, context: JobContext) -> JobContext:
+        """OCR in one activity, or a long document's in page ranges (the patch keeps older runs on one)."""
+        ocr = ocr_input(context)
+        ranges = page_ranges(context.policy.ocr, self._status.page_count)
+        if ranges is not None and workflow.patched(OCR_CHUNKS_PATCH):
+            ocred = await self._ocr_in_chunks(ocr, ranges)
+        else:
+            ocred = await self._stage(stages.ocr, ocr)
+        self._status.ocr_text_sha256 = ocred.text.sha256
+        return replace(context, staged=ocred.staged, text=ocred.text)
+
+    async def _redact(self, context: JobContext) -> JobContext:
+        """Redaction rebuilds the OCR text (when there is one) from what it kept: the status binds that text."""
+        redacted = await self._stage(stages.redact, redact_input(context))
+        text = redacted.text or context.text
+        self._status.ocr_text_sha256 = text.sha256 if text else None
+        return replace(context, staged=redacted.staged, text=text)
+
+    async def _publish(self, context: JobContext) -> None:
+        published = await self._stage(stages.publish, publish_input(context))
+        self._status.output_sha256 = published.artifact.sha256
+        self._status.artifact_key = published.artifact.key
+
+    def _failed(self, error: ActivityError) -> Ending:
+        """How a failed stage ends the job: its code decides failed or quarantined; its attempts are recorded."""
+        code, message, attempt = failure_of(error)
+        if attempt is not None and self._status.stage is not None:
+            self._status.attempts[self._status.stage.value] = attempt
+        quarantine = outcome_of(code) is Outcome.QUARANTINE
+        return Ending(JobState.QUARANTINED if quarantine else JobState.FAILED, code=code, message=message)
 
     async def _record_evidence(self, ending: Ending) -> Ending:
         """The signed envelope binding the job's digests and terminal state; a job without one is not released."""
@@ -422,10 +394,10 @@ class DocumentJobWorkflow:
         status.commitment_salt = recorded.commitment_salt
         return ending
 
-    async def _release_gates(self, source: BlobRef, staged: BlobRef, ocr_on: bool) -> BlobRef:
-        """Sign (when the policy says so) and verify against `source` (the accepted document, or the one
-        `generate` made): nothing reaches `publish` that did not pass both."""
-        request = self._request
+    async def _release_gates(self, context: JobContext) -> JobContext:
+        """Sign (when the policy says so) and verify against the context's `source` (the accepted document, or
+        the one `generate` or render's conversion made): nothing reaches `publish` that did not pass both."""
+        request, source, staged = context.request, context.source, context.staged
         policy = request.policy
         named = None  # the tenant the signature names, as the sign stage reports it (None: older activity code)
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE
@@ -449,12 +421,12 @@ class DocumentJobWorkflow:
             text_layer_kept=structure and policy.ocr.mode in (OcrMode.OFF, OcrMode.SKIP) and not policy.redact.enabled,
             redact=policy.redact if policy.redact.enabled else None,
             watermark_text=policy.watermark.text if structure else None,
-            pages_may_turn=ocr_on,
+            pages_may_turn=context.ocr_on,
             sanitize=policy.sanitize,
             tenant=named,
         )
         await self._stage(stages.verify, verify)
-        return staged
+        return replace(context, staged=staged)
 
     async def _ocr_in_chunks(self, ocr: OcrInput, ranges: list[PageRange]) -> OcrOutput:
         """The OCR stage of a long document, in page ranges (workflows/ocr_chunks.py): its status fields filled in
