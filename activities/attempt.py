@@ -31,6 +31,9 @@ from docjobs.store.storage import (
 # whole attempt from what its stage was given (`IsolatedStages._attempt`, `left_file_cap`), the floor outside one.
 # A context variable, as an activity's attempt runs in one thread from its start to its end.
 OUTPUT_CAP: ContextVar[int] = ContextVar("docjobs_output_cap", default=LEFT_FILE_FLOOR)
+# The folder the running attempt's folder is in, when it is not the work folder: its tenant's root, or a confined
+# pool's sandbox's own (docjobs/isolation/sandbox_root.py). What a child left is reached from it (`left_root`).
+WORK_ROOT: ContextVar[Path | None] = ContextVar("docjobs_work_root", default=None)
 
 
 class StoreStages:
@@ -80,14 +83,20 @@ class StoreStages:
         What a document child left is not trusted: see `_put_left`."""
         return self._put_left(staging_key(marked_run(self._store), stage, attempt, suffix), path)
 
+    def _left_root(self, path: Path) -> Path:
+        """The folder a file at `path` is reached from, no link followed below it: the attempt's root when it is in
+        it (what its child left), else the work folder (the worker's own files, as sign's signed copy)."""
+        root = WORK_ROOT.get()
+        return root if root is not None and path.is_relative_to(root) else self._workdir
+
     def _put_left(self, key: str, path: Path, *, max_bytes: int | None = None) -> BlobRef:
-        """Store what a document child left at `path` (in the work folder) under `key`. It is not trusted: it is
-        copied out first (`copy_left_file`: reached from the work folder without following a link at any depth, a
+        """Store what a document child left at `path` (in the attempt's folder) under `key`. It is not trusted: it
+        is copied out first (`copy_left_file`: reached from `_left_root` without following a link at any depth, a
         regular file only, at most `max_bytes`, by default the attempt's `OUTPUT_CAP`) to a folder no child can
         reach, and that copy is stored."""
         self._workdir.mkdir(parents=True, exist_ok=True)
         cap = OUTPUT_CAP.get() if max_bytes is None else max_bytes
         with tempfile.TemporaryDirectory(dir=self._workdir, prefix="staged-") as private:
             copy = Path(private) / "output"
-            copy_left_file(path, copy, max_bytes=cap, within=self._workdir)
+            copy_left_file(path, copy, max_bytes=cap, within=self._left_root(path))
             return self._store.put_file(key, copy)

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
-from activities.attempt import OUTPUT_CAP, StoreStages
+from activities.attempt import OUTPUT_CAP, WORK_ROOT, StoreStages
 from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
 from docjobs.domain.models import BlobRef, CpuBudget, JobShape, StageInput
@@ -73,10 +73,10 @@ class IsolatedStages(StoreStages):
     @contextmanager
     def _attempt(self, stage: str, request: StageInput) -> Iterator[Attempt]:
         """One attempt of `stage`: typed failures, the lease, the job's tenant's pool of document children, a
-        private folder (in the tenant's work root: the only folder its sandbox may write), what the attempt
-        costs (its output reports `attempt.meter.total()`) and the cap on what it copies out of each file its child
-        leaves (`OUTPUT_CAP`: from the sizes of the blobs it was given, recorded with their digests, and the pages
-        render counted; never from anything the child could change)."""
+        private folder (in the root of the tenant's sandbox, the only folder it may write: `WORK_ROOT`), what the
+        attempt costs (its output reports `attempt.meter.total()`) and the cap on what it copies out of each file its
+        child leaves (`OUTPUT_CAP`: from the sizes of the blobs it was given, recorded with their digests, and the
+        pages render counted; never from anything the child could change)."""
         meter = AttemptMeter()
         lease = Lease(stage, meter)
         with (
@@ -84,6 +84,7 @@ class IsolatedStages(StoreStages):
             lease,
             _output_capped(request),
             self._pool.lease(request.job_id) as (pool, root),
+            _work_root(root),
             self._folder(stage, root) as folder,
         ):
             yield Attempt(number, lease, folder, meter, pool)
@@ -146,6 +147,16 @@ class IsolatedStages(StoreStages):
             {**dict(done), **stored, "attempt": attempt.number, "cost": attempt.meter.total()}
         )
         return output
+
+
+@contextmanager
+def _work_root(root: Path | None) -> Iterator[None]:
+    """`WORK_ROOT` set to the attempt's root (where its folder is) while the block runs."""
+    token = WORK_ROOT.set(root)
+    try:
+        yield
+    finally:
+        WORK_ROOT.reset(token)
 
 
 @contextmanager

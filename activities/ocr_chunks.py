@@ -112,7 +112,7 @@ class OcrChunkActivities(IsolatedStages):
 
     def _store_checkpoints(self, checkpoints: PageCheckpoints) -> None:
         """Every new checkpoint the child left, stored and named in the lease's heartbeats."""
-        for name in checkpoints.new(within=self._workdir):
+        for name in checkpoints.new(within=self._left_root(checkpoints.folder)):
             checkpoints.kept(name, self._store_checkpoint(checkpoints, name))
 
     def _store_checkpoint(self, checkpoints: PageCheckpoints, name: str) -> BlobRef:

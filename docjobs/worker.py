@@ -261,6 +261,8 @@ async def serving(
     confined = sandbox_ready(settings) if stage_queues else False
 
     def tenant_pool(home: Path, confinement: Confinement | None) -> ChildPool:
+        if confinement is not None:
+            confinement = replace(confinement, max_work_mb=settings.sandbox_work_mb)
         return ChildPool(limits, home=home, warm=1, recycle_after=settings.child_recycle_after, confinement=confinement)
 
     pools: dict[str, Pools] = {

@@ -29,6 +29,7 @@ class Order(Frozen):
     hold_mb: int = 0  # touched in the child's own memory
     lines: tuple[str, ...] = ()  # written as they are on the child's channel (a compromised child's messages)
     unterminated_mb: int = 0  # then as many MiB without an end of line
+    fill: str | None = None  # a folder `fill` writes real bytes into, a MiB a file, until a write fails
 
 
 class Seen(Frozen):
@@ -116,6 +117,16 @@ def costly(order: Order, progress: ProgressFn) -> Seen:
     return Seen(pid=os.getpid())
 
 
+def fill(order: Order, progress: ProgressFn) -> Seen:
+    """Writes real bytes (no hole) into `order.fill` until the disk says no: the error ends the task, as a tool's
+    would."""
+    assert order.fill is not None
+    for number in range(1_000_000):
+        (Path(order.fill) / f"fill-{number}").write_bytes(os.urandom(1 << 20))
+        progress(0, 1)
+    return Seen(pid=os.getpid())
+
+
 def _run_tool(command: list[str], progress: ProgressFn) -> None:
     """Run a tool to its end, reporting progress meanwhile (a busy machine must not look like a stall)."""
     tool = subprocess.Popen(command, stdout=subprocess.DEVNULL)
@@ -182,6 +193,7 @@ ENTRIES = {
         "block": block,
         "crash": crash,
         "costly": costly,
+        "fill": fill,
         "recurse": recurse,
         "lie": lie,
         "forge": forge,

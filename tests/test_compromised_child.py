@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,6 +44,7 @@ from tests.faults.compromised_child import DAEMON_MARKER, LOG_FOLDER, PLAN_PREFI
 from tests.faults.compromised_release import PLAN_PREFIX as RELEASE_PLAN_PREFIX
 from tests.fixtures.samples import make_sample_pdf
 from tests.sandbox_entries import Order, Seen
+from tests.sandbox_view import descendants, own_uid, sandbox_view, sandbox_views
 from tests.test_jobs import job_files
 
 QUEUE = "docjobs-compromised"
@@ -137,18 +139,27 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     assert signer.key_path is not None
     tenant = "mallory"
     marker = uuid.uuid4().hex
-    root = tenant_root(settings.work_dir / "general", tenant)
+    root = tenant_root(settings.work_dir / "general", tenant)  # as the sandbox sees it: a tmpfs of its own there
     other_root = tenant_root(settings.work_dir / "general", "victim")
     other_root.mkdir(parents=True, exist_ok=True)
+    # The tenant's sandbox, started by a plain job; the test reaches its root as the worker does, through /proc.
+    plain = tmp_path / "plain.pdf"
+    make_sample_pdf(plain, pages=1)
+    assert (await run_job(queue_jobs, plain, tenant)).state is JobState.SUCCEEDED
+    in_sandbox = sandbox_view(attacked_worker.process.pid, root / LOG_FOLDER).parent
+
+    def seen(path: Path) -> Path:
+        """`path`, as the sandbox sees it, reached from here."""
+        return in_sandbox / path.relative_to(root) if path.is_relative_to(root) else path
+
     # Another job of the SAME tenant, running while the attacker's does: its attempt folder is in the same work
-    # root, mounted writable in the same sandbox, owned by the same uid. Planted here, open to every uid, so that
-    # only the child's own Landlock rules (docjobs/isolation/landlock.py) keep it out.
-    root.mkdir(parents=True, exist_ok=True)
+    # root, the same sandbox's, owned by the same uid. Planted there, open to every uid, so that only the child's
+    # own Landlock rules (docjobs/isolation/landlock.py) keep it out.
     neighbour = root / f"render-neighbour-{marker}"
-    neighbour.mkdir(mode=0o777)
-    neighbour.chmod(0o777)
-    (neighbour / "input.pdf").write_text(CANARY)
-    (neighbour / "input.pdf").chmod(0o666)
+    seen(neighbour).mkdir(mode=0o777)
+    seen(neighbour).chmod(0o777)
+    (seen(neighbour) / "input.pdf").write_text(CANARY)
+    (seen(neighbour) / "input.pdf").chmod(0o666)
     outside = {
         "blobs": data_dir / "blobs" / f"attack-{marker}",
         "work folder": settings.work_dir / f"attack-{marker}",
@@ -190,7 +201,7 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     status = await run_job(queue_jobs, planned_document(tmp_path / "attack.pdf", plan), tenant)
     assert status.state is JobState.SUCCEEDED, status  # the attack failed; the document was rendered all the same
 
-    log = root / LOG_FOLDER
+    log = seen(root / LOG_FOLDER)
     reports = [json.loads(path.read_text()) for path in log.glob("attack-*.json")]
     assert len(reports) == 1
     report = reports[0]
@@ -223,8 +234,8 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
         assert "Permission denied" in details[name], (name, details[name])
     for name in ("write beside its own folder", "write another job's folder"):
         assert "Permission denied" in details[name], (name, details[name])
-    assert [path.name for path in neighbour.iterdir()] == ["input.pdf"]
-    assert (neighbour / "input.pdf").read_text() == CANARY
+    assert [path.name for path in seen(neighbour).iterdir()] == ["input.pdf"]
+    assert (seen(neighbour) / "input.pdf").read_text() == CANARY
     assert "stopped after" in str(report["fork-bomb"]["detail"])  # RLIMIT_NPROC, not the attacker, ended it
     assert int(str(report["fork-bomb"]["detail"]).split("after ")[1].split()[0]) < NPROC
 
@@ -237,7 +248,7 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     assert all(sets["CapPrm"] == sets["CapEff"] == sets["CapInh"] == sets["CapAmb"] == 0 for sets in held), held
 
     # Nothing it tried left a trace outside, the code is intact, the worker is alive.
-    assert not [name for name, path in outside.items() if path.exists()]
+    assert not [name for name, path in outside.items() if seen(path).exists()]
     assert code.read_bytes() == code_before
     assert attacked_worker.process.poll() is None
     # Its daemon did not outlive the task: killed when its child was reaped, and it beats no more.
@@ -249,8 +260,6 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     assert (beat.read_text() if beat.exists() else "") == last
 
     # The next job on the same worker succeeds.
-    plain = tmp_path / "plain.pdf"
-    make_sample_pdf(plain, pages=1)
     assert (await run_job(queue_jobs, plain, tenant)).state is JobState.SUCCEEDED
     assert attacked_worker.process.poll() is None
 
@@ -300,7 +309,9 @@ async def test_a_compromised_render_sign_and_verify_get_no_signature(
     assert release_attacker.process.poll() is None
 
 
-async def test_two_tenants_never_share_a_child(queue_jobs: JobClient, tmp_path: Path) -> None:
+async def test_two_tenants_never_share_a_child(
+    queue_jobs: JobClient, attacked_worker: WorkerProcess, tmp_path: Path
+) -> None:
     """Each render records its child (pid, PID namespace, uid): one tenant's are never another's, and with a
     fresh child per task no two tasks of one tenant had the same one either."""
     tenants = ("tenant-alpha", "tenant-beta")
@@ -310,7 +321,8 @@ async def test_two_tenants_never_share_a_child(queue_jobs: JobClient, tmp_path: 
             assert (await run_job(queue_jobs, document, tenant)).state is JobState.SUCCEEDED
     seen: dict[str, list[dict[str, Any]]] = {}
     for tenant in tenants:
-        log = tenant_root(queue_jobs.settings.work_dir / "general", tenant) / LOG_FOLDER / "children.jsonl"
+        root = tenant_root(queue_jobs.settings.work_dir / "general", tenant)
+        log = sandbox_view(attacked_worker.process.pid, root / LOG_FOLDER / "children.jsonl")
         records = [json.loads(line) for line in log.read_text().splitlines()]
         seen[tenant] = [record for record in records if str(record["label"]).startswith(tenant)]
         assert len(seen[tenant]) == 2
@@ -469,21 +481,6 @@ def test_a_spare_child_serves_one_task_of_its_own_tenant(tmp_path: Path) -> None
     assert wait_until(lambda: gone(last_spare) and gone(successor), 10)
 
 
-def descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        current = frontier.pop()
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
-                children = [int(child) for child in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            found.update(children)
-            frontier += children
-    return found
-
-
 def gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -510,25 +507,26 @@ def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
     root = tmp_path / "tenant"
     root.mkdir()
     confinement = Confinement(root)
-    if confinement.uid != os.geteuid():
-        os.chown(root, confinement.uid, confinement.uid)
-    attempt = root / "attempt"  # the only folder of the root the child may write (besides its private one)
-    attempt.mkdir()
-    if confinement.uid != os.geteuid():
-        os.chown(attempt, confinement.uid, confinement.uid)
-    pids = attempt / "pids"
+    own_uid(root, confinement.uid)
+    # The attempt's folder, in the sandbox's own root: the only one of it the child may write (besides its private one).
     script = (
-        "from pathlib import Path; from docjobs.isolation.child_pool import ChildPool, ChildLimits; "
+        "import os; from pathlib import Path; from docjobs.isolation.child_pool import ChildPool, ChildLimits; "
         "from docjobs.isolation.confine import Confinement; from docjobs.domain.models import CpuBudget; "
-        "from tests.sandbox_entries import Order, Seen;"
-        f"root = Path({str(root)!r});"
-        "pool = ChildPool(ChildLimits(), home=root, entries='tests.sandbox_entries', confinement=Confinement(root));"
-        f"pool.start(); pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60),"
-        f" folder=Path({str(attempt)!r}))"
+        "from tests.sandbox_entries import Order, Seen; from tests.sandbox_view import own_uid;"
+        f"root = Path({str(root)!r}); confinement = Confinement(root);"
+        "pool = ChildPool(ChildLimits(), home=root, entries='tests.sandbox_entries', confinement=confinement);"
+        "pool.start(); held = pool.work_root(); attempt = held.__enter__().path / 'attempt'; attempt.mkdir();"
+        "own_uid(attempt, confinement.uid);"
+        "pool.run('block', Order(pid_file=str(attempt / 'pids')), Seen, cpu=CpuBudget(base_seconds=60), folder=attempt)"
     )
     worker = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    def pids() -> list[str]:
+        views = sandbox_views(worker.pid, root / "attempt" / "pids")
+        return views[0].read_text().split() if views else []
+
     try:
-        assert wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 3, 60), "no child started"
+        assert wait_until(lambda: len(pids()) == 3, 60), "no child started"
         # The zygote, the blocked child and the spare forked for the next task while it runs.
         assert wait_until(lambda: len(zygote_and_forks(worker.pid)) == 3, 10)
         sandbox = descendants(worker.pid)
@@ -560,9 +558,38 @@ def test_a_confined_child_keeps_its_limits(confined_root: Path) -> None:
         pool.close()
 
 
+def test_a_sandbox_writes_in_a_bounded_root_of_its_own(confined_root: Path) -> None:
+    """What the children of a sandbox write fills a tmpfs of its own of `max_work_mb`, never the worker's disk: a
+    document that writes more fails as `input.too_complex` (a limit, not a crash to retry), the next task of the
+    pool succeeds, and once the sandbox is gone (its pool closed) so are the files (the worker let go of its root)."""
+    confinement = Confinement(confined_root, max_work_mb=16)
+    pool = ChildPool(
+        ChildLimits(), home=confined_root, warm=1, entries="tests.sandbox_entries", confinement=confinement
+    )
+    pool.start()
+    try:
+        with pool.work_root() as sandbox:
+            assert sandbox is not None and sandbox.inside == confined_root
+            attempt = sandbox.path / "render-attempt"
+            attempt.mkdir()
+            own_uid(attempt, confinement.uid)
+            with pytest.raises(DocJobError) as filled:
+                pool.run("fill", Order(fill=str(attempt)), Seen, cpu=CpuBudget(base_seconds=30), folder=attempt)
+            assert filled.value.code == "input.too_complex" and "16 MiB" in filled.value.message
+            written = sum(path.stat().st_size for path in attempt.iterdir())
+            assert 12 << 20 <= written <= 16 << 20  # real bytes, up to the tmpfs's size
+            assert not list(confined_root.iterdir())  # nothing on the worker's disk
+            shutil.rmtree(attempt)  # the attempt's end (the worker removes its folder)
+            assert pool.run("pages", Order(pages=1), Seen, cpu=CpuBudget(base_seconds=5)).pid > 0
+    finally:
+        pool.close()
+    assert sandbox.free_bytes() is None  # its descriptor closed: the tmpfs is freed with its sandbox
+
+
 def test_two_workers_sandboxes_share_a_tenant_root(confined_root: Path) -> None:
-    """Workers of one machine share the work folder, so a tenant's root: their zygotes each count pids from 1 in
-    a namespace of their own, and their children's folders must not meet (they did: same name, the same pid)."""
+    """Workers of one machine share the work folder, so a tenant's root's path: their zygotes each count pids from 1
+    in a namespace of their own, and their children's folders must not meet (they did once: same name, the same
+    pid; each sandbox now writes in a tmpfs of its own there, and the names stay apart all the same)."""
     pools = [
         ChildPool(ChildLimits(), home=confined_root, warm=1, entries="tests.sandbox_entries", confinement=c)
         for c in (Confinement(confined_root), Confinement(confined_root))
@@ -618,14 +645,9 @@ def test_a_status_rebuilt_from_history_is_not_a_rewrite() -> None:
 
 def test_a_confined_child_writes_only_its_attempts_folder(confined_root: Path) -> None:
     """Landlock, per child: the attempt folder the task names is writable, its sibling in the same work root is
-    not, nor the root itself; a child (reused here, as only the benchmark does) never serves another folder."""
+    not, nor the root itself; a child (reused here, as only the benchmark does) never serves another folder. The
+    root is the sandbox's own tmpfs: nothing of it is on the worker's disk."""
     uid = Confinement(confined_root).uid
-    folders = [confined_root / name for name in ("render-mine", "render-theirs")]
-    for folder in folders:
-        folder.mkdir()
-        if uid != os.geteuid():
-            os.chown(folder, uid, uid)
-    mine, theirs = folders
     pool = ChildPool(
         ChildLimits(),
         home=confined_root,
@@ -636,20 +658,28 @@ def test_a_confined_child_writes_only_its_attempts_folder(confined_root: Path) -
     pool.recycle_after = 50
     pool.start()
     cpu = CpuBudget(base_seconds=30)
-
-    def write_pids(path: Path) -> Seen:  # `block` writes its pids there, then returns at once (released)
-        return pool.run("block", Order(pid_file=str(path), release_file=str(mine)), Seen, cpu=cpu, folder=mine)
-
     try:
-        first = write_pids(mine / "pids")
-        with pytest.raises(ChildCrashed):  # the file is in another job's folder of the same work root
-            write_pids(theirs / "pids")
-        with pytest.raises(ChildCrashed):  # beside its folder
-            write_pids(confined_root / "pids")
-        reused = pool.run("pages", Order(pages=1), Seen, cpu=cpu, folder=mine)
-        with pytest.raises(ChildCrashed):  # a child already restricted to another attempt's folder
-            pool.run("pages", Order(pages=1), Seen, cpu=cpu, folder=theirs)
+        with pool.work_root() as sandbox:  # as the worker reaches it
+            assert sandbox is not None
+            mine, theirs = (sandbox.path / name for name in ("render-mine", "render-theirs"))
+            for folder in (mine, theirs):
+                folder.mkdir()
+                own_uid(folder, uid)
+
+            def write_pids(path: Path) -> Seen:  # `block` writes its pids there, then returns at once (released)
+                return pool.run("block", Order(pid_file=str(path), release_file=str(mine)), Seen, cpu=cpu, folder=mine)
+
+            first = write_pids(mine / "pids")
+            with pytest.raises(ChildCrashed):  # the file is in another job's folder of the same work root
+                write_pids(theirs / "pids")
+            with pytest.raises(ChildCrashed):  # beside its folder
+                write_pids(sandbox.path / "pids")
+            reused = pool.run("pages", Order(pages=1), Seen, cpu=cpu, folder=mine)
+            with pytest.raises(ChildCrashed):  # a child already restricted to another attempt's folder
+                pool.run("pages", Order(pages=1), Seen, cpu=cpu, folder=theirs)
+            assert (mine / "pids").exists() and not (theirs / "pids").exists()
+            assert not (sandbox.path / "pids").exists()
+        assert not list(confined_root.iterdir())
     finally:
         pool.close()
     assert first.pid > 0 and reused.pid > 0
-    assert (mine / "pids").exists() and not (theirs / "pids").exists() and not (confined_root / "pids").exists()

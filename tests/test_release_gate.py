@@ -363,21 +363,23 @@ def gate_pool(confined_root: Path) -> Iterator[ChildPool]:
 
 @pytest.mark.e2e
 def test_the_gate_child_is_confined_and_never_loads_a_c_pdf_reader(
-    signer: SignerConfig, tmp_path: Path, confined_root: Path, gate_pool: ChildPool
+    signer: SignerConfig, tmp_path: Path, gate_pool: ChildPool
 ) -> None:
     """The gate's zygote imports docjobs/isolation/gate_work.py only (not the stage work, which loads pikepdf and
     PDFium): its child reports no C/C++ PDF reader among its modules, and finds what the worker's own read finds."""
     assert gate_pool.recycle_after == 1 and gate_pool.confinement is not None
     assert gate_pool.entries == "docjobs.isolation.gate_work"
     path, byte_range = prepared(signer, watermarked(tmp_path), tmp_path / "prepared.pdf")
-    folder = confined_root / "release-gate-test"
-    folder.mkdir()
-    (folder / "prepared.pdf").write_bytes(path.read_bytes())
-    hand_over(folder, gate_pool.confinement)
-    work = GateWork(document=folder / "prepared.pdf", settings=STRUCTURE)
-    report = gate_pool.run(
-        gate_work.GATE_ENTRY, work, GateReport, cpu=CpuBudget(base_seconds=30), max_pages=2, folder=folder
-    )
+    with gate_pool.lease("tenant/job") as (_, root):  # the gate sandbox's own root, as the worker reaches it
+        assert root is not None
+        folder = root / "release-gate-test"
+        folder.mkdir()
+        (folder / "prepared.pdf").write_bytes(path.read_bytes())
+        hand_over(folder, gate_pool.confinement)
+        work = GateWork(document=folder / "prepared.pdf", settings=STRUCTURE)
+        report = gate_pool.run(
+            gate_work.GATE_ENTRY, work, GateReport, cpu=CpuBudget(base_seconds=30), max_pages=2, folder=folder
+        )
     assert report.loaded_forbidden == []
     assert report == in_process(path, STRUCTURE)
     assert judge(report, expected(byte_range))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from docjobs.domain.states import JobState
+from docjobs.isolation.tenant_pools import tenant_root
 from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import SignerConfig, TrustAnchors, cert_pem
 from docjobs.signing.dev_ca import issue_signer, make_ca
@@ -25,6 +25,7 @@ from docjobs.signing.verify import failure_code, verify_pdf
 from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, wait_terminal
 from tests.faults.spy_sign import SPY_FOLDER
+from tests.sandbox_view import sandbox_view
 from tests.test_jobs import job_files
 
 PASSPHRASE = "correct horse battery staple 7f3a"
@@ -74,19 +75,19 @@ async def test_the_key_never_reaches_the_sign_child(
     p12_signer: tuple[SignerConfig, bytes],
 ) -> None:
     config, key_der = p12_signer
-    work_dir = env.settings().work_dir  # the spy's folder is in its tenant's work root, in the queue's folder
-    for earlier in work_dir.glob(f"*/*/{SPY_FOLDER}"):
-        shutil.rmtree(earlier)
     queue = "docjobs-spy-sign"
-    start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="spy-sign", **worker_env(config))
+    spy = start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="spy-sign", **worker_env(config))
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     submitted = await on_queue.submit(samples / "sample.pdf", "standard", tenant=TENANT, key="key-out-of-reach")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
 
     # What the sign child was given: a certificate, a hole size and the tenant; the verify child: certificates.
-    (sign_record,) = work_dir.glob(f"*/*/{SPY_FOLDER}/sign-*.json")
-    (verify_record,) = work_dir.glob(f"*/*/{SPY_FOLDER}/verify-*.json")
+    # The spy's folder is in its tenant's work root, the root of the tenant's sandbox (a tmpfs of its own there).
+    root = tenant_root(env.settings().work_dir / "general", TENANT)
+    spied = sandbox_view(spy.process.pid, root / SPY_FOLDER)
+    (sign_record,) = spied.glob("sign-*.json")
+    (verify_record,) = spied.glob("verify-*.json")
     work = json.loads(sign_record.read_text())["work"]
     assert set(work) == {
         "source", "output", "certificate_pem", "bytes_reserved", "tenant", "visible", "allow_signed_input", "stamp_box"

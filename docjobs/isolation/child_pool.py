@@ -31,7 +31,8 @@ successor is forked as soon as it is taken, so that the next task finds a spare 
 way).
 
 A pool may be confined (`Confinement`, docjobs/isolation/confine.py): its zygote then starts inside a bubblewrap sandbox
-(its own network, PID and mount namespaces, only its tenant's work root writable, an unprivileged uid, seccomp),
+(its own network, PID and mount namespaces, only its tenant's work root writable, a bounded tmpfs of its own that
+the worker reaches with `work_root`, an unprivileged uid, seccomp),
 every limit is hard, and each child serves one task, restricted by Landlock to its attempt's folder (`run`'s
 `folder`) and its private one: no other job's folder of the tenant (docjobs/isolation/landlock.py). A spare
 child makes its rules while it waits; its task adds only its folder's. `TenantPools`
@@ -66,6 +67,7 @@ from docjobs.domain.models import CpuBudget
 from docjobs.isolation.child_process import POLL_SECONDS, ChildCrashed, ChildProcess, ChildStopped
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.protocol import Crash, Failure, Progress, Result, Task, TaskUsage
+from docjobs.isolation.sandbox_root import SandboxRoot, SandboxRootGone
 from docjobs.isolation.zygote import CODE_ROOT, Spawner
 
 log = logging.getLogger("docjobs.sandbox")  # the name operators filter on: kept across the move
@@ -77,6 +79,7 @@ UsageFn = Callable[[TaskUsage], None]
 STAGE_ENTRIES = "docjobs.isolation.stage_work"  # the module whose ENTRIES the children serve
 DEFAULT_PAGE_CAP = 2000  # a task run without its page cap (the shipped policies' largest max_pages)
 RECYCLE_RSS_FRACTION = 0.5  # a child that kept more than this share of its memory limit is not reused
+FULL_ROOT_BYTES = 1 << 20  # a sandbox's writable root with less left than this is full (a failed write's end)
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,30 @@ class ChildPool:
 
     @contextlib.contextmanager
     def lease(self, job_id: str) -> Iterator[tuple[ChildPool, Path | None]]:
-        """This pool for any job (see `TenantPools` for one per tenant); attempts keep their folders where they do."""
-        yield self, None
+        """This pool for any job (see `TenantPools` for one per tenant), and where attempts keep their folders: in
+        its sandbox's root when confined (`work_root`), else where they do (None)."""
+        with self.work_root() as root:
+            yield self, root.path if root is not None else None
+
+    @contextlib.contextmanager
+    def work_root(self) -> Iterator[SandboxRoot | None]:
+        """A confined pool's live sandbox's writable root, held while the block runs (docjobs/isolation/sandbox_root.py:
+        the only place its children may write, reached by the worker through /proc), its zygote started if it is not
+        running; None for an unconfined pool. Raises ChildCrashed if there is none to be had."""
+        if self.confinement is None:
+            yield None
+            return
+        root = self._spawner.live_root()
+        if root is None:  # no live zygote (it ended, or none was asked for yet): a spare child starts one
+            self._adopt_spare(self._spawner.spawn())
+            root = self._spawner.live_root()
+        if root is None:
+            raise ChildCrashed("the sandbox's work folder could not be reached")
+        try:
+            with root.held():
+                yield root
+        except SandboxRootGone:
+            raise ChildCrashed("the sandbox ended before its work folder could be held") from None
 
     def idle_pids(self) -> list[int]:
         with self._lock:
@@ -169,9 +194,17 @@ class ChildPool:
         child.reported = None
         reusable = False
         try:
-            order = work.model_dump(mode="json")
-            child.send(Task(entry=entry, work=order, cpu=cpu, max_pages=cap, folder=str(folder) if folder else None))
-            result = self._supervise(child, result_type, cpu, on_progress, should_stop, cap)
+            order, inside = work.model_dump(mode="json"), folder
+            if child.root is not None:  # confined: the paths as the child sees them, in its own sandbox's root
+                inside = child.root.to_inside(folder) if folder is not None else None
+                if folder is not None and inside is None:
+                    raise ChildCrashed("the attempt's folder is not in its sandbox (the sandbox was replaced)")
+                order = child.root.rebase(order)
+            child.send(Task(entry=entry, work=order, cpu=cpu, max_pages=cap, folder=str(inside) if inside else None))
+            try:
+                result = self._supervise(child, result_type, cpu, on_progress, should_stop, cap)
+            except (ChildCrashed, DocJobError) as error:
+                raise _work_root_full(child.root, self.confinement) or error from None
             reusable = True
             return result
         finally:
@@ -244,6 +277,14 @@ class ChildPool:
             return ChildCrashed(f"signal {signum}")
         return ChildCrashed(f"exit status {os.WEXITSTATUS(status)}")
 
+    def _adopt_spare(self, child: ChildProcess) -> None:
+        """A child forked ahead of its task: kept idle, as a spare (killed if enough are)."""
+        with self._lock:
+            if not self._closed and len(self._idle) < self.warm:
+                self._idle.append(child)
+                return
+        child.kill()
+
     def _acquire(self) -> ChildProcess:
         child = None
         with self._lock:
@@ -287,11 +328,15 @@ class ChildPool:
     def _adopt(self, future: Future[ChildProcess]) -> None:
         with self._lock:
             self._starting -= 1
-        if future.exception() is not None:
-            return
-        child = future.result()
-        with self._lock:
-            if not self._closed and len(self._idle) < self.warm:
-                self._idle.append(child)
-                return
-        child.kill()
+        if future.exception() is None:
+            self._adopt_spare(future.result())
+
+
+def _work_root_full(root: SandboxRoot | None, confinement: Confinement | None) -> DocJobError | None:
+    """`input.too_complex` when a child failed with its sandbox's writable root full (nearly: tools stop short),
+    so its writes failed: the document's files outgrew `max_work_mb`. None otherwise (the failure stands)."""
+    free = root.free_bytes() if root is not None else None
+    if confinement is None or free is None or free > FULL_ROOT_BYTES:
+        return None
+    limit = confinement.max_work_mb
+    return DocJobError(FailureCode.INPUT_TOO_COMPLEX, f"the document's work files need more than {limit} MiB")

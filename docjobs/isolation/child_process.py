@@ -30,6 +30,7 @@ from docjobs.isolation.protocol import (
     read_child_message,
     task_usage,
 )
+from docjobs.isolation.sandbox_root import SandboxRoot
 
 log = logging.getLogger("docjobs.sandbox")  # the name operators filter on: kept across the move
 
@@ -70,6 +71,7 @@ class ChildProcess:
     account: KernelAccount | None = None
     cpu_accounted: float = 0.0  # CPU seconds (tools included) the child had used when its current task began
     reported: TaskUsage | None = None  # what the current task cost, as the child reported it
+    root: SandboxRoot | None = None  # a confined child's: its sandbox's writable root (isolation/sandbox_root.py)
 
     def note_usage(self, usage: Any) -> None:
         """Keep the usage a message reports (a malformed one counts as none: it is accounting, never a verdict)."""

@@ -8,8 +8,10 @@ inside a bwrap sandbox that has
   with its zygote (bwrap's init is the namespace's PID 1);
 - a file system of its own: the runtime read-only (/usr and the system libraries, the Python installation and
   the virtualenv, the code, the few /etc files tools read), a fresh /dev, a private /proc, small tmpfs /tmp and
-  /dev/shm, and one writable folder, the tenant's work root, where the worker puts each attempt's folder. No data
-  dir (blobs, tenants.json, signing/), no /run/secrets, no other tenant's folders, no home;
+  /dev/shm, and one writable folder, the tenant's work root, where the worker puts each attempt's folder: a tmpfs
+  of the sandbox's own (`max_work_mb`, DOCJOBS_SANDBOX_WORK_MB), which the worker reaches through /proc
+  (docjobs/isolation/sandbox_root.py): nothing a child writes reaches the worker's disk. No data dir (blobs,
+  tenants.json, signing/), no /run/secrets, no other tenant's folders, no home;
 - no root, and a user namespace of its own that cannot make another (`--unshare-user`, `--disable-userns`). An
   unprivileged worker's bwrap makes it, as the worker's uid. A root worker's bwrap sets the sandbox up as root
   (it binds what root may reach), with only CAP_SETUID/CAP_SETGID, and runs one program in it: `setpriv`, which
@@ -187,14 +189,15 @@ def _tool(name: str, package: str) -> str:
 
 @dataclass(frozen=True)
 class Confinement:
-    """One pool's sandbox: `writable` is the only folder it may write (bound at the same path), `slot` picks the
-    uid a root worker's sandbox runs as."""
+    """One pool's sandbox: `writable` is the only folder it may write (a tmpfs of `max_work_mb` mounted at that
+    path), `slot` picks the uid a root worker's sandbox runs as."""
 
     writable: Path
     code: tuple[Path, ...] = ()  # the packages the zygote imports (docjobs, the entries' package), not the checkout
     slot: int = 0
     max_processes: int = 128
     max_file_mb: int = 2048
+    max_work_mb: int = 2048
 
     @property
     def uid(self) -> int:
@@ -252,7 +255,11 @@ class Confinement:
                 binds.append((directory, directory))
         for source, destination in binds:
             args += ["--ro-bind", source, destination]
-        args += ["--bind", str(self.writable), str(self.writable), "--chdir", str(self.writable)]
+        # The writable root is a tmpfs of the sandbox's own, `max_work_mb` at most: what a child writes fills it, not
+        # the worker's disk, and dies with the sandbox. A root worker's tenant uid (set below) must write in it.
+        mode = "0777" if os.geteuid() == 0 else "0700"
+        args += ["--perms", mode, "--size", str(self.max_work_mb << 20), "--tmpfs", str(self.writable)]
+        args += ["--chdir", str(self.writable)]
         if os.geteuid() == 0:
             uid = str(self.uid)
             args += ["--", _tool("setpriv", "util-linux"), "--reuid", uid, "--regid", uid, "--clear-groups"]

@@ -107,7 +107,8 @@ class TenantPools:
                 entry = self._open(tenant)
             entry.in_use += 1
         try:
-            yield entry.pool, entry.root
+            with entry.pool.work_root() as root:  # confined: the tenant's live sandbox's own root, else its folder
+                yield entry.pool, root.path if root is not None else entry.root
         finally:
             with self._lock:
                 entry.in_use -= 1

@@ -27,6 +27,7 @@ from docjobs.isolation.child_process import POLL_SECONDS, SPAWN_TIMEOUT_SECONDS,
 from docjobs.isolation.confine import Confinement, python_inside, seccomp_filter
 from docjobs.isolation.protocol import Forked
 from docjobs.isolation.sandbox_child import CONTROL_ENV, ENTRIES_ENV, FORK_REQUEST, MEMORY_ENV, PARENT_ENV
+from docjobs.isolation.sandbox_root import SandboxRoot, open_sandbox_root
 
 log = logging.getLogger("docjobs.sandbox")  # the name operators filter on: kept across the move
 
@@ -41,18 +42,22 @@ class Zygote:
 
     process: subprocess.Popen[bytes]
     control: socket.socket  # fork requests: one message, the child's two pipe ends attached
+    root: SandboxRoot | None = None  # a confined zygote's writable root, reached from its first child
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        """Close its control socket, on which it kills its children and ends; wait for that."""
+        """Close its control socket, on which it kills its children and ends; wait for that. Its writable root goes
+        once no attempt holds it."""
         self.control.close()
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self.root is not None:
+            self.root.retire()
 
 
 class ZygoteGone(Exception):
@@ -121,6 +126,13 @@ class Spawner:
     def zygote_pid(self) -> int | None:
         zygote = self.zygote
         return zygote.process.pid if zygote is not None and zygote.alive() else None
+
+    def live_root(self) -> SandboxRoot | None:
+        """The writable root of the zygote's sandbox, while that zygote lives (confined pools only)."""
+        zygote = self.zygote
+        if zygote is None or not zygote.alive() or zygote.root is None or not zygote.root.live:
+            return None
+        return zygote.root
 
     def _loop(self) -> None:
         while (future := self.requests.get()) is not None:
@@ -225,6 +237,13 @@ class Spawner:
             child.reap()
             raise ChildCrashed("the document child could not be found from the worker")
         child.pid = outer
+        if self.confinement is not None and zygote.root is None:
+            try:  # its first child, which has read no task yet: the sandbox's processes are all still ours
+                zygote.root = open_sandbox_root(outer, pid, self.confinement.writable)
+            except OSError as error:
+                child.kill()
+                raise ChildCrashed("the sandbox's work folder could not be reached") from error
+        child.root = zygote.root
         return child
 
 

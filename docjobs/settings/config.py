@@ -103,6 +103,7 @@ class Environment(BaseSettings):
     stall_seconds: float = 300.0
     child_recycle_after: int = 50
     sandbox: Literal["bwrap", "unconfined"] = "bwrap"  # unconfined: document children run without their boundary
+    sandbox_work_mb: int = Field(default=2048, ge=16)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no metrics endpoint
     metrics_refresh_seconds: float = 15.0
@@ -211,6 +212,7 @@ class Settings:
     child_recycle_after: int = 50  # tasks a document child serves before a fresh fork replaces it (1: one per task)
     # bwrap: each tenant's document children confined (docjobs/isolation/confine.py); or unconfined
     sandbox: str = "bwrap"
+    sandbox_work_mb: int = 2048  # the tmpfs each sandbox writes in: all its children's files together, at most
     metrics_host: str = "127.0.0.1"  # where `worker.py --metrics-port` listens (0.0.0.0 in a container)
     metrics_port: int | None = None  # None: no metrics endpoint
     metrics_refresh_seconds: float = 15.0  # how often a general worker re-reads the active-job gauges
