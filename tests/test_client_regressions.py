@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
+import pytest
+
+from docjobs.cli.jobs import cmd_submit
+from docjobs.cli.output import Output
+from docjobs.domain.models import JobOverrides
+from docjobs.settings.policies import PolicyBook
+from docjobs.settings.tenants import CLI_TENANT
+from docjobs.store.storage import sha256_file
+from docjobs.temporal import client as client_module
 from docjobs.temporal.client import JobClient, connect
+from starter import build_parser
 from tests.conftest import Env, run_starter, starter
 from tests.fixtures.samples import make_sample_pdf
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 async def test_a_run_serves_only_its_own_job(env: Env, samples: Path, tmp_path: Path) -> None:
@@ -27,3 +44,38 @@ async def test_a_run_serves_only_its_own_job(env: Env, samples: Path, tmp_path: 
     assert events and "workflow_task_started" not in events, events  # nobody even looked at it
     jobs = JobClient(await connect(env.settings()), env.settings())
     await jobs.handle(other["job_id"]).terminate("test clean-up: no worker serves its queue")
+
+
+async def test_a_cli_submit_hashes_reads_its_policy_and_derives_its_id_once(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`submit` plans its job once (docjobs.temporal.client.plan_job): the file is hashed once (then only copied
+    into the store, the copy checked against that digest), the policy file read once, the ID derived once, and
+    the job it starts carries exactly what was computed: the file's digest, under the ID that digest makes."""
+    calls: Counter[str] = Counter()
+
+    def counted(name: str, function: Callable[P, R]) -> Callable[P, R]:
+        def count(*args: P.args, **kwargs: P.kwargs) -> R:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return count
+
+    monkeypatch.setattr(client_module, "sha256_file", counted("hash", sha256_file))
+    monkeypatch.setattr(client_module, "derive_job_id", counted("derive", client_module.derive_job_id))
+    load = PolicyBook.load.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(PolicyBook, "load", classmethod(counted("policy file", load)))
+    document = tmp_path / "once.pdf"
+    make_sample_pdf(document, pages=1, marker="planned once")
+    settings = env.settings(DOCJOBS_TASK_QUEUE="docjobs-planned-once")  # no worker: the job only waits
+    args = build_parser().parse_args(["--json", "submit", str(document), "--watermark", "ONCE"])
+
+    assert await cmd_submit(args, settings, Output(as_json=True)) == 0
+    job_id = json.loads(capsys.readouterr().out.splitlines()[-1])["job_id"]
+    assert calls == {"hash": 1, "policy file": 1, "derive": 1}, calls
+    digest = hashlib.sha256(document.read_bytes()).hexdigest()
+    asked = client_module.asked_of("standard", JobOverrides(watermark_text="ONCE"))
+    assert job_id == client_module.derive_job_id(CLI_TENANT, None, digest, asked, settings.job_id_key())
+    jobs = JobClient(await connect(settings), settings)
+    assert await jobs.accepted_as(job_id) == (digest, asked)
+    await jobs.handle(job_id).terminate("test clean-up: no worker serves its queue")

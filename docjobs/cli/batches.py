@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from docjobs.cli.jobs import add_policy_flags, choose_policy, job_client
+from docjobs.cli.jobs import add_policy_flags, asked_overrides, job_client
 from docjobs.cli.output import EXIT_BUDGET, EXIT_JOB_NOT_SUCCEEDED, EXIT_OK, EXIT_USAGE, Output, fail
 from docjobs.domain.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.domain.idempotency import BATCH_KEY_RULE, is_valid_batch_key
@@ -79,8 +79,8 @@ async def batch_client(settings: TemporalSettings) -> BatchClient:
 async def cmd_submit_batch(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     if args.key is not None and not is_valid_batch_key(args.key):
         return fail(out, EXIT_USAGE, "idempotency.invalid", f"--key: {BATCH_KEY_RULE}")
-    name, overrides = choose_policy(args, settings)  # an invalid override is refused before any document is stored
-    policy = PolicyBook.load(settings.policy_file).resolve(name, overrides)  # a batch pins the resolved policy
+    overrides = asked_overrides(args)  # an invalid override is refused before any document is stored
+    policy = PolicyBook.load(settings.policy_file).resolve(args.policy, overrides)  # a batch pins the resolved policy
     paths = batch_files(args.paths)
     batches = await batch_client(settings)
     sources = await batches.accept_files(paths, tenant=args.tenant)

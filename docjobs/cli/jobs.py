@@ -33,9 +33,8 @@ from docjobs.pdf.inspect import input_kind
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.settings.tenants import CLI_TENANT
-from docjobs.store.storage import sha256_file
 from docjobs.store.templates import TemplateStore
-from docjobs.temporal.client import JobClient, Submitted, asked_of, connect, derive_job_id
+from docjobs.temporal.client import JobAsk, JobClient, JobPlan, Submitted, connect, plan_job
 from docjobs.temporal.poller import WaitEnd, WaitResult, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 
@@ -47,10 +46,10 @@ async def job_client(settings: TemporalSettings) -> JobClient:
     return JobClient(await connect(settings), settings)
 
 
-def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> tuple[str, JobOverrides]:
-    """The named policy (the default if none is named) and the overrides, checked before any server is
-    contacted (ConfigError, pydantic's ValidationError): the job's `resolve` step applies them."""
-    overrides = job_overrides(
+def asked_overrides(args: argparse.Namespace) -> JobOverrides:
+    """The overrides the policy flags ask for, checked before any server is contacted (ConfigError, pydantic's
+    ValidationError): the job's `resolve` step applies them."""
+    return job_overrides(
         watermark=args.watermark,
         mode=args.mode,
         dpi=args.dpi,
@@ -59,7 +58,19 @@ def choose_policy(args: argparse.Namespace, settings: TemporalSettings) -> tuple
         redact=args.redact,
         redact_regions=args.redact_region,
     )
-    return PolicyBook.load(settings.policy_file).get(args.policy).name, overrides
+
+
+def job_ask(args: argparse.Namespace, settings: TemporalSettings) -> JobAsk:
+    """What `run` and `submit` ask of their input, refused (ConfigError, pydantic's ValidationError) before
+    anything is stored: the named policy (the default if none is named; the policy file is read here, once) with
+    the flags' overrides, for the tenant, key and deadline given. The input's kind is set once it is known."""
+    return JobAsk(
+        named=PolicyBook.load(settings.policy_file).get(args.policy),
+        overrides=asked_overrides(args),
+        tenant=args.tenant,
+        key=args.key,
+        deadline_seconds=args.deadline,
+    )
 
 
 @contextmanager
@@ -92,21 +103,11 @@ class KeyConflict(Exception):
         self.job_id = job_id
 
 
-async def submit_input(
-    jobs: JobClient, args: argparse.Namespace, source: Path, kind: InputKind, policy: str, overrides: JobOverrides
-) -> Submitted:
-    """Start (or get) the job for the accepted input, as `run` and `submit` were asked: tenant, key, deadline.
-    Raises KeyConflict when the key's job was accepted with another input or ask (the API's 422
-    `idempotency.conflict`): answering with that job would report, or fetch, another document's result."""
-    submitted = await jobs.submit(
-        source,
-        policy,
-        overrides=overrides,
-        input_kind=kind,
-        tenant=args.tenant,
-        key=args.key,
-        deadline_seconds=args.deadline,
-    )
+async def submit_input(jobs: JobClient, plan: JobPlan) -> Submitted:
+    """Start (or get) the planned job. Raises KeyConflict when the key's job was accepted with another input or
+    ask (the API's 422 `idempotency.conflict`): answering with that job would report, or fetch, another document's
+    result."""
+    submitted = await jobs.submit_planned(plan)
     if submitted.conflict:
         raise KeyConflict(submitted.job_id)
     return submitted
@@ -139,10 +140,10 @@ def parse_duration(text: str) -> timedelta:
 
 
 async def cmd_submit(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
-    policy, overrides = choose_policy(args, settings)
-    jobs = await job_client(settings)
+    ask = job_ask(args, settings)
     with accepted_input(args, settings) as (source, kind):
-        submitted = await submit_input(jobs, args, source, kind, policy, overrides)
+        plan = await asyncio.to_thread(plan_job, source, replace(ask, input_kind=kind), settings.job_id_key())
+        submitted = await submit_input(await job_client(settings), plan)
     verb = "created" if submitted.created else "already exists"
     out.result({"job_id": submitted.job_id, "created": submitted.created}, f"{submitted.job_id} ({verb})")
     return EXIT_OK
@@ -155,15 +156,16 @@ async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Out
     logging.getLogger("temporalio").setLevel(logging.ERROR)
     logging.getLogger("docjobs").setLevel(logging.ERROR)
     logging.getLogger("pyhanko").setLevel(logging.CRITICAL)
-    policy, overrides = choose_policy(args, settings)
+    ask = job_ask(args, settings)
     with accepted_input(args, settings) as (source, kind):
         named = Path(args.file or args.data)
         target = Path(args.out) if args.out else named.with_name(f"{named.stem}.docjobs.pdf")
-        settings = await run_settings(settings, source, asked_of(policy, overrides), args)
+        plan = await asyncio.to_thread(plan_job, source, replace(ask, input_kind=kind), settings.job_id_key())
+        settings = run_settings(settings, plan.job_id)
         client = await connect(settings)
         jobs = JobClient(client, settings)
         async with serving(client, settings):
-            submitted = await submit_input(jobs, args, source, kind, policy, overrides)
+            submitted = await submit_input(jobs, plan)
             out.say(f"job {submitted.job_id} ({'created' if submitted.created else 'already exists'})")
             code = await wait_and_report(jobs, submitted.job_id, args, out)
             if code != EXIT_BUDGET:  # the worker stays until the job's wrap-up (evidence, callback) is done too
@@ -175,14 +177,10 @@ async def cmd_run(args: argparse.Namespace, settings: TemporalSettings, out: Out
     return code
 
 
-async def run_settings(
-    settings: TemporalSettings, source: Path, asked: str, args: argparse.Namespace
-) -> TemporalSettings:
+def run_settings(settings: TemporalSettings, job_id: str) -> TemporalSettings:
     """The settings of a one-shot `run`: its in-process worker serves only the run's own job, on a task queue
     (and OCR queue) named after the job, never the shared queue where other clients' jobs wait. Running the same
     command again (same job ID) serves the same queue, so it resumes a job an interrupted run left."""
-    digest = await asyncio.to_thread(sha256_file, source)
-    job_id = derive_job_id(args.tenant, args.key, digest, asked, settings.job_id_key())
     own_queue = f"{settings.task_queue}-run-{hashlib.sha256(job_id.encode()).hexdigest()[:16]}"
     return replace(settings, task_queue=own_queue, ocr_task_queue_override=None)
 

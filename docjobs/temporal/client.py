@@ -114,6 +114,44 @@ def asked_of(policy: str, overrides: JobOverrides | None) -> str:
     return canonical_json(asked).decode()
 
 
+@dataclass(frozen=True)
+class JobAsk:
+    """What a client asks of one input: a named policy (`named`, the policy file's entry: its name, deadline and
+    mode; the job's `resolve` step resolves it with `overrides`), for a tenant, under a key or none."""
+
+    named: Policy
+    overrides: JobOverrides
+    input_kind: InputKind = InputKind.DOCUMENT
+    tenant: str = "default"
+    key: str | None = None
+    deadline_seconds: int | None = None  # None: the policy's
+    callback: str | None = None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What `plan_job` computed of an input, each once, before anything is stored or started: its digest, what is
+    asked of it in canonical form, and the job ID they make. `submit_planned` starts it; `run` names its queue
+    after the ID."""
+
+    path: Path
+    ask: JobAsk
+    input_sha256: str
+    handed_over: bool  # the caller wrote `path` and hashed it while writing (an API upload): the store takes it
+    asked: str  # `asked_of` the policy's name and the overrides
+    job_id: str
+
+
+def plan_job(path: Path, ask: JobAsk, id_key: bytes, *, hashed: str | None = None) -> JobPlan:
+    """The job `ask` makes of `path`: the overrides checked as far as they alone tell (`check_overrides`), the file
+    hashed (unless `hashed`: its writer did) and the job ID derived. Blocking: it reads the whole file."""
+    check_overrides(ask.overrides)
+    digest = hashed if hashed is not None else sha256_file(path)
+    asked = asked_of(ask.named.name, ask.overrides)
+    job_id = derive_job_id(ask.tenant, ask.key, digest, asked, id_key)
+    return JobPlan(path, ask, digest, handed_over=hashed is not None, asked=asked, job_id=job_id)
+
+
 async def connect(settings: TemporalSettings, runtime: Runtime | None = None) -> Client:
     """Connect to the configured cluster (TLS, mTLS, API key as the SDK's environment configuration says), or
     to the embedded dev server (started on first use).
@@ -187,25 +225,38 @@ class JobClient:
         `conflict` when it was accepted with another input digest or ask."""
         if isinstance(policy, Policy):
             return await self._submit_pinned(path, policy, input_kind, tenant, key, deadline_seconds, hashed)
-        named = self.policies().get(policy)  # its name and deadline: the workflow resolves the rest
-        overrides = check_overrides(overrides or JobOverrides())
-        existing = await self._existing(tenant, key, path, hashed, asked_of(named.name, overrides))
-        if existing is not None:
-            return existing
-        stored = await self.accept(path, tenant=tenant, hashed=hashed)
-        job = DocumentJobInput(
-            version=1,
+        ask = JobAsk(
+            named=self.policies().get(policy),
+            overrides=overrides or JobOverrides(),
+            input_kind=input_kind,
             tenant=tenant,
-            source=self.source_ref(stored, input_kind),
-            policy=named.name,
-            overrides=overrides,
-            deadline_seconds=deadline_seconds or named.deadline_seconds,
+            key=key,
+            deadline_seconds=deadline_seconds,
             callback=callback,
         )
-        job_id = derive_job_id(tenant, key, stored.sha256, asked_of(named.name, overrides), self.id_key)
-        summary = job_summary(named.name, overrides.watermark_mode or named.watermark.mode)
-        created = await self.start_input(job_id, job, summary=summary)
-        return Submitted(job_id, created=created, input_sha256=stored.sha256)
+        return await self.submit_planned(await asyncio.to_thread(plan_job, path, ask, self.id_key, hashed=hashed))
+
+    async def submit_planned(self, plan: JobPlan) -> Submitted:
+        """Start-or-get the planned job: what `submit` does, with nothing computed again (the input is read once
+        more only to store it, and its copy must have the planned digest)."""
+        ask = plan.ask
+        existing = await self._existing(ask.tenant, ask.key, plan.input_sha256, plan.asked)
+        if existing is not None:
+            return existing
+        handed_over = plan.input_sha256 if plan.handed_over else None
+        stored = await self.accept(plan.path, tenant=ask.tenant, hashed=handed_over, digest=plan.input_sha256)
+        job = DocumentJobInput(
+            version=1,
+            tenant=ask.tenant,
+            source=self.source_ref(stored, ask.input_kind),
+            policy=ask.named.name,
+            overrides=ask.overrides,
+            deadline_seconds=ask.deadline_seconds or ask.named.deadline_seconds,
+            callback=ask.callback,
+        )
+        summary = job_summary(ask.named.name, ask.overrides.watermark_mode or ask.named.watermark.mode)
+        created = await self.start_input(plan.job_id, job, summary=summary)
+        return Submitted(plan.job_id, created=created, input_sha256=stored.sha256)
 
     async def _submit_pinned(
         self,
@@ -217,10 +268,11 @@ class JobClient:
         deadline_seconds: int | None,
         hashed: str | None,
     ) -> Submitted:
-        existing = await self._existing(tenant, key, path, hashed, policy.fingerprint)  # as `accepted_as` reads it
+        digest = hashed if hashed is not None else await asyncio.to_thread(sha256_file, path)
+        existing = await self._existing(tenant, key, digest, policy.fingerprint)  # as `accepted_as` reads it
         if existing is not None:
             return existing
-        stored = await self.accept(path, tenant=tenant, hashed=hashed)
+        stored = await self.accept(path, tenant=tenant, hashed=hashed, digest=digest)
         job_id = derive_job_id(tenant, key, stored.sha256, policy.fingerprint, self.id_key)
         request = JobRequest(
             job_id=job_id,
@@ -239,9 +291,7 @@ class JobClient:
         )
         return Submitted(job_id, created=await self.start(request), input_sha256=stored.sha256)
 
-    async def _existing(
-        self, tenant: str, key: str | None, path: Path, hashed: str | None, asked: str
-    ) -> Submitted | None:
+    async def _existing(self, tenant: str, key: str | None, digest: str, asked: str) -> Submitted | None:
         """The keyed job, if it exists: compared with this input (its digest, what is asked of it) before any byte
         of it is stored. None when there is no key or no such job."""
         if not key:
@@ -249,17 +299,17 @@ class JobClient:
         job_id = keyed_job_id(tenant, key)
         if not await self.exists(job_id):
             return None
-        digest: str = hashed if hashed is not None else await asyncio.to_thread(sha256_file, path)
         conflict = await self.accepted_as(job_id) != (digest, asked)
         return Submitted(job_id, created=False, input_sha256=digest, conflict=conflict)
 
-    async def accept(self, path: Path, *, tenant: str, hashed: str | None = None) -> BlobRef:
+    async def accept(self, path: Path, *, tenant: str, hashed: str | None = None, digest: str | None = None) -> BlobRef:
         """Check the input's size, hash it and store it as a source (every document a job or batch accepts),
         recorded as `tenant`'s: only the tenants that stored a source may name it by its digest later.
 
         `hashed`: the caller wrote `path` itself and hashed it while writing (an API upload): the file is
-        handed to the store (moved, on the file store) and never read again here. Otherwise it is hashed,
-        then copied, and must not have changed in between.
+        handed to the store (moved, on the file store) and never read again here. `digest`: the caller hashed
+        the file, which stays its own (a planned job): it is copied, and the copy must have that digest. Otherwise
+        it is hashed, then copied, and must not have changed in between.
         """
         size = path.stat().st_size
         if size > self.settings.max_input_bytes:
@@ -269,9 +319,9 @@ class JobClient:
         if hashed is not None:
             stored = await asyncio.to_thread(self.store.put_hashed, source_key(hashed), path, hashed)
         else:
-            digest = await asyncio.to_thread(sha256_file, path)
-            stored = await asyncio.to_thread(self.store.put_file, source_key(digest), path)
-            if stored.sha256 != digest:
+            expected = digest if digest is not None else await asyncio.to_thread(sha256_file, path)
+            stored = await asyncio.to_thread(self.store.put_file, source_key(expected), path)
+            if stored.sha256 != expected:
                 raise DocJobError(FailureCode.SOURCE_DIGEST_MISMATCH, "the input changed while it was being accepted")
         await asyncio.to_thread(record_owner, self.store, stored.sha256, tenant)
         # Nothing here opens the document: its structure is parsed only in a stage's limited child, which
