@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import activity
 
-from docjobs.domain.models import Cost
+from docjobs.domain.stage_cost import Cost
 from docjobs.isolation.protocol import TaskUsage
 
 COST_DETAIL = "cost"  # the key of the running total in a stage's heartbeat details

@@ -18,7 +18,8 @@ from temporalio.exceptions import CancelledError
 from activities.attempt import OUTPUT_CAP, WORK_ROOT, StoreStages
 from activities.cost import AttemptMeter
 from activities.lease import Lease, typed_failures
-from docjobs.domain.models import BlobRef, CpuBudget, JobShape, StageInput
+from docjobs.domain.models import BlobRef, JobShape, StageInput
+from docjobs.domain.stage_cost import CpuBudget
 from docjobs.domain.stage_specs import StageSpec
 from docjobs.isolation.child_pool import ChildPool, ProgressFn
 from docjobs.isolation.child_process import ChildStopped

@@ -46,8 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import children_cpu_seconds, dev_server_env, median_ms
 from pydantic import BaseModel
 
-from docjobs.domain.models import CpuBudget, ReleaseGateSettings, RenderSettings, VerifySettings
+from docjobs.domain.models import ReleaseGateSettings, RenderSettings, VerifySettings
 from docjobs.domain.policy import LimitsPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.domain.stage_cost import CpuBudget
 from docjobs.domain.states import JobState
 from docjobs.isolation import gate_work
 from docjobs.isolation.child_pool import ChildLimits, ChildPool

@@ -26,8 +26,9 @@ import pikepdf
 import pytest
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import CpuBudget, JobStatus, TransitionRecord
+from docjobs.domain.models import JobStatus, TransitionRecord
 from docjobs.domain.policy import WatermarkMode
+from docjobs.domain.stage_cost import CpuBudget
 from docjobs.domain.states import JobState, Stage
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.child_process import ChildCrashed
@@ -511,7 +512,7 @@ def test_a_confined_pool_dies_whole_with_its_worker(tmp_path: Path) -> None:
     # The attempt's folder, in the sandbox's own root: the only one of it the child may write (besides its private one).
     script = (
         "import os; from pathlib import Path; from docjobs.isolation.child_pool import ChildPool, ChildLimits; "
-        "from docjobs.isolation.confine import Confinement; from docjobs.domain.models import CpuBudget; "
+        "from docjobs.isolation.confine import Confinement; from docjobs.domain.stage_cost import CpuBudget; "
         "from tests.sandbox_entries import Order, Seen; from tests.sandbox_view import own_uid;"
         f"root = Path({str(root)!r}); confinement = Confinement(root);"
         "pool = ChildPool(ChildLimits(), home=root, entries='tests.sandbox_entries', confinement=confinement);"

@@ -21,9 +21,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from docjobs.domain.models import BlobRef, Cost, JobRequest, OcrInput, OcrOutput, RenderInput, RenderOutput
+from docjobs.domain.models import BlobRef, JobRequest, OcrInput, OcrOutput, RenderInput, RenderOutput
 from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput
 from docjobs.domain.policy import OcrMode, OcrPolicy, Policy, WatermarkPolicy
+from docjobs.domain.stage_cost import Cost
 from docjobs.domain.states import JobState
 from docjobs.temporal.client import JobClient, connect
 from tests.conftest import Env

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from docjobs.domain.errors import FailureCode
-from docjobs.domain.models import CpuBudget
+from docjobs.domain.stage_cost import CpuBudget
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.child_process import MAX_MESSAGE_BYTES, ChildCrashed
 from docjobs.isolation.protocol import (

@@ -16,8 +16,9 @@ from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pypdf import PdfReader
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import CpuBudget, ReleaseGateSettings
+from docjobs.domain.models import ReleaseGateSettings
 from docjobs.domain.policy import RedactPolicy, SanitizeMode, SanitizePolicy, WatermarkPolicy
+from docjobs.domain.stage_cost import CpuBudget
 from docjobs.isolation import gate_work
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.confine import Confinement

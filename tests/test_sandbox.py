@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import CpuBudget
+from docjobs.domain.stage_cost import CpuBudget
 from docjobs.isolation import prefault
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.child_process import ChildCrashed, ChildStopped
@@ -196,7 +196,7 @@ def test_children_die_with_their_worker(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     script = (
         "import sys; from pathlib import Path; from docjobs.isolation.child_pool import ChildPool, ChildLimits;"
-        "from docjobs.domain.models import CpuBudget; from tests.sandbox_entries import Order, Seen;"
+        "from docjobs.domain.stage_cost import CpuBudget; from tests.sandbox_entries import Order, Seen;"
         f"pool = ChildPool(ChildLimits(), home=Path({str(tmp_path)!r}), entries='tests.sandbox_entries'); pool.start();"
         f"pool.run('block', Order(pid_file={str(pids)!r}), Seen, cpu=CpuBudget(base_seconds=60))"
     )

@@ -29,7 +29,6 @@ from docjobs.domain.models import (
     ActivityTiming,
     BlobRef,
     CleanupInput,
-    Cost,
     EvidenceInput,
     EvidenceOutput,
     JobRequest,
@@ -43,6 +42,7 @@ from docjobs.domain.models import (
     VerifyOutput,
 )
 from docjobs.domain.policy import Policy, WatermarkPolicy
+from docjobs.domain.stage_cost import Cost
 from docjobs.domain.states import JobState, Stage
 from docjobs.store.storage import BlobStore, sha256_file
 from docjobs.temporal.client import JobClient, connect

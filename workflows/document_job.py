@@ -46,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
         CancelAnswer,
         ChunkProgress,
         CleanupInput,
-        CpuBudget,
         DocumentJobInput,
         EvidenceInput,
         JobRequest,
@@ -64,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from docjobs.domain.ocr_chunks import PageRange
     from docjobs.domain.policy import OcrMode, WatermarkMode
+    from docjobs.domain.stage_cost import CpuBudget
     from docjobs.domain.stage_specs import StageQueue, StageSpec, spec_of
     from docjobs.domain.states import JobState, Stage, check_transition, is_terminal
     from workflows import search_attributes as sa

@@ -11,7 +11,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from docjobs.domain.errors import FAILURE_CODES, FailureCode, Outcome
-    from docjobs.domain.models import Cost
+    from docjobs.domain.stage_cost import Cost
     from docjobs.domain.states import JobState
 
 # Deterministic failures are never retried; transient ones are, with backoff, until max_attempts.

@@ -22,9 +22,10 @@ from typing import Protocol, TypeVar
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from docjobs.domain.models import ChunkProgress, Cost, OcrInput, OcrOutput, StageInput
+    from docjobs.domain.models import ChunkProgress, OcrInput, OcrOutput, StageInput
     from docjobs.domain.ocr_chunks import OcrChunk, OcrChunkInput, OcrChunkOutput, OcrMergeInput, PageRange, chunk_plan
     from docjobs.domain.policy import OcrOutputType, OcrPolicy
+    from docjobs.domain.stage_cost import Cost
     from workflows import stages
 
 # The activities that make up the OCR stage of a long document: their attempts count as the stage's.

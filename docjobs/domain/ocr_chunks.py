@@ -11,8 +11,9 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from docjobs.domain.base import Frozen
-from docjobs.domain.models import BlobRef, Cost, DeskewedPage, StageInput
+from docjobs.domain.models import BlobRef, DeskewedPage, StageInput
 from docjobs.domain.policy import OcrPolicy, WatermarkPolicy
+from docjobs.domain.stage_cost import Cost
 
 
 class PageRange(Frozen):

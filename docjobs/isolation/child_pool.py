@@ -63,7 +63,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import CpuBudget
+from docjobs.domain.stage_cost import CpuBudget
 from docjobs.isolation.child_process import POLL_SECONDS, ChildCrashed, ChildProcess, ChildStopped
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.protocol import Crash, Failure, Progress, Result, Task, TaskUsage

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from docjobs.domain.errors import FailureCode
-from docjobs.domain.models import CpuBudget
+from docjobs.domain.stage_cost import CpuBudget
 
 
 class TaskUsage(BaseModel):
