@@ -18,6 +18,7 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.settings.tenants import CLI_TENANT
 from docjobs.store.storage import sha256_file
 from docjobs.temporal import client as client_module
+from docjobs.temporal import job_plan
 from docjobs.temporal.client import JobClient, connect
 from starter import build_parser
 from tests.conftest import Env, run_starter, starter
@@ -49,7 +50,7 @@ async def test_a_run_serves_only_its_own_job(env: Env, samples: Path, tmp_path: 
 async def test_a_cli_submit_hashes_reads_its_policy_and_derives_its_id_once(
     env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`submit` plans its job once (docjobs.temporal.client.plan_job): the file is hashed once (then only copied
+    """`submit` plans its job once (docjobs.temporal.job_plan.plan_job): the file is hashed once (then only copied
     into the store, the copy checked against that digest), the policy file read once, the ID derived once, and
     the job it starts carries exactly what was computed: the file's digest, under the ID that digest makes."""
     calls: Counter[str] = Counter()
@@ -61,8 +62,10 @@ async def test_a_cli_submit_hashes_reads_its_policy_and_derives_its_id_once(
 
         return count
 
-    monkeypatch.setattr(client_module, "sha256_file", counted("hash", sha256_file))
-    monkeypatch.setattr(client_module, "derive_job_id", counted("derive", client_module.derive_job_id))
+    hash_counted = counted("hash", sha256_file)
+    monkeypatch.setattr(job_plan, "sha256_file", hash_counted)
+    monkeypatch.setattr(client_module, "sha256_file", hash_counted)
+    monkeypatch.setattr(job_plan, "derive_job_id", counted("derive", job_plan.derive_job_id))
     load = PolicyBook.load.__func__  # type: ignore[attr-defined]
     monkeypatch.setattr(PolicyBook, "load", classmethod(counted("policy file", load)))
     document = tmp_path / "once.pdf"
@@ -74,8 +77,8 @@ async def test_a_cli_submit_hashes_reads_its_policy_and_derives_its_id_once(
     job_id = json.loads(capsys.readouterr().out.splitlines()[-1])["job_id"]
     assert calls == {"hash": 1, "policy file": 1, "derive": 1}, calls
     digest = hashlib.sha256(document.read_bytes()).hexdigest()
-    asked = client_module.asked_of("standard", JobOverrides(watermark_text="ONCE"))
-    assert job_id == client_module.derive_job_id(CLI_TENANT, None, digest, asked, settings.job_id_key())
+    asked = job_plan.asked_of("standard", JobOverrides(watermark_text="ONCE"))
+    assert job_id == job_plan.derive_job_id(CLI_TENANT, None, digest, asked, settings.job_id_key())
     jobs = JobClient(await connect(settings), settings)
     assert await jobs.accepted_as(job_id) == (digest, asked)
     await jobs.handle(job_id).terminate("test clean-up: no worker serves its queue")

@@ -21,7 +21,7 @@ from docjobs.domain.states import TERMINAL_STATES, InvalidTransition, JobState, 
 from docjobs.settings.config import SHIPPED_POLICIES, ConfigError, Settings
 from docjobs.settings.policies import PolicyBook, check_overrides, job_overrides
 from docjobs.store.storage import FileBlobStore, RunScope, artifact_key, staging_key
-from docjobs.temporal.client import asked_of, derive_job_id
+from docjobs.temporal.job_plan import asked_of, derive_job_id
 from docjobs.temporal.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

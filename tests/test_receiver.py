@@ -22,7 +22,8 @@ from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.settings.tenants import TenantExists, add_tenant, set_callback
 from docjobs.signing.evidence import commitment
-from docjobs.temporal.client import JobClient, derive_job_id
+from docjobs.temporal.client import JobClient
+from docjobs.temporal.job_plan import derive_job_id
 from tests.conftest import Env, wait_terminal
 from tests.fixtures.redact_layout import make_embedded
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain

@@ -41,7 +41,7 @@ from docjobs.store.templates import (
     is_valid_template_name,
     manifest_bytes,
 )
-from docjobs.temporal.client import asked_of, derive_job_id
+from docjobs.temporal.job_plan import asked_of, derive_job_id
 
 log = logging.getLogger("docjobs.api")
 

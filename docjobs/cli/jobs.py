@@ -34,7 +34,8 @@ from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.settings.tenants import CLI_TENANT
 from docjobs.store.templates import TemplateStore
-from docjobs.temporal.client import JobAsk, JobClient, JobPlan, Submitted, connect, plan_job
+from docjobs.temporal.client import JobClient, Submitted, connect
+from docjobs.temporal.job_plan import JobAsk, JobPlan, plan_job
 from docjobs.temporal.poller import WaitEnd, WaitResult, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 
