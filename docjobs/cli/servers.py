@@ -16,6 +16,11 @@ from docjobs.temporal.settings import TemporalSettings
 if TYPE_CHECKING:
     import uvicorn
 
+# How long an idle keep-alive connection stays open. Longer than a client keeps one (httpx and others: 5 s, uvicorn's
+# own default too): a server that closes at the very moment a client reuses the connection drops that request
+# ("server disconnected without sending a response"); a client, or a proxy in front, ends its own idle ones first.
+KEEP_ALIVE_SECONDS = 75
+
 
 async def cmd_server(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
     if args.action == "stop":
@@ -32,7 +37,8 @@ def http_server(app: Any, args: argparse.Namespace) -> uvicorn.Server:
     """A uvicorn server whose logs (access lines included) go through the process's docjobs logging."""
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_config=None))
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    return uvicorn.Server(config)
 
 
 async def cmd_serve(args: argparse.Namespace, settings: TemporalSettings, out: Output) -> int:
@@ -78,6 +84,7 @@ async def serve_processes(args: argparse.Namespace, settings: TemporalSettings, 
         port=args.port,
         workers=args.workers,
         log_config=None,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     out.result({"served": True, "host": args.host, "port": args.port}, "API stopped")
     return EXIT_OK
