@@ -25,7 +25,8 @@ from docjobs.domain.batching import (
 )
 from docjobs.domain.contract import job_summary
 from docjobs.domain.idempotency import batch_document_key, keyed_job_id
-from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind, JobRequest, JobStatus, SourceRef
+from docjobs.domain.job_status import JobStatus
+from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind, JobRequest, SourceRef
 from docjobs.store.batch_store import read_manifest, store_outcomes
 from docjobs.store.storage import BlobStore
 

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness import dev_server_env
 from pypdf import PdfReader
 
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides

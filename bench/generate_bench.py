@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import dev_server_env, print_table
 
-from docjobs.domain.models import GenerateDone, GenerateSettings, InputKind, JobStatus
+from docjobs.domain.job_status import JobStatus
+from docjobs.domain.models import GenerateDone, GenerateSettings, InputKind
 from docjobs.domain.policy import GeneratePolicy, Policy
 from docjobs.domain.stage_cost import CpuBudget
 from docjobs.domain.states import JobState

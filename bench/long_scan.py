@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import children_cpu_seconds, dev_server_env, peak_rss_mib, print_table
 
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState, Stage
 from docjobs.pdf.ocr import ocrmypdf_args

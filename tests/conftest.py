@@ -31,7 +31,7 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 import docjobs.pdf.ocrmypdf_import  # noqa: F401 - before a test module imports OCRmyPDF: pdfminer left as docjobs' own
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.policy import Policy
 from docjobs.isolation.confine import Confinement
 from docjobs.settings.policies import PolicyBook

@@ -26,7 +26,7 @@ import pikepdf
 import pytest
 
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import JobStatus, TransitionRecord
+from docjobs.domain.job_status import JobStatus, TransitionRecord
 from docjobs.domain.policy import WatermarkMode
 from docjobs.domain.stage_cost import CpuBudget
 from docjobs.domain.states import JobState, Stage

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.idempotency import batch_document_key, batch_document_prefix
-from docjobs.domain.models import JobOverrides, JobStatus, TransitionRecord
+from docjobs.domain.job_status import JobStatus, TransitionRecord
+from docjobs.domain.models import JobOverrides
 from docjobs.domain.policy import WatermarkMode
 from docjobs.domain.states import TERMINAL_STATES, InvalidTransition, JobState, Stage, check_transition, parse_state
 from docjobs.settings.config import SHIPPED_POLICIES, ConfigError, Settings

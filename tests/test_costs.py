@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from docjobs.domain.costs import cost_report, processing_mode
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.policy import WatermarkMode
 from docjobs.domain.stage_cost import Cost, JobCost
 from docjobs.domain.states import JobState

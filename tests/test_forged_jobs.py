@@ -22,7 +22,8 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from docjobs.domain.contract import WORKFLOW_TYPE
-from docjobs.domain.models import BlobRef, JobRequest, JobStatus
+from docjobs.domain.job_status import JobStatus
+from docjobs.domain.models import BlobRef, JobRequest
 from docjobs.domain.sealing import CodecKey
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook

@@ -11,7 +11,8 @@ from pathlib import Path
 import pikepdf
 import pytest
 
-from docjobs.domain.models import InputKind, JobStatus
+from docjobs.domain.job_status import JobStatus
+from docjobs.domain.models import InputKind
 from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.pdf import pdfa
@@ -51,7 +52,7 @@ async def succeeded(jobs: JobClient, submitted: Submitted, tmp_path: Path) -> tu
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     assert status.generated is not None and "generate" in status.attempts
-    assert status.signature is not None and status.signature["valid"]
+    assert status.signature is not None and status.signature.valid
     return status, await fetched(jobs, submitted.job_id, tmp_path)
 
 

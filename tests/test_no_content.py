@@ -24,7 +24,7 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from docjobs.api.app import create_app
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.sealing import CodecKey
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides

@@ -68,7 +68,7 @@ async def test_an_office_document_becomes_a_released_pdf(
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     assert status.converted_from == target and status.page_count == (1 if marker in texts else 2)
-    assert status.signature is not None and status.signature["valid"]
+    assert status.signature is not None and status.signature.valid
     text = text_of(await fetched(jobs, submitted.job_id, tmp_path))
     assert all(expected in text for expected in texts) and "CONFIDENTIAL" in text
     # The evidence binds both files: the office document as accepted, and the PDF it became (kept beside it).
@@ -91,7 +91,7 @@ async def test_a_policy_asks_pdf_a_2b_from_an_office_document(
     assert (answer["pdfa"]["claimed"], answer["pdfa_kept"], answer["pdfa_reason"]) == ("2b", True, None)
     out = await fetched(jobs, submitted.job_id, tmp_path)
     assert pdfa.problems(out) == []
-    assert status.signature is not None and status.signature["valid"]
+    assert status.signature is not None and status.signature.valid
 
 
 async def test_a_macro_enabled_document_is_refused(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:

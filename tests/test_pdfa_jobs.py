@@ -66,4 +66,4 @@ async def test_a_pdf_a_input_is_released_with_its_claim_kept_or_the_reason(
     if kept:
         with pikepdf.open(out) as pdf:
             assert pdfa.claim(pdf) == claimed
-            assert status.signature is not None and status.signature["valid"]
+            assert status.signature is not None and status.signature.valid

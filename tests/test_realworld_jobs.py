@@ -46,7 +46,7 @@ async def test_readable_inputs_succeed_with_their_repair_recorded(
         assert status.repaired is repaired and (status.repair_warnings > 0) is repaired, (name, status)
         encrypted = name.startswith("AES")
         assert status.input_encryption == ("permissions_only" if encrypted else "none"), (name, status)
-        assert status.signature is not None and status.signature["bottom_line"] is True, name
+        assert status.signature is not None and status.signature.bottom_line is True, name
         assert {"qpdf_check", "second_reader"} <= set(status.fidelity_checks), (name, status.fidelity_checks)
         if not name.endswith("raster"):
             assert {"text_kept", "watermark_every_page"} <= set(status.fidelity_checks), name

@@ -16,7 +16,8 @@ from typing import Any
 import pikepdf
 
 from docjobs.domain.canonical import canonical_sha256
-from docjobs.domain.models import JobOverrides, JobStatus
+from docjobs.domain.job_status import JobStatus
+from docjobs.domain.models import JobOverrides
 from docjobs.domain.policy import Policy, RedactRegion
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides

@@ -9,7 +9,7 @@ from pathlib import Path
 import pikepdf
 from pypdf import PdfReader
 
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.signing.evidence import envelope_evidence

@@ -32,8 +32,8 @@ async def test_succeeded_means_signed_verified_and_checked(
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.signature is not None
-    assert status.signature["bottom_line"] is True and status.signature["coverage"] == "entire_file"
-    assert "DEVELOPMENT ONLY" in str(status.signature["signer_subject"])
+    assert status.signature.bottom_line is True and status.signature.coverage == "entire_file"
+    assert "DEVELOPMENT ONLY" in str(status.signature.signer_subject)
     assert {"page_count", "geometry", "links", "qpdf_check", "second_reader", "text_kept"} <= set(
         status.fidelity_checks
     )
@@ -55,7 +55,7 @@ async def test_a_visible_signature_is_released_with_the_stamp_the_worker_drew(
     submitted = await jobs.submit(samples / "sample.pdf", Policy.model_validate(body), key="release-visible")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
-    assert status.signature is not None and status.signature["bottom_line"] is True
+    assert status.signature is not None and status.signature.bottom_line is True
     out = tmp_path / "signed.pdf"
     await jobs.fetch(submitted.job_id, out)
     assert (

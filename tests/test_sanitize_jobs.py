@@ -44,7 +44,7 @@ async def test_active_pdf_comes_back_signed_without_it(
     assert status.sanitized == ACTIVE_COUNTS
     assert run_starter(env, "status", submitted.job_id)[1]["sanitized"] == ACTIVE_COUNTS
     assert "active content removed: embedded_file x3, goto_remote x1," in describe(status)
-    assert status.signature is not None and status.signature["bottom_line"] is True
+    assert status.signature is not None and status.signature.bottom_line is True
     assert {"no_active_content", "links", "text_kept"} <= set(status.fidelity_checks)
     await jobs.fetch(submitted.job_id, out := tmp_path / "out.pdf")
     assert "Signature Validation: Signature is Valid." in pdfsig(out)

@@ -1085,7 +1085,7 @@ def test_verify_refuses_a_signature_for_another_tenant_or_unlocked(work: Path, s
         return verify_stage(order, lambda done, total: None)
 
     done = verified(named, "acme")
-    assert done.signature is not None and (done.signature["tenant"], done.signature["docmdp"]) == ("acme", 1)
+    assert done.signature is not None and (done.signature.tenant, done.signature.docmdp) == ("acme", 1)
     for output, tenant in ((named, "globex"), (unlocked, "acme")):
         with pytest.raises(DocJobError) as refused:
             verified(output, tenant)

@@ -104,7 +104,7 @@ async def test_the_key_never_reaches_the_sign_child(
         assert key_der.hex().encode() not in seen.lower() and key_der[-48:] not in seen
 
     # The signature the worker made: valid for poppler and pyHanko, naming the tenant, locking the document.
-    assert status.signature is not None and status.signature["tenant"] == TENANT and status.signature["docmdp"] == 1
+    assert status.signature is not None and status.signature.tenant == TENANT and status.signature.docmdp == 1
     released = tmp_path / "released.pdf"
     await jobs.fetch(submitted.job_id, released)
     said = pdfsig(released)

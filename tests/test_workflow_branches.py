@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.models import (
     ActivityTiming,
     BlobRef,
@@ -32,7 +33,6 @@ from docjobs.domain.models import (
     EvidenceInput,
     EvidenceOutput,
     JobRequest,
-    JobStatus,
     NotifyInput,
     PublishInput,
     PublishOutput,

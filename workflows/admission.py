@@ -20,7 +20,8 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from docjobs.domain.errors import FailureCode
     from docjobs.domain.idempotency import is_valid_client_key
-    from docjobs.domain.models import BlobRef, DocumentJobInput, JobRequest, JobStatus, TransitionRecord
+    from docjobs.domain.job_status import JobStatus, TransitionRecord
+    from docjobs.domain.models import BlobRef, DocumentJobInput, JobRequest
     from docjobs.domain.policy import WatermarkMode
     from docjobs.domain.sealing import UNBOUND_FIELD, UNSEALED_ENCODING
     from docjobs.domain.states import JobState

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -31,7 +31,6 @@ from temporalio.contrib.opentelemetry.workflow import completed_span
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from docjobs.domain import stage_specs as specs
     from docjobs.domain.contract import (
         CALLER_WAIT_ENDED_SIGNAL,
         CANCEL_SIGNAL,
@@ -40,17 +39,16 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_TYPE,
     )
     from docjobs.domain.errors import FailureCode, Outcome, outcome_of
+    from docjobs.domain.job_status import ChunkProgress, JobStatus, OcrSection, RenderSection, TransitionRecord
     from docjobs.domain.metric_names import DOCUMENT_CPU, JOBS_TERMINAL, RELEASED_PAGES, failure_family
     from docjobs.domain.models import (
         BlobRef,
         CancelAnswer,
-        ChunkProgress,
         CleanupInput,
         DocumentJobInput,
         EvidenceInput,
         JobRequest,
         JobShape,
-        JobStatus,
         NotifyInput,
         OcrInput,
         OcrOutput,
@@ -58,7 +56,6 @@ with workflow.unsafe.imports_passed_through():
         ResolveInput,
         SignInput,
         StageInput,
-        TransitionRecord,
         VerifyInput,
     )
     from docjobs.domain.ocr_chunks import PageRange
@@ -315,6 +312,7 @@ class DocumentJobWorkflow:
     async def _generate(self, context: JobContext) -> JobContext:
         """The PDF an HTML, bundle or template job makes: the document every later stage takes as its source."""
         generated = await self._stage(stages.generate, generate_input(context))
+        self._status.generated = generated.summary
         return replace(context, source=generated.staged, staged=generated.staged)
 
     async def _render(self, context: JobContext) -> JobContext:
@@ -322,7 +320,8 @@ class DocumentJobWorkflow:
         # An office input was converted: the PDF it became is what later stages compare with, as a generated one.
         # (No patch: an older history has no converted document, and takes the same path as before.)
         self._converted = rendered.converted
-        self._status.repaired = rendered.repair_warnings > 0
+        self._status.page_count = rendered.page_count
+        self._status.render = RenderSection.of(rendered)
         return replace(context, source=rendered.converted or context.source, staged=rendered.staged)
 
     async def _ocr(self, context: JobContext) -> JobContext:
@@ -333,12 +332,14 @@ class DocumentJobWorkflow:
             ocred = await self._ocr_in_chunks(ocr, ranges)
         else:
             ocred = await self._stage(stages.ocr, ocr)
+        self._status.ocr = OcrSection.of(ocred)
         self._status.ocr_text_sha256 = ocred.text.sha256
         return replace(context, staged=ocred.staged, text=ocred.text)
 
     async def _redact(self, context: JobContext) -> JobContext:
         """Redaction rebuilds the OCR text (when there is one) from what it kept: the status binds that text."""
         redacted = await self._stage(stages.redact, redact_input(context))
+        self._status.redaction = redacted.summary
         text = redacted.text or context.text
         self._status.ocr_text_sha256 = text.sha256 if text else None
         return replace(context, staged=redacted.staged, text=text)
@@ -371,7 +372,9 @@ class DocumentJobWorkflow:
             redaction_summary_sha256=status.redaction.sha256 if status.redaction else None,
             converted=self._converted,
             sanitized=status.sanitized,
-            signature=status.signature if ending.state is JobState.SUCCEEDED else None,
+            signature=status.signature.model_dump()
+            if status.signature and ending.state is JobState.SUCCEEDED
+            else None,
             stage_attempts=dict(status.attempts),
             terminal_state=ending.state,
             completed_at=workflow.now(),
@@ -425,12 +428,14 @@ class DocumentJobWorkflow:
             sanitize=policy.sanitize,
             tenant=named,
         )
-        await self._stage(stages.verify, verify)
+        verified = await self._stage(stages.verify, verify)
+        self._status.signature, self._status.pdfa = verified.signature, verified.pdfa
+        self._status.fidelity_checks = verified.fidelity_checks
         return replace(context, staged=staged)
 
     async def _ocr_in_chunks(self, ocr: OcrInput, ranges: list[PageRange]) -> OcrOutput:
-        """The OCR stage of a long document, in page ranges (workflows/ocr_chunks.py): its status fields filled in
-        from the merged result, as the one `ocr` activity's are."""
+        """The OCR stage of a long document, in page ranges (workflows/ocr_chunks.py): the merged result stands for
+        the one `ocr` activity's."""
         self._transition(JobState.PROCESSING, Stage.OCR)
         progress = ChunkProgress(pages_total=self._status.page_count, chunks_total=len(ranges))
         self._status.ocr_chunks = progress
@@ -440,23 +445,15 @@ class DocumentJobWorkflow:
         ) -> OutputT:
             return await self._run_activity(declaration, payload, pages=pages, summary=summary)
 
-        ocred = await ocr_in_chunks(ocr, ranges, run_part, progress)
-        self._copy_status(specs.OCR, ocred)
-        return ocred
+        return await ocr_in_chunks(ocr, ranges, run_part, progress)
 
     async def _stage(self, declaration: Callable[[InputT], OutputT], payload: InputT) -> OutputT:
-        """Run a stage as its spec says (docjobs/domain/stage_specs.py): its queue, its timeout and CPU budget, and the
-        job status's fields its output fills in."""
+        """Run a stage as its spec says (docjobs/domain/stage_specs.py): its queue, its timeout and CPU budget. The
+        step that ran it fills in the status's section from its output."""
         spec = spec_of(declaration)
         assert isinstance(spec, StageSpec), f"{spec.name} is not a stage"
         self._transition(JobState.PROCESSING, spec.stage)
-        result = await self._run_activity(declaration, payload)
-        self._copy_status(spec, result)
-        return result
-
-    def _copy_status(self, spec: StageSpec[Any, Any], result: object) -> None:
-        for status_field, output_field in spec.status.items():
-            setattr(self._status, status_field, getattr(result, output_field))
+        return await self._run_activity(declaration, payload)
 
     async def _run_activity(
         self,

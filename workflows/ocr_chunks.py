@@ -22,7 +22,8 @@ from typing import Protocol, TypeVar
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from docjobs.domain.models import ChunkProgress, OcrInput, OcrOutput, StageInput
+    from docjobs.domain.job_status import ChunkProgress
+    from docjobs.domain.models import OcrInput, OcrOutput, StageInput
     from docjobs.domain.ocr_chunks import OcrChunk, OcrChunkInput, OcrChunkOutput, OcrMergeInput, PageRange, chunk_plan
     from docjobs.domain.policy import OcrOutputType, OcrPolicy
     from docjobs.domain.stage_cost import Cost

@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from docjobs.api.errors import ApiError
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.settings.policies import PolicyBook
 from docjobs.settings.quotas import DailyBytes, TenantLimits, running_slots_check
 from docjobs.settings.tenants import TenantBook

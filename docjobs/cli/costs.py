@@ -9,7 +9,7 @@ import asyncio
 from docjobs.cli.jobs import job_client, parse_duration
 from docjobs.cli.output import EXIT_OK, Output
 from docjobs.domain.costs import CostReport, cost_report
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.states import TERMINAL_STATES
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.settings import TemporalSettings

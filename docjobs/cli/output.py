@@ -8,7 +8,8 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from docjobs.domain.models import JobStatus, RedactionSummary
+from docjobs.domain.job_status import JobStatus
+from docjobs.domain.models import RedactionSummary
 from docjobs.domain.states import JobState
 from docjobs.temporal.settings import TemporalSettings
 
@@ -66,8 +67,8 @@ def describe(status: JobStatus) -> str:
     if status.redaction:
         lines.append(f"  redaction: {redaction_line(status.redaction)}")
     if status.signature:
-        verdict = "valid" if status.signature.get("bottom_line") else "NOT valid"
-        lines.append(f"  signature: {verdict}, coverage {status.signature.get('coverage')}")
+        verdict = "valid" if status.signature.bottom_line else "NOT valid"
+        lines.append(f"  signature: {verdict}, coverage {status.signature.coverage}")
     if status.fidelity_checks:
         lines.append(f"  checked: {', '.join(status.fidelity_checks)}")
     if status.evidence_sha256:

@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode
 
-from docjobs.domain.models import CancelAnswer, DocumentJobInput, JobStatus
+from docjobs.domain.job_status import JobStatus
+from docjobs.domain.models import CancelAnswer, DocumentJobInput
 
 WORKFLOW_TYPE = "DocumentJob"
 DEFAULT_TASK_QUEUE = "docjobs"  # DOCJOBS_TASK_QUEUE

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.states import TERMINAL_STATES, JobState, Stage
 
 

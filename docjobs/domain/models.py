@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import BaseModel, Field
 
 from docjobs.domain.base import (
     POLICY_NAME_PATTERN,
@@ -37,7 +37,7 @@ from docjobs.domain.policy import (
     WatermarkMode,
     WatermarkPolicy,
 )
-from docjobs.domain.stage_cost import Cost, CpuBudget, JobCost
+from docjobs.domain.stage_cost import Cost, CpuBudget
 from docjobs.domain.states import JobState, Stage
 
 
@@ -399,8 +399,26 @@ class PdfaOutcome(Frozen):
     reason: str | None = None  # not kept: a stable code (claim_dropped, claim_changed, transparency, ...)
 
 
+class SignatureVerdict(Frozen):
+    """pyHanko's verdicts on the released file's signature, as verify reports them (docjobs/signing/verify.py has
+    what each means): separate results, as pyHanko gives them, never one boolean.
+
+    `tenant` and `docmdp` are set when verify checked that the signature names the job's tenant and locks the
+    document (every job signed since the key left the document children; None in an older history)."""
+
+    intact: bool
+    valid: bool
+    trusted: bool
+    bottom_line: bool  # pyHanko's overall judgment: what `status` prints as valid or NOT valid
+    coverage: str  # entire_file, entire_revision, partial or none
+    level: str | None = None  # "B-B", "B-T" (PAdES) or "CMS"
+    signer_subject: str | None = None
+    tenant: str | None = None  # named in the signature's signed attributes
+    docmdp: int | None = None  # 1: no change allowed after the signature
+
+
 class VerifyDone(Frozen):
-    signature: dict[str, str | bool | int | None] | None
+    signature: SignatureVerdict | None
     fidelity_checks: list[str]
     pdfa: PdfaOutcome | None = None  # None: neither the job's document nor the output claims PDF/A
 
@@ -466,89 +484,6 @@ class NotifyInput(Frozen):
     output_sha256: str | None
     evidence_sha256: str | None
     callback: str | None = None  # where to send it, instead of the tenant's callback (not part of the body)
-
-
-class ChunkProgress(BaseModel):
-    """A stage run in page ranges (OCR of a long document): the pages and chunks finished so far."""
-
-    pages_done: int = 0
-    pages_total: int = 0
-    chunks_done: int = 0
-    chunks_total: int = 0
-
-
-class TransitionRecord(Frozen):
-    state: JobState
-    stage: Stage | None = None
-    at: datetime
-
-
-def _derived_fields_optional(schema: dict[str, Any]) -> None:
-    """The status's computed fields are left out of `required`: an older worker's answer has none of them."""
-    schema["required"] = [name for name in schema.get("required", ()) if name not in JobStatus.model_computed_fields]
-
-
-class JobStatus(BaseModel):
-    """What `status`, `wait` and `run` report; also the workflow's result."""
-
-    model_config = ConfigDict(json_schema_extra=_derived_fields_optional)
-
-    job_id: str
-    tenant: str
-    document_class: str
-    policy_version: str
-    watermark_mode: WatermarkMode
-    state: JobState
-    stage: Stage | None = None
-    attempts: dict[str, int] = Field(default_factory=dict)
-    input_sha256: str
-    output_sha256: str | None = None
-    artifact_key: str | None = None
-    page_count: int = 0
-    input_encryption: str | None = None
-    repaired: bool = False  # qpdf had to repair the input: the job processed its clean rewrite
-    repair_warnings: int = 0  # how many warnings qpdf gave on the way in (never their text)
-    ocr_text_sha256: str | None = None
-    pages_ocred: list[int] = Field(default_factory=list)
-    pages_deskewed: list[DeskewedPage] = Field(default_factory=list)  # skew found and turn applied, per page
-    pages_unreadable: list[int] = Field(default_factory=list)  # OCR read nothing: released image-only
-    ocr_chunks: ChunkProgress | None = None  # set when OCR runs in page ranges: the finished ones
-    redaction: RedactionSummary | None = None  # counts per pattern per page and fallback pages, never values
-    signature: dict[str, str | bool | int | None] | None = None  # pyHanko's verdict on the released file
-    invalidated_signatures: int = 0  # the input's own signatures, voided by processing (when allowed)
-    sanitized: dict[str, int] = Field(default_factory=dict)  # active content removed: kind -> count, never content
-    generated: GeneratedSummary | None = None  # HTML and template jobs: what `generate` made
-    converted_from: str | None = None  # office jobs: the input's format (docx, xlsx, odt, rtf, ...), nothing else
-    pdfa: PdfaOutcome | None = None  # a PDF/A document or output: whether the released file keeps the claim
-    fonts_substituted: int = 0  # office jobs: font families the document asks for, lacking here, drawn in another
-    fidelity_checks: list[str] = Field(default_factory=list)
-    evidence_key: str | None = None  # the signed evidence envelope, stored beside the artifact
-    evidence_sha256: str | None = None
-    # The key of the evidence's commitments (hex): with it the tenant proves which input, policy and job a release
-    # came from (verify-evidence uses it). The tenant's private record: never hand it to a receiver.
-    commitment_salt: str | None = None
-    cost: JobCost = JobCost()  # CPU, wall time, memory and I/O of every stage attempt (docjobs.domain.stage_cost.Cost)
-    notification: str | None = None  # the tenant callback: "delivered", "no callback", "failed"
-    failure_code: str | None = None
-    failure_message: str | None = None
-    cancel_reason: str | None = None
-    accepted_at: datetime
-    deadline_at: datetime
-    transitions: list[TransitionRecord] = Field(default_factory=list)
-    progress: dict[str, int | str | None] | None = None  # live page progress of the running stage (client side)
-    trace_id: str | None = None  # the job's OpenTelemetry trace (client side, from the memo written at start)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def pdfa_kept(self) -> bool | None:
-        """`pdfa.kept` at the top level, as scripts read it (None: no PDF/A claim either side)."""
-        return self.pdfa.kept if self.pdfa else None
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def pdfa_reason(self) -> str | None:
-        """Why the claim was not kept (`pdfa.reason`): a stable code, None when kept or not claimed."""
-        return self.pdfa.reason if self.pdfa else None
 
 
 class JobSummary(BaseModel):

@@ -12,8 +12,8 @@ other-language clients and old histories send and read: never rename either.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
@@ -86,8 +86,6 @@ class StageSpec(ActivitySpec[StageInputT, StageOutputT]):
     stage: Stage
     queue: StageQueue = StageQueue.GENERAL
     per_page: Callable[[ActivityTiming], float] = per_page_seconds  # start-to-close = base + per_page * pages
-    # The job status's fields this stage's output fills in: status field -> output field.
-    status: Mapping[str, str] = field(default_factory=dict)
 
 
 def stage_spec(
@@ -95,13 +93,11 @@ def stage_spec(
     input: type[StageInputT],
     output: type[StageOutputT],
     *,
-    status: Mapping[str, str] | tuple[str, ...] = (),
     queue: StageQueue = StageQueue.GENERAL,
     per_page: Callable[[ActivityTiming], float] = per_page_seconds,
 ) -> StageSpec[StageInputT, StageOutputT]:
-    """A stage's spec, named after the stage; `status` names the fields shared by its output and the status."""
-    copied = dict(status) if isinstance(status, Mapping) else {name: name for name in status}
-    return StageSpec(stage.value, input, output, stage=stage, queue=queue, per_page=per_page, status=copied)
+    """A stage's spec, named after the stage."""
+    return StageSpec(stage.value, input, output, stage=stage, queue=queue, per_page=per_page)
 
 
 def mark_spec(spec: ActivitySpec[Any, Any]) -> Callable[[FunctionT], FunctionT]:
@@ -122,35 +118,15 @@ def spec_of(function: Callable[..., Any]) -> ActivitySpec[Any, Any]:
     return spec
 
 
-GENERATE = stage_spec(Stage.GENERATE, GenerateInput, GenerateOutput, status={"generated": "summary"})
+GENERATE = stage_spec(Stage.GENERATE, GenerateInput, GenerateOutput)
 RESOLVE = ActivitySpec[ResolveInput, JobRequest]("resolve", ResolveInput, JobRequest)  # a public input's request
-RENDER = stage_spec(
-    Stage.RENDER,
-    RenderInput,
-    RenderOutput,
-    status=(
-        "page_count",
-        "input_encryption",
-        "invalidated_signatures",
-        "sanitized",
-        "repair_warnings",
-        "converted_from",
-        "fonts_substituted",
-    ),
-)
-OCR = stage_spec(
-    Stage.OCR,
-    OcrInput,
-    OcrOutput,
-    status=("pages_ocred", "pages_deskewed", "pages_unreadable"),
-    queue=StageQueue.OCR,
-    per_page=ocr_per_page_seconds,
-)
-REDACT = stage_spec(Stage.REDACT, RedactInput, RedactOutput, status={"redaction": "summary"})
+RENDER = stage_spec(Stage.RENDER, RenderInput, RenderOutput)
+OCR = stage_spec(Stage.OCR, OcrInput, OcrOutput, queue=StageQueue.OCR, per_page=ocr_per_page_seconds)
+REDACT = stage_spec(Stage.REDACT, RedactInput, RedactOutput)
 SIGN = stage_spec(Stage.SIGN, SignInput, SignOutput)
-VERIFY = stage_spec(Stage.VERIFY, VerifyInput, VerifyOutput, status=("signature", "fidelity_checks", "pdfa"))
+VERIFY = stage_spec(Stage.VERIFY, VerifyInput, VerifyOutput)
 # A long document's OCR in page ranges (workflows/ocr_chunks.py): parts of the `ocr` stage, on the queue of
-# long documents' OCR, timed by the pages of their part; the merged result fills in the status as `OCR`'s does.
+# long documents' OCR, timed by the pages of their part.
 OCR_CHUNK = StageSpec[OcrChunkInput, OcrChunkOutput](
     "ocr_chunk",
     OcrChunkInput,

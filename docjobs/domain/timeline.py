@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.states import JobState
 
 LEASE_LOST = "timeout.heartbeat"

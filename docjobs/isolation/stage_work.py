@@ -39,6 +39,7 @@ from docjobs.domain.models import (
     RenderInput,
     RenderOutput,
     RenderSettings,
+    SignatureVerdict,
     VerifyDone,
     VerifyInput,
     VerifyOutput,
@@ -311,10 +312,8 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
             raise DocJobError(report.failure_code)
         if work.tenant is not None and (report.tenant != work.tenant or report.docmdp != 1):
             raise DocJobError(FailureCode.SIGNATURE_INVALID, "the signature does not name the tenant, or does not lock")
-        signature = report.model_dump(
-            include={"intact", "valid", "trusted", "bottom_line", "coverage", "level", "signer_subject"}
-            | ({"tenant", "docmdp"} if work.tenant is not None else set())
-        )
+        checked = {"tenant", "docmdp"} if work.tenant is not None else set()
+        signature = SignatureVerdict.model_validate(report.model_dump(exclude={"tenant", "docmdp"} - checked))
     settings = work.settings
     checks = check_fidelity(
         source,

@@ -39,17 +39,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from docjobs.domain.contract import CALLER_WAIT_ENDED_SIGNAL, job_summary
 from docjobs.domain.errors import DocJobError, FailureCode, known_code
 from docjobs.domain.idempotency import keyed_job_id
-from docjobs.domain.models import (
-    BlobRef,
-    DocumentJobInput,
-    InputKind,
-    JobOverrides,
-    JobRequest,
-    JobStatus,
-    NotifyInput,
-    SourceRef,
-    TransitionRecord,
-)
+from docjobs.domain.job_status import JobStatus, TransitionRecord
+from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind, JobOverrides, JobRequest, NotifyInput, SourceRef
 from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState, Stage
 from docjobs.domain.timeline import narrate

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from docjobs.domain.canonical import canonical_model
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.store.storage import CONVERTED_BLOB, TEXT_BLOB, BlobStore, beside, sha256_file, source_key
 
 if TYPE_CHECKING:

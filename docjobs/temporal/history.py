@@ -21,7 +21,8 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent, MarkerRecordedEventAttributes
 from temporalio.converter import DataConverter
 
-from docjobs.domain.models import EvidenceOutput, JobStatus, NotifyInput, PublishOutput, RenderOutput, TransitionRecord
+from docjobs.domain.job_status import JobStatus, RenderSection, TransitionRecord
+from docjobs.domain.models import EvidenceOutput, NotifyInput, PublishOutput, RenderOutput
 from docjobs.domain.states import JobState, Stage, parse_state
 from workflows import search_attributes as sa
 from workflows.ocr_chunks import OCR_PARTS
@@ -142,7 +143,7 @@ async def add_from_history(
         activity = scheduled.get(completed.scheduled_event_id)
         if activity == Stage.RENDER.value:
             (rendered,) = await converter.decode(completed.result.payloads, [RenderOutput])
-            status.page_count = rendered.page_count
+            status.page_count, status.render = rendered.page_count, RenderSection.of(rendered)
         elif activity == Stage.PUBLISH.value:
             (published,) = await converter.decode(completed.result.payloads, [PublishOutput])
             status.artifact_key, status.output_sha256 = published.artifact.key, published.artifact.sha256

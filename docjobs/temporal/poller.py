@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import pairwise
 
-from docjobs.domain.models import JobStatus
+from docjobs.domain.job_status import JobStatus
 from docjobs.domain.states import InvalidTransition, check_transition, is_terminal, parse_state, reachable
 
 

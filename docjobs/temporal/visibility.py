@@ -12,7 +12,8 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from docjobs.domain.contract import WORKFLOW_TYPE
 from docjobs.domain.errors import FailureCode
-from docjobs.domain.models import JobRequest, JobStatus, JobSummary
+from docjobs.domain.job_status import JobStatus
+from docjobs.domain.models import JobRequest, JobSummary
 from docjobs.domain.policy import WatermarkMode
 from docjobs.domain.states import JobState, Stage, is_terminal, parse_state
 from workflows import search_attributes as sa

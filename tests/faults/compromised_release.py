@@ -18,7 +18,7 @@ from dataclasses import replace
 import pikepdf
 from pikepdf import Dictionary, Name, String
 
-from docjobs.domain.models import RenderDone, VerifyDone
+from docjobs.domain.models import RenderDone, SignatureVerdict, VerifyDone
 from docjobs.isolation import stage_work
 from docjobs.isolation.stage_work import ENTRIES, ProgressFn, RenderWork, SignDone, SignWork, VerifyWork
 from tests.faults.compromised_child import read_plan
@@ -49,10 +49,19 @@ def attacked_sign(work: SignWork, progress: ProgressFn) -> SignDone:
 
 def lying_verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
     """Reads nothing and answers what an honest verify answers for a valid, signed, faithful document."""
-    signature: dict[str, str | bool | int | None] | None = None
+    signature = None
     if work.trust is not None:
-        signature = {"intact": True, "valid": True, "trusted": True, "bottom_line": True, "coverage": "entire_file"}
-        signature |= {"level": "B-B", "signer_subject": "docjobs", "tenant": work.tenant, "docmdp": 1}
+        signature = SignatureVerdict(
+            intact=True,
+            valid=True,
+            trusted=True,
+            bottom_line=True,
+            coverage="entire_file",
+            level="B-B",
+            signer_subject="docjobs",
+            tenant=work.tenant,
+            docmdp=1,
+        )
     checks = ["page_count", "geometry", "qpdf_check", "second_reader", "watermark_every_page", "no_active_content"]
     return VerifyDone(signature=signature, fidelity_checks=checks, pdfa=None)
 
