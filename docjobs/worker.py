@@ -163,7 +163,21 @@ def create_workers(
     """One worker per served task queue: `general` runs the job workflow (with its local activities) and the
     light stages, `notify` (beside `general`) the tenant callbacks, `ocr` the OCR stage and (beside it, with
     slots of its own) the page ranges of long documents, `batch` the batch workflow and its steps. See `serving`."""
-    common: dict[str, Any] = {
+    common = worker_options(client, settings)
+    served = stage_activities(settings, pools)
+    workers = []
+    if "general" in served:
+        workers += general_workers(client, settings, served["general"], threads, common)
+    if "ocr" in served:
+        workers += ocr_workers(client, settings, served["ocr"], threads, common)
+    if "batch" in queues:
+        workers.append(batch_worker(client, settings, common))
+    return workers
+
+
+def worker_options(client: Client, settings: TemporalSettings) -> dict[str, Any]:
+    """What every stage queue's worker shares."""
+    return {
         "graceful_shutdown_timeout": timedelta(seconds=5),
         # Heartbeats carry page progress: send them often enough for a live progress bar.
         "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
@@ -171,73 +185,79 @@ def create_workers(
         "interceptors": [LeaseExpiries(client)] if settings.metrics_port else [],
         "deployment_config": deployment_config(settings),
     }
-    served = stage_activities(settings, pools)
-    workers = []
-    if "general" in served:
-        workers.append(
-            Worker(
-                client,
-                task_queue=settings.task_queue,
-                workflows=[DocumentJobWorkflow],
-                workflow_runner=workflow_runner(),
-                activities=served["general"],
-                activity_executor=threads["general"],
-                max_concurrent_activities=settings.activity_threads,
-                max_concurrent_local_activities=WRAP_UP_SLOTS,
-                **common,
-            )
-        )
-    if "general" in served:
-        # `notify` is registered on the general queue too, for the jobs accepted before it had its own queue.
-        notify = [function for function in served["general"] if activity_name(function) == specs.NOTIFY.name]
-        workers.append(
-            Worker(
-                client,
-                task_queue=settings.notify_task_queue,
-                activities=notify,
-                activity_executor=threads["notify"],
-                max_concurrent_activities=NOTIFY_SLOTS,
-                **common,
-            )
-        )
-    if "ocr" in served:
-        workers.append(
-            Worker(
-                client,
-                task_queue=settings.ocr_task_queue,
-                activities=served["ocr"],
-                activity_executor=threads["ocr"],
-                max_concurrent_activities=settings.ocr_activity_threads,
-                **common,
-            )
-        )
-    if "ocr" in served:
-        # A long document's page ranges: slots of their own, so that they never hold every slot of the OCR
-        # queue while a short document's `ocr` waits (docs/ocr.md, "Fair across jobs").
-        workers.append(
-            Worker(
-                client,
-                task_queue=settings.ocr_chunk_task_queue,
-                activities=chunk_activities(served["ocr"]),
-                activity_executor=threads["ocr_chunks"],
-                max_concurrent_activities=settings.ocr_chunk_threads,
-                **common,
-            )
-        )
-    if "batch" in queues:
-        batch = BatchActivities(JobClient(client, settings))
-        workers.append(
-            Worker(
-                client,
-                task_queue=batch_task_queue(settings),
-                workflows=[DocumentBatchWorkflow],
-                workflow_runner=workflow_runner(),
-                activities=[batch.start_documents, batch.await_jobs, batch.cancel_jobs, batch.record_outcomes],
-                max_concurrent_activities=BATCH_SLOTS,
-                graceful_shutdown_timeout=common["graceful_shutdown_timeout"],
-            )
-        )
-    return workers
+
+
+def general_workers(
+    client: Client,
+    settings: TemporalSettings,
+    served: list[Callable[..., Any]],
+    threads: dict[str, ThreadPoolExecutor],
+    common: dict[str, Any],
+) -> list[Worker]:
+    """The job workflow with the light stages, and the tenant callbacks on a queue of their own."""
+    jobs = Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[DocumentJobWorkflow],
+        workflow_runner=workflow_runner(),
+        activities=served,
+        activity_executor=threads["general"],
+        max_concurrent_activities=settings.activity_threads,
+        max_concurrent_local_activities=WRAP_UP_SLOTS,
+        **common,
+    )
+    # `notify` is registered on the general queue too, for the jobs accepted before it had its own queue.
+    notify = Worker(
+        client,
+        task_queue=settings.notify_task_queue,
+        activities=[function for function in served if activity_name(function) == specs.NOTIFY.name],
+        activity_executor=threads["notify"],
+        max_concurrent_activities=NOTIFY_SLOTS,
+        **common,
+    )
+    return [jobs, notify]
+
+
+def ocr_workers(
+    client: Client,
+    settings: TemporalSettings,
+    served: list[Callable[..., Any]],
+    threads: dict[str, ThreadPoolExecutor],
+    common: dict[str, Any],
+) -> list[Worker]:
+    """The OCR stage, and a long document's page ranges with slots of their own, so that they never hold every
+    slot of the OCR queue while a short document's `ocr` waits (docs/ocr.md, "Fair across jobs")."""
+    ocr = Worker(
+        client,
+        task_queue=settings.ocr_task_queue,
+        activities=served,
+        activity_executor=threads["ocr"],
+        max_concurrent_activities=settings.ocr_activity_threads,
+        **common,
+    )
+    chunks = Worker(
+        client,
+        task_queue=settings.ocr_chunk_task_queue,
+        activities=chunk_activities(served),
+        activity_executor=threads["ocr_chunks"],
+        max_concurrent_activities=settings.ocr_chunk_threads,
+        **common,
+    )
+    return [ocr, chunks]
+
+
+def batch_worker(client: Client, settings: TemporalSettings, common: dict[str, Any]) -> Worker:
+    """The batch workflow and its steps (through the job client: no document child)."""
+    batch = BatchActivities(JobClient(client, settings))
+    return Worker(
+        client,
+        task_queue=batch_task_queue(settings),
+        workflows=[DocumentBatchWorkflow],
+        workflow_runner=workflow_runner(),
+        activities=[batch.start_documents, batch.await_jobs, batch.cancel_jobs, batch.record_outcomes],
+        max_concurrent_activities=BATCH_SLOTS,
+        graceful_shutdown_timeout=common["graceful_shutdown_timeout"],
+    )
 
 
 @asynccontextmanager

@@ -15,6 +15,7 @@ import hashlib
 import logging
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import quote
@@ -27,12 +28,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from docjobs.api.deps import ApiContext, Context, Tenant, owned_status
 from docjobs.api.errors import ERRORS, ApiError
-from docjobs.api.uploads import CHUNK, TooLarge, policy_part_schema, spool, tenant_policy
+from docjobs.api.uploads import CHUNK, TooLarge, Upload, policy_part_schema, spool, tenant_policy
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.idempotency import CLIENT_KEY_RULE, is_valid_client_key
-from docjobs.domain.models import BlobRef, InputKind, JobSummary
+from docjobs.domain.models import BlobRef, InputKind, JobOverrides, JobSummary
 from docjobs.domain.states import JobState, is_terminal
 from docjobs.pdf.inspect import input_kind
+from docjobs.settings.quotas import TenantLimits
 from docjobs.store.storage import source_key, verified_chunks
 from docjobs.store.templates import (
     TEMPLATE_NAME,
@@ -41,6 +43,7 @@ from docjobs.store.templates import (
     is_valid_template_name,
     manifest_bytes,
 )
+from docjobs.temporal.client import Submitted
 from docjobs.temporal.job_plan import asked_of, derive_job_id
 
 log = logging.getLogger("docjobs.api")
@@ -124,55 +127,21 @@ async def submit(
     `data`, with a JSON `policy`); answer with its job ID at once."""
     if idempotency_key is not None and not is_valid_client_key(idempotency_key):
         raise ApiError(422, "idempotency.invalid", f"Idempotency-Key: {CLIENT_KEY_RULE}")
-    limit = context.upload_limit
     limits = await context.admit(name)  # no byte left today: refused before the body is read
     spool_dir = context.settings.spool_dir
     spool_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=spool_dir, prefix="upload-") as folder:
-        try:
-            upload = await spool(request, Path(folder), limit)
-        except TooLarge:
-            raise ApiError(413, "input.too_large", f"the document is larger than {limit} bytes") from None
-        except ClientDisconnect:
-            raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-        spooled, kind = upload.document, InputKind.TEMPLATE
-        if upload.template is None:
-            found = input_kind(spooled.head, declared_html=upload.declared_html)
-            if found is None:
-                raise ApiError(415, "input.unsupported", UNSUPPORTED_MESSAGE)
-            kind = found
-        chosen, overrides = tenant_policy(context, name, upload.part)
-        asked = asked_of(chosen, overrides)
-        # What the job's input will be, known before a byte is stored: the document's digest, or the digest of
-        # the template job's manifest (the template's current version and the data's digest).
-        manifest: bytes | None = None
-        version: TemplateVersion | None = None
-        if upload.template is not None:
-            version = await _template_version(context, name, upload.template)
-            data = BlobRef(key=source_key(spooled.sha256), sha256=spooled.sha256, size=spooled.size)
-            manifest = manifest_bytes(upload.template, version, data)
-        digest = spooled.sha256 if manifest is None else hashlib.sha256(manifest).hexdigest()
-        job_id = derive_job_id(name, idempotency_key, digest, asked, context.jobs.id_key)
-        if await context.jobs.exists(job_id):  # a repeat or a conflict: answered with nothing stored or counted
-            return await _existing(context, job_id, (digest, asked), keyed=idempotency_key is not None)
-        reservation = await context.reserve(name, limits, job_id)  # one running job: 429 before storing
+        upload = await _spooled(request, Path(folder), context.upload_limit)
+        planned = await _plan(context, name, upload, idempotency_key)
+        if await context.jobs.exists(planned.job_id):  # a repeat or a conflict: answered with nothing stored or counted
+            return await _existing(
+                context, planned.job_id, (planned.digest, planned.asked), keyed=planned.key is not None
+            )
+        reservation = await context.reserve(name, limits, planned.job_id)  # one running job: 429 before storing
         charged = 0
         try:
-            size = spooled.size + (len(manifest) if manifest is not None else 0)  # a template job: its manifest too
-            await context.charge(name, size, limits)  # every byte stored is counted
-            charged = size
-            document = spooled.path
-            if upload.template is not None:  # the job's input is the manifest, hashed when it is stored
-                document = await _template_manifest(context, name, upload.template, version, spooled.path, limit)
-            submitted = await context.jobs.submit(
-                document,
-                chosen,
-                overrides=overrides,
-                input_kind=kind,
-                tenant=name,
-                key=idempotency_key,
-                hashed=spooled.sha256 if upload.template is None else None,
-            )
+            charged = await _charge(context, name, upload, planned, limits)
+            submitted = await _start(context, name, upload, planned)
         except DocJobError as error:
             context.admissions.release(reservation)
             await context.refund(name, charged)
@@ -195,10 +164,81 @@ async def submit(
             await context.refund(name, charged)
         raise ApiError(422, "idempotency.conflict", "this Idempotency-Key was used with a different document or policy")
     answer = await _existing(
-        context, submitted.job_id, (submitted.input_sha256, asked), keyed=idempotency_key is not None
+        context, submitted.job_id, (submitted.input_sha256, planned.asked), keyed=planned.key is not None
     )
     await context.refund(name, charged)  # reached only for a true repeat: a conflict raised above
     return answer
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """What an upload's job will be, known before a byte is stored."""
+
+    kind: InputKind
+    policy: str
+    overrides: JobOverrides
+    asked: str  # the ask the job ID binds (asked_of)
+    digest: str  # the job's input: the document's digest, or the template job's manifest's
+    job_id: str
+    key: str | None  # the client's Idempotency-Key
+    version: TemplateVersion | None = None  # a template job: the template's version, read once
+    manifest: bytes | None = None  # a template job: its manifest, as it will be stored
+
+
+async def _spooled(request: Request, folder: Path, limit: int) -> Upload:
+    try:
+        return await spool(request, folder, limit)
+    except TooLarge:
+        raise ApiError(413, "input.too_large", f"the document is larger than {limit} bytes") from None
+    except ClientDisconnect:
+        raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
+
+
+async def _plan(context: ApiContext, name: str, upload: Upload, key: str | None) -> _Planned:
+    """The job's kind, policy, input digest and ID: the digest of a template job's input is that of its manifest
+    (the template's current version and the data's digest)."""
+    spooled, kind = upload.document, InputKind.TEMPLATE
+    if upload.template is None:
+        found = input_kind(spooled.head, declared_html=upload.declared_html)
+        if found is None:
+            raise ApiError(415, "input.unsupported", UNSUPPORTED_MESSAGE)
+        kind = found
+    chosen, overrides = tenant_policy(context, name, upload.part)
+    asked = asked_of(chosen, overrides)
+    manifest: bytes | None = None
+    version: TemplateVersion | None = None
+    if upload.template is not None:
+        version = await _template_version(context, name, upload.template)
+        data = BlobRef(key=source_key(spooled.sha256), sha256=spooled.sha256, size=spooled.size)
+        manifest = manifest_bytes(upload.template, version, data)
+    digest = spooled.sha256 if manifest is None else hashlib.sha256(manifest).hexdigest()
+    job_id = derive_job_id(name, key, digest, asked, context.jobs.id_key)
+    return _Planned(kind, chosen, overrides, asked, digest, job_id, key, version, manifest)
+
+
+async def _charge(context: ApiContext, name: str, upload: Upload, planned: _Planned, limits: TenantLimits) -> int:
+    """Every byte stored is counted: the document, and a template job's manifest too. Returns what was charged."""
+    size = upload.document.size + (len(planned.manifest) if planned.manifest is not None else 0)
+    await context.charge(name, size, limits)
+    return size
+
+
+async def _start(context: ApiContext, name: str, upload: Upload, planned: _Planned) -> Submitted:
+    """Store the job's input (a template job's is its manifest, hashed when it is stored) and start its workflow."""
+    document = upload.document.path
+    if upload.template is not None:
+        document = await _template_manifest(
+            context, name, upload.template, planned.version, upload.document.path, context.upload_limit
+        )
+    return await context.jobs.submit(
+        document,
+        planned.policy,
+        overrides=planned.overrides,
+        input_kind=planned.kind,
+        tenant=name,
+        key=planned.key,
+        hashed=upload.document.sha256 if upload.template is None else None,
+    )
 
 
 async def _existing(context: ApiContext, job_id: str, accepted_as: tuple[str, str], *, keyed: bool) -> Response:

@@ -248,10 +248,7 @@ def convert_to_pdf(
 
     Raises DocJobError: input.too_complex (the time limit, or a limit of the child ended LibreOffice),
     input.malformed (it made no PDF), tool.missing."""
-    launcher = shutil.which("soffice")
-    program = Path(os.path.realpath(launcher)).parent / "soffice.bin" if launcher else None
-    if program is None or not program.is_file():
-        raise DocJobError(FailureCode.TOOL_MISSING, "soffice (libreoffice-*-nogui) is not installed")
+    program = _soffice_bin()
     office = workdir / "office"
     profile, outdir, tmp = office / "lo-profile", office / "out", office / "tmp"
     for folder in (outdir, tmp):
@@ -277,14 +274,28 @@ def convert_to_pdf(
     status = _RESTART
     while status == _RESTART:
         status = _run(command, environment, tmp, deadline - time.monotonic(), seconds)
-    converted = outdir / "document.pdf"
-    if status < 0:  # ended by a signal: a limit of the child (CPU, memory, file size), or a crash
+    shutil.move(_converted(outdir / "document.pdf", status), output)
+
+
+def _soffice_bin() -> Path:
+    """LibreOffice's own program, beside the `soffice` launcher's real path (tool.missing without it)."""
+    launcher = shutil.which("soffice")
+    program = Path(os.path.realpath(launcher)).parent / "soffice.bin" if launcher else None
+    if program is None or not program.is_file():
+        raise DocJobError(FailureCode.TOOL_MISSING, "soffice (libreoffice-*-nogui) is not installed")
+    return program
+
+
+def _converted(converted: Path, status: int) -> Path:
+    """The PDF LibreOffice made, if it ended well: a signal is a limit of the child (CPU, memory, file size) or a
+    crash (input.too_complex); any other failure, or no PDF, input.malformed."""
+    if status < 0:
         raise DocJobError(FailureCode.INPUT_TOO_COMPLEX, f"the converter was ended by signal {-status}")
     if status != 0 or not converted.is_file() or converted.stat().st_size == 0:
         raise DocJobError(
             FailureCode.INPUT_MALFORMED, f"the office document could not be converted (exit status {status})"
         )
-    shutil.move(converted, output)
+    return converted
 
 
 # Where each format names the fonts it asks for: (parts of its package, or None for the file itself; the pattern of

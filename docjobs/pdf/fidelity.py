@@ -270,20 +270,7 @@ def check_fidelity(
         # The source passed the full check at render (and its digest since); the output gets qpdf's below.
         with open_checked(source, check_streams=False) as (before, _), pikepdf.open(output) as after:
             page_count = len(before.pages)
-            if len(after.pages) != page_count:
-                raise DocJobError(FailureCode.FIDELITY_PAGE_COUNT, "the output does not have the input's page count")
-            checks.append("page_count")
-            if _geometry(after, pages_may_turn) != _geometry(before, pages_may_turn):
-                raise DocJobError(
-                    FailureCode.FIDELITY_GEOMETRY, "the output's page boxes or rotation differ from the input's"
-                )
-            checks.append("page_sizes" if pages_may_turn else "geometry")
-            if text_layer_kept:
-                if _links(after) != _links(before):
-                    raise DocJobError(
-                        FailureCode.FIDELITY_LINKS, "link annotations of the input are missing from the output"
-                    )
-                checks.append("links")
+            checks += _same_structure(before, after, pages_may_turn=pages_may_turn, links=text_layer_kept)
         if qpdf_exit() not in (0, 3):  # 3: warnings only
             raise DocJobError(FailureCode.FIDELITY_QPDF, "qpdf --check rejects the output")
         checks.append("qpdf_check")
@@ -306,6 +293,21 @@ def check_fidelity(
             missing = len(found["stamp_missing"])
             raise DocJobError(FailureCode.FIDELITY_WATERMARK, f"the watermark is missing on {missing} page(s)")
         checks.append("watermark_every_page")
+    return checks
+
+
+def _same_structure(before: pikepdf.Pdf, after: pikepdf.Pdf, *, pages_may_turn: bool, links: bool) -> list[str]:
+    """The page count, the page boxes and rotation (only sizes when OCR may set pages upright) and, with `links`,
+    the link annotations: the checks passed, in order, or the first failure."""
+    if len(after.pages) != len(before.pages):
+        raise DocJobError(FailureCode.FIDELITY_PAGE_COUNT, "the output does not have the input's page count")
+    if _geometry(after, pages_may_turn) != _geometry(before, pages_may_turn):
+        raise DocJobError(FailureCode.FIDELITY_GEOMETRY, "the output's page boxes or rotation differ from the input's")
+    checks = ["page_count", "page_sizes" if pages_may_turn else "geometry"]
+    if links:
+        if _links(after) != _links(before):
+            raise DocJobError(FailureCode.FIDELITY_LINKS, "link annotations of the input are missing from the output")
+        checks.append("links")
     return checks
 
 

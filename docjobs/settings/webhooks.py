@@ -271,6 +271,24 @@ def event_id(job_id: str, run_id: str, state: str) -> str:
     return "evt_" + hashlib.sha256(f"{job_id}\n{run_id}\n{state}".encode()).hexdigest()[:32]
 
 
+def _pinned_connection(
+    target: Target, resolver: Resolver, opener: Opener, *, timeout: float, context: ssl.SSLContext | None
+) -> PinnedHTTPConnection:
+    """A connection to the callback's host, pinned to the addresses it resolves to now that `permitted` lets it reach
+    (DeliveryFailed `unresolved`, `address_refused`): no later lookup can send it elsewhere."""
+    resolved = resolver(target.host, target.port)
+    if not resolved:
+        raise DeliveryFailed("unresolved")
+    addresses = [address for address in resolved if permitted(target, address)]
+    if not addresses:
+        raise DeliveryFailed("address_refused")
+    if target.scheme == "https":
+        return PinnedHTTPSConnection(
+            target.host, target.port, addresses, timeout=timeout, context=context, opener=opener
+        )
+    return PinnedHTTPConnection(target.host, target.port, addresses, timeout=timeout, opener=opener)
+
+
 def deliver(
     callback: Callback,
     body: bytes,
@@ -287,19 +305,7 @@ def deliver(
         target = parse_callback(callback.url, allow_http_loopback=callback.allow_http_loopback)
     except CallbackInvalid:
         raise DeliveryFailed("callback_invalid") from None
-    resolved = resolver(target.host, target.port)
-    if not resolved:
-        raise DeliveryFailed("unresolved")
-    addresses = [address for address in resolved if permitted(target, address)]
-    if not addresses:
-        raise DeliveryFailed("address_refused")
-    connection: PinnedHTTPConnection
-    if target.scheme == "https":
-        connection = PinnedHTTPSConnection(
-            target.host, target.port, addresses, timeout=timeout, context=context, opener=opener
-        )
-    else:
-        connection = PinnedHTTPConnection(target.host, target.port, addresses, timeout=timeout, opener=opener)
+    connection = _pinned_connection(target, resolver, opener, timeout=timeout, context=context)
     signed = {
         "Content-Type": "application/json",
         SIGNATURE_HEADER: sign(callback.secret, body, int(time.time())),

@@ -377,7 +377,20 @@ def verify_evidence(
         "redaction_summary_sha256": redaction_summary,
         "converted_sha256": converted,
     }
+    broken += _unbound_files(evidence, files, salt)
+    return EvidenceCheck(
+        broken=broken,
+        evidence=evidence,
+        signer_subject=opened.certificate.subject.rfc4514_string(),
+        problem=problem,
+    )
+
+
+def _unbound_files(evidence: Evidence | None, files: dict[str, Path | None], salt: bytes | None) -> list[str]:
+    """The digest fields (in DIGEST_FIELDS' order) whose given file the evidence does not bind: by its commitment
+    under `salt` (a v2 envelope), else by its recorded digest."""
     committed_as = {field: name for name, field in COMMITTED.items() if field is not None}
+    unbound = []
     for name in DIGEST_FIELDS:
         path = files[name]
         if path is None:
@@ -388,13 +401,8 @@ def verify_evidence(
             recorded = getattr(evidence, name, None) if evidence is not None else None
             holds = recorded is not None and sha256_file(path) == recorded
         if not holds:
-            broken.append(name)
-    return EvidenceCheck(
-        broken=broken,
-        evidence=evidence,
-        signer_subject=opened.certificate.subject.rfc4514_string(),
-        problem=problem,
-    )
+            unbound.append(name)
+    return unbound
 
 
 def _signed_bytes(payload: dict[str, Any], canonicalization: object) -> bytes:

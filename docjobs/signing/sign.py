@@ -116,11 +116,6 @@ def prepare_signature(
     """
     if bytes_reserved <= 0 or bytes_reserved % 2:
         raise ValueError("bytes_reserved must be a positive even number")
-    placeholder = signers.ExternalSigner(
-        signing_cert=asn1_certs(x509.load_pem_x509_certificates(certificate_pem))[0],
-        cert_registry=None,
-        signature_value=b"",
-    )
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".signing", dir=dst.parent)
     os.close(fd)
@@ -128,33 +123,12 @@ def prepare_signature(
     try:
         with src.open("rb") as infile:
             writer = _open_for_update(infile)
-            existing = _signature_names(writer.prev)
-            if existing and not allow_existing_signatures:
-                raise DocJobError(FailureCode.INPUT_SIGNED)
-            if _forbids_changes(writer.prev):
-                raise DocJobError(
-                    FailureCode.INPUT_SIGNED, "the input is certified and its certification forbids all changes"
-                )
+            existing = _existing_signatures(writer, allowed=allow_existing_signatures)
             name = _free_name(field_name, existing, _field_names(writer.prev))
             certify = certify and not existing  # a certification signature must be the first one
             locked = certify or lock
-            meta = signers.PdfSignatureMetadata(
-                field_name=name,
-                md_algorithm=MD_ALGORITHM,
-                subfilter=fields.SigSeedSubFilter.PADES,
-                reason=reason,
-                certify=certify,
-                docmdp_permissions=MDPPerm.NO_CHANGES,
-            )
-            field_lock = not certify and lock
-            spec = fields.SigFieldSpec(
-                sig_field_name=name,
-                on_page=0,
-                box=stamp_box if visible else None,
-                field_mdp_spec=FieldMDPSpec(FieldMDPAction.ALL) if field_lock else None,
-                doc_mdp_update_value=MDPPerm.NO_CHANGES if field_lock else None,
-            )
-            pdf_signer = signers.PdfSigner(meta, placeholder, new_field_spec=spec)
+            box = stamp_box if visible else None
+            pdf_signer = _pdf_signer(certificate_pem, name, reason=reason, certify=certify, lock=lock, box=box)
             with tmp.open("w+b") as outfile:
                 prepared, _, _ = asyncio.run(
                     pdf_signer.async_digest_doc_for_signing(writer, bytes_reserved=bytes_reserved, output=outfile)
@@ -173,6 +147,53 @@ def prepare_signature(
         locked=locked,
         invalidated_signatures=len(existing),
     )
+
+
+def _existing_signatures(writer: IncrementalPdfFileWriter, *, allowed: bool) -> list[str]:
+    """The input's signature fields, if it may keep them: refused when it has any and they are not `allowed`, and
+    always when it is certified with "no changes" (input.signed)."""
+    existing = _signature_names(writer.prev)
+    if existing and not allowed:
+        raise DocJobError(FailureCode.INPUT_SIGNED)
+    if _forbids_changes(writer.prev):
+        raise DocJobError(FailureCode.INPUT_SIGNED, "the input is certified and its certification forbids all changes")
+    return existing
+
+
+def _pdf_signer(
+    certificate_pem: bytes,
+    name: str,
+    *,
+    reason: str,
+    certify: bool,
+    lock: bool,
+    box: tuple[int, int, int, int] | None,
+) -> signers.PdfSigner:
+    """pyHanko's signer for the new field `name` on the first page (invisible unless `box`): a certification
+    signature with DocMDP "no changes", or an approval signature whose FieldMDP /Lock (`lock`) sets DocMDP /P 1.
+    It signs nothing: its signature value is empty, the hole the worker fills in."""
+    placeholder = signers.ExternalSigner(
+        signing_cert=asn1_certs(x509.load_pem_x509_certificates(certificate_pem))[0],
+        cert_registry=None,
+        signature_value=b"",
+    )
+    meta = signers.PdfSignatureMetadata(
+        field_name=name,
+        md_algorithm=MD_ALGORITHM,
+        subfilter=fields.SigSeedSubFilter.PADES,
+        reason=reason,
+        certify=certify,
+        docmdp_permissions=MDPPerm.NO_CHANGES,
+    )
+    field_lock = not certify and lock
+    spec = fields.SigFieldSpec(
+        sig_field_name=name,
+        on_page=0,
+        box=box,
+        field_mdp_spec=FieldMDPSpec(FieldMDPAction.ALL) if field_lock else None,
+        doc_mdp_update_value=MDPPerm.NO_CHANGES if field_lock else None,
+    )
+    return signers.PdfSigner(meta, placeholder, new_field_spec=spec)
 
 
 def check_byte_range(file: IO[bytes], byte_range: Sequence[int], *, bytes_reserved: int) -> bytes:

@@ -140,20 +140,25 @@ async def add_from_history(
         if not event.HasField("activity_task_completed_event_attributes"):
             continue
         completed = event.activity_task_completed_event_attributes
-        activity = scheduled.get(completed.scheduled_event_id)
-        if activity == Stage.RENDER.value:
-            (rendered,) = await converter.decode(completed.result.payloads, [RenderOutput])
-            status.page_count, status.render = rendered.page_count, RenderSection.of(rendered)
-        elif activity == Stage.PUBLISH.value:
-            (published,) = await converter.decode(completed.result.payloads, [PublishOutput])
-            status.artifact_key, status.output_sha256 = published.artifact.key, published.artifact.sha256
-            status.ocr_text_sha256 = published.text.sha256 if published.text else None
-        elif activity == "evidence":  # a job that ran on a build whose evidence step was an activity
-            await _add_evidence(status, completed.result, converter)
+        await _add_result(status, scheduled.get(completed.scheduled_event_id), completed.result, converter)
     status.transitions = transitions
     # Where the job is, as history says: visibility's copy of the attributes may lag behind its own events.
     status.state, status.stage = transitions[-1].state, transitions[-1].stage
     return decided
+
+
+async def _add_result(status: JobStatus, activity: str | None, result: Payloads, converter: DataConverter) -> None:
+    """What an activity's result adds: render's section and page count, the artifact (and its searchable text)
+    `publish` released, and the evidence of a job whose evidence step was an activity (an older build)."""
+    if activity == Stage.RENDER.value:
+        (rendered,) = await converter.decode(result.payloads, [RenderOutput])
+        status.page_count, status.render = rendered.page_count, RenderSection.of(rendered)
+    elif activity == Stage.PUBLISH.value:
+        (published,) = await converter.decode(result.payloads, [PublishOutput])
+        status.artifact_key, status.output_sha256 = published.artifact.key, published.artifact.sha256
+        status.ocr_text_sha256 = published.text.sha256 if published.text else None
+    elif activity == "evidence":
+        await _add_evidence(status, result, converter)
 
 
 def workflow_clock(stamp: Timestamp) -> datetime:

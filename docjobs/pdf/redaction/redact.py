@@ -18,6 +18,7 @@ import math
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from docjobs.pdf.raster import check_page_pixels, image_content, render_pages
 from docjobs.pdf.redaction.content import remove_content
 from docjobs.pdf.redaction.gate import GateReport, Word, check_redaction, poppler_words
 from docjobs.pdf.redaction.layout import MaskLayout
-from docjobs.pdf.redaction.locate import CORE_SHARE, locate, pages_with_glyphs_in
+from docjobs.pdf.redaction.locate import CORE_SHARE, Located, locate, pages_with_glyphs_in
 from docjobs.pdf.redaction.patterns import NamedPattern, compile_patterns, sensitive_kinds, value_pattern
 from docjobs.pdf.redaction.regions import PageRegions, Rect, UnsafePage
 from docjobs.pdf.redaction.reset_check import ResetLine, reset_words_kept
@@ -66,13 +67,7 @@ def redact_pdf(
             check_page_content(page, budgets)
     if patterns and not ocr_done:
         _check_searchable(src)
-    located = locate(src, patterns)
-    if _contextual_matches(located.counts, patterns):
-        # A date of birth is found next to its label; the same date elsewhere is the same secret. The counts
-        # stay those of the named patterns.
-        located = dataclasses.replace(
-            locate(src, [*patterns, value_pattern(located.values)]), counts=located.counts, values=located.values
-        )
+    located = _locate_all(src, patterns)
     regions = _merge_regions(located.regions, policy.regions, page_count)
     aims = _merge_regions(located.cores, policy.regions, page_count)  # where glyphs are removed: see locate
     drawn = _merge_regions({}, policy.regions, page_count)
@@ -105,9 +100,27 @@ def redact_pdf(
             _check_nothing_split(was, now, located.values, removal.drawn, set(removal.fallback))
             if _moved_pages(src, was, now, regions, drawn, set(removal.fallback), removal.reset):
                 raise DocJobError(FailureCode.FIDELITY_TEXT, "text outside the redaction regions moved or vanished")
+    return _summary(removal, located, policy.regions, gate)
+
+
+def _locate_all(src: Path, patterns: list[NamedPattern]) -> Located:
+    """Where the patterns match, and every other place a contextual match's value shows: a date of birth is found
+    next to its label; the same date elsewhere is the same secret. The counts stay those of the named patterns."""
+    located = locate(src, patterns)
+    if not _contextual_matches(located.counts, patterns):
+        return located
+    everywhere = locate(src, [*patterns, value_pattern(located.values)])
+    return dataclasses.replace(everywhere, counts=located.counts, values=located.values)
+
+
+def _summary(
+    removal: _Removal, located: Located, regions: Sequence[RedactRegion], gate: GateReport
+) -> RedactionSummary:
+    """What was removed, page by page (counts and kinds, never a value): a page burned in for a font only is
+    listed too."""
     listed = {page.page for page in removal.pages}
     burned_for_a_font = [PageRedaction(page=number) for number in sorted(set(removal.fallback) - listed)]
-    explicit = Counter(region.page for region in policy.regions)
+    explicit = Counter(region.page for region in regions)
     pages = []
     for redacted in sorted([*removal.pages, *burned_for_a_font], key=lambda page: page.page):
         matches = located.counts.get(redacted.page, {})
