@@ -207,15 +207,8 @@ def general_workers(
         **common,
     )
     # `notify` is registered on the general queue too, for the jobs accepted before it had its own queue.
-    notify = Worker(
-        client,
-        task_queue=settings.notify_task_queue,
-        activities=[function for function in served if activity_name(function) == specs.NOTIFY.name],
-        activity_executor=threads["notify"],
-        max_concurrent_activities=NOTIFY_SLOTS,
-        **common,
-    )
-    return [jobs, notify]
+    notify = [function for function in served if activity_name(function) == specs.NOTIFY.name]
+    return [jobs, _activity_worker(client, settings.notify_task_queue, notify, threads["notify"], NOTIFY_SLOTS, common)]
 
 
 def ocr_workers(
@@ -227,23 +220,38 @@ def ocr_workers(
 ) -> list[Worker]:
     """The OCR stage, and a long document's page ranges with slots of their own, so that they never hold every
     slot of the OCR queue while a short document's `ocr` waits (docs/ocr.md, "Fair across jobs")."""
-    ocr = Worker(
+    return [
+        _activity_worker(
+            client, settings.ocr_task_queue, served, threads["ocr"], settings.ocr_activity_threads, common
+        ),
+        _activity_worker(
+            client,
+            settings.ocr_chunk_task_queue,
+            chunk_activities(served),
+            threads["ocr_chunks"],
+            settings.ocr_chunk_threads,
+            common,
+        ),
+    ]
+
+
+def _activity_worker(
+    client: Client,
+    task_queue: str,
+    activities: list[Callable[..., Any]],
+    threads: ThreadPoolExecutor,
+    slots: int,
+    common: dict[str, Any],
+) -> Worker:
+    """A worker of activities only, on `task_queue`: as many slots as threads are set aside for it."""
+    return Worker(
         client,
-        task_queue=settings.ocr_task_queue,
-        activities=served,
-        activity_executor=threads["ocr"],
-        max_concurrent_activities=settings.ocr_activity_threads,
+        task_queue=task_queue,
+        activities=activities,
+        activity_executor=threads,
+        max_concurrent_activities=slots,
         **common,
     )
-    chunks = Worker(
-        client,
-        task_queue=settings.ocr_chunk_task_queue,
-        activities=chunk_activities(served),
-        activity_executor=threads["ocr_chunks"],
-        max_concurrent_activities=settings.ocr_chunk_threads,
-        **common,
-    )
-    return [ocr, chunks]
 
 
 def batch_worker(client: Client, settings: TemporalSettings, common: dict[str, Any]) -> Worker:

@@ -27,7 +27,6 @@ import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.job_status import JobStatus, TransitionRecord
-from docjobs.domain.policy import WatermarkMode
 from docjobs.domain.stage_cost import CpuBudget
 from docjobs.domain.states import JobState, Stage
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
@@ -44,6 +43,7 @@ from tests.conftest import REPO, Env, StartWorker, WorkerProcess, wait_terminal
 from tests.faults.compromised_child import DAEMON_MARKER, LOG_FOLDER, PLAN_PREFIX
 from tests.faults.compromised_release import PLAN_PREFIX as RELEASE_PLAN_PREFIX
 from tests.fixtures.samples import make_sample_pdf
+from tests.fixtures.statuses import a_status
 from tests.sandbox_entries import Order, Seen
 from tests.sandbox_view import descendants, own_uid, sandbox_view, sandbox_views
 from tests.test_jobs import job_files
@@ -627,19 +627,7 @@ def test_a_status_rebuilt_from_history_is_not_a_rewrite() -> None:
 
     def status(*times: datetime) -> JobStatus:
         records = [TransitionRecord(state=s, stage=g, at=t) for (s, g), t in zip(steps, times, strict=False)]
-        return JobStatus(
-            job_id="t/k",
-            tenant="t",
-            document_class="standard",
-            policy_version="standard@x",
-            watermark_mode=WatermarkMode.STRUCTURE,
-            state=records[-1].state,
-            stage=records[-1].stage,
-            input_sha256="0" * 64,
-            accepted_at=now,
-            deadline_at=now + timedelta(minutes=15),
-            transitions=records,
-        )
+        return a_status(at=now, state=records[-1].state, stage=records[-1].stage, transitions=records)
 
     validate_history(status(now, now + timedelta(milliseconds=15)), status(now, now + timedelta(milliseconds=30)))
 

@@ -7,7 +7,7 @@ import hashlib
 import random
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from docjobs.settings.policies import PolicyBook, check_overrides, job_overrides
 from docjobs.store.storage import FileBlobStore, RunScope, artifact_key, staging_key
 from docjobs.temporal.job_plan import asked_of, derive_job_id
 from docjobs.temporal.poller import ProtocolError, WaitEnd, backoff_delays, validate_history, wait_for_job
+from tests.fixtures.statuses import a_status
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -53,19 +54,7 @@ def test_unknown_state_is_a_protocol_error() -> None:
 
 def status_with(*steps: tuple[JobState, Stage | None]) -> JobStatus:
     transitions = [TransitionRecord(state=state, stage=stage, at=NOW) for state, stage in steps]
-    return JobStatus(
-        job_id="t/k",
-        tenant="t",
-        document_class="standard",
-        policy_version="standard@x",
-        watermark_mode=WatermarkMode.STRUCTURE,
-        state=steps[-1][0],
-        stage=steps[-1][1],
-        input_sha256="0" * 64,
-        accepted_at=NOW,
-        deadline_at=NOW + timedelta(minutes=15),
-        transitions=transitions,
-    )
+    return a_status(at=NOW, state=steps[-1][0], stage=steps[-1][1], transitions=transitions)
 
 
 QUEUED = (JobState.QUEUED, None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,26 +16,14 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import Env, run_starter, wait_terminal
 from tests.fixtures.samples import truncate_pdf
+from tests.fixtures.statuses import a_status
 
 
 def ended(state: JobState, pages: int, mode: WatermarkMode, **cpu_by_stage: float) -> JobStatus:
-    now = datetime.now(UTC)
     cost = JobCost()
     for stage, seconds in cpu_by_stage.items():
         cost = cost.adding(stage, Cost(attempts=1, cpu_seconds=seconds))
-    return JobStatus(
-        job_id=f"t/{state.value}-{pages}",
-        tenant="t",
-        document_class="standard",
-        policy_version="standard@0",
-        watermark_mode=mode,
-        state=state,
-        input_sha256="0" * 64,
-        page_count=pages,
-        accepted_at=now,
-        deadline_at=now,
-        cost=cost,
-    )
+    return a_status(job_id=f"t/{state.value}-{pages}", watermark_mode=mode, state=state, page_count=pages, cost=cost)
 
 
 def test_the_report_puts_every_attempt_on_the_released_pages() -> None:

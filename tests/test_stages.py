@@ -9,7 +9,6 @@ import inspect
 import json
 import typing
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from activities.batch import BatchActivities
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.job_status import JobStatus, OcrSection, RenderSection
 from docjobs.domain.models import DeskewedPage, OcrDone, RenderDone
-from docjobs.domain.policy import WatermarkMode
 from docjobs.domain.stage_specs import StageSpec, spec_of
 from docjobs.domain.states import JobState, Stage
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
@@ -28,6 +26,7 @@ from docjobs.isolation.entries import Given, Reads
 from docjobs.isolation.stage_work import ENTRIES, STAGE_ENTRIES
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.worker import QUEUES, SERVED_BY, chunk_activities, served_by, stage_activities
+from tests.fixtures.statuses import a_status
 from workflows import batch_job, document_job, stages
 from workflows.stages import DECLARATIONS, activity_name
 
@@ -204,20 +203,8 @@ def test_the_status_keeps_each_stage_report_in_its_section_and_the_wire_flat() -
     assert set(OcrSection.model_fields) <= set(OcrDone.model_fields)
     rendered = RenderDone(page_count=3, input_encryption="none", repair_warnings=2, sanitized={"javascript": 1})
     ocred = OcrDone(pages_ocred=[2], pages_deskewed=[DeskewedPage(page=2, angle=1.5, correction=-1.5)])
-    now = datetime.now(UTC)
-    status = JobStatus(
-        job_id="t/k",
-        tenant="t",
-        document_class="standard",
-        policy_version="standard@x",
-        watermark_mode=WatermarkMode.STRUCTURE,
-        state=JobState.SUCCEEDED,
-        input_sha256="0" * 64,
-        accepted_at=now,
-        deadline_at=now,
-        page_count=3,
-        render=RenderSection.of(rendered),
-        ocr=OcrSection.of(ocred),
+    status = a_status(
+        state=JobState.SUCCEEDED, page_count=3, render=RenderSection.of(rendered), ocr=OcrSection.of(ocred)
     )
     wire = json.loads(status.model_dump_json())
     assert "render" not in wire and "ocr" not in wire

@@ -10,6 +10,7 @@ docstring for what each kind means.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from docjobs.domain.errors import DocJobError, FailureCode
 
@@ -62,3 +63,25 @@ def uri_kind(uri: bytes) -> str | None:
     # Viewers and browsers ignore whitespace and control characters inside a scheme ("java\tscript:").
     scheme = _SCHEME.match(bytes(c for c in uri if c > 0x20))
     return URI_SCHEMES.get(scheme.group(1).lower()) if scheme else None
+
+
+NOT_A_NAME = ""  # an action's /S that is not a name: an action of no type a viewer knows
+
+
+def action_kind_of(subtype: str | None, *, has_js: bool, remote: bool, uri: Callable[[], str | None]) -> str | None:
+    """The kind of active content an action is, or None when it is inert, from its parts as either reader sees
+    them: whether it has /JS, its type (/S's name; None without one, NOT_A_NAME when it is no name), whether it
+    names another file (/F, for /Thread) and its URI's kind (`uri`, read only for a /URI action)."""
+    if has_js:
+        return "javascript"
+    if subtype is None:
+        return None  # no action type: nothing for a viewer to do
+    if subtype in ACTIVE_ACTIONS:
+        return ACTIVE_ACTIONS[subtype]
+    if subtype not in INERT_ACTIONS:
+        return "other_action"
+    if subtype == "/URI":
+        return uri()
+    if subtype == "/Thread" and remote:
+        return "goto_remote"
+    return None

@@ -12,7 +12,14 @@ from pypdf import PdfReader
 from pypdf import generic as pdf
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.pdf.active_kinds import ACTIVE_ACTIONS, ACTIVE_ANNOTATIONS, INERT_ACTIONS, MAX_NODES, WalkBudget, uri_kind
+from docjobs.pdf.active_kinds import (
+    ACTIVE_ANNOTATIONS,
+    MAX_NODES,
+    NOT_A_NAME,
+    WalkBudget,
+    action_kind_of,
+    uri_kind,
+)
 
 ObjId = tuple[int, int]
 
@@ -38,26 +45,16 @@ def _get(holder: Any, key: str) -> Any:
 
 def action_kind(action: pdf.DictionaryObject) -> str | None:
     """The kind of active content an action is (as docjobs/pdf/sanitize.py's `action_kind`), or None: inert."""
-    if "/JS" in action:
-        return "javascript"
     subtype = _get(action, "/S")
-    if subtype is None:
-        return None
-    if not isinstance(subtype, pdf.NameObject):
-        return "other_action"
-    name = str(subtype)
-    if name in ACTIVE_ACTIONS:
-        return ACTIVE_ACTIONS[name]
-    if name not in INERT_ACTIONS:
-        return "other_action"
-    if name == "/URI":
-        uri = _get(action, "/URI")
-        if isinstance(uri, pdf.TextStringObject):
-            return uri_kind(uri.original_bytes)
-        return uri_kind(bytes(uri)) if isinstance(uri, bytes) else None
-    if name == "/Thread" and "/F" in action:
-        return "goto_remote"
-    return None
+    name = None if subtype is None else str(subtype) if isinstance(subtype, pdf.NameObject) else NOT_A_NAME
+    return action_kind_of(name, has_js="/JS" in action, remote="/F" in action, uri=lambda: _uri_kind(action))
+
+
+def _uri_kind(action: pdf.DictionaryObject) -> str | None:
+    uri = _get(action, "/URI")
+    if isinstance(uri, pdf.TextStringObject):
+        return uri_kind(uri.original_bytes)
+    return uri_kind(bytes(uri)) if isinstance(uri, bytes) else None
 
 
 class _Walk:

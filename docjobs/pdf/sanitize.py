@@ -43,11 +43,11 @@ from pikepdf import Array, Dictionary, Name
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.policy import SanitizeMode, SanitizePolicy
 from docjobs.pdf.active_kinds import (
-    ACTIVE_ACTIONS,
     ACTIVE_ANNOTATIONS,
-    INERT_ACTIONS,
     MAX_NODES,
+    NOT_A_NAME,
     WalkBudget,
+    action_kind_of,
     uri_kind,
 )
 
@@ -87,23 +87,11 @@ def _via(*keys: str) -> Callable[[Dictionary], list[object]]:
 
 def action_kind(action: Dictionary) -> str | None:
     """The kind of active content an action is (see the module docstring), or None when it is inert."""
-    if "/JS" in action:
-        return "javascript"
     subtype = action.get("/S")
-    if subtype is None:
-        return None  # no action type: nothing for a viewer to do
-    if not isinstance(subtype, Name):
-        return "other_action"
-    name = str(subtype)
-    if name in ACTIVE_ACTIONS:
-        return ACTIVE_ACTIONS[name]
-    if name not in INERT_ACTIONS:
-        return "other_action"
-    if name == "/URI":
-        return _uri_kind(action.get("/URI"))
-    if name == "/Thread" and "/F" in action:
-        return "goto_remote"
-    return None
+    name = None if subtype is None else str(subtype) if isinstance(subtype, Name) else NOT_A_NAME
+    return action_kind_of(
+        name, has_js="/JS" in action, remote="/F" in action, uri=lambda: _uri_kind(action.get("/URI"))
+    )
 
 
 def _uri_kind(uri: object) -> str | None:
