@@ -1,4 +1,4 @@
-"""The batch's steps: start its documents' jobs, wait for their endings, cancel them, store outcomes.
+"""The batch's steps: pin its policy, start its documents' jobs, wait for their endings, cancel them, store outcomes.
 
 Thin adapters around the job client that docjobs/worker.py hands in (the same start-or-get as a single submit). They
 run on the batch's own task queue, as async activities: waiting for a job takes no stage thread or slot.
@@ -13,10 +13,14 @@ from typing import Protocol
 from temporalio import activity
 
 from activities.declared import implements
+from activities.lease import typed_failures
+from activities.resolve import resolved_policy
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.batching import (
     AwaitJobs,
+    BatchPin,
     EndedJob,
+    PinBatchPolicy,
     RecordOutcomes,
     RunningJob,
     StartDocuments,
@@ -27,6 +31,7 @@ from docjobs.domain.contract import job_summary
 from docjobs.domain.idempotency import batch_document_key, keyed_job_id
 from docjobs.domain.job_status import JobStatus
 from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind, JobRequest, SourceRef
+from docjobs.settings.config import Settings
 from docjobs.store.batch_store import read_manifest, store_outcomes
 from docjobs.store.storage import BlobStore
 
@@ -54,14 +59,29 @@ class DocumentJobs(Protocol):
 
 
 class BatchActivities:
-    def __init__(self, jobs: DocumentJobs) -> None:
+    def __init__(self, jobs: DocumentJobs, settings: Settings) -> None:
         self._jobs = jobs
+        self._settings = settings
         self._manifests: dict[str, list[BlobRef]] = {}
+
+    @implements(specs.PIN_BATCH_POLICY)
+    async def pin_policy(self, pin: PinBatchPolicy) -> BatchPin:
+        """The batch's first step: what it asks resolved by this worker's policy file, as a job's `resolve` does (the
+        tenant must be allowed it); the history keeps the pin, which every document is then held to."""
+        with typed_failures("pin_batch_policy"):
+            policy = await asyncio.to_thread(
+                resolved_policy, self._settings, pin.tenant, pin.policy_name, pin.overrides
+            )
+            return BatchPin.of(policy, pin.deadline_seconds)
 
     @implements(specs.START_DOCUMENTS)
     async def start_documents(self, step: StartDocuments) -> list[RunningJob]:
         """Start-or-get the jobs of manifest entries `first` .. `first + count - 1` (a retry finds them started)."""
         batch = step.batch
+        pin = step.pin
+        if pin is None:  # scheduled by older code: the policy its client resolved is the pin
+            assert batch.policy is not None and batch.deadline_seconds is not None, "a batch from an old history"
+            pin = BatchPin.of(batch.policy, batch.deadline_seconds)
         sources = await self._sources(batch.manifest)
         started = []
         for index in range(step.first, min(step.first + step.count, len(sources))):
@@ -73,8 +93,8 @@ class BatchActivities:
                 request = document_request(batch, job_id, source, datetime.now(UTC))
                 await self._jobs.start(request, task_queue=batch.job_task_queue)
             else:
-                job = document_input(batch, batch.overrides, self._jobs.source_ref(source))
-                summary = job_summary(batch.policy.name, batch.policy.watermark.mode)
+                job = document_input(pin, batch.tenant, batch.overrides, self._jobs.source_ref(source))
+                summary = job_summary(pin.name, pin.watermark_mode)
                 await self._jobs.start_input(job_id, job, summary=summary, task_queue=batch.job_task_queue)
             started.append(RunningJob(index=index, job_id=job_id))
         return started

@@ -16,13 +16,27 @@ from activities.declared import implements
 from activities.lease import typed_failures
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.domain.models import DocumentJobInput, JobRequest, ResolveInput
+from docjobs.domain.models import DocumentJobInput, JobOverrides, JobRequest, ResolveInput
 from docjobs.domain.policy import Policy
 from docjobs.settings.config import ConfigError, Settings
 from docjobs.settings.policies import PolicyBook
 from docjobs.settings.tenants import callback_of, policies_of
 from docjobs.settings.webhooks import CallbackInvalid, parse_callback
 from docjobs.store.storage import BlobStore, adopt_source, key_in_store
+
+
+def resolved_policy(settings: Settings, tenant: str, name: str | None, overrides: JobOverrides) -> Policy:
+    """The named policy (None: the default) resolved with `overrides` by this worker's policy file, if `tenant` may
+    use it (policy.unknown, policy.forbidden, policy.invalid): for a job's `resolve` and a batch's pin alike."""
+    book = PolicyBook.load(settings.policy_file)
+    chosen = name or book.default
+    if chosen not in book.policies:
+        raise DocJobError(FailureCode.POLICY_UNKNOWN)
+    book.check_allowed(chosen, policies_of(settings.tenants_file, tenant))
+    try:
+        return book.resolve(chosen, overrides)
+    except (pydantic.ValidationError, ConfigError):
+        raise DocJobError(FailureCode.POLICY_INVALID) from None
 
 
 class ResolveActivities:
@@ -58,14 +72,7 @@ class ResolveActivities:
             )
 
     def _policy(self, job: DocumentJobInput) -> Policy:
-        book = PolicyBook.load(self._settings.policy_file)
-        if job.policy not in book.policies:
-            raise DocJobError(FailureCode.POLICY_UNKNOWN)
-        book.check_allowed(job.policy, policies_of(self._settings.tenants_file, job.tenant))
-        try:
-            policy = book.resolve(job.policy, job.overrides)
-        except (pydantic.ValidationError, ConfigError):
-            raise DocJobError(FailureCode.POLICY_INVALID) from None
+        policy = resolved_policy(self._settings, job.tenant, job.policy, job.overrides)
         # A pin is the version a status shows (no terms) or the fingerprint a batch pins (terms included, and what
         # versions were before the terms left them: pins recorded by older code).
         if job.policy_version is not None and job.policy_version not in (policy.version, policy.fingerprint):

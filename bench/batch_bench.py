@@ -137,7 +137,7 @@ async def submit_and_wait(
     accepting = time.perf_counter()
     sources = await batches.accept_files(paths, tenant="bench")
     accept_seconds = time.perf_counter() - accepting
-    policy = PolicyBook.load(settings.policy_file).get("standard")
+    policy = PolicyBook.load(settings.policy_file).get("standard").name
     started = time.perf_counter()
     submitted = await batches.submit(
         sources,

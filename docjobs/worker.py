@@ -256,13 +256,19 @@ def _activity_worker(
 
 def batch_worker(client: Client, settings: TemporalSettings, common: dict[str, Any]) -> Worker:
     """The batch workflow and its steps (through the job client: no document child)."""
-    batch = BatchActivities(JobClient(client, settings))
+    batch = BatchActivities(JobClient(client, settings), settings)
     return Worker(
         client,
         task_queue=batch_task_queue(settings),
         workflows=[DocumentBatchWorkflow],
         workflow_runner=workflow_runner(),
-        activities=[batch.start_documents, batch.await_jobs, batch.cancel_jobs, batch.record_outcomes],
+        activities=[
+            batch.pin_policy,
+            batch.start_documents,
+            batch.await_jobs,
+            batch.cancel_jobs,
+            batch.record_outcomes,
+        ],
         max_concurrent_activities=BATCH_SLOTS,
         graceful_shutdown_timeout=common["graceful_shutdown_timeout"],
     )

@@ -20,7 +20,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from docjobs.api.app import create_app
-from docjobs.domain.batching import BatchInput, BatchRequest, BatchState, BatchStatus
+from docjobs.domain.batching import BatchInput, BatchPin, BatchRequest, BatchState, BatchStatus
 from docjobs.domain.idempotency import batch_document_key, keyed_job_id
 from docjobs.domain.models import BlobRef, DocumentJobInput, JobOverrides, JobRequest
 from docjobs.domain.states import JobState
@@ -52,11 +52,9 @@ def documents(folder: Path, count: int, tag: str) -> list[Path]:
 UNSIGNED = job_overrides(sign=False)
 
 
-async def submit_unsigned(
-    batches: BatchClient, policies: PolicyBook, sources: list[BlobRef], **options: Any
-) -> BatchSubmitted:
-    """A batch asked for the standard policy unsigned, pinning it as the workers resolve it."""
-    return await batches.submit(sources, policies.resolve("standard", UNSIGNED), overrides=UNSIGNED, **options)
+async def submit_unsigned(batches: BatchClient, sources: list[BlobRef], **options: Any) -> BatchSubmitted:
+    """A batch asked for the standard policy unsigned: its first step pins it as the workers resolve it."""
+    return await batches.submit(sources, "standard", overrides=UNSIGNED, **options)
 
 
 async def batch_client(env: Env, task_queue: str) -> BatchClient:
@@ -107,7 +105,7 @@ async def gated(env: Env, start_worker: StartWorker, tmp_path_factory: pytest.Te
 
 
 async def test_a_batch_of_50_never_runs_more_than_5_and_each_document_has_its_outcome(
-    env: Env, gated: Path, policies: PolicyBook, tmp_path: Path
+    env: Env, gated: Path, tmp_path: Path
 ) -> None:
     batches = await batch_client(env, "batch-gated")
     paths = documents(tmp_path, 49, "fifty")
@@ -115,7 +113,7 @@ async def test_a_batch_of_50_never_runs_more_than_5_and_each_document_has_its_ou
     truncate_pdf(paths[0], broken, fraction=0.4)
     paths.insert(17, broken)
     sources = await batches.accept_files(paths, tenant="cli")
-    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="fifty", concurrency=5)
+    submitted = await submit_unsigned(batches, sources, tenant="cli", key="fifty", concurrency=5)
     assert submitted.created and submitted.total == 50
 
     status = await finished(batches, submitted.batch_id, timeout=600)
@@ -143,7 +141,7 @@ async def test_a_batch_of_50_never_runs_more_than_5_and_each_document_has_its_ou
 
 
 async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
-    env: Env, start_worker: StartWorker, policies: PolicyBook, tmp_path: Path
+    env: Env, start_worker: StartWorker, tmp_path: Path
 ) -> None:
     record, hold = tmp_path / "record.txt", tmp_path / "release"
     record.touch()
@@ -156,7 +154,7 @@ async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
     )
     batches = await batch_client(env, "batch-held")
     sources = await batches.accept_files(documents(tmp_path / "docs", 6, "held"), tenant="cli")
-    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="held", concurrency=2)
+    submitted = await submit_unsigned(batches, sources, tenant="cli", key="held", concurrency=2)
     for _ in range(1200):  # until both running jobs are held in render (at most two minutes)
         if record.read_text().count("enter ") >= 2:
             break
@@ -189,20 +187,18 @@ async def test_cancelling_a_batch_cancels_its_running_jobs_and_starts_no_more(
     assert (await replay.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
 
 
-async def test_a_resubmitted_batch_key_returns_the_same_batch(
-    env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
-) -> None:
+async def test_a_resubmitted_batch_key_returns_the_same_batch(env: Env, jobs: JobClient, tmp_path: Path) -> None:
     batches = BatchClient(jobs)
     sources = await batches.accept_files(documents(tmp_path, 3, "again"), tenant="cli")
-    first = await submit_unsigned(batches, policies, sources, tenant="cli", key="again")
-    again = await submit_unsigned(batches, policies, sources, tenant="cli", key="again", concurrency=1)
+    first = await submit_unsigned(batches, sources, tenant="cli", key="again")
+    again = await submit_unsigned(batches, sources, tenant="cli", key="again", concurrency=1)
     assert first.created and not again.created and not again.conflict
     assert again.batch_id == first.batch_id == "cli/batch-again" and again.total == 3
-    other = await submit_unsigned(batches, policies, sources[:2], tenant="cli", key="again")
+    other = await submit_unsigned(batches, sources[:2], tenant="cli", key="again")
     assert other.conflict and not other.created
     # Without a key, the same documents under the same policy are the same batch.
-    auto = await submit_unsigned(batches, policies, sources, tenant="cli")
-    assert (await submit_unsigned(batches, policies, sources, tenant="cli")).batch_id == auto.batch_id
+    auto = await submit_unsigned(batches, sources, tenant="cli")
+    assert (await submit_unsigned(batches, sources, tenant="cli")).batch_id == auto.batch_id
     status = await finished(batches, first.batch_id)
     assert status.succeeded == 3 and len(status.outcomes) == 3
     await finished(batches, auto.batch_id)
@@ -229,7 +225,7 @@ async def test_a_batch_starts_its_documents_with_the_public_input_held_to_its_po
 ) -> None:
     batches = BatchClient(jobs)
     sources = await batches.accept_files(documents(tmp_path, 2, "public"), tenant="cli")
-    submitted = await submit_unsigned(batches, policies, sources, tenant="cli", key="public")
+    submitted = await submit_unsigned(batches, sources, tenant="cli", key="public")
     status = await finished(batches, submitted.batch_id)
     assert status.state is BatchState.COMPLETED and status.succeeded == 2
     pinned = policies.resolve("standard", UNSIGNED).version
@@ -247,12 +243,30 @@ async def test_a_batch_starts_its_documents_with_the_public_input_held_to_its_po
         job = await jobs.status(outcome.job_id)
         assert job.state is JobState.SUCCEEDED and job.policy_version == pinned and job.signature is None
 
-    # As if the policy file had changed after the batch was accepted: the workers resolve what the batch asks
+    # The batch pinned its policy in its first step, on a worker, before any document started: nothing else did.
+    scheduled = [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        async for event in batches.handle(submitted.batch_id).fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled[:2] == ["pin_batch_policy", "start_batch_documents"] and scheduled.count("pin_batch_policy") == 1
+    assert (await batch_started_with(jobs, submitted.batch_id)).request.policy is None  # the client resolved none
+
+    # As if the policy file had changed after the batch pinned its policy: the workers resolve what the batch asks
     # (the standard policy, signed) to another version than the one it pinned. No document runs with it.
-    changed = await batches.submit(
-        sources[:1], policies.resolve("standard", UNSIGNED), overrides=JobOverrides(), tenant="cli", key="changed"
+    request = (await batch_started_with(jobs, submitted.batch_id)).request
+    stale = BatchPin.of(policies.resolve("standard", UNSIGNED), None)
+    changed_id = "cli/batch-changed"
+    changed_request = request.model_copy(
+        update={"batch_id": changed_id, "key": "changed", "overrides": JobOverrides(), "total": 1}
     )
-    status = await finished(batches, changed.batch_id)
+    await jobs.client.start_workflow(
+        DocumentBatchWorkflow.run,
+        BatchInput(request=changed_request, pin=stale),
+        id=changed_id,
+        task_queue=batch_task_queue(jobs.settings),
+    )
+    status = await finished(batches, changed_id)
     assert (status.state, status.failed) == (BatchState.COMPLETED, 1)
     [outcome] = status.outcomes
     assert (outcome.state, outcome.failure_code) == (JobState.FAILED, "policy.changed")
@@ -261,6 +275,27 @@ async def test_a_batch_starts_its_documents_with_the_public_input_held_to_its_po
         async for event in jobs.handle(outcome.job_id).fetch_history_events()
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ] == ["resolve"]
+
+
+async def test_a_batch_whose_policy_cannot_be_pinned_fails_with_its_code_and_starts_nothing(
+    env: Env, jobs: JobClient, tmp_path: Path
+) -> None:
+    """No client resolves a batch's policy, so a name the workers do not know is found by the batch's first step:
+    the batch ends `failed` with `policy.unknown` (not retried), and no document's job is started."""
+    batches = BatchClient(jobs)
+    sources = await batches.accept_files(documents(tmp_path, 2, "unpinned"), tenant="cli")
+    submitted = await batches.submit(sources, "no-such-policy", overrides=JobOverrides(), tenant="cli", key="unpinned")
+    status = await finished(batches, submitted.batch_id)
+    assert (status.state, status.failure_code, status.policy_version) == (BatchState.FAILED, "policy.unknown", None)
+    assert (status.ended, status.not_started, status.outcomes) == (0, 2, [])
+    scheduled = [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        async for event in batches.handle(submitted.batch_id).fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled == ["pin_batch_policy"]
+    prefix = f"cli/{submitted.batch_id.partition('/batch-')[2]}."
+    assert not [job async for job in jobs.client.list_workflows(f'WorkflowId STARTS_WITH "{prefix}"')]
 
 
 async def test_a_batch_accepted_before_the_public_input_keeps_starting_its_documents_pinned(
@@ -300,13 +335,11 @@ async def test_a_batch_accepted_before_the_public_input_keeps_starting_its_docum
 
 
 async def test_continue_as_new_keeps_the_progress_and_no_run_carries_the_sources(
-    env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
+    env: Env, jobs: JobClient, tmp_path: Path
 ) -> None:
     batches = BatchClient(jobs)
     sources = await batches.accept_files(documents(tmp_path, 5, "relay"), tenant="cli")
-    submitted = await submit_unsigned(
-        batches, policies, sources, tenant="cli", key="relay", concurrency=2, documents_per_run=2
-    )
+    submitted = await submit_unsigned(batches, sources, tenant="cli", key="relay", concurrency=2, documents_per_run=2)
     status = await finished(batches, submitted.batch_id)
     assert status.state is BatchState.COMPLETED and status.succeeded == 5
     assert status.runs >= 3 and len(status.segments) >= 2  # outcomes of more than one run, read back

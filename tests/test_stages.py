@@ -154,7 +154,11 @@ WIRE = {
     # batch's request, whose documents keep starting with the pinned request).
     # Then the region page bound (see redact). Then the watermark's `opacity` (see render). Then the request's
     # `document_salt`, an addition with a default (None in an old batch's request: its documents keep their keys).
-    "start_batch_documents": ("07123b94443cdf33", "5603494387f42eb6"),
+    # Then the batch pins its own policy: the request's `policy_name` (added, None in an old request), its `policy`
+    # and `deadline_seconds` defaulted to None (an old request has both), and the step's `pin` (None from older code:
+    # the request's policy is the pin).
+    "start_batch_documents": ("6ba99b6c66595537", "5603494387f42eb6"),
+    "pin_batch_policy": ("958aaca1aaa8ff4e", "93ae5b355214694c"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
     "record_batch_outcomes": ("d8946a9129805d5d", "ea3cda3acd3fa04a"),
@@ -270,13 +274,14 @@ def test_the_worker_registers_each_activity_on_the_queue_its_spec_names(
 
 def test_the_batch_workflow_calls_activities_only_by_declaration() -> None:
     calls = activity_calls(batch_job.__file__)
-    assert len(calls) == 4
+    assert len(calls) == 5
     assert_called_by_declaration(calls)
 
 
 def test_every_batch_declaration_has_exactly_one_implementation_of_its_types() -> None:
     implementations = [
-        getattr(BatchActivities, name) for name in ("start_documents", "await_jobs", "cancel_jobs", "record_outcomes")
+        getattr(BatchActivities, name)
+        for name in ("pin_policy", "start_documents", "await_jobs", "cancel_jobs", "record_outcomes")
     ]
     for declaration in stages.BATCH_DECLARATIONS:
         matching = [function for function in implementations if activity_name(function) == activity_name(declaration)]

@@ -6,6 +6,11 @@ memo, search attributes, ID policy and timeout as a single submit, and its own w
 child workflow, so a batch run can continue as new while its jobs run (they are carried over by ID), and the
 batch's history holds only the start and wait activities, never the jobs' events or results.
 
+Its first step pins its policy (`pin_batch_policy`): what it asks, the policy's name and overrides, resolved once on a
+worker, as a job's `resolve` does, and kept in history; every document is held to that pin. A batch whose policy
+cannot be pinned (unknown, forbidden to its tenant, invalid overrides) ends `failed` with the code, no job started.
+A batch from an old history carries the policy its client resolved: that is its pin, and it takes no such step.
+
 At most `concurrency` jobs run at once: a job is started only after one has ended. `await_batch_jobs` waits
 (long polls, heartbeating) until at least one running job has ended. After `documents_per_run` starts, or when
 Temporal suggests it, the run stores its outcomes in a blob and continues as new with the counts, the running
@@ -20,21 +25,25 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from docjobs.domain.batching import (
         AwaitJobs,
         BatchInput,
+        BatchPin,
         BatchProgress,
         BatchRequest,
         BatchState,
         BatchStatus,
         JobOutcome,
+        PinBatchPolicy,
         RecordOutcomes,
         RunningJob,
         StartDocuments,
     )
+    from docjobs.domain.errors import FAILURE_CODES
+    from docjobs.domain.models import JobOverrides
     from docjobs.domain.states import JobState
     from workflows import stages
 
@@ -57,6 +66,11 @@ class DocumentBatchWorkflow:
         self._outcomes: list[JobOutcome] = []  # ended in this run and not yet stored in a segment
         self._state = BatchState.RUNNING
         self._finished_at: datetime | None = None
+        self._failure_code: str | None = None
+        request = batch.request
+        # An old history's batch carries the policy its client resolved: that is its pin.
+        old_pin = BatchPin.of(request.policy, request.deadline_seconds) if request.policy is not None else None
+        self._pin: BatchPin | None = batch.pin or old_pin
 
     @workflow.query
     def progress(self) -> BatchStatus:
@@ -65,7 +79,7 @@ class DocumentBatchWorkflow:
         return BatchStatus(
             batch_id=request.batch_id,
             tenant=request.tenant,
-            policy_version=request.policy.version,
+            policy_version=self._pin.version if self._pin else None,
             state=self._state,
             total=request.total,
             succeeded=progress.succeeded,
@@ -77,6 +91,7 @@ class DocumentBatchWorkflow:
             runs=progress.runs,
             accepted_at=request.accepted_at,
             finished_at=self._finished_at,
+            failure_code=self._failure_code,
             outcomes=sorted(self._outcomes, key=lambda outcome: outcome.index),
             segments=list(progress.segments),
         )
@@ -85,6 +100,9 @@ class DocumentBatchWorkflow:
     async def run(self, batch: BatchInput) -> BatchStatus:
         canceled = False
         try:
+            if self._pin is None and not await self._pinned():
+                self._state, self._finished_at = BatchState.FAILED, workflow.now()
+                return self.progress()
             await self._drive()
         except asyncio.CancelledError:
             canceled = True
@@ -104,10 +122,32 @@ class DocumentBatchWorkflow:
         progress = self._progress
         if not canceled and (progress.running or progress.next_index < self._request.total):
             progress.runs += 1
-            workflow.continue_as_new(BatchInput(request=self._request, progress=progress))
+            workflow.continue_as_new(BatchInput(request=self._request, progress=progress, pin=self._pin))
         self._state = BatchState.CANCELED if canceled else BatchState.COMPLETED
         self._finished_at = workflow.now()
         return self.progress()
+
+    async def _pinned(self) -> bool:
+        """Pin the policy the batch asks for (its first step); False, with the code kept, when it cannot be: the
+        step's deterministic failures (policy.*) are not retried, the rest are until it succeeds."""
+        request = self._request
+        ask = PinBatchPolicy(
+            tenant=request.tenant,
+            policy_name=request.policy_name,
+            overrides=request.overrides or JobOverrides(),
+            deadline_seconds=request.deadline_seconds,
+        )
+        try:
+            self._pin = await workflow.execute_activity(
+                stages.pin_batch_policy, ask, start_to_close_timeout=STEP_TIMEOUT, retry_policy=PATIENT
+            )
+        except ActivityError as error:
+            cause = error.cause
+            if not (isinstance(cause, ApplicationError) and cause.non_retryable and cause.type in FAILURE_CODES):
+                raise
+            self._failure_code = cause.type
+            return False
+        return True
 
     async def _drive(self) -> None:
         """Start documents while there is room, wait for endings; return when all ended or it is time to hand
@@ -137,7 +177,7 @@ class DocumentBatchWorkflow:
         which its cancellation cancels. Cancelling the start instead left them running, unknown to the batch."""
         start = workflow.start_activity(
             stages.start_documents,
-            StartDocuments(batch=request, first=first, count=count),
+            StartDocuments(batch=request, pin=self._pin, first=first, count=count),
             start_to_close_timeout=STEP_TIMEOUT,
             retry_policy=PATIENT,
         )

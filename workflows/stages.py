@@ -68,9 +68,16 @@ DECLARATIONS: tuple[Callable[..., Any], ...] = (
 )
 
 # The batch workflow's steps.
+pin_batch_policy = declare(specs.PIN_BATCH_POLICY)
 start_documents = declare(specs.START_DOCUMENTS)
 await_jobs = declare(specs.AWAIT_JOBS)
 cancel_jobs = declare(specs.CANCEL_JOBS)
 record_outcomes = declare(specs.RECORD_OUTCOMES)
 
-BATCH_DECLARATIONS: tuple[Callable[..., Any], ...] = (start_documents, await_jobs, cancel_jobs, record_outcomes)
+BATCH_DECLARATIONS: tuple[Callable[..., Any], ...] = (
+    pin_batch_policy,
+    start_documents,
+    await_jobs,
+    cancel_jobs,
+    record_outcomes,
+)

@@ -32,15 +32,14 @@ from docjobs.api.uploads import (
     PolicyPart,
     TooLarge,
     _limited,
-    pinned_policy,
     policy_part_schema,
+    tenant_policy,
 )
 from docjobs.domain.base import SHA256_PATTERN
 from docjobs.domain.batching import DEFAULT_CONCURRENCY, MAX_CONCURRENCY, BatchState, BatchStatus
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.idempotency import BATCH_KEY_RULE, is_valid_batch_key
 from docjobs.domain.models import BlobRef, JobOverrides
-from docjobs.domain.policy import Policy
 from docjobs.settings.quotas import (
     BATCH_BYTES,
     BYTES_PER_DAY,
@@ -243,7 +242,7 @@ async def submit_batch(
             raise ApiError(413, "input.too_large", f"the body is larger than {JSON_BODY_LIMIT} bytes") from None
         except ValidationError:
             raise ApiError(422, "request.invalid", "the body is not a valid batch of stored sources") from None
-        chosen, overrides = pinned_policy(context, name, stored.policy)
+        chosen, overrides = tenant_policy(context, name, stored.policy)
         try:
             async with context.admissions.lookups(name):  # one look-up pass per tenant at a time
                 sources = await batches.stored_sources(stored.sources, tenant=name)  # each digest once
@@ -252,7 +251,13 @@ async def submit_batch(
         batch_bytes_check(sum(source.size for source in sources), limits)
         asked = Asked(chosen, overrides, idempotency_key, concurrency)
         return await _start_batch(
-            context, batches, batches.plan(sources, chosen, tenant=name, key=idempotency_key), [], asked, name, limits
+            context,
+            batches,
+            batches.plan(sources, chosen, overrides, tenant=name, key=idempotency_key),
+            [],
+            asked,
+            name,
+            limits,
         )
     if not uploaded:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
@@ -271,9 +276,9 @@ async def submit_batch(
             raise ApiError(413, "input.too_large", message) from None
         except ClientDisconnect:
             raise ApiError(400, "request.incomplete", "the client left before the body was complete") from None
-        chosen, overrides = pinned_policy(context, name, part)  # checked before anything is stored
+        chosen, overrides = tenant_policy(context, name, part)  # checked before anything is stored
         uploads = await checked_uploads(paths)  # kinds and digests: still nothing stored
-        plan = batches.plan([source for _, source in uploads], chosen, tenant=name, key=idempotency_key)
+        plan = batches.plan([source for _, source in uploads], chosen, overrides, tenant=name, key=idempotency_key)
         asked = Asked(chosen, overrides, idempotency_key, concurrency)
         return await _start_batch(context, batches, plan, uploads, asked, name, limits)
 
@@ -309,9 +314,10 @@ async def accept_uploads(context: ApiContext, uploads: list[tuple[Path, BlobRef]
 
 @dataclass(frozen=True)
 class Asked:
-    """What the request asks of its batch: the resolved policy, its overrides, the key and the concurrency."""
+    """What the request asks of its batch: the policy's name, the overrides, the key and the concurrency (the batch's
+    first step resolves and pins the policy)."""
 
-    policy: Policy
+    policy: str
     overrides: JobOverrides
     key: str | None
     concurrency: int

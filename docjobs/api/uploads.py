@@ -22,7 +22,7 @@ from docjobs.domain.base import POLICY_NAME_PATTERN
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.linear_regex import UNSUPPORTED_FEATURES, UnsupportedRegex
 from docjobs.domain.models import JobOverrides
-from docjobs.domain.policy import BUILTIN_PATTERN_NAMES, OcrMode, Policy, WatermarkMode
+from docjobs.domain.policy import BUILTIN_PATTERN_NAMES, OcrMode, WatermarkMode
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook, job_overrides
 
@@ -176,13 +176,6 @@ def tenant_policy(context: ApiContext, tenant: str, part: PolicyPart) -> tuple[s
     except DocJobError:
         raise ApiError(403, "policy.forbidden", FORBIDDEN_MESSAGE) from None
     return name, overrides
-
-
-def pinned_policy(context: ApiContext, tenant: str, part: PolicyPart) -> tuple[Policy, JobOverrides]:
-    """`tenant_policy` resolved (what a batch pins for all its documents), and the overrides it was asked."""
-    name, overrides = tenant_policy(context, tenant, part)
-    with invalid_overrides():
-        return context.policies.resolve(name, overrides), overrides
 
 
 async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:

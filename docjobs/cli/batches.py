@@ -49,7 +49,8 @@ def progress_line(status: BatchStatus) -> str:
 
 
 def describe_batch(status: BatchStatus) -> str:
-    lines = [f"batch {status.batch_id}: {status.state.value}", progress_line(status)]
+    code = f" ({status.failure_code})" if status.failure_code else ""  # a batch whose policy could not be pinned
+    lines = [f"batch {status.batch_id}: {status.state.value}{code}", progress_line(status)]
     if status.not_started:
         lines.append(f"  not started: {status.not_started}")
     for outcome in status.outcomes:
@@ -80,7 +81,8 @@ async def cmd_submit_batch(args: argparse.Namespace, settings: TemporalSettings,
     if args.key is not None and not is_valid_batch_key(args.key):
         return fail(out, EXIT_USAGE, "idempotency.invalid", f"--key: {BATCH_KEY_RULE}")
     overrides = asked_overrides(args)  # an invalid override is refused before any document is stored
-    policy = PolicyBook.load(settings.policy_file).resolve(args.policy, overrides)  # a batch pins the resolved policy
+    # The name the batch asks for (the policy file's default if none): its first step resolves and pins it, on a worker.
+    policy = PolicyBook.load(settings.policy_file).get(args.policy).name
     paths = batch_files(args.paths)
     batches = await batch_client(settings)
     sources = await batches.accept_files(paths, tenant=args.tenant)

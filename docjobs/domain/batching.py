@@ -39,10 +39,11 @@ class BatchManifest(Frozen):
 
 
 class BatchRequest(Frozen):
-    """Everything fixed when the batch is accepted; the documents' jobs are started from it alone.
+    """Everything fixed when the batch is accepted; the documents' jobs are started from it and the batch's pin.
 
-    `policy` is the named policy `policy.name` resolved with `overrides` when the batch was accepted: the batch
-    shows its version, and each document asks for the name and overrides with that version."""
+    The batch asks for the policy `policy_name` (None: the default) with `overrides`, as a single job does: no client
+    resolves it. The batch's first step resolves it on a worker and pins it (`BatchPin`); each document then asks
+    for the name and overrides, held to the pinned fingerprint."""
 
     batch_id: str
     tenant: str
@@ -50,7 +51,10 @@ class BatchRequest(Frozen):
     # Keys the documents' digests in their job keys (`batch_document_key`), so that no ID tells a document's digest.
     # None: a batch accepted before (an old history): its documents keep the keys they were given.
     document_salt: str | None = Field(default=None, pattern="^[0-9a-f]{64}$")
-    policy: Policy
+    policy_name: str | None = None  # what the batch asks for (None: the default policy)
+    # The policy a client resolved, in a batch accepted before batches pinned their own (an old history): its pin
+    # is taken from it; None: pinned by the batch's first step.
+    policy: Policy | None = None
     # None: a batch accepted before its documents started with the public input (an old history): they keep
     # starting with the internal request that pins `policy` (`document_request`).
     overrides: JobOverrides | None = None
@@ -58,7 +62,7 @@ class BatchRequest(Frozen):
     total: int = Field(ge=1)
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=MAX_CONCURRENCY)
     documents_per_run: int = Field(default=DOCUMENTS_PER_RUN, ge=1)
-    deadline_seconds: int = Field(ge=1)  # each document's own deadline
+    deadline_seconds: int | None = Field(default=None, ge=1)  # each document's own deadline (None: the policy's)
     timing: ActivityTiming = ActivityTiming()
     job_task_queue: str  # where the documents' jobs run
     ocr_task_queue: str | None = None
@@ -66,24 +70,55 @@ class BatchRequest(Frozen):
     accepted_at: datetime
 
 
-def document_input(batch: BatchRequest, overrides: JobOverrides, source: SourceRef) -> DocumentJobInput:
+class BatchPin(Frozen):
+    """The policy a batch pinned: resolved once, by its first step on a worker (or, in an old history, by the client
+    that accepted it), and what every document is held to."""
+
+    name: str
+    version: str  # what the batch's status shows (Policy.version: terms left out)
+    fingerprint: str  # what each document must resolve to (Policy.fingerprint: terms included)
+    watermark_mode: str  # named in each document's one-line summary
+    deadline_seconds: int = Field(ge=1)  # each document's own deadline: the batch's, else the policy's
+
+    @classmethod
+    def of(cls, policy: Policy, deadline_seconds: int | None) -> BatchPin:
+        return cls(
+            name=policy.name,
+            version=policy.version,
+            fingerprint=policy.fingerprint,
+            watermark_mode=policy.watermark.mode.value,
+            deadline_seconds=deadline_seconds or policy.deadline_seconds,
+        )
+
+
+class PinBatchPolicy(Frozen):
+    """The batch's first step: resolve what it asks for, as its tenant may (the `resolve` step's rules)."""
+
+    tenant: str
+    policy_name: str | None
+    overrides: JobOverrides
+    deadline_seconds: int | None = None
+
+
+def document_input(pin: BatchPin, tenant: str, overrides: JobOverrides, source: SourceRef) -> DocumentJobInput:
     """A document's public input: the batch's policy name and `overrides` (what the batch was asked), held to
     the policy the batch pinned (its fingerprint, terms included: `Policy.fingerprint`), so a policy file changed
     while the batch runs fails `policy.changed`."""
     return DocumentJobInput(
         version=1,
-        tenant=batch.tenant,
+        tenant=tenant,
         source=source,
-        policy=batch.policy.name,
+        policy=pin.name,
         overrides=overrides,
-        deadline_seconds=batch.deadline_seconds,
-        policy_version=batch.policy.fingerprint,
+        deadline_seconds=pin.deadline_seconds,
+        policy_version=pin.fingerprint,
     )
 
 
 def document_request(batch: BatchRequest, job_id: str, source: BlobRef, accepted_at: datetime) -> JobRequest:
     """A document's internal job request, pinning the batch's whole policy: only for a batch accepted before its
-    documents started with the public input (`BatchRequest.overrides` None)."""
+    documents started with the public input (`BatchRequest.overrides` None), whose client resolved its policy."""
+    assert batch.policy is not None and batch.deadline_seconds is not None, "a batch from an old history"
     return JobRequest(
         job_id=job_id,
         tenant=batch.tenant,
@@ -130,12 +165,14 @@ class BatchProgress(BaseModel):
 class BatchInput(Frozen):
     request: BatchRequest
     progress: BatchProgress | None = None  # None: the batch's first run
+    pin: BatchPin | None = None  # None: not pinned yet (its first run), or an old history's (from `request.policy`)
 
 
 class BatchState(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"  # every document's job ended (each with its own outcome)
     CANCELED = "canceled"  # canceled: running jobs were canceled, the rest never started
+    FAILED = "failed"  # its policy could not be pinned (`failure_code`: policy.unknown, .forbidden, .invalid): no job
     TERMINATED = "terminated"  # ended outside its own logic (an operator's terminate): its jobs were left as they were
 
 
@@ -144,7 +181,7 @@ class BatchStatus(BaseModel):
 
     batch_id: str
     tenant: str
-    policy_version: str
+    policy_version: str | None  # the pinned policy's version (None: not pinned yet, or it could not be)
     state: BatchState
     total: int
     succeeded: int = 0
@@ -156,6 +193,7 @@ class BatchStatus(BaseModel):
     runs: int = 1  # workflow runs so far: continue-as-new starts a new one
     accepted_at: datetime
     finished_at: datetime | None = None
+    failure_code: str | None = None  # a `failed` batch's: why its policy could not be pinned
     outcomes: list[JobOutcome] = Field(default_factory=list)  # by manifest index
     segments: list[BlobRef] = Field(default_factory=list)  # outcomes stored by earlier runs (internal)
 
@@ -174,6 +212,7 @@ class StartDocuments(Frozen):
     """Start the jobs of manifest entries `first` .. `first + count - 1`."""
 
     batch: BatchRequest
+    pin: BatchPin | None = None  # None: scheduled by older code (its request's policy is the pin)
     first: int = Field(ge=0)
     count: int = Field(ge=1)
 

@@ -451,15 +451,17 @@ FAILURE_CODES: dict[FailureCode, CodeInfo] = {
         Outcome.FAIL,
         "no policy of that name is configured",
         "failed",
-        "a service started a job (public input) naming no configured policy (only `resolve` ran)",
+        "a service started a job (public input) naming no configured policy (only `resolve` ran), or a batch asked "
+        "for one (its first step, `pin_batch_policy`, ended it `failed`: no job started)",
         "tell the service; compare `DOCJOBS_POLICY_FILE` of the workers with what it expects",
     ),
     FailureCode.POLICY_INVALID: CodeInfo(
         Outcome.FAIL,
         "the policy overrides are not valid",
         "failed",
-        "a service started a job (public input) with overrides that do not validate (only `resolve` ran); the API "
-        "and the CLI refuse them before anything is stored",
+        "a service started a job (public input), or a batch, with overrides that do not validate (only `resolve`, or "
+        "the batch's `pin_batch_policy`, ran: no job started); the API and the CLI refuse them before anything is "
+        "stored",
         "tell the service what the overrides' schema allows (`schemas/`)",
     ),
     FailureCode.POLICY_FORBIDDEN: CodeInfo(

@@ -19,7 +19,15 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from docjobs.domain.batching import AwaitJobs, EndedJob, RecordOutcomes, RunningJob, StartDocuments
+from docjobs.domain.batching import (
+    AwaitJobs,
+    BatchPin,
+    EndedJob,
+    PinBatchPolicy,
+    RecordOutcomes,
+    RunningJob,
+    StartDocuments,
+)
 from docjobs.domain.models import (
     ActivityTiming,
     BlobRef,
@@ -153,10 +161,17 @@ STAGE_PARTS: tuple[StageSpec[Any, Any], ...] = (OCR_CHUNK, OCR_MERGE)  # each ru
 JOB_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (RESOLVE, *STAGES, *STAGE_PARTS, EVIDENCE, CLEANUP, NOTIFY)
 
 # The batch workflow's steps (docjobs/domain/batching.py): run on the batch queue, never on a document.
+PIN_BATCH_POLICY = ActivitySpec[PinBatchPolicy, BatchPin]("pin_batch_policy", PinBatchPolicy, BatchPin)
 START_DOCUMENTS = ActivitySpec[StartDocuments, list[RunningJob]](
     "start_batch_documents", StartDocuments, list[RunningJob]
 )
 AWAIT_JOBS = ActivitySpec[AwaitJobs, list[EndedJob]]("await_batch_jobs", AwaitJobs, list[EndedJob])
 CANCEL_JOBS = ActivitySpec[list[str], int]("cancel_batch_jobs", list[str], int)
 RECORD_OUTCOMES = ActivitySpec[RecordOutcomes, BlobRef]("record_batch_outcomes", RecordOutcomes, BlobRef)
-BATCH_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (START_DOCUMENTS, AWAIT_JOBS, CANCEL_JOBS, RECORD_OUTCOMES)
+BATCH_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (
+    PIN_BATCH_POLICY,
+    START_DOCUMENTS,
+    AWAIT_JOBS,
+    CANCEL_JOBS,
+    RECORD_OUTCOMES,
+)

@@ -1,7 +1,8 @@
 """The batch client: accept many documents under one policy, start-or-get their batch, read its progress, cancel.
 
 A batch's workflow ID is `{tenant}/batch-{key}`; without a client key, the key is a digest of tenant, manifest
-and policy version (the same documents in the same order under the same policy are the same batch). Its
+and what it asks, the policy's name and overrides (the same documents in the same order asked the same are the same
+batch); the client resolves no policy: the batch pins it in its first step (workflows/batch_job.py). Its
 documents' jobs are ordinary jobs (workflows/batch_job.py).
 
 A resubmission is told apart before anything is stored: the manifest (and so its digest) is computed from the
@@ -46,10 +47,10 @@ from docjobs.domain.contract import WORKFLOW_TYPE as JOB_WORKFLOW_TYPE
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.idempotency import batch_document_prefix, keyed_job_id, keyless_digest
 from docjobs.domain.models import BlobRef, JobOverrides
-from docjobs.domain.policy import Policy
 from docjobs.store.batch_store import MANIFESTS, read_outcomes, store_manifest
 from docjobs.store.storage import owned_source
 from docjobs.temporal.client import QUERY_TIMEOUT, JobClient
+from docjobs.temporal.job_plan import asked_of
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.visibility import SAFE_QUERY_VALUE
 from workflows import search_attributes as sa
@@ -70,13 +71,11 @@ def batch_task_queue(settings: TemporalSettings) -> str:
     return f"{settings.task_queue}-batch"
 
 
-def derive_batch_id(
-    tenant: str, key: str | None, manifest_sha256: str, policy_version: str, id_key: bytes
-) -> tuple[str, str]:
-    """(batch ID, batch key): `{tenant}/batch-{key}`, the key a client's or a keyed digest of what the batch is
-    (`keyless_digest`: the deployment's job-ID key)."""
+def derive_batch_id(tenant: str, key: str | None, manifest_sha256: str, asked: str, id_key: bytes) -> tuple[str, str]:
+    """(batch ID, batch key): `{tenant}/batch-{key}`, the key a client's or a keyed digest of what the batch is: its
+    documents and what it asks (`asked_of`; `keyless_digest`: the deployment's job-ID key)."""
     if not key:
-        key = "auto-" + keyless_digest(id_key, "batch", tenant, manifest_sha256, policy_version)
+        key = "auto-" + keyless_digest(id_key, "batch", tenant, manifest_sha256, asked)
     return f"{tenant}/batch-{key}", key
 
 
@@ -134,7 +133,7 @@ class BatchClient:
     async def submit(
         self,
         sources: list[BlobRef],
-        policy: Policy,
+        policy: str,
         *,
         overrides: JobOverrides,
         tenant: str,
@@ -145,10 +144,11 @@ class BatchClient:
     ) -> BatchSubmitted:
         """Start-or-get the batch of `sources` (duplicates by digest count once: they are the same job).
 
-        `policy`: the named policy `policy.name` resolved with `overrides`, which the batch pins: its documents
-        start with the public input asking for the name and overrides, held to the pinned version. A batch that
-        exists already is answered from its memo before the manifest is stored (`conflict` if it is another)."""
-        plan = self.plan(sources, policy, tenant=tenant, key=key)
+        The batch asks for the named `policy` with `overrides`; nothing here resolves it: the batch's first step pins
+        what they resolve to, on a worker, and its documents start with the public input asking for the name and
+        overrides, held to that pin. A batch that exists already is answered from its memo before the manifest is
+        stored (`conflict` if it is another)."""
+        plan = self.plan(sources, policy, overrides, tenant=tenant, key=key)
         existing = await self.existing(plan)
         if existing is not None:
             return existing
@@ -161,13 +161,13 @@ class BatchClient:
             tenant=tenant,
             key=batch_key,
             document_salt=secrets.token_hex(32),
-            policy=policy,
+            policy_name=policy,
             overrides=overrides,
             manifest=manifest,
             total=len(distinct),
             concurrency=concurrency,
             documents_per_run=documents_per_run,
-            deadline_seconds=deadline_seconds or policy.deadline_seconds,
+            deadline_seconds=deadline_seconds,
             timing=settings.timing,
             job_task_queue=settings.task_queue,
             ocr_task_queue=settings.ocr_task_queue,
@@ -192,18 +192,22 @@ class BatchClient:
             return answer or BatchSubmitted(batch_id, created=False, total=0, conflict=True)
         return BatchSubmitted(batch_id, created=True, total=len(distinct))
 
-    def plan(self, sources: list[BlobRef], policy: Policy, *, tenant: str, key: str | None) -> BatchPlan:
-        """The batch `submit` would start, computed from the references alone: nothing is stored."""
+    def plan(
+        self, sources: list[BlobRef], policy: str, overrides: JobOverrides, *, tenant: str, key: str | None
+    ) -> BatchPlan:
+        """The batch `submit` would start, computed from the references and what it asks alone: nothing is stored,
+        nothing resolved."""
         distinct = distinct_sources(sources)
         if not distinct:
             raise DocJobError(FailureCode.INPUT_EMPTY, "a batch needs at least one document")
         body = canonical_model(BatchManifest(sources=distinct))  # exactly the bytes `store_manifest` stores
         digest = hashlib.sha256(body).hexdigest()
         manifest = BlobRef(key=f"{MANIFESTS}/{digest}.json", sha256=digest, size=len(body))
-        batch_id, batch_key = derive_batch_id(tenant, key, digest, policy.fingerprint, self.jobs.id_key)
+        asked = asked_of(policy, overrides)
+        batch_id, batch_key = derive_batch_id(tenant, key, digest, asked, self.jobs.id_key)
         identity: dict[str, object] = {
             "manifest": manifest.model_dump(mode="json"),
-            "policy_version": policy.fingerprint,  # its identity: the terms count (Policy.fingerprint)
+            "asked": asked,  # its identity: the policy's name and the overrides, the terms among them
             "total": len(distinct),
         }
         return BatchPlan(batch_id, batch_key, distinct, manifest, body, identity)
