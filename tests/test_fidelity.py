@@ -12,7 +12,7 @@ import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.pdf import fidelity
-from docjobs.pdf.page_ranges import split_pages
+from docjobs.pdf.parallel_pages import split_pages
 from docjobs.pdf.watermark import watermark_structure
 from tests.fixtures.samples import make_sample_pdf, page_word
 

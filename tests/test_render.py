@@ -25,7 +25,7 @@ from docjobs.domain.policy import WATERMARK_OPACITY, Policy, WatermarkMode, Wate
 from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf import raster
 from docjobs.pdf.inspect import Encryption, PdfInfo, inspect_pdf, sniff_kind
-from docjobs.pdf.page_ranges import split_pages
+from docjobs.pdf.parallel_pages import split_pages
 from docjobs.pdf.raster import watermark_box, watermark_raster
 from docjobs.pdf.stamp import stamp
 from docjobs.pdf.watermark import OPACITY, text_width_em, watermark_structure

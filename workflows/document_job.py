@@ -313,7 +313,7 @@ class DocumentJobWorkflow:
         """The PDF an HTML, bundle or template job makes: the document every later stage takes as its source."""
         generated = await self._stage(stages.generate, generate_input(context))
         self._status.generated = generated.summary
-        return replace(context, source=generated.staged, staged=generated.staged)
+        return replace(context, document=generated.staged, staged=generated.staged)
 
     async def _render(self, context: JobContext) -> JobContext:
         rendered = await self._stage(stages.render, render_input(context))
@@ -322,7 +322,7 @@ class DocumentJobWorkflow:
         self._converted = rendered.converted
         self._status.page_count = rendered.page_count
         self._status.render = RenderSection.of(rendered)
-        return replace(context, source=rendered.converted or context.source, staged=rendered.staged)
+        return replace(context, document=rendered.converted or context.document, staged=rendered.staged)
 
     async def _ocr(self, context: JobContext) -> JobContext:
         """OCR in one activity, or a long document's in page ranges (the patch keeps older runs on one)."""
@@ -400,7 +400,7 @@ class DocumentJobWorkflow:
     async def _release_gates(self, context: JobContext) -> JobContext:
         """Sign (when the policy says so) and verify against the context's `source` (the accepted document, or
         the one `generate` or render's conversion made): nothing reaches `publish` that did not pass both."""
-        request, source, staged = context.request, context.source, context.staged
+        request, source, staged = context.request, context.document, context.staged
         policy = request.policy
         named = None  # the tenant the signature names, as the sign stage reports it (None: older activity code)
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE

@@ -44,13 +44,15 @@ class JobContext:
     so what a stage was given is never changed under it."""
 
     request: JobRequest
-    source: BlobRef  # the job's document: the accepted input, or the PDF `generate` or render's conversion made
-    staged: BlobRef  # the document as the last stage left it (the source until a stage stages one)
+    # The job's document, which every later stage compares with: the accepted input (the request's `source`), or
+    # the PDF `generate` or render's conversion made of it. Stage inputs call it `source`, as history recorded them.
+    document: BlobRef
+    staged: BlobRef  # the document as the last stage left it (the document until a stage stages one)
     text: BlobRef | None = None  # the searchable text of every page, once OCR made it (redaction rebuilds it)
 
     @classmethod
     def of(cls, request: JobRequest) -> JobContext:
-        return cls(request=request, source=request.source, staged=request.source)
+        return cls(request=request, document=request.source, staged=request.source)
 
     @property
     def policy(self) -> Policy:
@@ -90,7 +92,7 @@ def render_input(context: JobContext) -> RenderInput:
     policy = context.policy
     return RenderInput(
         job_id=context.request.job_id,
-        source=context.source,
+        source=context.document,
         watermark=context.watermark_at(Stage.RENDER),
         max_pages=policy.max_pages,
         allow_signed_input=policy.sign.allow_signed_input,
@@ -104,7 +106,7 @@ def render_input(context: JobContext) -> RenderInput:
 def ocr_input(context: JobContext) -> OcrInput:
     return OcrInput(
         job_id=context.request.job_id,
-        source=context.source,
+        source=context.document,
         staged=context.staged,
         ocr=context.policy.ocr,
         watermark=context.watermark_at(Stage.OCR),
@@ -115,7 +117,7 @@ def redact_input(context: JobContext) -> RedactInput:
     policy = context.policy
     return RedactInput(
         job_id=context.request.job_id,
-        source=context.source,
+        source=context.document,
         staged=context.staged,
         redact=policy.redact,
         limits=policy.limits,
@@ -125,4 +127,6 @@ def redact_input(context: JobContext) -> RedactInput:
 
 
 def publish_input(context: JobContext) -> PublishInput:
-    return PublishInput(job_id=context.request.job_id, source=context.source, staged=context.staged, text=context.text)
+    return PublishInput(
+        job_id=context.request.job_id, source=context.document, staged=context.staged, text=context.text
+    )

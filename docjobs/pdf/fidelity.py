@@ -26,7 +26,7 @@ import pypdfium2.raw as pdfium_c  # type: ignore[import-untyped]
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.pdf.inspect import open_checked
 from docjobs.pdf.normalize import repair_input
-from docjobs.pdf.page_ranges import ranges_for, read_in_parallel
+from docjobs.pdf.parallel_pages import ranges_for, read_in_parallel
 
 TOOL_TIMEOUT = 120
 _NON_SPACE = re.compile(r"\S+")  # `\s` is str.isspace(), as is what str.split() splits at
@@ -261,7 +261,7 @@ def check_fidelity(
     page-tree kid, AES without a key length).
 
     qpdf (its own process) and PDFium (in page ranges read at once on a long document:
-    docjobs/pdf/page_ranges.py) start first and read while pikepdf compares the structure. The failures keep
+    docjobs/pdf/parallel_pages.py) start first and read while pikepdf compares the structure. The failures keep
     their order: the first check that fails names the job's failure."""
     checks: list[str] = []
     stamp = set(watermark_text.split()) if watermark_text is not None else None

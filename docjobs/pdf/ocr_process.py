@@ -8,7 +8,7 @@ dies. A fork, not a new interpreter: OCRmyPDF's imports are the caller's, which 
 all its children (`stage_work.PRELOAD`); a call then costs about 0.6 CPU seconds less (a quarter of a 1-page call's,
 bench/README.md). Only a caller that runs no other thread is forked (a document child): a fork keeps the locks other
 threads held, and OCRmyPDF could wait on one forever (a test process's logging stream); any other caller's OCRmyPDF
-is a new interpreter (`page_ranges.may_fork`, the rule page ranges follow too).
+is a new interpreter (`parallel_pages.may_fork`, the rule page ranges follow too).
 
 The child loads `_ocr_child.py` as an OCRmyPDF plugin, which reports progress, the pages handed to OCR and
 Tesseract timeouts as JSON lines on a private pipe (see that module); they are gathered in an `OcrReport`. Nothing
@@ -38,7 +38,7 @@ from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.models import DeskewedPage
 from docjobs.pdf.inspect import ProgressFn
 from docjobs.pdf.ocr_env import EVENT_FD_ENV
-from docjobs.pdf.page_ranges import may_fork
+from docjobs.pdf.parallel_pages import may_fork
 
 log = logging.getLogger("docjobs.pdf.ocr")  # the name operators filter on: kept across the move
 

@@ -12,7 +12,7 @@ anchored at the corner a viewer shows top-left. Rendering the output with
 Images are Flate-compressed (lossless), and grayscale pages are stored as one channel.
 
 A long document's pages are rendered in page ranges at once, one fork of the document child per core
-(`page_ranges.map_pages`), each reporting its pages as it goes: rendering is most of raster mode's time, and of
+(`parallel_pages.map_pages`), each reporting its pages as it goes: rendering is most of raster mode's time, and of
 the redaction fallback's, which burns pages in the same way (`render_pages`).
 """
 
@@ -35,7 +35,7 @@ from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.stamp_text import encode_text
 from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets, check_pixels, too_complex
 from docjobs.pdf.inspect import PdfInfo, ProgressFn, open_checked, rotation, visible_box
-from docjobs.pdf.page_ranges import map_pages, ranges_for
+from docjobs.pdf.parallel_pages import map_pages, ranges_for
 from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND
 
 PAGE_TIMEOUT_S = 120

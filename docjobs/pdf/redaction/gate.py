@@ -26,7 +26,7 @@ import pikepdf
 from pypdf import PdfReader
 
 from docjobs.domain.errors import DocJobError, FailureCode
-from docjobs.pdf.page_ranges import ranges_for, read_in_parallel
+from docjobs.pdf.parallel_pages import ranges_for, read_in_parallel
 from docjobs.pdf.redaction.patterns import NamedPattern, sensitive_kinds
 from docjobs.pdf.redaction.regions import PageRegions, Rect
 from docjobs.pdf.redaction.sites import document_sites
@@ -65,7 +65,7 @@ def check_redaction(
 ) -> GateReport:
     """Every way the redacted content at `pdf_path` could still be read, one leak per (extractor, page,
     kind); a clean report means both extractors and the document scan found nothing. The two extractors
-    read a long document in page ranges at once (docjobs/pdf/page_ranges.py), each range's leaks sent back."""
+    read a long document in page ranges at once (docjobs/pdf/parallel_pages.py), each range's leaks sent back."""
     leaks: list[Leak] = []
     with pikepdf.open(pdf_path) as pdf:
         for site in document_sites(pdf):

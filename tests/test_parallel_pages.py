@@ -1,5 +1,5 @@
-"""Page ranges (docjobs/pdf/page_ranges.py): every page read once, a failing or killed range fails the caller,
-and the redaction gate finds a leak whichever range its page is in."""
+"""Pages read in parallel forks (docjobs/pdf/parallel_pages.py): every page read once, a failing or killed range
+fails the caller, and the redaction gate finds a leak whichever range its page is in."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.domain.policy import RedactPolicy
-from docjobs.pdf.page_ranges import map_pages, read_in_parallel, split_pages
+from docjobs.pdf.parallel_pages import map_pages, read_in_parallel, split_pages
 from docjobs.pdf.redaction import gate
 from docjobs.pdf.redaction.patterns import compile_patterns
 from tests.fixtures.samples import make_sample_pdf, page_word
@@ -73,7 +73,7 @@ def test_a_range_killed_by_a_signal_takes_the_caller_down_the_same_way() -> None
     """So the child's supervisor still tells CPU exhaustion (SIGXCPU) from a crash."""
     script = (
         "import os, signal\n"
-        "from docjobs.pdf.page_ranges import read_in_parallel, split_pages\n"
+        "from docjobs.pdf.parallel_pages import read_in_parallel, split_pages\n"
         "def work(pages):\n"
         "    if 0 not in pages: os.kill(os.getpid(), signal.SIGXCPU)\n"
         "    return {}\n"
