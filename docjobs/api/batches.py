@@ -249,16 +249,9 @@ async def submit_batch(
         except DocJobError as error:
             raise ApiError(422, error.code, error.message) from None
         batch_bytes_check(sum(source.size for source in sources), limits)
+        plan = batches.plan(sources, chosen, overrides, tenant=name, key=idempotency_key)
         asked = Asked(chosen, overrides, idempotency_key, concurrency)
-        return await _start_batch(
-            context,
-            batches,
-            batches.plan(sources, chosen, overrides, tenant=name, key=idempotency_key),
-            [],
-            asked,
-            name,
-            limits,
-        )
+        return await _start_batch(context, batches, plan, [], asked, name, limits)
     if not uploaded:
         raise ApiError(415, "request.invalid", "send multipart/form-data (file parts) or application/json (sources)")
     spool_dir = context.settings.spool_dir

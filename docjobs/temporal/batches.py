@@ -145,9 +145,8 @@ class BatchClient:
         """Start-or-get the batch of `sources` (duplicates by digest count once: they are the same job).
 
         The batch asks for the named `policy` with `overrides`; nothing here resolves it: the batch's first step pins
-        what they resolve to, on a worker, and its documents start with the public input asking for the name and
-        overrides, held to that pin. A batch that exists already is answered from its memo before the manifest is
-        stored (`conflict` if it is another)."""
+        what they resolve to (workflows/batch_job.py). A batch that exists already is answered from its memo before
+        the manifest is stored (`conflict` if it is another)."""
         plan = self.plan(sources, policy, overrides, tenant=tenant, key=key)
         existing = await self.existing(plan)
         if existing is not None:
