@@ -7,7 +7,6 @@ run on the batch's own task queue, as async activities: waiting for a job takes 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Protocol
 
 from temporalio import activity
@@ -19,19 +18,20 @@ from docjobs.domain import stage_specs as specs
 from docjobs.domain.batching import (
     AwaitJobs,
     BatchPin,
+    BatchRequest,
     EndedJob,
     PinBatchPolicy,
     RecordOutcomes,
     RunningJob,
     StartDocuments,
     document_input,
-    document_request,
 )
 from docjobs.domain.contract import job_summary
 from docjobs.domain.idempotency import batch_document_key, keyed_job_id
 from docjobs.domain.job_status import JobStatus
-from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind, JobRequest, SourceRef
+from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind, JobOverrides, SourceRef
 from docjobs.settings.config import Settings
+from docjobs.settings.policies import PolicyBook, overrides_between
 from docjobs.store.batch_store import read_manifest, store_outcomes
 from docjobs.store.storage import BlobStore
 
@@ -50,8 +50,6 @@ class DocumentJobs(Protocol):
     async def start_input(
         self, job_id: str, job: DocumentJobInput, *, summary: str | None = None, task_queue: str | None = None
     ) -> bool: ...
-
-    async def start(self, request: JobRequest, *, task_queue: str | None = None) -> bool: ...
 
     async def ended(self, job_id: str) -> JobStatus: ...
 
@@ -82,22 +80,26 @@ class BatchActivities:
         if pin is None:  # scheduled by older code: the policy its client resolved is the pin
             assert batch.policy is not None and batch.deadline_seconds is not None, "a batch from an old history"
             pin = BatchPin.of(batch.policy, batch.deadline_seconds)
+        overrides = batch.overrides if batch.overrides is not None else await asyncio.to_thread(self._asked, batch)
         sources = await self._sources(batch.manifest)
         started = []
         for index in range(step.first, min(step.first + step.count, len(sources))):
             source = sources[index]
             job_id = keyed_job_id(batch.tenant, batch_document_key(batch.key, source.sha256, batch.document_salt))
-            if batch.overrides is None:
-                # A batch accepted before its documents started with the public input (its request, from an old
-                # history, records no overrides): they start as they always did, pinning the batch's policy.
-                request = document_request(batch, job_id, source, datetime.now(UTC))
-                await self._jobs.start(request, task_queue=batch.job_task_queue)
-            else:
-                job = document_input(pin, batch.tenant, batch.overrides, self._jobs.source_ref(source))
-                summary = job_summary(pin.name, pin.watermark_mode)
-                await self._jobs.start_input(job_id, job, summary=summary, task_queue=batch.job_task_queue)
+            job = document_input(pin, batch.tenant, overrides, self._jobs.source_ref(source))
+            summary = job_summary(pin.name, pin.watermark_mode)
+            await self._jobs.start_input(job_id, job, summary=summary, task_queue=batch.job_task_queue)
             started.append(RunningJob(index=index, job_id=job_id))
         return started
+
+    def _asked(self, batch: BatchRequest) -> JobOverrides:
+        """What a batch from an old history, which records only the policy its client resolved, asks its documents
+        for: the overrides that make that policy of its named one in this worker's file (none, if the file no
+        longer names it: its documents then fail `policy.unknown`). The pin holds each document to the policy
+        itself, so one that overrides cannot remake fails `policy.changed`: no document runs another policy."""
+        assert batch.policy is not None, "a batch from an old history"
+        named = PolicyBook.load(self._settings.policy_file).policies.get(batch.policy.name)
+        return overrides_between(named, batch.policy) if named is not None else JobOverrides()
 
     @implements(specs.AWAIT_JOBS)
     async def await_jobs(self, wait: AwaitJobs) -> list[EndedJob]:

@@ -52,6 +52,7 @@ from docjobs.temporal.devserver import stop_dev_server
 from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.worker import serving
+from tests.fixtures.policy_files import named
 
 # Source packages whose sdist holds test PDFs (pdfminer.six's sdists hold none; the original pdfminer's do).
 PACKAGES = ("pikepdf==10.0.2", "pypdf==5.1.0", "pdfminer==20191125", "ocrmypdf==16.5.0")
@@ -162,7 +163,7 @@ def still_readable(pdf: Path, word: str) -> bool:
 
 
 async def run_job(jobs: JobClient, sample: Sample, policy: Policy) -> JobStatus | None:
-    submitted = await jobs.submit(sample.path, policy, key=f"corpus-{uuid.uuid4().hex}")
+    submitted = await jobs.submit(sample.path, named(jobs, policy), key=f"corpus-{uuid.uuid4().hex}")
     result = await wait_for_job(lambda: jobs.status(submitted.job_id), timeout=1800, max_polls=100_000, max_delay=1.0)
     return result.status if result.end is WaitEnd.TERMINAL else None
 

@@ -27,7 +27,6 @@ from harness import dev_server_env
 
 from docjobs.domain.job_status import JobStatus
 from docjobs.domain.states import JobState
-from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import stop_dev_server
 from docjobs.temporal.poller import WaitEnd, wait_for_job
@@ -46,8 +45,8 @@ MODES: dict[str, tuple[str, Callable[[Path, int], None]]] = {
 }
 
 
-async def released(jobs: JobClient, document: Path, policy: str, book: PolicyBook, key: str) -> JobStatus:
-    submitted = await jobs.submit(document, book.get(policy), tenant="bench", key=key)
+async def released(jobs: JobClient, document: Path, policy: str, key: str) -> JobStatus:
+    submitted = await jobs.submit(document, policy, tenant="bench", key=key)
     result = await wait_for_job(
         lambda: jobs.status(submitted.job_id), timeout=1800, max_polls=100_000, initial_delay=1.0, max_delay=1.0
     )
@@ -67,7 +66,6 @@ async def main() -> None:
         folder = Path(tmp)
         os.environ.update(dev_server_env(folder, "docjobs-cost-bench"))
         settings = TemporalSettings.from_env()
-        book = PolicyBook.load(settings.policy_file)
         client = await connect(settings)
         jobs = JobClient(client, settings)
         try:
@@ -76,7 +74,7 @@ async def main() -> None:
                     document = folder / f"{policy}.pdf"
                     make(document, options.pages)
                     for run in range(options.runs):
-                        status = await released(jobs, document, policy, book, f"{policy}-{run}")
+                        status = await released(jobs, document, policy, f"{policy}-{run}")
                         results.setdefault(mode, []).append(status)
         finally:
             stop_dev_server(settings)

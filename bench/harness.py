@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import httpx
 import pikepdf
 
+from docjobs.settings.config import SHIPPED_POLICIES
 from tests.fixtures.samples import make_sample_pdf
 
 
@@ -75,9 +77,14 @@ def hundred_kb_pdf(path: Path, marker: str) -> bytes:
 
 def dev_server_env(folder: Path, task_queue: str | None = None) -> dict[str, str]:
     """The DOCJOBS_* variables of an embedded dev server of the benchmark's own: its data under `folder`, free
-    ports and, when named, a task queue no other worker polls."""
+    ports, a policy file of its own (the shipped policies, and those it names: tests/fixtures/policy_files.py) and,
+    when named, a task queue no other worker polls."""
+    policy_file = folder / "policies.toml"
+    if not policy_file.exists():
+        shutil.copyfile(SHIPPED_POLICIES, policy_file)
     env = {
         "DOCJOBS_DATA_DIR": str(folder / "data"),
+        "DOCJOBS_POLICY_FILE": str(policy_file),
         "DOCJOBS_TEMPORAL_PORT": str(free_port()),
         "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
     }

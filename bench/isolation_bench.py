@@ -57,7 +57,6 @@ from docjobs.isolation.gate_work import GateWork
 from docjobs.isolation.stage_work import ENTRIES, RenderWork, SignWork, VerifyWork
 from docjobs.isolation.tenant_pools import hand_over, sibling_pools
 from docjobs.pdf.release_gate import GateReport, read_gate
-from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import TrustAnchors
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.signing.sign import ReleaseSigner
@@ -223,10 +222,9 @@ def start_table(runs: int, folder: Path) -> None:
 async def job_seconds(jobs: JobClient, documents: list[Path], policy_name: str, together: bool) -> float:
     """Seconds from the first submit to the last job's end, awaited as the workflow's result (a status poll would
     see the end only at its next poll: its backoff, up to 0.5 s, once made differences that were not there)."""
-    policy = PolicyBook.load(jobs.settings.policy_file).get(policy_name)
 
     async def one(document: Path) -> None:
-        submitted = await jobs.submit(document, policy, key=f"bench-{uuid.uuid4().hex}")
+        submitted = await jobs.submit(document, policy_name, key=f"bench-{uuid.uuid4().hex}")
         status = await asyncio.wait_for(jobs.handle(submitted.job_id).result(), timeout=900)
         if status.state is not JobState.SUCCEEDED:
             raise RuntimeError(f"a benchmark job ended {status.state}")

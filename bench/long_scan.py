@@ -55,6 +55,7 @@ from docjobs.temporal.devserver import stop_dev_server
 from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import Env, WorkerProcess
+from tests.fixtures.policy_files import named
 from tests.fixtures.scans import make_scan_pdf, scan_words
 from tests.test_ocr_chunk_jobs import chunk_attempts, chunk_results
 
@@ -117,7 +118,7 @@ async def finished(jobs: JobClient, job_id: str) -> JobStatus:
 
 async def succeeded(jobs: JobClient, scan: Path, policy: Policy, key: str) -> JobStatus:
     """`scan` submitted as the bench tenant's job `key`, and its status once it succeeded."""
-    return await finished(jobs, (await jobs.submit(scan, policy, tenant="bench", key=key)).job_id)
+    return await finished(jobs, (await jobs.submit(scan, named(jobs, policy), tenant="bench", key=key)).job_id)
 
 
 async def events_of(jobs: JobClient, job_id: str) -> int:
@@ -129,7 +130,7 @@ async def killed_run(
 ) -> tuple[JobStatus, int, int, int, WorkerProcess]:
     """The job with its worker SIGKILLed at KILL_AT of the pages; (status, pages the running chunks had done at
     the kill, pages done at the kill, pages of the chunks that ran again, the new worker)."""
-    job_id = (await jobs.submit(scan, policy, tenant="bench", key="killed")).job_id
+    job_id = (await jobs.submit(scan, named(jobs, policy), tenant="bench", key="killed")).job_id
     while True:
         status = await jobs.status(job_id)
         chunks, progress = status.ocr_chunks, status.progress or {}
@@ -158,7 +159,7 @@ async def fairness(jobs: JobClient, scan: Path, one_page: Path, policy: Policy) 
     """(a 1-page job's median seconds on the idle worker, the same while the long scan's chunks run, whether the
     long scan was still in its OCR stage when the last of them ended). The long job is cancelled after."""
     idle = await short_jobs(jobs, one_page, policy, "fair-idle")
-    long_id = (await jobs.submit(scan, policy, tenant="bench", key="fair-long")).job_id
+    long_id = (await jobs.submit(scan, named(jobs, policy), tenant="bench", key="fair-long")).job_id
     while (status := await jobs.status(long_id)).ocr_chunks is None or (status.progress or {}).get("stage") != "ocr":
         if status.state is not JobState.QUEUED and status.state is not JobState.PROCESSING:
             raise SystemExit(f"the long scan ended before its OCR: {status}")

@@ -36,6 +36,7 @@ from docjobs.temporal.devserver import stop_dev_server
 from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.worker import serving
+from tests.fixtures.policy_files import named
 from tests.fixtures.scans import make_scan_pdf, scan_words
 
 
@@ -49,7 +50,7 @@ async def docjobs_run(jobs: JobClient, scan: Path, policy: Policy, key: str) -> 
     """Acceptance (hash, store, start) timed here, then the job's own clock from accepted to terminal, so
     the caller's polling interval neither inflates the figure nor competes much for the CPU."""
     started = time.perf_counter()
-    submitted = await jobs.submit(scan, policy, tenant="bench", key=key)
+    submitted = await jobs.submit(scan, named(jobs, policy), tenant="bench", key=key)
     accepting = time.perf_counter() - started
     result = await wait_for_job(
         lambda: jobs.status(submitted.job_id), timeout=1800, max_polls=100_000, initial_delay=1.0, max_delay=1.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ import docjobs.pdf.ocrmypdf_import  # noqa: F401 - before a test module imports 
 from docjobs.domain.job_status import JobStatus
 from docjobs.domain.policy import Policy
 from docjobs.isolation.confine import Confinement
+from docjobs.settings.config import SHIPPED_POLICIES
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.codec import ENCODING
@@ -199,10 +201,15 @@ class Env:
 @pytest.fixture(scope="session")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     data_dir = tmp_path_factory.mktemp("docjobs-data")
+    policy_file = (
+        data_dir / "policies.toml"
+    )  # the shipped policies, and those the tests name (tests/fixtures/policy_files.py)
+    shutil.copyfile(SHIPPED_POLICIES, policy_file)
     port = free_port()
     environment = Env(
         {
             "DOCJOBS_DATA_DIR": str(data_dir),
+            "DOCJOBS_POLICY_FILE": str(policy_file),
             "DOCJOBS_TEMPORAL_PORT": str(port),
             "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
             "DOCJOBS_LEASE_SECONDS": str(LEASE_SECONDS),

@@ -30,6 +30,7 @@ from docjobs.temporal.client import JobClient, Submitted, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.poller import WaitEnd, wait_for_job
 from tests.conftest import REPO, Env, WorkerProcess, free_port
+from tests.fixtures.policy_files import named
 from tests.fixtures.samples import make_garbage, make_sample_pdf
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_pdf
 
@@ -75,13 +76,15 @@ async def record(env: Env, samples: Path) -> list[Recorded]:
     by_page = scan.model_copy(update={"ocr": scan.ocr.model_copy(update={"chunk_pages": 1})})
     submitted = {
         "succeeded": await jobs.submit(samples / "one-page.pdf", "standard", key="succeeded"),
-        "release-succeeded": await jobs.submit(samples / "two-pages.pdf", policies.get("standard"), key="release"),
+        "release-succeeded": await jobs.submit(samples / "two-pages.pdf", "standard", key="release"),
         "failed": await jobs.submit(samples / "garbage.bin", "standard", key="failed"),
         "canceled-deadline": await held.submit(
             samples / "one-page.pdf", "standard", key="canceled-deadline", deadline_seconds=DEADLINE_SECONDS
         ),
         "ocr-succeeded": await jobs.submit(samples / "scan.pdf", "scan", key="ocr-succeeded"),
-        "ocr-chunks-succeeded": await jobs.submit(samples / "long-scan.pdf", by_page, key="ocr-chunks-succeeded"),
+        "ocr-chunks-succeeded": await jobs.submit(
+            samples / "long-scan.pdf", named(jobs, by_page), key="ocr-chunks-succeeded"
+        ),
     }
     recorded = []
     for name, job in submitted.items():

@@ -13,16 +13,16 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import TypeAdapter
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from docjobs.api.app import create_app
-from docjobs.domain.batching import BatchInput, BatchPin, BatchRequest, BatchState, BatchStatus
+from docjobs.domain.batching import BatchInput, BatchPin, BatchRequest, BatchState, BatchStatus, JobOutcome
 from docjobs.domain.idempotency import batch_document_key, keyed_job_id
-from docjobs.domain.models import BlobRef, DocumentJobInput, JobOverrides, JobRequest
+from docjobs.domain.models import BlobRef, DocumentJobInput, JobOverrides
+from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.settings.tenants import CLI_TENANT, TenantBook, add_tenant
@@ -212,12 +212,12 @@ async def batch_started_with(jobs: JobClient, batch_id: str) -> BatchInput:
     return BatchInput.model_validate(started)
 
 
-async def started_with(jobs: JobClient, job_id: str) -> DocumentJobInput | JobRequest:
+async def started_with(jobs: JobClient, job_id: str) -> DocumentJobInput:
     """The input a job's workflow was started with: the first event of its history, as the worker reads it."""
     history = await jobs.handle(job_id).fetch_history()
     payloads = history.events[0].workflow_execution_started_event_attributes.input.payloads
     [started] = await jobs.client.data_converter.decode(payloads)
-    return TypeAdapter(DocumentJobInput | JobRequest).validate_python(started)
+    return DocumentJobInput.model_validate(started)
 
 
 async def test_a_batch_starts_its_documents_with_the_public_input_held_to_its_policy_version(
@@ -298,15 +298,12 @@ async def test_a_batch_whose_policy_cannot_be_pinned_fails_with_its_code_and_sta
     assert not [job async for job in jobs.client.list_workflows(f'WorkflowId STARTS_WITH "{prefix}"')]
 
 
-async def test_a_batch_accepted_before_the_public_input_keeps_starting_its_documents_pinned(
-    env: Env, jobs: JobClient, policies: PolicyBook, tmp_path: Path
-) -> None:
-    """A batch from an old history records no overrides: the start activity (new code) starts its documents with
-    the internal request that pins the batch's policy, exactly as before."""
+async def old_batch_outcome(jobs: JobClient, tmp_path: Path, name: str, policy: Policy) -> JobOutcome:
+    """The one document's outcome of a batch as older code accepted it: the policy its client resolved, no
+    overrides, no pin, no salt (its request as an old history records it), run by this code."""
     batches = BatchClient(jobs)
-    [source] = await batches.accept_files(documents(tmp_path, 1, "pinned"), tenant="cli")
-    policy = policies.resolve("standard", UNSIGNED)
-    batch_id, key = derive_batch_id("cli", "pinned", "", "", jobs.id_key)
+    [source] = await batches.accept_files(documents(tmp_path / name, 1, name), tenant="cli")
+    batch_id, key = derive_batch_id("cli", name, "", "", jobs.id_key)
     manifest = await asyncio.to_thread(store_manifest, jobs.store, [source])
     old = BatchRequest(
         batch_id=batch_id,
@@ -321,17 +318,30 @@ async def test_a_batch_accepted_before_the_public_input_keeps_starting_its_docum
     )
     assert old.overrides is None
     await jobs.client.start_workflow(
-        DocumentBatchWorkflow.run,
-        BatchInput(request=old),
-        id=batch_id,
-        task_queue=batch_task_queue(jobs.settings),
+        DocumentBatchWorkflow.run, BatchInput(request=old), id=batch_id, task_queue=batch_task_queue(jobs.settings)
     )
-    status = await finished(batches, batch_id)
-    [outcome] = status.outcomes
+    [outcome] = (await finished(batches, batch_id)).outcomes
     # It had no salt: its document keeps the ID such batches always gave (the digest itself).
-    assert outcome.state is JobState.SUCCEEDED and outcome.job_id == f"cli/pinned.{source.sha256[:16]}"
+    assert outcome.job_id == f"cli/{name}.{source.sha256[:16]}"
+    return outcome
+
+
+async def test_a_batch_accepted_before_the_public_input_starts_its_documents_with_it(
+    jobs: JobClient, policies: PolicyBook, tmp_path: Path
+) -> None:
+    """A batch from an old history records the policy its client resolved, not what it asked: its documents (new
+    code) ask for that policy's name with the overrides that remake it, held to its fingerprint, with the public
+    input as every job now starts. One no override can remake (a changed page limit) fails `policy.changed`: no
+    document runs with another policy than its batch's, and none starts with the internal request."""
+    policy = policies.resolve("standard", UNSIGNED)
+    outcome = await old_batch_outcome(jobs, tmp_path, "pinned", policy)
+    assert outcome.state is JobState.SUCCEEDED, outcome
     started = await started_with(jobs, outcome.job_id)
-    assert isinstance(started, JobRequest) and started.policy == policy
+    assert (started.policy, started.overrides, started.policy_version) == ("standard", UNSIGNED, policy.fingerprint)
+    assert (await jobs.status(outcome.job_id)).signature is None
+    tighter = policy.model_copy(update={"max_pages": policy.max_pages - 1})
+    outcome = await old_batch_outcome(jobs, tmp_path, "remade", tighter)
+    assert (outcome.state, outcome.failure_code) == (JobState.FAILED, "policy.changed")
 
 
 async def test_continue_as_new_keeps_the_progress_and_no_run_carries_the_sources(

@@ -281,7 +281,7 @@ async def test_mutual_tls_from_the_worker_the_cli_and_the_client(
     assert not settings.embedded and settings.address == f"127.0.0.1:{frontend.port}"
     worker = start_worker(queue, **variables)  # the worker connects through the TLS frontend only
     jobs = JobClient(await connect(settings), settings)
-    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key=f"mtls-{os.getpid()}")
+    submitted = await jobs.submit(samples / "sample.pdf", "standard", key=f"mtls-{os.getpid()}")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status.failure_code
     code, shown, _ = run_starter(env, "status", submitted.job_id, timeout=120, **variables)

@@ -58,8 +58,8 @@ async def test_cost_command_over_real_jobs(
 ) -> None:
     tenant = "costs-e2e"
     truncate_pdf(samples / "sample.pdf", tmp_path / "truncated.pdf")
-    good = await jobs.submit(samples / "sample.pdf", policies.get("standard"), tenant=tenant, key="released")
-    bad = await jobs.submit(tmp_path / "truncated.pdf", policies.get("standard"), tenant=tenant, key="malformed")
+    good = await jobs.submit(samples / "sample.pdf", "standard", tenant=tenant, key="released")
+    bad = await jobs.submit(tmp_path / "truncated.pdf", "standard", tenant=tenant, key="malformed")
     released = await wait_terminal(jobs, good.job_id)
     failed = await wait_terminal(jobs, bad.job_id)
     assert (released.state, failed.state) == (JobState.SUCCEEDED, JobState.FAILED)

@@ -14,6 +14,7 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from tests.conftest import Env, StartWorker, WorkerProcess, run_starter, wait_terminal
 from tests.fault_worker import Hold
+from tests.fixtures.policy_files import named
 from tests.test_jobs import holding_worker
 
 DEPLOYMENT = "docjobs-versioned"
@@ -65,7 +66,7 @@ async def test_pinned_jobs_finish_on_their_build_through_promote_ramp_and_rollba
 
     async def start_held(key: str, build: str) -> str:
         """Submit a job and see its render held on `build`."""
-        job_id = (await jobs.submit(sample, policy, key=key)).job_id
+        job_id = (await jobs.submit(sample, named(jobs, policy), key=key)).job_id
         await asyncio.to_thread(Hold(holds[build], job_id).wait, "held")
         return job_id
 

@@ -24,6 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from docjobs.domain.contract import WORKFLOW_TYPE
 from docjobs.domain.job_status import JobStatus
 from docjobs.domain.models import BlobRef, JobRequest
+from docjobs.domain.policy import SanitizeMode, SanitizePolicy
 from docjobs.domain.sealing import CodecKey
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
@@ -102,12 +103,17 @@ async def test_forged_starts_end_at_once_with_request_invalid(
     await assert_refused(handle, jobs, "request.invalid")
 
 
-@pytest.mark.parametrize("case", ["foreign-tenant", "artifact-source", "template-source", "own"])
-async def test_an_internal_request_names_its_own_tenant_and_a_source(
+@pytest.mark.parametrize(
+    "case", ["foreign-tenant", "artifact-source", "template-source", "keeps-active-content", "own"]
+)
+async def test_a_new_run_refuses_the_internal_request_however_well_formed(
     jobs: JobClient, env: Env, policies: PolicyBook, case: str
 ) -> None:
-    """`JobRequest` is checked as the public input is: its tenant owns the workflow ID, and its source is a
-    source (`sources/<sha256>`), never another job's artifact or a template's zip named by its key."""
+    """`JobRequest` pins a whole policy no `resolve` checked: a policy its tenant may not name (one that keeps
+    active content), or none in the policy file at all. Only runs of old histories were started with it; a new
+    run refuses it at once, before any activity, whatever it names: another tenant, another job's artifact or a
+    template's zip as its source, or its own tenant and a source. The refusal is behind a patch: runs started
+    before it replay as they ran (tests/histories: internal requests among them), and so does this one."""
     forger = await keyless_client(env.settings())
     workflow_id = unique(case)
     request = request_for(workflow_id, policies, tenant="evil")
@@ -120,6 +126,9 @@ async def test_an_internal_request_names_its_own_tenant_and_a_source(
     elif case == "template-source":
         key = f"templates/{'ef' * 16}/invoice/versions/{digest}.zip"
         request = request.model_copy(update={"source": BlobRef(key=key, sha256=digest, size=1000)})
+    elif case == "keeps-content":  # trusted-only: no tenant without it in its list may name it
+        keeping = request.policy.model_copy(update={"sanitize": SanitizePolicy(mode=SanitizeMode.KEEP)})
+        request = request.model_copy(update={"policy": keeping, "policy_version": keeping.version})
     handle = await forger.start_workflow(
         WORKFLOW_TYPE,
         request.model_dump(mode="json"),
@@ -127,17 +136,10 @@ async def test_an_internal_request_names_its_own_tenant_and_a_source(
         task_queue=jobs.settings.task_queue,
         result_type=JobStatus,
     )
-    if case != "own":
-        await assert_refused(handle, jobs, "request.invalid")
-        # The refusal is behind a patch (runs started before it replay as they ran): its history replays.
-        history = await jobs.handle(workflow_id).fetch_history()
-        replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
-        assert replay.replay_failure is None, replay.replay_failure
-        return
-    # The same request, well-formed: admitted, and its stage finds no such source.
-    result = await asyncio.wait_for(handle.result(), timeout=120)
-    assert (result.state, result.failure_code) == (JobState.FAILED, "source.missing")
-    assert await activity_types(handle) != []
+    await assert_refused(handle, jobs, "request.invalid")
+    history = await jobs.handle(workflow_id).fetch_history()
+    replay = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert replay.replay_failure is None, replay.replay_failure
 
 
 async def test_a_sealed_deployment_refuses_plaintext(
@@ -150,7 +152,7 @@ async def test_a_sealed_deployment_refuses_plaintext(
     forger = await keyless_client(settings)
 
     # Queued before any worker serves the queue, so the plaintext signal surely reaches a running job.
-    genuine = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key=f"sealed-{os.getpid()}")
+    genuine = await jobs.submit(samples / "sample.pdf", "standard", key=f"sealed-{os.getpid()}")
     await forger.get_workflow_handle(genuine.job_id).signal("caller_wait_ended", "budget")
     workflow_id = unique("unsealed")
     forged = await forger.start_workflow(

@@ -30,6 +30,7 @@ from tests.fixtures.generate_samples import (
     reaching_page,
     write_json,
 )
+from tests.fixtures.policy_files import named
 from tests.test_generate import text_of
 from tests.test_jobs import fetched
 
@@ -68,13 +69,13 @@ async def submit_template(
 ) -> Submitted:
     data_file = write_json(folder / f"{uuid.uuid4().hex}.json", data)
     manifest = jobs.templates.manifest(tenant, name, data_file, folder, max_data_bytes=1 << 20)
-    return await jobs.submit(manifest, policy, input_kind=InputKind.TEMPLATE, tenant=tenant)
+    return await jobs.submit(manifest, named(jobs, policy), input_kind=InputKind.TEMPLATE, tenant=tenant)
 
 
 async def test_an_html_file_becomes_a_released_pdf(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
     page = tmp_path / "page.html"
     page.write_text(f"<h1>Quarterly note</h1><p>html marker {uuid.uuid4().hex[:8]}</p>")
-    submitted = await jobs.submit(page, policies.get("standard"), input_kind=InputKind.HTML)
+    submitted = await jobs.submit(page, "standard", input_kind=InputKind.HTML)
     status, out = await succeeded(jobs, submitted, tmp_path)
     assert status.generated is not None and status.generated.page_count == status.page_count == 1
     text = text_of(out)
@@ -87,7 +88,7 @@ async def test_an_html_file_becomes_a_released_pdf(jobs: JobClient, policies: Po
 async def test_a_bundle_brings_its_own_font_and_image(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
     marker = f"bundle marker {uuid.uuid4().hex[:8]}"
     zip_folder(bundle_folder(tmp_path / "site", marker), tmp_path / "bundle.zip")
-    submitted = await jobs.submit(tmp_path / "bundle.zip", policies.get("standard"), input_kind=InputKind.BUNDLE)
+    submitted = await jobs.submit(tmp_path / "bundle.zip", "standard", input_kind=InputKind.BUNDLE)
     status, out = await succeeded(jobs, submitted, tmp_path)
     assert status.generated is not None and status.generated.refused == {}
     assert marker in text_of(out)
@@ -148,7 +149,7 @@ async def test_a_pdf_a_2b_job_carries_its_identification_and_output_intent(
     page = tmp_path / "archive.html"
     page.write_text(f"<p>archival copy {uuid.uuid4().hex[:8]}</p>")
     policy = with_generate(policies.get("standard"), pdf_variant="pdf/a-2b")
-    submitted = await jobs.submit(page, policy, input_kind=InputKind.HTML)
+    submitted = await jobs.submit(page, named(jobs, policy), input_kind=InputKind.HTML)
     status, out = await succeeded(jobs, submitted, tmp_path)
     assert status.generated is not None and status.generated.pdf_variant == "pdf/a-2b"
     with pikepdf.open(out) as pdf:
@@ -169,7 +170,7 @@ async def test_a_page_reaching_outside_the_job_gets_nothing(
     with loopback_server() as server:
         page = tmp_path / "reaching.html"
         page.write_text(reaching_page(server.base, f"reaching {uuid.uuid4().hex[:8]}"))
-        submitted = await jobs.submit(page, policy, input_kind=InputKind.HTML)
+        submitted = await jobs.submit(page, named(jobs, policy), input_kind=InputKind.HTML)
         status = await wait_terminal(jobs, submitted.job_id)
     assert server.requests == []
     if missing == "fail":

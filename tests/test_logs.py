@@ -41,7 +41,7 @@ async def test_worker_writes_json_lines_with_job_context(
     settings = env.settings(DOCJOBS_TASK_QUEUE=queue)
     jobs = JobClient(await connect(settings), settings)
     make_garbage(tmp_path / "garbage.bin")
-    submitted = await jobs.submit(tmp_path / "garbage.bin", policies.get("standard"), key="logs-garbage")
+    submitted = await jobs.submit(tmp_path / "garbage.bin", "standard", key="logs-garbage")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.FAILED
     await jobs.handle(submitted.job_id).result()  # the wrap-up (clean-up) has run too

@@ -74,14 +74,14 @@ async def test_worker_serves_sdk_and_job_metrics(
     start_worker(queue, "--metrics-port", str(port), DOCJOBS_METRICS_REFRESH_SECONDS="1")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     truncate_pdf(samples / "sample.pdf", tmp_path / "truncated.pdf")
-    good = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="metrics-ok")
-    bad = await on_queue.submit(tmp_path / "truncated.pdf", policies.get("standard"), key="metrics-malformed")
+    good = await on_queue.submit(samples / "sample.pdf", "standard", key="metrics-ok")
+    bad = await on_queue.submit(tmp_path / "truncated.pdf", "standard", key="metrics-malformed")
     assert (await wait_terminal(jobs, good.job_id)).state is JobState.SUCCEEDED
     assert (await wait_terminal(jobs, bad.job_id)).failure_code == "input.malformed"
 
     # A job on a queue that no worker serves: visibility still shows it to this worker's gauges.
     unserved = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE="docjobs-metrics-unserved"))
-    waiting = await unserved.submit(samples / "sample.pdf", policies.get("standard"), key="metrics-waiting")
+    waiting = await unserved.submit(samples / "sample.pdf", "standard", key="metrics-waiting")
     try:
         found = await scrape_until(
             port, lambda s: total(s, "docjobs_oldest_active_job_age_seconds", state="queued") > 1
@@ -123,7 +123,7 @@ async def test_a_retried_attempt_is_in_the_cost(
         queue, "--metrics-port", str(port), script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="flaky-render"
     )
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="metrics-flaky")
+    submitted = await on_queue.submit(samples / "sample.pdf", "standard", key="metrics-flaky")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED and status.attempts["render"] == 2, status
     cost = status.cost
@@ -149,7 +149,7 @@ async def test_fidelity_failures_are_counted_by_check(
     queue, port = "docjobs-metrics-faulty", free_port()
     start_worker(queue, "--metrics-port", str(port), script=REPO / "tests" / "fault_worker.py")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="metrics-faulty")
+    submitted = await on_queue.submit(samples / "sample.pdf", "standard", key="metrics-faulty")
     assert (await wait_terminal(jobs, submitted.job_id)).failure_code == "fidelity.page_count"
     found = await asyncio.to_thread(scrape, port)
     assert total(found, "docjobs_fidelity_failures", check="page_count") == 1
@@ -171,7 +171,7 @@ async def after_lost_lease(
     queue, port, holds = "docjobs-metrics-kill", free_port(), tmp_path_factory.mktemp("metrics-holds")
     doomed = holding_worker(start_worker, queue, holds)
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await on_queue.submit(samples / "long.pdf", policies.get("standard"), key="metrics-kill")
+    submitted = await on_queue.submit(samples / "long.pdf", "standard", key="metrics-kill")
     await asyncio.to_thread(Hold(holds, submitted.job_id).wait, "held")
     doomed.kill()
     start_worker(queue, "--metrics-port", str(port))

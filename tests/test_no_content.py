@@ -39,6 +39,7 @@ from tests.conftest import (
     unsealed_payloads,
     wait_terminal,
 )
+from tests.fixtures.policy_files import named
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_codec import entry
 from tests.test_metrics import assert_no_identity_in_labels, scrape_until, total
@@ -107,7 +108,7 @@ async def test_the_marker_appears_nowhere_but_in_the_released_text(
     good = json.loads(submitted.stdout.splitlines()[-1])["job_id"]
     # 3. The marker redacted by a custom regex, through the client.
     redacting = policies.resolve("standard", job_overrides(redact=[MARKER_REGEX]))
-    redacted = (await jobs.submit(source, redacting, key=f"no-content-redact-{run}")).job_id
+    redacted = (await jobs.submit(source, named(jobs, redacting), key=f"no-content-redact-{run}")).job_id
     # 2. A malformed file through the HTTP API (multipart: the API sees its file name).
     failed, api_answers = await submit_through_api(jobs, malformed, tmp_path / "tenants.json")
     operator_views += api_answers

@@ -483,7 +483,7 @@ async def test_event_is_signed_and_keeps_its_id_across_two_failed_deliveries(
     add_tenant(tenants, "hooked")
     with serving(Receiver((500, 500))) as receiver:
         secret = set_callback(tenants, "hooked", receiver.url, allow_http_loopback=True)
-        submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), tenant="hooked", key="hook")
+        submitted = await jobs.submit(samples / "sample.pdf", "standard", tenant="hooked", key="hook")
         status = await wait_terminal(jobs, submitted.job_id)
         assert status.state is JobState.SUCCEEDED
         final = await jobs.handle(submitted.job_id).result()  # the workflow ends after the delivery
@@ -516,7 +516,7 @@ async def test_a_redirecting_callback_fails_without_saying_why_and_does_not_chan
     add_tenant(tenants, "redirected")
     with serving(Receiver()) as elsewhere, serving(Receiver((302,) * 6, location=elsewhere.url)) as receiver:
         set_callback(tenants, "redirected", receiver.url, allow_http_loopback=True)
-        submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), tenant="redirected", key="x")
+        submitted = await jobs.submit(samples / "sample.pdf", "standard", tenant="redirected", key="x")
         final = await jobs.handle(submitted.job_id).result()
     assert (final.state, final.notification) == (JobState.SUCCEEDED, "failed")
     assert len(receiver.received) == 6 and elsewhere.received == []
@@ -563,13 +563,13 @@ async def test_a_held_callback_holds_no_stage_slot(
         assert receiver.release is not None
         set_callback(tenants, "hooked-slow", receiver.url, allow_http_loopback=True)
         async with worker.serving(client, settings):
-            first = await jobs.submit(samples / "sample.pdf", policies.get("standard"), tenant="hooked-slow")
+            first = await jobs.submit(samples / "sample.pdf", "standard", tenant="hooked-slow")
             await asyncio.to_thread(wait_for_requests, receiver, 1)
             assert receiver.received, "the callback was never called"
             delivering = threads_running(webhooks.deliver.__code__)
             assert delivering and all(name.startswith("notify") for name in delivering), delivering
 
-            second = await jobs.submit(samples / "sample.pdf", policies.get("standard"), tenant="quiet", key="2nd")
+            second = await jobs.submit(samples / "sample.pdf", "standard", tenant="quiet", key="2nd")
             status = await wait_terminal(jobs, second.job_id, timeout=120)
             assert status.state is JobState.SUCCEEDED
             description = await jobs.handle(first.job_id).describe()

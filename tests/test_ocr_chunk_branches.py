@@ -110,7 +110,7 @@ class Harness:
             ocr_task_queue=self.ocr_task_queue,
             ocr_chunk_task_queue=self.ocr_chunk_task_queue,
         )
-        assert await self.jobs.start(request)
+        assert await self.doubles.resolved.start(self.jobs, request)
         self.started.append(job_id)
         return job_id
 

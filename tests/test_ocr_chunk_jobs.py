@@ -28,6 +28,7 @@ from docjobs.temporal.client import JobClient
 from docjobs.temporal.converter import data_converter
 from tests.conftest import REPO, Env, StartWorker, wait_terminal
 from tests.fault_worker import Hold
+from tests.fixtures.policy_files import named
 from tests.fixtures.scans import make_scan_pdf
 from tests.test_jobs import job_files
 from tests.test_ocr_jobs import needs_ocr_tools, ocr_processes, words_for
@@ -123,7 +124,7 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     )
     words = long_scan(source := tmp_path / "long-scan.pdf")
     client = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    job_id = (await client.submit(source, chunked(policies), key="ocr-chunk-kill")).job_id
+    job_id = (await client.submit(source, named(client, chunked(policies)), key="ocr-chunk-kill")).job_id
     hold = Hold(holds, job_id)
     await asyncio.to_thread(hold.wait, f"chunk-{HELD}.held", 180)
 
@@ -219,7 +220,7 @@ async def test_a_range_resumes_after_the_pages_its_lost_attempt_read(
     )
     words = long_scan(source := tmp_path / "resume-scan.pdf")
     client = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    job_id = (await client.submit(source, chunked(policies), key=f"ocr-chunk-resume-{loss}")).job_id
+    job_id = (await client.submit(source, named(client, chunked(policies)), key=f"ocr-chunk-resume-{loss}")).job_id
     hold = Hold(holds, job_id)
     await asyncio.to_thread(hold.wait, f"chunk-{HELD}.checkpointed", 180)
     read: list[int] = json.loads(hold.path(f"chunk-{HELD}.checkpointed").read_text())
@@ -227,10 +228,10 @@ async def test_a_range_resumes_after_the_pages_its_lost_attempt_read(
     held = f"{HELD}-{HELD + CHUNK_PAGES - 1}"
     if loss == "killed":
 
-        async def named() -> bool:  # the heartbeat that names them reached the server
+        async def recorded() -> bool:  # the heartbeat that names them reached the server
             return await checkpointed_pages(jobs.client, job_id, held) == read
 
-        await wait_until(named, timeout=30)
+        await wait_until(recorded, timeout=30)
         doomed.kill()
         start_worker(queue)
     status = await wait_terminal(client, job_id, timeout=300)
@@ -265,7 +266,7 @@ async def test_cancel_stops_every_running_chunk(
     )
     long_scan(source := tmp_path / "cancel-scan.pdf")
     client = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    job_id = (await client.submit(source, chunked(policies), key="ocr-chunk-cancel")).job_id
+    job_id = (await client.submit(source, named(client, chunked(policies)), key="ocr-chunk-cancel")).job_id
     hold = Hold(holds, job_id)
     await asyncio.to_thread(hold.wait, "chunk-1.held", 180)  # chunk 1-2 held, chunk 3-4 OCRing beside it
 

@@ -57,7 +57,7 @@ async def test_image_scans_become_searchable_pdfs(
         make_scan_tiff(source, pages, ["upright", "upright"])
     else:
         make_scan_jpeg(source, pages, ["upright"])
-    submitted = await jobs.submit(source, policies.get("scan"))
+    submitted = await jobs.submit(source, "scan")
     status = await wait_terminal(jobs, submitted.job_id, timeout=240)
     assert status.state is JobState.SUCCEEDED, status
     assert status.page_count == len(pages)
@@ -73,7 +73,7 @@ async def test_image_scans_become_searchable_pdfs(
 
 @needs_ocr_tools
 async def test_text_pdf_under_skip_is_not_ocred(jobs: JobClient, policies: PolicyBook, samples: Path) -> None:
-    submitted = await jobs.submit(samples / "sample.pdf", policies.get("scan"))
+    submitted = await jobs.submit(samples / "sample.pdf", "scan")
     status = await wait_terminal(jobs, submitted.job_id, timeout=240)
     assert status.state is JobState.SUCCEEDED, status
     assert status.pages_ocred == []
@@ -85,7 +85,7 @@ async def test_cancel_during_ocr_kills_the_process_tree(
 ) -> None:
     source = tmp_path / "long-scan.pdf"
     make_scan_pdf(source, words_for(6), ["upright"] * 6)
-    submitted = await jobs.submit(source, policies.get("scan"), key="ocr-cancel")
+    submitted = await jobs.submit(source, "scan", key="ocr-cancel")
     await wait_for_ocr_processes(jobs, submitted.job_id)
     assert (await jobs.status(submitted.job_id)).stage is Stage.OCR
     code, _, _ = await asyncio.to_thread(run_starter, env, "cancel", submitted.job_id)
@@ -112,7 +112,7 @@ async def test_worker_killed_during_ocr_another_finishes(
     source = tmp_path / "kill-scan.pdf"
     make_scan_pdf(source, words_for(3), ["upright"] * 3)
     submitted = await JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue)).submit(
-        source, policies.get("scan"), key="ocr-kill"
+        source, "scan", key="ocr-kill"
     )
     await wait_for_ocr_processes(jobs, submitted.job_id)
     doomed.kill()

@@ -92,7 +92,7 @@ def test_a_page_without_readable_text_fails_or_is_released_image_only(tmp_path: 
 @needs_ocr
 async def test_the_job_status_records_the_pages_deskewed(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
     make_scan_tiff(tmp_path / "scan.tiff", scan_words(2, 30, seed=8), ["upright", "skew-4"])
-    submitted = await jobs.submit(tmp_path / "scan.tiff", policies.get("scan"))
+    submitted = await jobs.submit(tmp_path / "scan.tiff", "scan")
     status = await wait_terminal(jobs, submitted.job_id, timeout=240)
     assert status.state is JobState.SUCCEEDED, status
     (page,) = status.pages_deskewed

@@ -29,6 +29,7 @@ from tests.fixtures.office_samples import (
     workbook,
     zip_bomb,
 )
+from tests.fixtures.policy_files import named
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_jobs import fetched
 
@@ -64,7 +65,7 @@ async def test_an_office_document_becomes_a_released_pdf(
 ) -> None:
     marker = f"office marker {uuid.uuid4().hex[:8]}"
     document, texts = office_sample(target, tmp_path / "made", marker)
-    submitted = await jobs.submit(document, policies.get("standard"), input_kind=InputKind.OFFICE)
+    submitted = await jobs.submit(document, "standard", input_kind=InputKind.OFFICE)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     assert status.converted_from == target and status.page_count == (1 if marker in texts else 2)
@@ -84,7 +85,7 @@ async def test_a_policy_asks_pdf_a_2b_from_an_office_document(
 ) -> None:
     """LibreOffice exports PDF/A-2b; stamped, signed and verified, the released file keeps the claim."""
     document = converted_by_libreoffice(letter_html(f"archival {uuid.uuid4().hex[:8]}"), "docx", tmp_path / "made")
-    submitted = await jobs.submit(document, with_office(policies.get("standard"), pdf_variant="pdf/a-2b"))
+    submitted = await jobs.submit(document, named(jobs, with_office(policies.get("standard"), pdf_variant="pdf/a-2b")))
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     answer = status.model_dump(mode="json")
@@ -97,7 +98,7 @@ async def test_a_policy_asks_pdf_a_2b_from_an_office_document(
 async def test_a_macro_enabled_document_is_refused(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
     docx = converted_by_libreoffice(letter_html("macro"), "docx", tmp_path / "made")
     docm = macro_enabled(docx, tmp_path / "letter.docx")
-    submitted = await jobs.submit(docm, policies.get("standard"), input_kind=InputKind.OFFICE)
+    submitted = await jobs.submit(docm, "standard", input_kind=InputKind.OFFICE)
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.active_content")
     assert status.converted_from is None
@@ -112,7 +113,7 @@ async def test_a_document_with_a_macro_and_a_linked_image_converts_confined(
     document = odt(
         tmp_path / "hostile.odt", "hostile letter body", macro_writes=marker, image_url="http://127.0.0.1:9/x.png"
     )
-    submitted = await jobs.submit(document, policies.get("standard"), input_kind=InputKind.OFFICE)
+    submitted = await jobs.submit(document, "standard", input_kind=InputKind.OFFICE)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     assert status.converted_from == "odt"
@@ -123,14 +124,14 @@ async def test_a_document_with_a_macro_and_a_linked_image_converts_confined(
 async def test_the_conversion_time_limit_fails_the_job(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
     document = converted_by_libreoffice(letter_html("slow"), "docx", tmp_path / "made")
     policy = with_office(policies.get("standard"), convert_seconds=0.05)
-    submitted = await jobs.submit(document, policy, input_kind=InputKind.OFFICE)
+    submitted = await jobs.submit(document, named(jobs, policy), input_kind=InputKind.OFFICE)
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.too_complex")
 
 
 async def test_a_policy_can_refuse_office_documents(jobs: JobClient, policies: PolicyBook, tmp_path: Path) -> None:
     document = odt(tmp_path / "letter.odt", "refused letter")
-    submitted = await jobs.submit(document, with_office(policies.get("standard"), enabled=False))
+    submitted = await jobs.submit(document, named(jobs, with_office(policies.get("standard"), enabled=False)))
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.unsupported")
 
@@ -142,7 +143,7 @@ async def test_the_page_limit_of_a_converted_document_fails_it_as_too_complex(
     html = letter_html("two pages").replace("<table", "<p style='page-break-before: always'>page two</p><table")
     document = converted_by_libreoffice(html, "odt", tmp_path / "made")
     policy = policies.get("standard").model_copy(update={"max_pages": 1})
-    submitted = await jobs.submit(document, policy, input_kind=InputKind.OFFICE)
+    submitted = await jobs.submit(document, named(jobs, policy), input_kind=InputKind.OFFICE)
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.too_complex")
 
@@ -153,7 +154,7 @@ async def test_a_name_in_a_docx_is_redacted(jobs: JobClient, policies: PolicyBoo
     html = letter_html("the referral").replace("<h1>", f"<p>Patient: {name} was seen today.</p><h1>")
     document = converted_by_libreoffice(html, "docx", tmp_path / "made")
     policy = policies.resolve("external", job_overrides(redact=[r"Patient: (?P<redact>[^.]+?) was seen"]))
-    submitted = await jobs.submit(document, policy, input_kind=InputKind.OFFICE)
+    submitted = await jobs.submit(document, named(jobs, policy), input_kind=InputKind.OFFICE)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     assert status.converted_from == "docx" and status.redaction is not None
@@ -175,7 +176,7 @@ async def test_a_document_too_big_to_convert_ends_with_a_limit_code(
         document = zip_bomb(letter, tmp_path / "bomb.docx", megabytes=1024)
     else:
         document = million_rows(tmp_path / "rows.ods")
-    submitted = await jobs.submit(document, policies.get("standard"))
+    submitted = await jobs.submit(document, "standard")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.too_complex"), status.failure_message
     assert status.failure_message is not None and "took longer" not in status.failure_message  # not the time limit
@@ -187,7 +188,7 @@ async def test_the_bytes_decide_not_the_name(jobs: JobClient, policies: PolicyBo
     docx = converted_by_libreoffice(letter_html("a docx in disguise"), "docx", tmp_path / "made")
     disguised = docx.rename(tmp_path / "letter.pdf")
     for document, converted_from, marker in ((pdf, None, "a pdf in disguise"), (disguised, "docx", "a docx in")):
-        status = await wait_terminal(jobs, (await jobs.submit(document, policies.get("standard"))).job_id)
+        status = await wait_terminal(jobs, (await jobs.submit(document, "standard")).job_id)
         assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
         assert status.converted_from == converted_from
         assert marker in text_of(await fetched(jobs, status.job_id, tmp_path))
@@ -198,6 +199,6 @@ async def test_fonts_the_machine_lacks_are_substituted_and_counted(
 ) -> None:
     html = "<html><body><p style='font-family: Calibri'>in Calibri</p><p style='font-family: Cambria'>in Cambria</p>"
     document = converted_by_libreoffice(html + "</body></html>", "docx", tmp_path / "made")
-    status = await wait_terminal(jobs, (await jobs.submit(document, policies.get("standard"))).job_id)
+    status = await wait_terminal(jobs, (await jobs.submit(document, "standard")).job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     assert status.fonts_substituted == 2  # Carlito and Caladea drawn, embedded (tests/test_office.py)

@@ -16,6 +16,7 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
 from tests.fixtures import realworld
+from tests.fixtures.policy_files import named
 
 CASES: dict[str, Callable[[], bytes]] = {**realworld.REPAIRED, **realworld.ACCEPTED}
 
@@ -28,7 +29,7 @@ async def _run(jobs: JobClient, folder: Path, make: Callable[[], bytes], policy:
     """Submit the fixture's bytes under a fresh key; returns the job ID and the input's path."""
     source = folder / f"{uuid.uuid4().hex}.pdf"
     source.write_bytes(make())
-    submitted = await jobs.submit(source, policy, key=f"realworld-{uuid.uuid4().hex[:12]}")
+    submitted = await jobs.submit(source, named(jobs, policy), key=f"realworld-{uuid.uuid4().hex[:12]}")
     return submitted.job_id, source
 
 

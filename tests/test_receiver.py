@@ -26,6 +26,7 @@ from docjobs.signing.evidence import commitment
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.job_plan import derive_job_id
 from tests.conftest import Env, wait_terminal
+from tests.fixtures.policy_files import named
 from tests.fixtures.redact_layout import make_embedded
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain
 from tests.test_notify import Receiver, serving, wait_for_requests
@@ -85,7 +86,7 @@ def metadata_of(pdf: Path) -> str:
 async def released(jobs: JobClient, source: Path, policy: Policy, receiver: Receiver, folder: Path) -> Handed:
     """Run a job without a key (its ID derived from its input and policy) and take what its receiver gets."""
     count = len(receiver.received)
-    submitted = await jobs.submit(source, policy, tenant=TENANT)
+    submitted = await jobs.submit(source, named(jobs, policy), tenant=TENANT)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     status = await jobs.handle(submitted.job_id).result()  # the workflow ends after the delivery

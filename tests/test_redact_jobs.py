@@ -18,6 +18,7 @@ from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
 from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
 from tests.fixtures.jbig2 import make_jbig2_behind_values
+from tests.fixtures.policy_files import named
 from tests.fixtures.redact_fallback import FALLBACK_FIXTURES
 from tests.fixtures.redact_layout import NAME_REGEX, NAMES, make_embedded
 from tests.fixtures.redact_samples import EMAIL, EMAIL_PREFIX, FIXTURES, LINE_X, SSN, SSN_Y, make_plain, text_width
@@ -66,7 +67,9 @@ async def test_every_fixture_is_redacted_for_real(
     inputs = {name: tmp_path / f"{name}.pdf" for name in NOT_OCR}
     for name, path in inputs.items():
         FIXTURES[name].make(path)
-    submitted = {name: await jobs.submit(path, policy, key=f"redact-{name}") for name, path in inputs.items()}
+    submitted = {
+        name: await jobs.submit(path, named(jobs, policy), key=f"redact-{name}") for name, path in inputs.items()
+    }
     statuses = dict(
         zip(submitted, await asyncio.gather(*(wait_terminal(jobs, s.job_id) for s in submitted.values())), strict=True)
     )
@@ -102,7 +105,9 @@ async def test_a_name_leaves_no_width_through_the_worker(jobs: JobClient, polici
     names = (NAMES[1], NAMES[9])
     for number, name in enumerate(names):
         make_embedded(tmp_path / f"in{number}.pdf", name)
-    submitted = [await jobs.submit(tmp_path / f"in{n}.pdf", policy, key=f"redact-mask-{n}") for n in range(2)]
+    submitted = [
+        await jobs.submit(tmp_path / f"in{n}.pdf", named(jobs, policy), key=f"redact-mask-{n}") for n in range(2)
+    ]
     released, summaries = [], []
     for number, job in enumerate(submitted):
         status = await wait_terminal(jobs, job.job_id)
@@ -121,7 +126,7 @@ async def test_summary_is_bound_into_the_evidence(
     jobs: JobClient, policies: PolicyBook, tmp_path: Path, env: Env
 ) -> None:
     make_plain(source := tmp_path / "plain.pdf")
-    status = await wait_terminal(jobs, (await jobs.submit(source, policies.get("external"), key="redact-ev")).job_id)
+    status = await wait_terminal(jobs, (await jobs.submit(source, "external", key="redact-ev")).job_id)
     assert status.state is JobState.SUCCEEDED and status.redaction is not None
     page = status.redaction.pages[0]
     assert (page.page, page.matches) == (1, {"ssn": 1, "email": 1})
@@ -145,7 +150,7 @@ async def test_pages_the_rewrite_cannot_finish_are_burned_in_and_recorded(
     for name, (make, _, _, layout) in FALLBACK_FIXTURES.items():
         make(source := tmp_path / f"{name}.pdf")
         policy = external.model_copy(update={"redact": external.redact.model_copy(update={"layout": layout})})
-        submitted[name] = await jobs.submit(source, policy, key=f"redact-fallback-{name}")
+        submitted[name] = await jobs.submit(source, named(jobs, policy), key=f"redact-fallback-{name}")
     for name, job in submitted.items():
         _, reason, values, _ = FALLBACK_FIXTURES[name]
         status = await wait_terminal(jobs, job.job_id)
@@ -162,7 +167,7 @@ async def test_a_jbig2_image_under_a_value_is_painted_in_the_document_child(
     """jbig2dec runs inside the child's sandbox: the JBIG2 image (with globals) behind the SSN is painted and
     stored again losslessly, and the page keeps its text instead of being burned in."""
     make_jbig2_behind_values(source := tmp_path / "jbig2.pdf")
-    submitted = await jobs.submit(source, policies.get("external"), key="redact-jbig2")
+    submitted = await jobs.submit(source, "external", key="redact-jbig2")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED and status.redaction is not None, status.failure_code
     assert status.redaction.fallback_pages == [] and status.redaction.pages[0].images_redacted == 1
@@ -181,7 +186,7 @@ async def test_box_only_redactor_is_caught_by_the_gate(
     start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="box-only-redaction")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     make_plain(source := tmp_path / "plain.pdf")
-    submitted = await on_queue.submit(source, policies.get("external"), key="redact-box-only")
+    submitted = await on_queue.submit(source, "external", key="redact-box-only")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "redaction.leak"), status
     assert status.output_sha256 is None and status.attempts["redact"] == 1  # deterministic: not retried
@@ -235,7 +240,7 @@ async def test_scan_is_redacted_after_ocr_and_burned_into_the_image(
 ) -> None:
     FIXTURES["scanned"].make(source := tmp_path / "scanned.pdf")
     policy = policies.resolve("scan", job_overrides(redact=["ssn", "email"]))
-    status = await wait_terminal(jobs, (await jobs.submit(source, policy, key="redact-scan")).job_id)
+    status = await wait_terminal(jobs, (await jobs.submit(source, named(jobs, policy), key="redact-scan")).job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.redaction is not None and status.redaction.pages[0].images_redacted >= 1
     out = tmp_path / "out.pdf"
@@ -257,7 +262,7 @@ async def test_raster_preview_is_redacted_before_it_is_flattened(
 ) -> None:
     make_plain(source := tmp_path / "plain.pdf")
     policy = policies.resolve("preview", job_overrides(redact=["ssn", "email"]))
-    status = await wait_terminal(jobs, (await jobs.submit(source, policy, key="redact-preview")).job_id)
+    status = await wait_terminal(jobs, (await jobs.submit(source, named(jobs, policy), key="redact-preview")).job_id)
     assert status.state is JobState.SUCCEEDED, status
     out = tmp_path / "out.pdf"
     await jobs.fetch(status.job_id, out)
@@ -275,11 +280,11 @@ async def test_patterns_on_pixels_without_ocr_fail_fast_but_regions_work(
 ) -> None:
     FIXTURES["scanned"].make(source := tmp_path / "scanned.pdf")
     by_pattern = policies.resolve("standard", job_overrides(redact=["ssn"]))
-    status = await wait_terminal(jobs, (await jobs.submit(source, by_pattern, key="redact-blind")).job_id)
+    status = await wait_terminal(jobs, (await jobs.submit(source, named(jobs, by_pattern), key="redact-blind")).job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "redaction.needs_ocr"), status
     assert status.failure_message is not None and "page(s) 1 " in status.failure_message
 
     by_region = policies.resolve("standard", job_overrides(redact_regions=["1:0,0,612,400"]))  # the page's lower part
-    status = await wait_terminal(jobs, (await jobs.submit(source, by_region, key="redact-pixels")).job_id)
+    status = await wait_terminal(jobs, (await jobs.submit(source, named(jobs, by_region), key="redact-pixels")).job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.redaction is not None and status.redaction.pages[0].images_redacted == 1

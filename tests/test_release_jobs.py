@@ -17,6 +17,7 @@ from docjobs.signing.dev_ca import ensure_dev_signer, issue_signer, make_ca
 from docjobs.signing.evidence import envelope_evidence
 from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
+from tests.fixtures.policy_files import named
 from tests.test_jobs import job_files
 
 
@@ -28,7 +29,7 @@ def pdfsig(path: Path) -> str:
 async def test_succeeded_means_signed_verified_and_checked(
     jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
 ) -> None:
-    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="release-ok")
+    submitted = await jobs.submit(samples / "sample.pdf", "standard", key="release-ok")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.signature is not None
@@ -52,7 +53,9 @@ async def test_a_visible_signature_is_released_with_the_stamp_the_worker_drew(
     certificate and the signing time (the children's clock is UTC whatever the worker's zone), and signs."""
     body = policies.get("standard").model_dump()
     body["sign"]["visible"] = True
-    submitted = await jobs.submit(samples / "sample.pdf", Policy.model_validate(body), key="release-visible")
+    submitted = await jobs.submit(
+        samples / "sample.pdf", named(jobs, Policy.model_validate(body)), key="release-visible"
+    )
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     assert status.signature is not None and status.signature.bottom_line is True
@@ -72,7 +75,9 @@ async def test_no_sign_skips_the_signature_but_not_the_checks(
 ) -> None:
     body = policies.get("standard").model_dump()
     body["sign"]["enabled"] = False
-    submitted = await jobs.submit(samples / "sample.pdf", Policy.model_validate(body), key="release-unsigned")
+    submitted = await jobs.submit(
+        samples / "sample.pdf", named(jobs, Policy.model_validate(body)), key="release-unsigned"
+    )
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.signature is None and "sign" not in status.attempts
@@ -95,7 +100,7 @@ async def test_untrusted_signer_is_quarantined(
         DOCJOBS_TRUST_ROOTS=":".join(str(path) for path in trusted),
     )
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="release-untrusted")
+    submitted = await on_queue.submit(samples / "sample.pdf", "standard", key="release-untrusted")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "signature.untrusted"), status
     # nothing released, nothing staged left
@@ -108,7 +113,7 @@ async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
     queue = "docjobs-faulty"
     start_worker(queue, script=REPO / "tests" / "fault_worker.py")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await on_queue.submit(samples / "sample.pdf", policies.get("standard"), key="release-faulty")
+    submitted = await on_queue.submit(samples / "sample.pdf", "standard", key="release-faulty")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "fidelity.page_count"), status
     assert status.output_sha256 is None
@@ -122,7 +127,7 @@ async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
 async def test_evidence_is_signed_and_names_the_broken_binding(
     jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, tmp_path: Path
 ) -> None:
-    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="signed-evidence")
+    submitted = await jobs.submit(samples / "sample.pdf", "standard", key="signed-evidence")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED and status.evidence_key, status
     assert run_starter(env, "verify-evidence", submitted.job_id)[:2] == (
@@ -177,7 +182,7 @@ async def test_a_receiver_verifies_the_evidence_with_standard_tools(
 ) -> None:
     """A released job's DSSE envelope, checked by an independent implementation: OpenSSL verifies the signature
     over the PAE bytes with the certificate's key and the certificate against the CA; sha256sum the artifact."""
-    submitted = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="evidence-receiver")
+    submitted = await jobs.submit(samples / "sample.pdf", "standard", key="evidence-receiver")
     assert (await wait_terminal(jobs, submitted.job_id)).state is JobState.SUCCEEDED
     assert run_starter(env, "evidence", submitted.job_id, "-o", str(tmp_path / "evidence.json"))[0] == 0
     await jobs.fetch(submitted.job_id, tmp_path / "artifact.pdf")
@@ -202,19 +207,19 @@ async def test_a_receiver_verifies_the_evidence_with_standard_tools(
 async def test_signed_input_fails_unless_the_policy_allows_it(
     jobs: JobClient, policies: PolicyBook, samples: Path, tmp_path: Path
 ) -> None:
-    first = await jobs.submit(samples / "sample.pdf", policies.get("standard"), key="to-be-resigned")
+    first = await jobs.submit(samples / "sample.pdf", "standard", key="to-be-resigned")
     assert (await wait_terminal(jobs, first.job_id)).state is JobState.SUCCEEDED
     signed = tmp_path / "already-signed.pdf"
     await jobs.fetch(first.job_id, signed)
 
-    refused = await jobs.submit(signed, policies.get("standard"), key="signed-input")
+    refused = await jobs.submit(signed, "standard", key="signed-input")
     status = await wait_terminal(jobs, refused.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.signed"), status
     assert status.attempts == {"render": 1}
 
     body = policies.get("standard").model_dump()
     body["sign"]["allow_signed_input"] = True
-    allowed = await jobs.submit(signed, Policy.model_validate(body), key="signed-input-allowed")
+    allowed = await jobs.submit(signed, named(jobs, Policy.model_validate(body)), key="signed-input-allowed")
     status = await wait_terminal(jobs, allowed.job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.invalidated_signatures == 1

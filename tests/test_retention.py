@@ -28,6 +28,7 @@ from docjobs.signing.evidence import envelope_evidence
 from docjobs.store.storage import StoredBlob, job_prefix, owner_marker_key, record_owner, source_key
 from docjobs.temporal.client import JobClient
 from tests.conftest import BUCKET, Env, StartWorker, aws_environment, run_starter, wait_terminal
+from tests.fixtures.policy_files import named
 from tests.fixtures.samples import make_sample_pdf
 
 
@@ -110,7 +111,7 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
     client = jobs.client
     key = f"reused-{uuid.uuid4().hex[:6]}"
 
-    first = await mine.submit(document(tmp_path / "first.pdf", 2), policies.get("standard"), key=key)
+    first = await mine.submit(document(tmp_path / "first.pdf", 2), "standard", key=key)
     old = await wait_terminal(mine, first.job_id)
     assert old.state is JobState.SUCCEEDED, old
     old_run = await run_id_of(client, first.job_id)
@@ -119,12 +120,14 @@ async def test_a_key_reused_after_its_run_is_gone_makes_a_fresh_job(
 
     # A job still running, with blobs: rendered, then waiting for an OCR worker that never comes.
     scan = policies.get("scan")
-    running = await mine.submit(document(tmp_path / "running.pdf", 1), scan, key=f"running-{uuid.uuid4().hex[:6]}")
+    running = await mine.submit(
+        document(tmp_path / "running.pdf", 1), named(mine, scan), key=f"running-{uuid.uuid4().hex[:6]}"
+    )
     await wait_for_stage(mine, running.job_id, Stage.OCR)
     running_folder = f"{job_prefix(running.job_id)}/runs/{await run_id_of(client, running.job_id)}"
 
     await delete_run(client, first.job_id, old_run)
-    second = await mine.submit(document(tmp_path / "second.pdf", 3), policies.get("standard"), key=key)
+    second = await mine.submit(document(tmp_path / "second.pdf", 3), "standard", key=key)
     assert second.created and second.job_id == first.job_id and second.input_sha256 != first.input_sha256
     new = await wait_terminal(mine, second.job_id)
     assert new.state is JobState.SUCCEEDED and new.failure_code is None, new

@@ -36,7 +36,7 @@ async def test_job_on_s3_publishes_once_and_leaves_no_staging(
     queue = "docjobs-s3"
     start_worker(queue, **storage)
     on_s3 = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue, **storage))
-    submitted = await on_s3.submit(samples / "sample.pdf", policies.get("standard"), key="on-s3")
+    submitted = await on_s3.submit(samples / "sample.pdf", "standard", key="on-s3")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
 

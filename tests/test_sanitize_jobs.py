@@ -16,6 +16,7 @@ from docjobs.signing.evidence import envelope_evidence
 from docjobs.temporal.client import JobClient
 from tests.active_content import ACTIVE_COUNTS, make_active_pdf
 from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
+from tests.fixtures.policy_files import named
 from tests.fixtures.samples import LINK_URL
 from tests.test_jobs import job_files
 from tests.test_release_jobs import pdfsig
@@ -38,7 +39,7 @@ def with_sanitize(policy: Policy, **changes: object) -> Policy:
 async def test_active_pdf_comes_back_signed_without_it(
     jobs: JobClient, env: Env, policies: PolicyBook, active: Path, tmp_path: Path
 ) -> None:
-    submitted = await jobs.submit(active, policies.get("standard"), key="sanitize-standard")
+    submitted = await jobs.submit(active, "standard", key="sanitize-standard")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.sanitized == ACTIVE_COUNTS
@@ -63,7 +64,7 @@ async def test_active_pdf_comes_back_signed_without_it(
 
 async def test_fail_mode_refuses_the_input(jobs: JobClient, env: Env, policies: PolicyBook, active: Path) -> None:
     policy = with_sanitize(policies.get("standard"), mode="fail")
-    submitted = await jobs.submit(active, policy, key="sanitize-fail")
+    submitted = await jobs.submit(active, named(jobs, policy), key="sanitize-fail")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.FAILED, "input.active_content"), status
     assert status.attempts["render"] == 1 and status.output_sha256 is None  # deterministic: not retried
@@ -73,7 +74,7 @@ async def test_fail_mode_refuses_the_input(jobs: JobClient, env: Env, policies: 
 async def test_raster_mode_has_no_document_level_content(
     jobs: JobClient, policies: PolicyBook, active: Path, tmp_path: Path
 ) -> None:
-    submitted = await jobs.submit(active, policies.get("preview"), key="sanitize-raster")
+    submitted = await jobs.submit(active, "preview", key="sanitize-raster")
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, status
     assert status.sanitized == ACTIVE_COUNTS and "no_active_content" in status.fidelity_checks
@@ -91,7 +92,7 @@ async def test_the_release_gate_catches_a_render_that_strips_nothing(
     queue = "docjobs-keeps-active"
     start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="keep-active-content")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
-    submitted = await on_queue.submit(active, policies.get("standard"), key="sanitize-residue")
+    submitted = await on_queue.submit(active, "standard", key="sanitize-residue")
     status = await wait_terminal(jobs, submitted.job_id)
     assert (status.state, status.failure_code) == (JobState.QUARANTINED, "sanitize.residue"), status
     assert status.attempts.get("sign") == 1 and "verify" not in status.attempts  # refused at once, never signed

@@ -14,15 +14,15 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 
+from activities.attempt import StoreStages
 from docjobs.domain.canonical import canonical_model
-from docjobs.domain.errors import DocJobError
-from docjobs.domain.models import BlobRef, InputKind, JobRequest
+from docjobs.domain.errors import DocJobError, FailureCode
+from docjobs.domain.models import BlobRef, InputKind
 from docjobs.domain.states import JobState
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook
@@ -32,6 +32,7 @@ from docjobs.store.templates import TemplateManifest, zip_folder
 from docjobs.temporal.client import JobClient
 from tests.conftest import REPO, Env, StartWorker, WorkerProcess, run_starter, wait_terminal
 from tests.fixtures.generate_samples import invoice_data, invoice_template, write_json
+from tests.fixtures.policy_files import named
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_api import Api, serve_api
 
@@ -127,7 +128,7 @@ async def test_a_template_job_names_only_the_tenants_own_data(
     for case, manifest in cases.items():
         path = tmp_path / f"{uuid.uuid4().hex}.json"
         path.write_bytes(canonical_model(manifest))
-        submitted = await jobs.submit(path, policy, input_kind=InputKind.TEMPLATE, tenant=thief)
+        submitted = await jobs.submit(path, named(jobs, policy), input_kind=InputKind.TEMPLATE, tenant=thief)
         status = await wait_terminal(jobs, submitted.job_id)
         assert (status.state, status.failure_code) == (JobState.FAILED, "source.missing"), case
         assert status.output_sha256 is None and status.generated is None, case
@@ -135,7 +136,7 @@ async def test_a_template_job_names_only_the_tenants_own_data(
     # The victim's own job with the same manifest runs.
     path = tmp_path / "own.json"
     path.write_bytes(canonical_model(victims))
-    submitted = await jobs.submit(path, policy, input_kind=InputKind.TEMPLATE, tenant=victim)
+    submitted = await jobs.submit(path, named(jobs, policy), input_kind=InputKind.TEMPLATE, tenant=victim)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
 
@@ -290,34 +291,27 @@ async def test_resolve_refuses_a_policy_the_tenant_may_not_use(deployment: Polic
     assert (await wait_terminal(jobs, allowed.job_id)).state is JobState.SUCCEEDED
 
 
-async def test_an_internal_request_names_only_the_tenants_own_source(
-    jobs: JobClient, policies: PolicyBook, tmp_path: Path
-) -> None:
-    """A `JobRequest` (a pinned policy, no `resolve`) started for its own tenant but with another tenant's
-    source: its first stage answers as for a source nobody stored, before anything reads the document."""
+async def test_a_stage_reads_only_a_source_its_jobs_tenant_stored(jobs: JobClient, tmp_path: Path) -> None:
+    """The first reading stage (generate, render) fetches the job's input only if the tenant of its job ID stored
+    it, as `resolve` demands of the input: another tenant's digest answers as a source nobody stored does. (No new
+    job reaches a stage without `resolve`: the check stands for the runs of old histories started without it.)"""
     path = tmp_path / "letter.pdf"
     path.write_bytes(document(tmp_path, "internal"))
     victim, thief = f"victim-{uuid.uuid4().hex[:6]}", f"thief-{uuid.uuid4().hex[:6]}"
     stored = await jobs.accept(path, tenant=victim)
     unknown = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
-    policy = policies.get("standard")
-    outcomes = {}
     nobodys = BlobRef(key=source_key(unknown), sha256=unknown, size=10)
+    stages = StoreStages(jobs.store, tmp_path / "work")
+    outcomes: dict[tuple[str, str], FailureCode | bool] = {}
     for tenant, source in ((thief, stored), (thief, nobodys), (victim, stored)):
-        request = JobRequest(
-            job_id=f"{tenant}/internal-{uuid.uuid4().hex[:8]}",
-            tenant=tenant,
-            source=source,
-            policy=policy,
-            policy_version=policy.version,
-            deadline_seconds=300,
-            accepted_at=datetime.now(UTC),
-        )
-        assert await jobs.start(request)
-        status = await wait_terminal(jobs, request.job_id)
-        outcomes[(tenant, source.sha256)] = (status.state, status.failure_code, status.output_sha256 is None)
+        dest = tmp_path / f"{tenant}-{source.sha256[:8]}.pdf"
+        try:
+            stages._fetch_job_input(f"{tenant}/internal", source, dest)
+            outcomes[(tenant, source.sha256)] = dest.read_bytes() == path.read_bytes()
+        except DocJobError as error:
+            outcomes[(tenant, source.sha256)] = error.code
     assert outcomes == {
-        (thief, stored.sha256): (JobState.FAILED, "source.missing", True),
-        (thief, unknown): (JobState.FAILED, "source.missing", True),
-        (victim, stored.sha256): (JobState.SUCCEEDED, None, False),
+        (thief, stored.sha256): FailureCode.SOURCE_MISSING,
+        (thief, unknown): FailureCode.SOURCE_MISSING,
+        (victim, stored.sha256): True,
     }

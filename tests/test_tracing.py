@@ -31,7 +31,6 @@ from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import StageInput
 from docjobs.domain.states import JobState
 from docjobs.isolation.entries import StageEntry
-from docjobs.settings.policies import PolicyBook
 from docjobs.settings.tenants import add_tenant
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.logs import JsonFormatter
@@ -239,9 +238,7 @@ async def test_a_deadline_is_visible_in_the_job_trace(
     jobs = JobClient(client, settings)
     async with worker.serving(client, settings):
         with trace.get_tracer("test").start_as_current_span("caller") as caller:
-            submitted = await jobs.submit(
-                document, PolicyBook.load(settings.policy_file).get("standard"), deadline_seconds=3
-            )
+            submitted = await jobs.submit(document, "standard", deadline_seconds=3)
         for _ in range(300):
             status = await jobs.status(submitted.job_id)
             if status.state is JobState.CANCELED:

@@ -47,6 +47,7 @@ from docjobs.domain.states import JobState, Stage
 from docjobs.store.storage import BlobStore, sha256_file
 from docjobs.temporal.client import JobClient, connect
 from tests.conftest import Env, run_starter
+from tests.fixtures.resolve_double import ResolveDouble
 from tests.test_replay import replayer
 from workflows.document_job import DocumentJobWorkflow
 
@@ -105,6 +106,7 @@ class Doubles:
     evidence_for: list[JobState] = field(default_factory=list)
     notified: list[NotifyInput] = field(default_factory=list)
     costs: dict[str, Cost] = field(default_factory=dict)  # what a stage's output reports it cost
+    resolved: ResolveDouble = field(default_factory=ResolveDouble)  # the policy and timing each job resolves to
 
     async def _enter(self, name: str) -> int:
         attempt = activity.info().attempt
@@ -155,7 +157,7 @@ class Doubles:
         return "delivered"
 
     def activities(self) -> list[Callable[..., Awaitable[object]]]:
-        return [self.render, self.verify, self.publish, self.evidence, self.cleanup, self.notify]
+        return [self.resolved.resolve, self.render, self.verify, self.publish, self.evidence, self.cleanup, self.notify]
 
 
 @dataclass
@@ -186,7 +188,7 @@ class Branches:
             accepted_at=datetime.now(UTC),
             timing=timing,
         )
-        assert await self.jobs.start(request, execution_timeout=execution_timeout)
+        assert await self.doubles.resolved.start(self.jobs, request, execution_timeout=execution_timeout)
         self.started.append(job_id)
         return job_id
 

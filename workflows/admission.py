@@ -5,7 +5,9 @@ convert would fail the workflow task forever) and `admit` trusts nothing: it ref
 (`request.invalid`), one the payload codec did not accept or that was sealed for no workflow (`codec.unsealed`), a
 request for another job ID than its own workflow ID, an input (public or internal) whose tenant is not its ID's
 prefix, and an internal request whose source is not a source (`sources/<sha256>`) (`request.invalid`), before any
-activity runs. The patches keep runs started before a refusal existed replaying as they ran.
+activity runs. A new run refuses the internal request altogether (`request.invalid`): it pins a whole policy that
+no `resolve` checked (its tenant's allowed policies, the policy file), so it is only what older runs were started
+with, and their histories replay. The patches keep runs started before a refusal existed replaying as they ran.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def owns(workflow_id: str, tenant: str) -> bool:
 
 REFUSE_UNBOUND_PATCH = "refuse-unbound-input"
 REQUEST_TENANT_PATCH = "request-tenant-and-source"
+REFUSE_INTERNAL_PATCH = "refuse-internal-request"  # only old histories were started with a JobRequest
 
 
 def is_source_key(source: BlobRef) -> bool:
@@ -71,6 +74,10 @@ def admit(request: RequestInput, workflow_id: str) -> DocumentJobInput | JobRequ
     except Exception:  # noqa: BLE001 - any conversion failure (encoding, JSON, model) is an unreadable request
         return FailureCode.REQUEST_INVALID
     if not isinstance(admitted, JobRequest) or admitted.job_id != workflow_id:
+        return FailureCode.REQUEST_INVALID
+    # Only runs started before the public input was the one shape in took the internal request: a new run is
+    # refused (no marker in an old history, so it replays on, through the checks it ran).
+    if workflow.patched(REFUSE_INTERNAL_PATCH):
         return FailureCode.REQUEST_INVALID
     # The internal request's tenant owns its job ID as a public input's must, and its source is a source
     # (`sources/<sha256>`), not another job's artifact or a template. Patched as above: asked only on refusal.

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field, computed_field
 
 from docjobs.domain.base import Frozen
-from docjobs.domain.models import ActivityTiming, BlobRef, DocumentJobInput, JobOverrides, JobRequest, SourceRef
+from docjobs.domain.models import ActivityTiming, BlobRef, DocumentJobInput, JobOverrides, SourceRef
 from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState
 
@@ -55,8 +55,8 @@ class BatchRequest(Frozen):
     # The policy a client resolved, in a batch accepted before batches pinned their own (an old history): its pin
     # is taken from it; None: pinned by the batch's first step.
     policy: Policy | None = None
-    # None: a batch accepted before its documents started with the public input (an old history): they keep
-    # starting with the internal request that pins `policy` (`document_request`).
+    # None: a batch accepted before its documents started with the public input (an old history): they ask for
+    # the overrides that remake `policy` of its named one (activities/batch.py), held to its fingerprint.
     overrides: JobOverrides | None = None
     manifest: BlobRef
     total: int = Field(ge=1)
@@ -112,25 +112,6 @@ def document_input(pin: BatchPin, tenant: str, overrides: JobOverrides, source: 
         overrides=overrides,
         deadline_seconds=pin.deadline_seconds,
         policy_version=pin.fingerprint,
-    )
-
-
-def document_request(batch: BatchRequest, job_id: str, source: BlobRef, accepted_at: datetime) -> JobRequest:
-    """A document's internal job request, pinning the batch's whole policy: only for a batch accepted before its
-    documents started with the public input (`BatchRequest.overrides` None), whose client resolved its policy."""
-    assert batch.policy is not None and batch.deadline_seconds is not None, "a batch from an old history"
-    return JobRequest(
-        job_id=job_id,
-        tenant=batch.tenant,
-        source=source,
-        page_count=0,
-        policy=batch.policy,
-        policy_version=batch.policy.version,
-        deadline_seconds=batch.deadline_seconds,
-        accepted_at=accepted_at,
-        timing=batch.timing,
-        ocr_task_queue=batch.ocr_task_queue,
-        notify_task_queue=batch.notify_task_queue,
     )
 
 

@@ -441,10 +441,9 @@ FAILURE_CODES: dict[FailureCode, CodeInfo] = {
         Outcome.FAIL,
         "the job request could not be read or does not belong to this job ID",
         "failed",
-        "the workflow was started with an input off the schema, an input (public, or an internal `JobRequest`) whose "
-        "tenant is not the workflow ID's prefix, a public input whose `callback` cannot be used, a request for "
-        "another job ID than its workflow ID, or an internal request whose source is not `sources/<its sha256>` "
-        "(nothing ran, no blob was touched)",
+        "the workflow was started with an input off the schema, a public input whose tenant is not the workflow ID's "
+        "prefix or whose `callback` cannot be used, or the internal `JobRequest` (only runs of old histories were "
+        "started with it) (nothing ran, no blob was touched)",
         'a service\'s bug, or someone reached the frontend: see "Refused starts"',
     ),
     FailureCode.POLICY_UNKNOWN: CodeInfo(

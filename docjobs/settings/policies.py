@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -21,6 +21,7 @@ from docjobs.domain.policy import (
 )
 from docjobs.settings.config import ConfigError
 
+T = TypeVar("T")
 TRUSTED_ONLY = "trusted_only"  # a policy file's flag: no tenant gets the policy unless its list names it
 
 
@@ -89,6 +90,34 @@ def check_overrides(overrides: JobOverrides) -> JobOverrides:
         regexes=tuple(pattern for pattern in overrides.redact_patterns if pattern not in BUILTIN_PATTERN_NAMES)
     )
     return overrides
+
+
+def _added(named: tuple[T, ...], resolved: tuple[T, ...]) -> tuple[T, ...]:
+    """What `resolved` appends to `named` (all of it, when it does not start with `named`)."""
+    return resolved[len(named) :] if resolved[: len(named)] == named else resolved
+
+
+def overrides_between(named: Policy, resolved: Policy) -> JobOverrides:
+    """The overrides that make `resolved` of `named` as `PolicyBook.resolve` applies them: what a batch whose client
+    resolved its policy (an old history) asks its documents for. What overrides cannot say stays unsaid, and the
+    document's `resolve`, held to `resolved`'s fingerprint, then fails it `policy.changed`, as for a changed file."""
+
+    def changed(before: T, after: T) -> T | None:
+        return after if after != before else None
+
+    watermark, redact = resolved.watermark, resolved.redact
+    return JobOverrides(
+        watermark_text=changed(named.watermark.text, watermark.text),
+        watermark_mode=changed(named.watermark.mode, watermark.mode),
+        watermark_dpi=changed(named.watermark.dpi, watermark.dpi),
+        ocr_mode=changed(named.ocr.mode, resolved.ocr.mode),
+        sign=changed(named.sign.enabled, resolved.sign.enabled),
+        redact_patterns=(
+            *_added(named.redact.patterns, redact.patterns),
+            *_added(named.redact.regexes, redact.regexes),
+        ),
+        redact_regions=_added(named.redact.regions, redact.regions),
+    )
 
 
 class PolicyBook:

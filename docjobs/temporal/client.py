@@ -41,7 +41,6 @@ from docjobs.domain.errors import DocJobError, FailureCode, known_code
 from docjobs.domain.idempotency import keyed_job_id
 from docjobs.domain.job_status import JobStatus, TransitionRecord
 from docjobs.domain.models import BlobRef, DocumentJobInput, InputKind, JobOverrides, JobRequest, NotifyInput, SourceRef
-from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState, Stage
 from docjobs.domain.timeline import narrate
 from docjobs.settings.policies import PolicyBook
@@ -52,7 +51,7 @@ from docjobs.temporal.converter import data_converter
 from docjobs.temporal.devserver import ensure_dev_server
 from docjobs.temporal.export import export_blob, verify_stored_evidence
 from docjobs.temporal.history import add_from_history, describe_event
-from docjobs.temporal.job_plan import JobAsk, JobPlan, asked_of, derive_job_id, plan_job
+from docjobs.temporal.job_plan import JobAsk, JobPlan, asked_of, plan_job
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import TRACE_ID_MEMO, client_interceptors, configure_tracing, current_trace_id
 from docjobs.temporal.visibility import closed_outside, status_from_visibility
@@ -141,7 +140,7 @@ class JobClient:
     async def submit(
         self,
         path: Path,
-        policy: str | Policy | None,
+        policy: str | None,
         *,
         overrides: JobOverrides | None = None,
         input_kind: InputKind = InputKind.DOCUMENT,
@@ -154,15 +153,11 @@ class JobClient:
         """Store the input (see `accept`) and start its job with the public input: its source (a document, or
         `input_kind` HTML, a bundle or a template's manifest, which the job's `generate` step makes a PDF of) and a
         named `policy` (None: the default) with `overrides`. Only the job's `resolve` step resolves the policy:
-        here the name must exist and the overrides must apply (ConfigError, pydantic's ValidationError).
-
-        A `Policy` object instead pins the whole policy in the internal request (tests and tools that need a
-        policy no named one with overrides makes; the workflow still takes that shape).
+        here the name must exist and the overrides must apply (ConfigError, pydantic's ValidationError). A policy
+        no named one with overrides makes is a policy file's entry first (`DOCJOBS_POLICY_FILE`): no client pins one.
 
         With a `key` whose job exists already, nothing is stored: the answer is that job (`created` False), with
         `conflict` when it was accepted with another input digest or ask."""
-        if isinstance(policy, Policy):
-            return await self._submit_pinned(path, policy, input_kind, tenant, key, deadline_seconds, hashed)
         ask = JobAsk(
             named=self.policies().get(policy),
             overrides=overrides or JobOverrides(),
@@ -195,39 +190,6 @@ class JobClient:
         summary = job_summary(ask.named.name, ask.overrides.watermark_mode or ask.named.watermark.mode)
         created = await self.start_input(plan.job_id, job, summary=summary)
         return Submitted(plan.job_id, created=created, input_sha256=stored.sha256)
-
-    async def _submit_pinned(
-        self,
-        path: Path,
-        policy: Policy,
-        input_kind: InputKind,
-        tenant: str,
-        key: str | None,
-        deadline_seconds: int | None,
-        hashed: str | None,
-    ) -> Submitted:
-        digest = hashed if hashed is not None else await asyncio.to_thread(sha256_file, path)
-        existing = await self._existing(tenant, key, digest, policy.fingerprint)  # as `accepted_as` reads it
-        if existing is not None:
-            return existing
-        stored = await self.accept(path, tenant=tenant, hashed=hashed, digest=digest)
-        job_id = derive_job_id(tenant, key, stored.sha256, policy.fingerprint, self.id_key)
-        request = JobRequest(
-            job_id=job_id,
-            tenant=tenant,
-            source=stored,
-            input_kind=input_kind,
-            page_count=0,
-            policy=policy,
-            policy_version=policy.version,
-            deadline_seconds=deadline_seconds or policy.deadline_seconds,
-            accepted_at=datetime.now(UTC),
-            timing=self.settings.timing,
-            ocr_task_queue=self.settings.ocr_task_queue,
-            ocr_chunk_task_queue=self.settings.ocr_chunk_task_queue,
-            notify_task_queue=self.settings.notify_task_queue,
-        )
-        return Submitted(job_id, created=await self.start(request), input_sha256=stored.sha256)
 
     async def _existing(self, tenant: str, key: str | None, digest: str, asked: str) -> Submitted | None:
         """The keyed job, if it exists: compared with this input (its digest, what is asked of it) before any byte
@@ -272,56 +234,21 @@ class JobClient:
         return SourceRef(uri=uri, sha256=stored.sha256, size=stored.size, kind=kind)
 
     async def start_input(
-        self, job_id: str, job: DocumentJobInput, *, summary: str | None = None, task_queue: str | None = None
-    ) -> bool:
-        """Start the job `job_id` (`{tenant}/{key}`) with the public input (on `task_queue`, default this client's);
-        False when the job ID exists already."""
-        deadline = timedelta(seconds=job.deadline_seconds) if job.deadline_seconds else None
-        return await self._start(
-            job_id,
-            job,
-            tenant=job.tenant,
-            document_class=job.policy,
-            memo={"input": job.model_dump(mode="json")},
-            summary=summary,
-            execution_timeout=deadline + DEADLINE_GRACE if deadline else None,
-            task_queue=task_queue,
-        )
-
-    async def start(
-        self, request: JobRequest, *, task_queue: str | None = None, execution_timeout: timedelta | None = None
-    ) -> bool:
-        """Start the job with the internal request (a pinned policy; on `task_queue`, default this client's);
-        False when the job ID exists already.
-
-        `execution_timeout`: Temporal's backstop for the run (default: the job's deadline plus its grace).
-        """
-        return await self._start(
-            request.job_id,
-            request,
-            tenant=request.tenant,
-            document_class=request.document_class,
-            memo={"request": request.model_dump(mode="json")},
-            summary=job_summary(request.document_class, request.policy.watermark.mode, request.page_count),
-            execution_timeout=execution_timeout or timedelta(seconds=request.deadline_seconds) + DEADLINE_GRACE,
-            task_queue=task_queue,
-        )
-
-    async def _start(
         self,
         job_id: str,
-        job: DocumentJobInput | JobRequest,
+        job: DocumentJobInput,
         *,
-        tenant: str,
-        document_class: str,
-        memo: dict[str, Any],
-        summary: str | None,
-        execution_timeout: timedelta | None,
+        summary: str | None = None,
         task_queue: str | None = None,
+        execution_timeout: timedelta | None = None,
     ) -> bool:
-        """Start the job's workflow (on `task_queue`, default this client's), at most once per job ID.
+        """Start the job `job_id` (`{tenant}/{key}`) with the public input (on `task_queue`, default this client's);
+        False when the job ID exists already.
 
+        `execution_timeout`: Temporal's backstop for the run (default: the job's deadline plus its grace, if it
+        names one; else none, and the job's `resolve` sets the deadline its workflow keeps).
         `summary`: the Web UI's one line for the job (class, mode, pages when known: never names or content)."""
+        deadline = timedelta(seconds=job.deadline_seconds) if job.deadline_seconds else None
         try:
             await self.client.start_workflow(
                 DocumentJobWorkflow.run,
@@ -330,15 +257,15 @@ class JobClient:
                 task_queue=task_queue or self.settings.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                execution_timeout=execution_timeout,
+                execution_timeout=execution_timeout or (deadline + DEADLINE_GRACE if deadline else None),
                 search_attributes=TypedSearchAttributes(
                     [
                         SearchAttributePair(sa.STATE, JobState.QUEUED.value),
-                        SearchAttributePair(sa.TENANT, tenant),
-                        SearchAttributePair(sa.DOCUMENT_CLASS, document_class),
+                        SearchAttributePair(sa.TENANT, job.tenant),
+                        SearchAttributePair(sa.DOCUMENT_CLASS, job.policy),
                     ]
                 ),
-                memo={**memo, TRACE_ID_MEMO: current_trace_id()},
+                memo={"input": job.model_dump(mode="json"), TRACE_ID_MEMO: current_trace_id()},
                 static_summary=summary,
             )
         except WorkflowAlreadyStartedError:
