@@ -24,9 +24,8 @@ from docjobs.settings.policies import PolicyBook, job_overrides
 from docjobs.settings.tenants import TenantExists, add_tenant, set_callback
 from docjobs.signing.evidence import commitment
 from docjobs.temporal.client import JobClient
-from docjobs.temporal.job_plan import derive_job_id
+from docjobs.temporal.job_plan import asked_of, derive_job_id
 from tests.conftest import Env, wait_terminal
-from tests.fixtures.policy_files import named
 from tests.fixtures.redact_layout import make_embedded
 from tests.fixtures.redact_samples import EMAIL, SSN, make_plain
 from tests.test_notify import Receiver, serving, wait_for_requests
@@ -83,10 +82,12 @@ def metadata_of(pdf: Path) -> str:
     return json.dumps({"info": info, "xmp": xmp, "signatures": signatures})
 
 
-async def released(jobs: JobClient, source: Path, policy: Policy, receiver: Receiver, folder: Path) -> Handed:
-    """Run a job without a key (its ID derived from its input and policy) and take what its receiver gets."""
+async def released(
+    jobs: JobClient, source: Path, policy: str, overrides: JobOverrides, receiver: Receiver, folder: Path
+) -> Handed:
+    """Run a job without a key (its ID derived from its input and what it asks) and take what its receiver gets."""
     count = len(receiver.received)
-    submitted = await jobs.submit(source, named(jobs, policy), tenant=TENANT)
+    submitted = await jobs.submit(source, policy, overrides=overrides, tenant=TENANT)
     status = await wait_terminal(jobs, submitted.job_id)
     assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
     status = await jobs.handle(submitted.job_id).result()  # the workflow ends after the delivery
@@ -119,9 +120,11 @@ def guessed_job_id(tenant: str, guess_input: Path, guess_policy: Policy) -> str:
     return hashlib.sha256(f"{tenant}\0{source}\0{guess_policy.fingerprint}".encode()).hexdigest()[:32]
 
 
-def keyed_job_id(jobs: JobClient, tenant: str, source: Path, policy: Policy) -> str:
-    """The ID the deployment, which holds the key, derives for a keyless job of `source` under `policy`."""
-    return derive_job_id(tenant, None, hashlib.sha256(source.read_bytes()).hexdigest(), policy.fingerprint, jobs.id_key)
+def keyed_job_id(jobs: JobClient, tenant: str, source: Path, policy: str, overrides: JobOverrides) -> str:
+    """The ID the deployment, which holds the key, derives for a keyless job of `source` asked `policy` with
+    `overrides`."""
+    asked = asked_of(policy, overrides)
+    return derive_job_id(tenant, None, hashlib.sha256(source.read_bytes()).hexdigest(), asked, jobs.id_key)
 
 
 def assert_receiver_learns_nothing(handed: Handed, values: tuple[str, ...], guesses: set[str], job_id: str) -> None:
@@ -152,8 +155,10 @@ async def test_a_regex_redaction_tells_the_receiver_nothing_of_the_name(
         set_callback(tenants, TENANT, receiver.url, allow_http_loopback=True)
         for number, name in enumerate(NAMES):
             make_letter(source := tmp_path / f"letter{number}.pdf", name)
-            policy = policies.resolve(policies.default, job_overrides(redact=[name_regex(name)]))
-            handed.append(await released(jobs, source, policy, receiver, tmp_path / f"out{number}"))
+            overrides = job_overrides(redact=[name_regex(name)])
+            handed.append(
+                await released(jobs, source, policies.default, overrides, receiver, tmp_path / f"out{number}")
+            )
 
     for number, name in enumerate(NAMES):
         job = handed[number]
@@ -163,7 +168,9 @@ async def test_a_regex_redaction_tells_the_receiver_nothing_of_the_name(
         guess_policy = policies.resolve(policies.default, job_overrides(redact=[name_regex(name)]))
         guesses = guessed_digests(guess, guess_policy)
         assert hashlib.sha256(guess.read_bytes()).hexdigest() == job.status.input_sha256  # the guess is exact
-        assert job.status.job_id == keyed_job_id(jobs, TENANT, guess, guess_policy)  # the deployment's, keyed
+        assert job.status.job_id == keyed_job_id(
+            jobs, TENANT, guess, policies.default, job_overrides(redact=[name_regex(name)])
+        )  # the deployment's, keyed
         assert_receiver_learns_nothing(job, values, guesses, guessed_job_id(TENANT, guess, guess_policy))
         assert job.predicate["redactions"] == {"custom": 1}
         assert "regexes" not in job.predicate["policy"]["redact"] and "regions" not in job.predicate["policy"]["redact"]
@@ -205,10 +212,11 @@ async def test_a_pattern_and_region_redaction_tells_the_receiver_only_counts(
     with contextlib.suppress(TenantExists):  # the module's tests share one data dir
         add_tenant(tenants, TENANT)
     make_plain(source := tmp_path / "plain.pdf")
-    policy = policies.resolve("external", JobOverrides(redact_patterns=("ssn",), redact_regions=(BOX,)))
+    asked = JobOverrides(redact_patterns=("ssn",), redact_regions=(BOX,))
+    policy = policies.resolve("external", asked)
     with serving(Receiver()) as receiver:
         set_callback(tenants, TENANT, receiver.url, allow_http_loopback=True)
-        job = await released(jobs, source, policy, receiver, tmp_path / "out")
+        job = await released(jobs, source, "external", asked, receiver, tmp_path / "out")
     assert job.predicate["redactions"] == {"ssn": 1, "email": 1, "region": 1}
     for number in (BOX.x0, BOX.y0, BOX.x1, BOX.y1):
         assert json.dumps(number) not in job.released() + job.webhook.decode(), "a region's box was handed"
