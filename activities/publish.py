@@ -11,7 +11,7 @@ from activities.lease import Lease, typed_failures
 from activities.runs import current_run, marked_run
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import CleanupInput, PublishInput, PublishOutput
-from docjobs.store.storage import artifact_key, job_prefix, ocr_chunks_prefix, staging_prefix, text_key
+from docjobs.store.storage import artifact_key, job_prefix, ocr_ranges_prefix, staging_prefix, text_key
 
 log = logging.getLogger("docjobs.activities")
 
@@ -38,7 +38,7 @@ class PublishActivities(StoreStages):
         with typed_failures("cleanup"):
             run = current_run()
             removed = self._store.delete_prefix(staging_prefix(run))
-            removed += self._store.delete_prefix(ocr_chunks_prefix(run))  # OCR in page ranges (ocr_chunk)
+            removed += self._store.delete_prefix(ocr_ranges_prefix(run))  # OCR in page ranges (ocr_chunk)
             # A job in flight across the upgrade to run folders staged its first stages in the job's folder.
             removed += self._store.delete_prefix(f"{job_prefix(run.workflow_id)}/staging")
         log.info("cleanup removed %d staged blob(s)", removed)

@@ -57,7 +57,7 @@ from docjobs.temporal.settings import TemporalSettings
 from tests.conftest import Env, WorkerProcess
 from tests.fixtures.policy_files import named
 from tests.fixtures.scans import make_scan_pdf, scan_words
-from tests.test_ocr_chunk_jobs import chunk_attempts, chunk_results
+from tests.test_ocr_page_range_jobs import range_attempts, range_results
 
 KILL_AT = 0.6
 FAIR_RUNS = 3
@@ -142,7 +142,7 @@ async def killed_run(
     in_flight = done - chunks.pages_done
     fresh = start()
     status = await finished(jobs, job_id)
-    attempts = await chunk_attempts(jobs.client, job_id)
+    attempts = await range_attempts(jobs.client, job_id)
     again = sum(_pages(name) for name, tries in attempts.items() if max(tries) > 1)
     return status, in_flight, done, again, fresh
 
@@ -290,7 +290,7 @@ async def main() -> None:
             if "kill" in parts and worker is not None:
                 killed, in_flight, done_at_kill, again, worker = await killed_run(jobs, scan, policy, start, worker)
                 resumed = sum(
-                    len(chunk["pages_resumed"]) for chunk in (await chunk_results(jobs.client, killed.job_id)).values()
+                    len(chunk["pages_resumed"]) for chunk in (await range_results(jobs.client, killed.job_id)).values()
                 )
                 rows.append((f"killed at {done_at_kill} pages: pages the running chunks had done", f"{in_flight}", ""))
                 rows.append(

@@ -37,7 +37,7 @@ from activities.batch import BatchActivities
 from activities.evidence import EvidenceActivities
 from activities.metrics import LeaseExpiries
 from activities.notify import NotifyActivities
-from activities.ocr_chunks import OcrChunkActivities
+from activities.ocr_page_ranges import OcrPageRangeActivities
 from activities.publish import PublishActivities
 from activities.release import ReleaseActivities
 from activities.resolve import ResolveActivities
@@ -72,7 +72,7 @@ QUEUES = ("general", "ocr", "batch")
 STAGE_QUEUES = ("general", "ocr")  # the queues whose stages open documents (threads and document children)
 # The served queue (its threads and document children) that runs the activities of each stage queue: the page ranges
 # of long documents run on the OCR workers, with threads of their own (`create_workers`).
-SERVED_BY = {StageQueue.GENERAL: "general", StageQueue.OCR: "ocr", StageQueue.OCR_CHUNKS: "ocr"}
+SERVED_BY = {StageQueue.GENERAL: "general", StageQueue.OCR: "ocr", StageQueue.OCR_PAGE_RANGES: "ocr"}
 BATCH_SLOTS = 200  # concurrent batch steps: async waits for jobs, no thread or child each
 # Concurrent wrap-up steps (evidence and cleanup, the job workflow's local activities), on threads of their own
 # beside the general queue's stage threads, so neither waits for the other. Each takes milliseconds (signing an
@@ -124,7 +124,7 @@ def implementations(settings: TemporalSettings, pools: Mapping[str, Pools]) -> d
         specs.CLEANUP.name: lambda pool: PublishActivities(store, workdir).cleanup,
         specs.EVIDENCE.name: lambda pool: EvidenceActivities(store, workdir, data_dir).evidence,
         specs.NOTIFY.name: lambda pool: NotifyActivities(settings.tenants_file).notify,
-        specs.OCR_CHUNK.name: lambda pool: OcrChunkActivities(store, workdir, pool).ocr_chunk,
+        specs.OCR_PAGE_RANGE.name: lambda pool: OcrPageRangeActivities(store, workdir, pool).ocr_chunk,
     }
     return made
 
@@ -142,14 +142,14 @@ def stage_activities(settings: TemporalSettings, pools: Mapping[str, Pools]) -> 
     }
 
 
-def chunk_activities(served: Sequence[Callable[..., Any]]) -> list[Callable[..., Any]]:
+def page_range_activities(served: Sequence[Callable[..., Any]]) -> list[Callable[..., Any]]:
     """The parts of a long document's OCR among the OCR queue's activities (their specs' queue: `ocr_chunks`): served
-    on the chunk queue too (the OCR queue keeps them for the jobs that schedule them there: accepted before the
-    chunk queue existed)."""
+    on the page ranges' queue too (the OCR queue keeps them for the jobs that schedule them there: accepted before
+    that queue existed)."""
     return [
         function
         for function in served
-        if isinstance(spec := spec_of(function), StageSpec) and spec.queue is StageQueue.OCR_CHUNKS
+        if isinstance(spec := spec_of(function), StageSpec) and spec.queue is StageQueue.OCR_PAGE_RANGES
     ]
 
 
@@ -227,7 +227,7 @@ def ocr_workers(
         _activity_worker(
             client,
             settings.ocr_chunk_task_queue,
-            chunk_activities(served),
+            page_range_activities(served),
             threads["ocr_chunks"],
             settings.ocr_chunk_threads,
             common,

@@ -65,11 +65,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from activities.adapter import StageActivities
 from activities.declared import implements
 from activities.lease import Lease
-from activities.ocr_chunks import OcrChunkActivities, PageCheckpoints
+from activities.ocr_page_ranges import OcrPageRangeActivities, PageCheckpoints
 from docjobs import worker
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import BlobRef, RenderOutput, StageInput
-from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput
+from docjobs.domain.ocr_page_ranges import OcrPageRangeInput, OcrPageRangeOutput
 from docjobs.isolation.child_pool import ChildPool
 from docjobs.isolation.entries import StageEntry
 from docjobs.temporal.tracing import configure_tracing
@@ -130,16 +130,16 @@ class HeldRender(StageActivities):
         return super().run_stage(entry, request)
 
 
-class HeldOcrChunk(OcrChunkActivities):
-    @implements(specs.OCR_CHUNK)
-    def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
+class HeldOcrPageRange(OcrPageRangeActivities):
+    @implements(specs.OCR_PAGE_RANGE)
+    def ocr_chunk(self, request: OcrPageRangeInput) -> OcrPageRangeOutput:
         if request.pages.first == int(os.environ["DOCJOBS_HOLD_CHUNK"]):
             hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), request.job_id)
             hold_until_released(hold, "ocr_chunk", f"chunk-{request.pages.first}.")
         return super().ocr_chunk(request)
 
 
-class CheckpointedOcrChunk(OcrChunkActivities):
+class CheckpointedOcrPageRange(OcrPageRangeActivities):
     def _store_checkpoints(self, checkpoints: PageCheckpoints) -> None:
         super()._store_checkpoints(checkpoints)
         pages = checkpoints.pages
@@ -198,9 +198,9 @@ if __name__ == "__main__":
     if fault in renders:
         setattr(worker, "StageActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
     elif fault == "hold-ocr-chunk":
-        setattr(worker, "OcrChunkActivities", HeldOcrChunk)  # noqa: B010
+        setattr(worker, "OcrPageRangeActivities", HeldOcrPageRange)  # noqa: B010
     elif fault in ("hold-ocr-checkpoint", "fail-ocr-checkpoint"):
-        setattr(worker, "OcrChunkActivities", CheckpointedOcrChunk)  # noqa: B010
+        setattr(worker, "OcrPageRangeActivities", CheckpointedOcrPageRange)  # noqa: B010
     elif fault in (
         "box-only-redaction",
         "keep-active-content",

@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 
 from activities.attempt import OUTPUT_CAP, StoreStages
-from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, PageCheckpoints
+from activities.ocr_page_ranges import CHECKPOINT_MAX_BYTES, PageCheckpoints
 from docjobs.domain.errors import DocJobError
-from docjobs.domain.ocr_chunks import PageRange
+from docjobs.domain.ocr_page_ranges import PageRange
 from docjobs.domain.stage_cost import CpuBudget
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.confine import Confinement, SandboxUnavailable, check_sandbox, seccomp_filter

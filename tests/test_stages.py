@@ -25,7 +25,7 @@ from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.entries import Given, Reads
 from docjobs.isolation.stage_work import ENTRIES, STAGE_ENTRIES
 from docjobs.temporal.settings import TemporalSettings
-from docjobs.worker import QUEUES, SERVED_BY, chunk_activities, served_by, stage_activities
+from docjobs.worker import QUEUES, SERVED_BY, page_range_activities, served_by, stage_activities
 from tests.fixtures.statuses import a_status
 from workflows import batch_job, document_job, stages
 from workflows.stages import DECLARATIONS, activity_name
@@ -74,10 +74,13 @@ def test_every_declaration_has_exactly_one_implementation_of_its_types(
         assert types_of(matching[0]) == types_of(declaration), name
     assert {activity_name(function) for function in implementations} == {activity_name(d) for d in DECLARATIONS}
     assert {activity_name(declaration) for declaration in DECLARATIONS} == RECORDED_NAMES
-    # OCR has its own queue, with the parts of a long document's OCR (workflows/ocr_chunks.py), which the chunk
+    # OCR has its own queue, with the parts of a long document's OCR (workflows/ocr_page_ranges.py), which the chunk
     # queue serves too
     assert [activity_name(function) for function in registered["ocr"]] == ["ocr", "ocr_chunk", "ocr_merge"]
-    assert [activity_name(function) for function in chunk_activities(registered["ocr"])] == ["ocr_chunk", "ocr_merge"]
+    assert [activity_name(function) for function in page_range_activities(registered["ocr"])] == [
+        "ocr_chunk",
+        "ocr_merge",
+    ]
 
 
 def test_every_stage_is_declared() -> None:

@@ -34,8 +34,8 @@ from docjobs.store.storage import (
     beside,
     evidence_key,
     mark_run,
-    ocr_chunk_key,
-    ocr_chunks_prefix,
+    ocr_range_key,
+    ocr_ranges_prefix,
     run_marker_key,
     staging_key,
     staging_prefix,
@@ -198,12 +198,12 @@ def test_a_stale_chunk_attempt_never_overwrites_the_recorded_chunk(backend: Back
     """Two attempts at the same page range (the first outlived its lease): each stores under a key of its own,
     so the chunk the workflow recorded keeps its bytes whichever attempt writes last."""
     store, run = backend.store, run_of("t/long")
-    recorded = store.put_file(ocr_chunk_key(run, 17, 32, 2), write(tmp_path / "new.pdf", b"%PDF-attempt-2"))
-    stale = store.put_file(ocr_chunk_key(run, 17, 32, 1), write(tmp_path / "old.pdf", b"%PDF-attempt-1"))
-    assert stale.key != recorded.key and recorded.key.startswith(f"{ocr_chunks_prefix(run)}/17-32-a2-")
+    recorded = store.put_file(ocr_range_key(run, 17, 32, 2), write(tmp_path / "new.pdf", b"%PDF-attempt-2"))
+    stale = store.put_file(ocr_range_key(run, 17, 32, 1), write(tmp_path / "old.pdf", b"%PDF-attempt-1"))
+    assert stale.key != recorded.key and recorded.key.startswith(f"{ocr_ranges_prefix(run)}/17-32-a2-")
     store.verify(recorded, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
     assert read_blob(store, recorded.key) == b"%PDF-attempt-2"
-    assert store.delete_prefix(ocr_chunks_prefix(run)) == 2  # publish removes both with the run's chunks
+    assert store.delete_prefix(ocr_ranges_prefix(run)) == 2  # publish removes both with the run's chunks
 
 
 def race_promotions(store: BlobStore, staged: list[BlobRef], final_key: str) -> dict[int, object]:

@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         StageInput,
         VerifyInput,
     )
-    from docjobs.domain.ocr_chunks import PageRange
+    from docjobs.domain.ocr_page_ranges import PageRange
     from docjobs.domain.policy import OcrMode, WatermarkMode
     from docjobs.domain.stage_cost import CpuBudget
     from docjobs.domain.stage_specs import StageQueue, StageSpec, spec_of
@@ -68,11 +68,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.admission import NO_REQUEST, RequestInput, admit, placeholder_status
     from workflows.endings import LOCAL_ACTIVITY_FAILURES, NON_RETRYABLE_CODES, Ending, cost_of_failure, failure_of
     from workflows.job_context import JobContext, generate_input, ocr_input, publish_input, redact_input, render_input
-    from workflows.ocr_chunks import (
-        OCR_CHUNK_QUEUE_PATCH,
-        OCR_CHUNKS_PATCH,
+    from workflows.ocr_page_ranges import (
+        OCR_PAGE_RANGES_PATCH,
+        OCR_RANGE_QUEUE_PATCH,
         StageOutput,
-        ocr_in_chunks,
+        ocr_in_page_ranges,
         page_ranges,
     )
 
@@ -328,8 +328,8 @@ class DocumentJobWorkflow:
         """OCR in one activity, or a long document's in page ranges (the patch keeps older runs on one)."""
         ocr = ocr_input(context)
         ranges = page_ranges(context.policy.ocr, self._status.page_count)
-        if ranges is not None and workflow.patched(OCR_CHUNKS_PATCH):
-            ocred = await self._ocr_in_chunks(ocr, ranges)
+        if ranges is not None and workflow.patched(OCR_PAGE_RANGES_PATCH):
+            ocred = await self._ocr_in_page_ranges(ocr, ranges)
         else:
             ocred = await self._stage(stages.ocr, ocr)
         self._status.ocr = OcrSection.of(ocred)
@@ -433,8 +433,8 @@ class DocumentJobWorkflow:
         self._status.fidelity_checks = verified.fidelity_checks
         return replace(context, staged=staged)
 
-    async def _ocr_in_chunks(self, ocr: OcrInput, ranges: list[PageRange]) -> OcrOutput:
-        """The OCR stage of a long document, in page ranges (workflows/ocr_chunks.py): the merged result stands for
+    async def _ocr_in_page_ranges(self, ocr: OcrInput, ranges: list[PageRange]) -> OcrOutput:
+        """The OCR stage of a long document, in page ranges (workflows/ocr_page_ranges.py): the merged result stands for
         the one `ocr` activity's."""
         self._transition(JobState.PROCESSING, Stage.OCR)
         progress = ChunkProgress(pages_total=self._status.page_count, chunks_total=len(ranges))
@@ -445,7 +445,7 @@ class DocumentJobWorkflow:
         ) -> OutputT:
             return await self._run_activity(declaration, payload, pages=pages, summary=summary)
 
-        return await ocr_in_chunks(ocr, ranges, run_part, progress)
+        return await ocr_in_page_ranges(ocr, ranges, run_part, progress)
 
     async def _stage(self, declaration: Callable[[InputT], OutputT], payload: InputT) -> OutputT:
         """Run a stage as its spec says (docjobs/domain/stage_specs.py): its queue, its timeout and CPU budget. The
@@ -509,9 +509,13 @@ class DocumentJobWorkflow:
         their merge run on a queue of their own, with slots of their own on every OCR worker, so that a short
         document's `ocr` never waits behind them (docs/ocr.md, "Fair across jobs")."""
         request = self._request
-        if queue is StageQueue.OCR_CHUNKS and request.ocr_chunk_task_queue and workflow.patched(OCR_CHUNK_QUEUE_PATCH):
+        if (
+            queue is StageQueue.OCR_PAGE_RANGES
+            and request.ocr_chunk_task_queue
+            and workflow.patched(OCR_RANGE_QUEUE_PATCH)
+        ):
             return request.ocr_chunk_task_queue
-        return request.ocr_task_queue if queue in (StageQueue.OCR, StageQueue.OCR_CHUNKS) else None
+        return request.ocr_task_queue if queue in (StageQueue.OCR, StageQueue.OCR_PAGE_RANGES) else None
 
     def _transition(self, state: JobState, stage: Stage | None = None) -> None:
         check_transition(self._status.state, state, stage_from=self._status.stage, stage_to=stage)

@@ -48,7 +48,7 @@ publish = declare(specs.PUBLISH)
 evidence = declare(specs.EVIDENCE)
 cleanup = declare(specs.CLEANUP)
 notify = declare(specs.NOTIFY)
-ocr_chunk = declare(specs.OCR_CHUNK)  # a page range of a long document's OCR
+ocr_chunk = declare(specs.OCR_PAGE_RANGE)  # a page range of a long document's OCR
 ocr_merge = declare(specs.OCR_MERGE)  # the OCR'd ranges back into the document
 
 DECLARATIONS: tuple[Callable[..., Any], ...] = (

@@ -53,7 +53,7 @@ from docjobs.domain.models import (
     VerifyInput,
     VerifyOutput,
 )
-from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput
+from docjobs.domain.ocr_page_ranges import OcrMergeInput, OcrMergeOutput, OcrPageRangeInput, OcrPageRangeOutput
 from docjobs.domain.states import Stage
 
 InputT = TypeVar("InputT")
@@ -76,7 +76,7 @@ class StageQueue(StrEnum):
     OCR = "ocr"  # the job's `ocr_task_queue` (its own workers: OCR is slow and heavy)
     # The job's `ocr_chunk_task_queue` (None: its OCR queue): served by the OCR workers with slots of their own,
     # so that a long document's page ranges never take the slots a short document's `ocr` needs.
-    OCR_CHUNKS = "ocr_chunks"
+    OCR_PAGE_RANGES = "ocr_chunks"
 
 
 def per_page_seconds(timing: ActivityTiming) -> float:
@@ -133,14 +133,14 @@ OCR = stage_spec(Stage.OCR, OcrInput, OcrOutput, queue=StageQueue.OCR, per_page=
 REDACT = stage_spec(Stage.REDACT, RedactInput, RedactOutput)
 SIGN = stage_spec(Stage.SIGN, SignInput, SignOutput)
 VERIFY = stage_spec(Stage.VERIFY, VerifyInput, VerifyOutput)
-# A long document's OCR in page ranges (workflows/ocr_chunks.py): parts of the `ocr` stage, on the queue of
+# A long document's OCR in page ranges (workflows/ocr_page_ranges.py): parts of the `ocr` stage, on the queue of
 # long documents' OCR, timed by the pages of their part.
-OCR_CHUNK = StageSpec[OcrChunkInput, OcrChunkOutput](
+OCR_PAGE_RANGE = StageSpec[OcrPageRangeInput, OcrPageRangeOutput](
     "ocr_chunk",
-    OcrChunkInput,
-    OcrChunkOutput,
+    OcrPageRangeInput,
+    OcrPageRangeOutput,
     stage=Stage.OCR,
-    queue=StageQueue.OCR_CHUNKS,
+    queue=StageQueue.OCR_PAGE_RANGES,
     per_page=ocr_per_page_seconds,
 )
 OCR_MERGE = StageSpec[OcrMergeInput, OcrMergeOutput](
@@ -148,7 +148,7 @@ OCR_MERGE = StageSpec[OcrMergeInput, OcrMergeOutput](
     OcrMergeInput,
     OcrMergeOutput,
     stage=Stage.OCR,
-    queue=StageQueue.OCR_CHUNKS,
+    queue=StageQueue.OCR_PAGE_RANGES,
     per_page=ocr_per_page_seconds,
 )
 PUBLISH = stage_spec(Stage.PUBLISH, PublishInput, PublishOutput)
@@ -157,7 +157,7 @@ CLEANUP = ActivitySpec[CleanupInput, int]("cleanup", CleanupInput, int)
 NOTIFY = ActivitySpec[NotifyInput, str]("notify", NotifyInput, str)
 
 STAGES: tuple[StageSpec[Any, Any], ...] = (GENERATE, RENDER, OCR, REDACT, SIGN, VERIFY, PUBLISH)
-STAGE_PARTS: tuple[StageSpec[Any, Any], ...] = (OCR_CHUNK, OCR_MERGE)  # each runs a part of its stage
+STAGE_PARTS: tuple[StageSpec[Any, Any], ...] = (OCR_PAGE_RANGE, OCR_MERGE)  # each runs a part of its stage
 JOB_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (RESOLVE, *STAGES, *STAGE_PARTS, EVIDENCE, CLEANUP, NOTIFY)
 
 # The batch workflow's steps (docjobs/domain/batching.py): run on the batch queue, never on a document.

@@ -45,23 +45,23 @@ from docjobs.domain.models import (
     VerifyOutput,
     VerifySettings,
 )
-from docjobs.domain.ocr_chunks import OcrChunk, OcrMergeInput, OcrMergeOutput
+from docjobs.domain.ocr_page_ranges import OcrMergeInput, OcrMergeOutput, StoredOcrRange
 from docjobs.generate.bundle import INDEX, unpack_bundle
 from docjobs.generate.office import check_office_input, convert_to_pdf, substituted_fonts
 from docjobs.generate.templating import load_data, render_template
 from docjobs.generate.weasy import html_to_pdf
-from docjobs.isolation.chunk_work import (
-    OcrChunkDone,
-    OcrChunkFile,
-    OcrChunkWork,
-    OcrMergeDone,
-    OcrMergeWork,
-    ocr_chunk,
-    ocr_merge,
-)
 from docjobs.isolation.entries import OUTPUT, TEXT, AnyStageEntry, Given, Keep, Reads, StageEntry
 from docjobs.isolation.entries import Entry as Entry  # re-exported: the activities and tests name it here
 from docjobs.isolation.entries import ProgressFn as ProgressFn
+from docjobs.isolation.page_range_work import (
+    OcrdRangeFile,
+    OcrMergeDone,
+    OcrMergeWork,
+    OcrPageRangeDone,
+    OcrPageRangeWork,
+    ocr_chunk,
+    ocr_merge,
+)
 from docjobs.pdf.budgets import budgets_for
 from docjobs.pdf.fidelity import check_fidelity
 from docjobs.pdf.images import image_to_pdf
@@ -388,15 +388,15 @@ def verify_order(request: VerifyInput, given: Given) -> VerifyWork:
     )
 
 
-def chunk_file(chunk: OcrChunk) -> str:
+def range_file(stored: StoredOcrRange) -> str:
     """Where, in the merge's folder, an OCR'd page range is fetched to."""
-    return f"chunk-{chunk.pages.name}.pdf"
+    return f"range-{stored.pages.name}.pdf"
 
 
 def merge_order(request: OcrMergeInput, given: Given) -> OcrMergeWork:
     return OcrMergeWork(
         source=given.source,
-        chunks=[OcrChunkFile(pages=chunk.pages, path=given.folder / chunk_file(chunk)) for chunk in request.chunks],
+        ranges=[OcrdRangeFile(pages=stored.pages, path=given.folder / range_file(stored)) for stored in request.chunks],
         output=given.output,
         text_output=given.text,
         workdir=given.folder,
@@ -481,17 +481,17 @@ OCR_MERGE: StageEntry[OcrMergeInput, OcrMergeOutput, OcrMergeWork, OcrMergeDone]
     done_type=OcrMergeDone,
     run=ocr_merge,
     reads=Reads.STAGED,
-    fetches=lambda request: [(chunk_file(chunk), chunk.chunk) for chunk in request.chunks],  # as `ocr_chunk` reported
+    fetches=lambda request: [(range_file(stored), stored.chunk) for stored in request.chunks],  # `ocr_chunk`'s
     order=merge_order,
     keeps=(Keep(into="text", file=TEXT, key="ocr-text", suffix=".json"), staged("ocr")),  # as `ocr` stages them
 )
 # The stages whose activity is the worker's own besides its child's work: `sign` (the worker holds the key, signs and
 # runs the release gate: activities/release.py) and `ocr_chunk` (its page checkpoints and the worker's cores, shared
-# between ranges: activities/ocr_chunks.py).
+# between ranges: activities/ocr_page_ranges.py).
 SIGN = Entry(specs.SIGN.name, SignWork, SignDone, sign)
-OCR_CHUNK = Entry(specs.OCR_CHUNK.name, OcrChunkWork, OcrChunkDone, ocr_chunk)
+OCR_PAGE_RANGE = Entry(specs.OCR_PAGE_RANGE.name, OcrPageRangeWork, OcrPageRangeDone, ocr_chunk)
 STAGE_ENTRIES: tuple[AnyStageEntry, ...] = (GENERATE, RENDER, OCR, REDACT, VERIFY, OCR_MERGE)
-ENTRIES: dict[str, Entry[Any, Any]] = {entry.name: entry for entry in (*STAGE_ENTRIES, SIGN, OCR_CHUNK)}
+ENTRIES: dict[str, Entry[Any, Any]] = {entry.name: entry for entry in (*STAGE_ENTRIES, SIGN, OCR_PAGE_RANGE)}
 # Modules the stages import only on first use: the zygote imports them too, so no child pays for them per task.
 PRELOAD = (
     "cryptography.hazmat.backends.openssl",

@@ -333,21 +333,21 @@ def staging_key(run: RunScope, stage: str, attempt: int, suffix: str = ".pdf") -
     return f"{staging_prefix(run)}/{stage}-a{attempt}-{uuid.uuid4().hex[:12]}{suffix}"
 
 
-def ocr_chunks_prefix(run: RunScope) -> str:
-    """Where OCR run in page ranges keeps its chunks (deleted with the staged attempts)."""
+def ocr_ranges_prefix(run: RunScope) -> str:
+    """Where OCR run in page ranges keeps its OCR'd ranges (deleted with the staged attempts)."""
     return f"{run.prefix}/ocr"
 
 
-def ocr_chunk_key(run: RunScope, first: int, last: int, attempt: int) -> str:
+def ocr_range_key(run: RunScope, first: int, last: int, attempt: int) -> str:
     """The OCR'd pages `first` to `last` of a long document, under a key of the attempt's own (and of the worker
-    run of that attempt), as staging keys are: a stale attempt that outlived its lease never overwrites the chunk
+    run of that attempt), as staging keys are: a stale attempt that outlived its lease never overwrites the range
     the workflow recorded, which is the one the merge takes (by that key and its digest)."""
-    return f"{ocr_chunks_prefix(run)}/{first}-{last}-a{attempt}-{uuid.uuid4().hex[:12]}.pdf"
+    return f"{ocr_ranges_prefix(run)}/{first}-{last}-a{attempt}-{uuid.uuid4().hex[:12]}.pdf"
 
 
 def ocr_checkpoints_prefix(run: RunScope, first: int, last: int) -> str:
     """Where the page checkpoints of the range `first` to `last` go: what a lost attempt had read, for the next."""
-    return f"{ocr_chunks_prefix(run)}/pages/{first}-{last}"
+    return f"{ocr_ranges_prefix(run)}/pages/{first}-{last}"
 
 
 def ocr_checkpoint_key(run: RunScope, first: int, last: int, name: str, attempt: int) -> str:

@@ -58,7 +58,7 @@ from docjobs.temporal.visibility import closed_outside, status_from_visibility
 from workflows import search_attributes as sa
 from workflows import stages
 from workflows.document_job import DocumentJobWorkflow
-from workflows.ocr_chunks import OCR_PARTS
+from workflows.ocr_page_ranges import OCR_PARTS
 
 if TYPE_CHECKING:
     from docjobs.signing.evidence import EvidenceCheck
@@ -369,8 +369,8 @@ class JobClient:
 
     async def _add_live_attempts(self, status: JobStatus, raw: Any) -> None:
         """Attempt numbers and page progress of the stages running right now (from pending activities); for OCR in
-        page ranges, the pages of the finished chunks (the workflow counts them) and those of the running ones."""
-        chunk_pages = 0
+        page ranges, the pages of the finished ranges (the workflow counts them) and those of the running ones."""
+        running_pages = 0
         for pending in raw.pending_activities:
             name = pending.activity_type.name
             if name not in STAGE_NAMES and name not in OCR_PARTS:
@@ -378,17 +378,17 @@ class JobClient:
             details = await self._heartbeat(pending)
             if name in OCR_PARTS:
                 if name == stages.activity_name(stages.ocr_chunk):
-                    chunk_pages += int(details.get("pages_done") or 0)
+                    running_pages += int(details.get("pages_done") or 0)
                 continue
             status.attempts[name] = pending.attempt
             if details:
                 status.progress = {
                     key: value for key, value in details.items() if key in ("stage", "pages_done", "pages_total")
                 }
-        chunks = status.ocr_chunks
-        if chunks is not None and status.stage is Stage.OCR and chunks.chunks_done < chunks.chunks_total:
-            done = min(chunks.pages_done + chunk_pages, chunks.pages_total)
-            status.progress = {"stage": Stage.OCR.value, "pages_done": done, "pages_total": chunks.pages_total}
+        ranges = status.ocr_chunks
+        if ranges is not None and status.stage is Stage.OCR and ranges.chunks_done < ranges.chunks_total:
+            done = min(ranges.pages_done + running_pages, ranges.pages_total)
+            status.progress = {"stage": Stage.OCR.value, "pages_done": done, "pages_total": ranges.pages_total}
 
     async def _heartbeat(self, pending: Any) -> dict[str, Any]:
         """The last heartbeat's details of a pending activity (empty when it sent none)."""

@@ -25,7 +25,7 @@ from docjobs.domain.job_status import JobStatus, RenderSection, TransitionRecord
 from docjobs.domain.models import EvidenceOutput, NotifyInput, PublishOutput, RenderOutput
 from docjobs.domain.states import JobState, Stage, parse_state
 from workflows import search_attributes as sa
-from workflows.ocr_chunks import OCR_PARTS
+from workflows.ocr_page_ranges import OCR_PARTS
 
 STAGE_NAMES = frozenset(stage.value for stage in Stage)
 STATE_ATTRIBUTE, STAGE_ATTRIBUTE = sa.STATE.name, sa.STAGE.name

@@ -1,9 +1,9 @@
-"""OCR of a long document in page ranges: the plan, and what the chunk and merge activities exchange.
+"""OCR of a long document in page ranges: the plan, and what the range and merge activities exchange.
 
-A document longer than the policy's `ocr.chunk_pages` is OCR'd as chunks of that many pages (the last one
+A document longer than the policy's `ocr.chunk_pages` is OCR'd in ranges of that many pages (the last one
 shorter), each an `ocr_chunk` activity with its own lease, retried on its own: a worker lost in the middle of
-the stage costs the chunks it held, not the document. `ocr_merge` then puts the chunks' pages back into the
-rendered document. A document of one chunk keeps the single `ocr` activity (and its history).
+the stage costs the ranges it held, not the document. `ocr_merge` then puts the ranges' pages back into the
+rendered document. A document of one range keeps the single `ocr` activity (and its history).
 """
 
 from __future__ import annotations
@@ -34,32 +34,32 @@ class PageRange(Frozen):
 
     @property
     def name(self) -> str:
-        """`first-last`, as its stored chunk is named."""
+        """`first-last`, as its stored range is named."""
         return f"{self.first}-{self.last}"
 
 
-def chunk_plan(page_count: int, chunk_pages: int) -> list[PageRange]:
-    """The page ranges of `chunk_pages` pages that cover `page_count` pages in order (the last may be shorter).
-    One range for a document of at most one chunk (also an empty one: the stage's own checks refuse it)."""
-    if chunk_pages < 1:
-        raise ValueError("a chunk has at least one page")
-    if page_count <= chunk_pages:
+def page_range_plan(page_count: int, range_pages: int) -> list[PageRange]:
+    """The page ranges of `range_pages` pages that cover `page_count` pages in order (the last may be shorter).
+    One range for a document of at most one range (also an empty one: the stage's own checks refuse it)."""
+    if range_pages < 1:
+        raise ValueError("a page range has at least one page")
+    if page_count <= range_pages:
         return [PageRange(first=1, last=max(page_count, 1))]
     return [
-        PageRange(first=first, last=min(first + chunk_pages - 1, page_count))
-        for first in range(1, page_count + 1, chunk_pages)
+        PageRange(first=first, last=min(first + range_pages - 1, page_count))
+        for first in range(1, page_count + 1, range_pages)
     ]
 
 
-class OcrChunkInput(StageInput):
+class OcrPageRangeInput(StageInput):
     source: BlobRef  # the accepted input, re-checked
-    staged: BlobRef  # the rendered document: the chunk's pages are taken from it
+    staged: BlobRef  # the rendered document: the range's pages are taken from it
     ocr: OcrPolicy
     pages: PageRange
 
 
-class OcrChunkOutput(Frozen):
-    chunk: BlobRef  # the chunk's pages, searchable (runs/<run>/ocr/<first>-<last>-a<attempt>-<id>.pdf)
+class OcrPageRangeOutput(Frozen):
+    chunk: BlobRef  # the range's pages, searchable (runs/<run>/ocr/<first>-<last>-a<attempt>-<id>.pdf)
     pages: PageRange
     pages_ocred: list[int]  # page numbers of the whole document, as every page list below
     pages_deskewed: list[DeskewedPage] = Field(default_factory=list)
@@ -69,15 +69,15 @@ class OcrChunkOutput(Frozen):
     cost: Cost = Cost()
 
 
-class OcrChunk(Frozen):
+class StoredOcrRange(Frozen):
     pages: PageRange
     chunk: BlobRef
 
 
 class OcrMergeInput(StageInput):
     source: BlobRef  # the accepted input, re-checked
-    staged: BlobRef  # the rendered document: its structure (outline, links) is kept, its pages take the chunks'
-    chunks: list[OcrChunk]
+    staged: BlobRef  # the rendered document: its structure (outline, links) is kept, its pages take the ranges'
+    chunks: list[StoredOcrRange]
     watermark: WatermarkPolicy | None  # stamped after the merge (structure mode), as `ocr` stamps after OCR
 
 

@@ -12,14 +12,14 @@ import pikepdf
 import pytest
 from pikepdf import Array, Dictionary, Name, OutlineItem
 
-from activities.ocr_chunks import CHECKPOINT_MAX_BYTES, CoreShare, PageCheckpoints
+from activities.ocr_page_ranges import CHECKPOINT_MAX_BYTES, CoreShare, PageCheckpoints
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef
-from docjobs.domain.ocr_chunks import PageRange, chunk_plan
+from docjobs.domain.ocr_page_ranges import PageRange, page_range_plan
 from docjobs.domain.policy import OcrOutputType, OcrPolicy
-from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
+from docjobs.pdf.ocr_page_ranges import OcrdRange, cut_page_range, merge_page_ranges
 from docjobs.store.storage import RunScope, ocr_checkpoints_prefix
-from workflows.ocr_chunks import page_ranges
+from workflows.ocr_page_ranges import page_ranges
 
 
 def ranges(plan: list[PageRange]) -> list[tuple[int, int]]:
@@ -27,11 +27,11 @@ def ranges(plan: list[PageRange]) -> list[tuple[int, int]]:
 
 
 def test_the_plan_covers_the_document_in_order_with_a_short_last_chunk() -> None:
-    assert ranges(chunk_plan(10, 4)) == [(1, 4), (5, 8), (9, 10)]
-    assert ranges(chunk_plan(8, 4)) == [(1, 4), (5, 8)]
-    assert ranges(chunk_plan(500, 16))[-1] == (497, 500)
-    assert sum(chunk.pages for chunk in chunk_plan(500, 16)) == 500
-    assert ranges(chunk_plan(3, 1)) == [(1, 1), (2, 2), (3, 3)]
+    assert ranges(page_range_plan(10, 4)) == [(1, 4), (5, 8), (9, 10)]
+    assert ranges(page_range_plan(8, 4)) == [(1, 4), (5, 8)]
+    assert ranges(page_range_plan(500, 16))[-1] == (497, 500)
+    assert sum(chunk.pages for chunk in page_range_plan(500, 16)) == 500
+    assert ranges(page_range_plan(3, 1)) == [(1, 1), (2, 2), (3, 3)]
 
 
 def test_a_workers_ranges_share_its_cores_and_the_last_one_left_gets_them_all(tmp_path: Path) -> None:
@@ -54,14 +54,14 @@ def test_a_workers_ranges_share_its_cores_and_the_last_one_left_gets_them_all(tm
 
 
 def test_a_document_of_one_chunk_keeps_the_single_ocr_activity() -> None:
-    assert ranges(chunk_plan(16, 16)) == [(1, 16)]
-    assert ranges(chunk_plan(1, 16)) == [(1, 1)]
+    assert ranges(page_range_plan(16, 16)) == [(1, 16)]
+    assert ranges(page_range_plan(1, 16)) == [(1, 1)]
     policy = OcrPolicy(chunk_pages=16)
     assert page_ranges(policy, 16) is None
     assert page_ranges(policy, 17) is not None
     assert page_ranges(policy.model_copy(update={"output_type": OcrOutputType.PDFA}), 100) is None
     with pytest.raises(ValueError):
-        chunk_plan(10, 0)
+        page_range_plan(10, 0)
     with pytest.raises(ValueError):
         PageRange(first=3, last=2)
 
@@ -99,11 +99,11 @@ def rendered(tmp_path: Path) -> Path:
     return path
 
 
-def ocr_stand_in(rendered: Path, pages: PageRange, folder: Path) -> OcrdChunk:
+def ocr_stand_in(rendered: Path, pages: PageRange, folder: Path) -> OcrdRange:
     """A chunk cut as `ocr_chunk` cuts it, then "OCR'd": text on every page, page 2 turned over, page 4 turned
     back upright and page 5's media box changed (as OCRmyPDF's page rotation and deskew may)."""
     cut, ocrd = folder / f"cut-{pages.name}.pdf", folder / f"ocrd-{pages.name}.pdf"
-    cut_chunk(rendered, cut, pages)
+    cut_page_range(rendered, cut, pages)
     with pikepdf.open(cut) as pdf:
         assert len(pdf.pages) == pages.pages
         assert all("/Annots" not in page.obj for page in pdf.pages)  # links would drag other pages along
@@ -117,14 +117,14 @@ def ocr_stand_in(rendered: Path, pages: PageRange, folder: Path) -> OcrdChunk:
             if number == 5:
                 page.obj.MediaBox = Array([0, 0, 310, 410])
         pdf.save(ocrd)
-    return OcrdChunk(pages, ocrd)
+    return OcrdRange(pages, ocrd)
 
 
 def test_the_merge_puts_every_ocrd_page_in_place_and_keeps_outline_and_links(rendered: Path, tmp_path: Path) -> None:
-    plan = chunk_plan(6, 2)
+    plan = page_range_plan(6, 2)
     chunks = [ocr_stand_in(rendered, pages, tmp_path) for pages in plan]
     merged = tmp_path / "merged.pdf"
-    assert merge_chunks(rendered, list(reversed(chunks)), merged) == 6  # in any order: placed by their ranges
+    assert merge_page_ranges(rendered, list(reversed(chunks)), merged) == 6  # in any order: placed by their ranges
 
     assert text_of(merged) == [f"page{number} words" for number in range(1, 7)]  # text layer, in page order
     with pikepdf.open(merged) as pdf:
@@ -142,13 +142,15 @@ def test_the_merge_puts_every_ocrd_page_in_place_and_keeps_outline_and_links(ren
 
 
 def test_the_merge_refuses_chunks_that_do_not_cover_the_document(rendered: Path, tmp_path: Path) -> None:
-    first, _, last = (ocr_stand_in(rendered, pages, tmp_path) for pages in chunk_plan(6, 2))
+    first, _, last = (ocr_stand_in(rendered, pages, tmp_path) for pages in page_range_plan(6, 2))
     with pytest.raises(DocJobError) as gap:
-        merge_chunks(rendered, [first, last], tmp_path / "gap.pdf")
+        merge_page_ranges(rendered, [first, last], tmp_path / "gap.pdf")
     assert gap.value.code == "ocr.invalid_output"
     middle = ocr_stand_in(rendered, PageRange(first=3, last=4), tmp_path)
     with pytest.raises(DocJobError) as longer:  # a chunk with fewer pages than its range says
-        merge_chunks(rendered, [first, middle, OcrdChunk(PageRange(first=5, last=7), last.path)], tmp_path / "x.pdf")
+        merge_page_ranges(
+            rendered, [first, middle, OcrdRange(PageRange(first=5, last=7), last.path)], tmp_path / "x.pdf"
+        )
     assert longer.value.code == "ocr.invalid_output"
 
 

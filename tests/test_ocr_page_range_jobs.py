@@ -20,7 +20,7 @@ from temporalio.worker import Replayer
 
 from docjobs.domain.policy import Policy
 from docjobs.domain.states import JobState, Stage
-from docjobs.isolation.chunk_work import RANGE_NICENESS
+from docjobs.isolation.page_range_work import RANGE_NICENESS
 from docjobs.isolation.sandbox_child import NICENESS
 from docjobs.settings.policies import PolicyBook
 from docjobs.store.storage import job_prefix, sha256_file
@@ -64,7 +64,7 @@ async def activity_events(client: Client, job_id: str, name: str) -> list[tuple[
     return found
 
 
-async def chunk_attempts(client: Client, job_id: str, failures: list[str] | None = None) -> dict[str, list[int]]:
+async def range_attempts(client: Client, job_id: str, failures: list[str] | None = None) -> dict[str, list[int]]:
     """Per chunk (`first-last`), the attempt of each of its recorded starts (one per completed chunk: Temporal
     records the start of a retried activity once, with the attempt that ended it); `failures` gets the last
     failure of each chunk that was retried."""
@@ -91,7 +91,7 @@ async def wait_until(condition: Any, timeout: float = 120) -> None:
         await asyncio.sleep(0.2)
 
 
-def stored_chunks(env: Env, job_id: str) -> dict[str, str]:
+def stored_ranges(env: Env, job_id: str) -> dict[str, str]:
     """The chunks in the job's run folder (`first-last-a<attempt>-<id>.pdf`): `first-last` -> sha256."""
     runs = Path(env.vars["DOCJOBS_DATA_DIR"]) / "blobs" / job_prefix(job_id) / "runs"
     return {path.stem.split("-a")[0]: sha256_file(path) for path in runs.glob("*/ocr/*.pdf")}
@@ -128,12 +128,12 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     hold = Hold(holds, job_id)
     await asyncio.to_thread(hold.wait, f"chunk-{HELD}.held", 180)
 
-    async def two_chunks_done() -> bool:
+    async def two_ranges_done() -> bool:
         chunks = (await client.status(job_id)).ocr_chunks
         return chunks is not None and chunks.chunks_done == 2
 
-    await wait_until(two_chunks_done)
-    assert sorted(await chunk_attempts(jobs.client, job_id)) == ["1-2", "3-4"]
+    await wait_until(two_ranges_done)
+    assert sorted(await range_attempts(jobs.client, job_id)) == ["1-2", "3-4"]
     status = await client.status(job_id)
     assert status.stage is Stage.OCR and status.ocr_chunks is not None
     assert (status.ocr_chunks.pages_done, status.ocr_chunks.pages_total) == (4, PAGES)
@@ -141,7 +141,7 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     handle = jobs.client.get_workflow_handle(job_id)
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert metadata.current_details == f"OCR: 4 of {PAGES} pages"  # what the Web UI shows
-    before = stored_chunks(env, job_id)
+    before = stored_ranges(env, job_id)
     assert sorted(before) == ["1-2", "3-4"]
     doomed.kill()  # holding chunk 5-6: its lease lapses, and another worker takes it over
 
@@ -151,7 +151,7 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     assert status.pages_ocred == list(range(1, PAGES + 1))
     assert status.ocr_chunks is not None and status.ocr_chunks.chunks_done == 3
     failures: list[str] = []
-    attempts = await chunk_attempts(jobs.client, job_id, failures)
+    attempts = await range_attempts(jobs.client, job_id, failures)
     assert attempts["1-2"] == [1] and attempts["3-4"] == [1], failures  # finished chunks never ran again
     assert len(attempts["5-6"]) == 1 and attempts["5-6"][0] >= 2  # the held one ran again, on the second worker
     ((_, merge),) = await activity_events(jobs.client, job_id, "ocr_merge")
@@ -173,7 +173,7 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
 
 
-async def chunk_results(client: Client, job_id: str) -> dict[str, dict[str, Any]]:
+async def range_results(client: Client, job_id: str) -> dict[str, dict[str, Any]]:
     """Per chunk (`first-last`), the decoded result of its completed `ocr_chunk`."""
     history = await client.get_workflow_handle(job_id).fetch_history()
     results = {}
@@ -236,8 +236,8 @@ async def test_a_range_resumes_after_the_pages_its_lost_attempt_read(
         start_worker(queue)
     status = await wait_terminal(client, job_id, timeout=300)
     assert status.state is JobState.SUCCEEDED, status
-    assert (await chunk_attempts(jobs.client, job_id))[held][0] >= 2
-    results = await chunk_results(jobs.client, job_id)
+    assert (await range_attempts(jobs.client, job_id))[held][0] >= 2
+    results = await range_results(jobs.client, job_id)
     assert results[held]["pages_resumed"] == read  # not read again
     assert all(results[name]["pages_resumed"] == [] for name in results if name != held)
     assert results[held]["pages_ocred"] == [HELD, HELD + 1]

@@ -1,7 +1,7 @@
-"""OCR of a long document in page ranges (docjobs/domain/ocr_chunks.py): `ocr_chunk` OCRs one range, and `ocr_merge`
-(declared with the other document stages: docjobs/isolation/stage_work.py, `OCR_MERGE`) puts the ranges back into
-the document. Both run on the OCR queue, each attempt under its own lease and in a document child of its own, so a
-cancel or a lost lease kills that chunk's OCRmyPDF as it does the `ocr` stage's.
+"""OCR of a long document in page ranges (docjobs/domain/ocr_page_ranges.py): `ocr_chunk` OCRs one range, and
+`ocr_merge` (declared with the other document stages: docjobs/isolation/stage_work.py, `OCR_MERGE`) puts the ranges
+back into the document. Both run on the OCR queue, each attempt under its own lease and in a document child of its
+own, so a cancel or a lost lease kills that range's OCRmyPDF as it does the `ocr` stage's.
 
 A range resumes where a lost attempt stopped: the child leaves each page's words as a checkpoint as soon as
 Tesseract read them (docjobs/pdf/_ocr_child.py), the worker stores each one as the page progress comes in and names
@@ -29,10 +29,10 @@ from activities.runs import marked_run
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import BlobRef
-from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, PageRange
+from docjobs.domain.ocr_page_ranges import OcrPageRangeInput, OcrPageRangeOutput, PageRange
 from docjobs.isolation import stage_work
 from docjobs.isolation.child_pool import ChildPool
-from docjobs.isolation.chunk_work import OcrChunkWork
+from docjobs.isolation.page_range_work import OcrPageRangeWork
 from docjobs.isolation.tenant_pools import TenantPools
 from docjobs.pdf.ocr import cpus
 from docjobs.store.storage import (
@@ -40,7 +40,7 @@ from docjobs.store.storage import (
     RunScope,
     ocr_checkpoint_key,
     ocr_checkpoints_prefix,
-    ocr_chunk_key,
+    ocr_range_key,
     open_left_dir,
     open_left_file,
 )
@@ -50,15 +50,15 @@ CHECKPOINT_MAX_BYTES = 4 * 1024 * 1024  # a page's hOCR and text; a larger file 
 CHECKPOINTS_DETAIL = "checkpoints"  # the heartbeat detail naming the stored checkpoints
 
 
-class OcrChunkActivities(IsolatedStages):
+class OcrPageRangeActivities(IsolatedStages):
     def __init__(self, store: BlobStore, workdir: Path, pool: ChildPool | TenantPools) -> None:
         super().__init__(store, workdir, pool)
         self._cores = CoreShare(cpus())
 
-    @implements(specs.OCR_CHUNK)
-    def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
+    @implements(specs.OCR_PAGE_RANGE)
+    def ocr_chunk(self, request: OcrPageRangeInput) -> OcrPageRangeOutput:
         with (
-            self._attempt(specs.OCR_CHUNK.name, request) as attempt,
+            self._attempt(specs.OCR_PAGE_RANGE.name, request) as attempt,
             self._cores.joined(attempt.folder / "cpu-share") as share,
         ):
             run = marked_run(self._store)
@@ -71,8 +71,8 @@ class OcrChunkActivities(IsolatedStages):
             done, paths = self._restage(
                 attempt,
                 request,
-                stage_work.OCR_CHUNK,
-                lambda paths: OcrChunkWork(
+                stage_work.OCR_PAGE_RANGE,
+                lambda paths: OcrPageRangeWork(
                     source=paths.source,
                     output=paths.output,
                     workdir=attempt.folder,
@@ -85,10 +85,10 @@ class OcrChunkActivities(IsolatedStages):
                 ),
                 on_progress=lambda done, total: self._store_checkpoints(checkpoints),
             )
-            key = ocr_chunk_key(run, request.pages.first, request.pages.last, attempt.number)
-            chunk = self._put_left(key, paths.output)
-        return OcrChunkOutput(
-            chunk=chunk,
+            key = ocr_range_key(run, request.pages.first, request.pages.last, attempt.number)
+            ocrd = self._put_left(key, paths.output)
+        return OcrPageRangeOutput(
+            chunk=ocrd,
             pages=request.pages,
             pages_ocred=done.pages_ocred,
             pages_deskewed=done.pages_deskewed,

@@ -1,4 +1,4 @@
-"""The document work of OCR in page ranges (docjobs/domain/ocr_chunks.py), run in a document child like every
+"""The document work of OCR in page ranges (docjobs/domain/ocr_page_ranges.py), run in a document child like every
 stage's (`stage_work.ENTRIES` serves them as `ocr_chunk` and `ocr_merge`)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pydantic import Field
 from docjobs.domain.base import Frozen
 from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import DeskewedPage
-from docjobs.domain.ocr_chunks import PageRange
+from docjobs.domain.ocr_page_ranges import PageRange
 from docjobs.domain.policy import OcrPolicy, WatermarkPolicy
 from docjobs.pdf.ocr import page_texts, run_ocr, text_json, tool
-from docjobs.pdf.ocr_chunks import OcrdChunk, cut_chunk, merge_chunks
+from docjobs.pdf.ocr_page_ranges import OcrdRange, cut_page_range, merge_page_ranges
 from docjobs.pdf.stamp import stamp
 
 ProgressFn = Callable[[int, int], None]
@@ -27,9 +27,9 @@ ProgressFn = Callable[[int, int], None]
 RANGE_NICENESS = 5
 
 
-class OcrChunkWork(Frozen):
+class OcrPageRangeWork(Frozen):
     source: Path  # the rendered document (validated by render, its digest checked)
-    output: Path  # the chunk's pages, OCR'd
+    output: Path  # the range's pages, OCR'd
     workdir: Path
     ocr: OcrPolicy
     pages: PageRange
@@ -39,18 +39,18 @@ class OcrChunkWork(Frozen):
     resume: Path | None = None  # an earlier attempt's checkpoints: those pages are not read again
 
 
-class OcrChunkDone(Frozen):
+class OcrPageRangeDone(Frozen):
     pages_ocred: list[int]  # numbered in the whole document, as the lists below
     pages_deskewed: list[DeskewedPage]
     pages_unreadable: list[int]
     pages_resumed: list[int] = Field(default_factory=list)
 
 
-def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
+def ocr_chunk(work: OcrPageRangeWork, progress: ProgressFn) -> OcrPageRangeDone:
     """OCR one page range of the document (in OCRmyPDF's own child, killed with this one), at a lower priority."""
     os.nice(RANGE_NICENESS)  # a fresh child per task: it never serves another one
-    cut = work.workdir / "chunk.pdf"
-    cut_chunk(work.source, cut, work.pages)
+    cut = work.workdir / "range.pdf"
+    cut_page_range(work.source, cut, work.pages)
     offset = work.pages.first - 1
     result = run_ocr(
         cut,
@@ -65,7 +65,7 @@ def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
         checkpoints=work.checkpoints,
         resume=work.resume,
     )
-    return OcrChunkDone(
+    return OcrPageRangeDone(
         pages_ocred=[number + offset for number in result.pages_ocred],
         pages_deskewed=[page.model_copy(update={"page": page.page + offset}) for page in result.pages_deskewed],
         pages_unreadable=[number + offset for number in result.pages_unreadable],
@@ -73,14 +73,14 @@ def ocr_chunk(work: OcrChunkWork, progress: ProgressFn) -> OcrChunkDone:
     )
 
 
-class OcrChunkFile(Frozen):
+class OcrdRangeFile(Frozen):
     pages: PageRange
     path: Path
 
 
 class OcrMergeWork(Frozen):
     source: Path  # the rendered document: its outline, links and page objects are kept
-    chunks: list[OcrChunkFile]
+    ranges: list[OcrdRangeFile]
     output: Path
     text_output: Path  # the searchable text of every page, as JSON
     workdir: Path
@@ -92,9 +92,9 @@ class OcrMergeDone(Frozen):
 
 
 def ocr_merge(work: OcrMergeWork, progress: ProgressFn) -> OcrMergeDone:
-    """The chunks' pages put back into the document, its text extracted, then the watermark stamp (as `ocr`)."""
+    """The ranges' pages put back into the document, its text extracted, then the watermark stamp (as `ocr`)."""
     merged = work.workdir / "merged.pdf"
-    count = merge_chunks(work.source, [OcrdChunk(chunk.pages, chunk.path) for chunk in work.chunks], merged)
+    count = merge_page_ranges(work.source, [OcrdRange(part.pages, part.path) for part in work.ranges], merged)
     progress(0, count)
     work.text_output.write_text(text_json(page_texts(tool("pdftotext"), merged, count, FailureCode.OCR_INVALID_OUTPUT)))
     if work.watermark is None:

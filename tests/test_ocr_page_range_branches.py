@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from docjobs.domain.models import BlobRef, JobRequest, OcrInput, OcrOutput, RenderInput, RenderOutput
-from docjobs.domain.ocr_chunks import OcrChunkInput, OcrChunkOutput, OcrMergeInput, OcrMergeOutput
+from docjobs.domain.ocr_page_ranges import OcrMergeInput, OcrMergeOutput, OcrPageRangeInput, OcrPageRangeOutput
 from docjobs.domain.policy import OcrMode, OcrPolicy, Policy, WatermarkPolicy
 from docjobs.domain.stage_cost import Cost
 from docjobs.domain.states import JobState
@@ -43,11 +43,11 @@ def fake_blob(name: str) -> BlobRef:
 
 
 @dataclass
-class ChunkDoubles(Doubles):
+class PageRangeDoubles(Doubles):
     """The doubles of tests/test_workflow_branches.py, with a render of PAGES pages and the OCR activities;
-    `chunk_behaviour[first page]` runs before that range's double answers."""
+    `range_behaviour[first page]` runs before that range's double answers."""
 
-    chunk_behaviour: dict[int, Callable[[], Awaitable[None]]] = field(default_factory=dict)
+    range_behaviour: dict[int, Callable[[], Awaitable[None]]] = field(default_factory=dict)
 
     @activity.defn(name="render")
     async def render(self, request: RenderInput) -> RenderOutput:
@@ -60,11 +60,11 @@ class ChunkDoubles(Doubles):
         return OcrOutput(staged=request.staged, text=fake_blob("text"), pages_ocred=[1], attempt=attempt)
 
     @activity.defn(name="ocr_chunk")
-    async def ocr_chunk(self, request: OcrChunkInput) -> OcrChunkOutput:
+    async def ocr_chunk(self, request: OcrPageRangeInput) -> OcrPageRangeOutput:
         pages = request.pages
-        self.behaviour[f"ocr_chunk {pages.name}"] = self.chunk_behaviour.get(pages.first, _answer)
+        self.behaviour[f"ocr_chunk {pages.name}"] = self.range_behaviour.get(pages.first, _answer)
         attempt = await self._enter(f"ocr_chunk {pages.name}")
-        return OcrChunkOutput(
+        return OcrPageRangeOutput(
             chunk=fake_blob(pages.name),
             pages=pages,
             pages_ocred=list(range(pages.first, pages.last + 1)),
@@ -89,7 +89,7 @@ async def _answer() -> None:
 @dataclass
 class Harness:
     jobs: JobClient
-    doubles: ChunkDoubles
+    doubles: PageRangeDoubles
     started: list[str] = field(default_factory=list)
     # The queues the requests name for OCR and for the ranges of long documents (None: as a request that does not)
     ocr_task_queue: str | None = None
@@ -142,7 +142,7 @@ async def running_harness(env: Env, folder: Path, *, ocr_queues: bool) -> AsyncI
     client: Client = await connect(env.settings())
     queue = f"chunk-branches-{uuid.uuid4().hex[:8]}"
     settings = env.settings(DOCJOBS_TASK_QUEUE=queue)
-    doubles = ChunkDoubles(settings.blob_store(), folder)
+    doubles = PageRangeDoubles(settings.blob_store(), folder)
     throttle: dict[str, Any] = {
         "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
         "default_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
@@ -172,7 +172,7 @@ async def running_harness(env: Env, folder: Path, *, ocr_queues: bool) -> AsyncI
         made.ocr_task_queue, made.ocr_chunk_task_queue = settings.ocr_task_queue, settings.ocr_chunk_task_queue
     running = [asyncio.create_task(worker.run()) for worker in workers]
     yield made
-    for act in doubles.chunk_behaviour.values():
+    for act in doubles.range_behaviour.values():
         if isinstance(act, Hold):
             act.released.set()
     for job_id in made.started:
@@ -196,7 +196,7 @@ async def ocr_harness(env: Env, tmp_path: Path) -> AsyncIterator[Harness]:
 
 async def test_ranges_run_two_at_once_in_page_order_then_merge(harness: Harness) -> None:
     first, second = Hold(), Hold()
-    harness.doubles.chunk_behaviour.update({1: first, 3: second})
+    harness.doubles.range_behaviour.update({1: first, 3: second})
     job_id = await harness.start()
     await asyncio.wait_for(asyncio.gather(first.started.wait(), second.started.wait()), 60)
     # Both were scheduled by one workflow task; without the cap the third would have been too.
@@ -218,7 +218,7 @@ async def test_ranges_run_two_at_once_in_page_order_then_merge(harness: Harness)
 
 async def test_a_range_that_fails_for_good_cancels_the_running_one_and_fails_the_job(harness: Harness) -> None:
     held = Hold()
-    harness.doubles.chunk_behaviour.update({1: held, 3: failing("ocr.page_unreadable", non_retryable=True)})
+    harness.doubles.range_behaviour.update({1: held, 3: failing("ocr.page_unreadable", non_retryable=True)})
     status = await harness.jobs.ended(await harness.start())
     assert (status.state, status.failure_code) == (JobState.FAILED, "ocr.page_unreadable"), status
     assert held.saw_cancel  # the running range was cancelled (and waited for) before the job ended
@@ -242,7 +242,7 @@ async def test_a_short_scan_is_ocred_while_a_long_one_holds_every_range_slot(ocr
     """The long job's ranges hold every slot of their queue (and, were they on the OCR queue, would hold its
     one slot): the short job's `ocr` starts on the OCR queue and the job succeeds, no range released."""
     first, second = Hold(), Hold()
-    ocr_harness.doubles.chunk_behaviour.update({1: first, 3: second})
+    ocr_harness.doubles.range_behaviour.update({1: first, 3: second})
     long_job = await ocr_harness.start()
     await asyncio.wait_for(asyncio.gather(first.started.wait(), second.started.wait()), 60)
     short_job = await ocr_harness.start(chunk_pages=PAGES)  # one range: the single `ocr` activity
@@ -250,14 +250,14 @@ async def test_a_short_scan_is_ocred_while_a_long_one_holds_every_range_slot(ocr
     assert status.state is JobState.SUCCEEDED, status
     assert not (first.released.is_set() or second.released.is_set())
     assert (await ocr_harness.jobs.status(long_job)).state is JobState.PROCESSING
-    ocr_queue, chunk_queue = ocr_harness.ocr_task_queue, ocr_harness.ocr_chunk_task_queue
+    ocr_queue, range_queue = ocr_harness.ocr_task_queue, ocr_harness.ocr_chunk_task_queue
     assert (await ocr_harness.activity_queues(short_job))["ocr"] == {ocr_queue}
     first.released.set()
     second.released.set()
     status = await asyncio.wait_for(ocr_harness.jobs.ended(long_job), 60)
     assert status.state is JobState.SUCCEEDED, status
     scheduled = await ocr_harness.activity_queues(long_job)
-    assert (scheduled["ocr_chunk"], scheduled["ocr_merge"]) == ({chunk_queue}, {chunk_queue})
+    assert (scheduled["ocr_chunk"], scheduled["ocr_merge"]) == ({range_queue}, {range_queue})
     await replays(ocr_harness, long_job)
 
 
