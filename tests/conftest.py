@@ -44,6 +44,7 @@ from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 from tests.fault_worker import Hold
 from tests.fixtures.samples import make_sample_pdf
+from tests.module_seconds import module_of, module_seconds
 
 pytest_plugins = ("tests.ci_skips", "tests.time_budgets")  # under CI=true a skip fails the run; markers' time budgets
 REPO = Path(__file__).resolve().parent.parent
@@ -53,6 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 LEASE_SECONDS = 3
+NOTIFY_RETRY_SECONDS = 0.2  # a failed callback is tried again after 0.2, 0.4, ... 3.2 s: 6.2 s in all, not 31
 
 
 BUCKET = "docjobs-test"
@@ -94,22 +96,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def group_by_module(config: pytest.Config, items: list[pytest.Item]) -> None:
     """One pytest-xdist group a module (SHARED_GROUPS: some together), the groups handed out longest first, by the
-    times of the last run (or EXPECTED_SECONDS), so that no worker is left with a long module once the rest are done.
-    Deterministic: every worker must collect the same order."""
+    times of the last run, or in a fresh clone those of tests/module_seconds.json (or EXPECTED_SECONDS), so that
+    no worker is left with a long module once the rest are done. Deterministic: every worker must collect the same
+    order."""
     from tests.time_budgets import CACHE_KEY  # imported here: as a module of pytest_plugins it is imported after this
 
     cache = getattr(config, "cache", None)  # None under `-p no:cacheprovider`
     timed: dict[str, float] = cache.get(CACHE_KEY, {}) if cache is not None else {}
+    recorded = module_seconds()
     groups: dict[str, list[pytest.Item]] = {}
+    modules: dict[str, list[pytest.Item]] = {}
     for item in items:
-        module = Path(item.nodeid.split("::")[0]).stem
+        module = module_of(item.nodeid)
         group = SHARED_GROUPS.get(module, module)
         item.add_marker(pytest.mark.xdist_group(group))
         groups.setdefault(group, []).append(item)
+        modules.setdefault(module, []).append(item)
 
     def expected(item: pytest.Item) -> float:
-        kind = next(kind for kind in KINDS if item.get_closest_marker(kind))
-        return float(timed.get(item.nodeid, EXPECTED_SECONDS[kind]))
+        if item.nodeid in timed:
+            return float(timed[item.nodeid])
+        module = module_of(item.nodeid)
+        if module in recorded:
+            return recorded[module] / len(modules[module])
+        return EXPECTED_SECONDS[next(kind for kind in KINDS if item.get_closest_marker(kind))]
 
     longest_first = sorted(groups.values(), key=lambda tests: -sum(map(expected, tests)))
     items[:] = [item for tests in longest_first for item in tests]
@@ -216,6 +226,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             "DOCJOBS_STAGE_BASE_SECONDS": "120",
             "DOCJOBS_STAGE_PER_PAGE_SECONDS": "5",
             "DOCJOBS_MAX_ATTEMPTS": "4",
+            "DOCJOBS_NOTIFY_RETRY_SECONDS": str(NOTIFY_RETRY_SECONDS),
             "DOCJOBS_TASK_QUEUE": "docjobs-test",
         }
     )

@@ -317,6 +317,7 @@ def test_settings_keep_their_names_and_defaults(tmp_path: Path) -> None:
         "per_page_seconds": 10.0,
         "ocr_per_page_seconds": 60.0,
         "max_attempts": 5,
+        "notify_retry_seconds": 1.0,
     }
     assert settings.storage_url == (tmp_path / "blobs").as_uri() and settings.tenants_file == tmp_path / "tenants.json"
     assert settings.metrics_port is None and settings.ocr_activity_threads == settings.activity_threads >= 2

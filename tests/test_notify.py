@@ -52,7 +52,7 @@ from docjobs.settings.webhooks import (
     sign,
 )
 from docjobs.temporal.client import JobClient, connect
-from tests.conftest import REPO, Env, run_starter, wait_terminal
+from tests.conftest import NOTIFY_RETRY_SECONDS, REPO, Env, run_starter, wait_terminal
 
 PUBLIC_V4 = ipaddress.ip_address("93.184.215.14")  # only ever a resolver's answer: never connected to
 SECRET = "test-secret"
@@ -525,6 +525,16 @@ async def test_a_redirecting_callback_fails_without_saying_why_and_does_not_chan
     assert [e["failure_code"] for e in failures] == ["notify.failed"]
     told = json.dumps(failures)  # what the tenant could learn: the same code and message whatever went wrong
     assert not re.search(r"3xx|redirect|refused|Location|127\.0\.0\.1|/hook", told)
+    # tried again after the deployment's first wait (DOCJOBS_NOTIFY_RETRY_SECONDS), fixed in the job at acceptance
+    history = await jobs.handle(submitted.job_id).fetch_history()
+    scheduled = [
+        event.activity_task_scheduled_event_attributes
+        for event in history.events
+        if event.activity_task_scheduled_event_attributes.activity_type.name == "notify"
+    ]
+    assert [attributes.retry_policy.initial_interval.ToTimedelta() for attributes in scheduled] == [
+        datetime.timedelta(seconds=NOTIFY_RETRY_SECONDS)
+    ]
 
 
 # ---- notify on threads of its own ------------------------------------------------------------------------------------

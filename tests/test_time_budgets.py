@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import KINDS, REPO
+from tests.module_seconds import module_seconds
 from tests.time_budgets import CACHE_KEY, Budget, parse_budgets, plain_nodeid
 
 SLOW = 0.5  # what the tiny slow test sleeps: it takes at least that long on any machine
@@ -89,3 +90,21 @@ def test_a_group_suffix_is_not_part_of_the_test() -> None:
     assert plain_nodeid("tests/test_a.py::test_b@test_a") == "tests/test_a.py::test_b"
     assert plain_nodeid("tests/test_a.py::test_b[x@y]") == "tests/test_a.py::test_b[x@y]"
     assert plain_nodeid("tests/test_a.py::test_b[x@y]@mallory") == "tests/test_a.py::test_b[x@y]"
+
+
+def test_a_fresh_clone_orders_its_modules_by_their_recorded_seconds() -> None:
+    """With no pytest cache, a module of one long test (test_hostile_jobs) goes before one of many shorter ones
+    (test_office, whose tests each count more than the other's one while nothing is recorded)."""
+    recorded = module_seconds()
+    assert recorded["test_hostile_jobs"] > recorded["test_office"]
+    assert {name for name in recorded} <= {path.stem for path in (REPO / "tests").glob("test_*.py")}  # none stale
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", "--dist", "loadgroup"]
+    done = subprocess.run(
+        [*command, "tests/test_office.py", "tests/test_hostile_jobs.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    modules = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+    assert modules and modules[0] == "tests/test_hostile_jobs.py", done.stdout

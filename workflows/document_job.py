@@ -84,7 +84,7 @@ WRAP_UP_TIMEOUT = timedelta(minutes=2)  # one attempt of `evidence` or `cleanup`
 RESOLVE_TIMEOUT = timedelta(minutes=5)  # a policy look-up and one copy of the source within the store
 CALLER_WAIT_ENDED = CALLER_WAIT_ENDED_SIGNAL  # a caller's poll budget ended (history only, not an outcome)
 NOTIFY_TIMEOUT = timedelta(seconds=30)
-NOTIFY_ATTEMPTS = 6  # bounded: about a minute of backoff, then the failure is recorded
+NOTIFY_ATTEMPTS = 6  # bounded: 31 s of backoff at the default 1 s first wait, then the failure is recorded
 
 
 def stage_summary(stage: Stage, mode: WatermarkMode, pages: int) -> str:
@@ -279,7 +279,8 @@ class DocumentJobWorkflow:
                 task_queue=self._request.notify_task_queue,  # its own queue and threads (None: older jobs)
                 start_to_close_timeout=NOTIFY_TIMEOUT,
                 retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
+                    # fixed at acceptance (1 s in a request recorded before the setting existed)
+                    initial_interval=timedelta(seconds=self._request.timing.notify_retry_seconds),
                     backoff_coefficient=2.0,
                     maximum_interval=timedelta(seconds=60),
                     maximum_attempts=NOTIFY_ATTEMPTS,

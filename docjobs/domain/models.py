@@ -65,6 +65,8 @@ class ActivityTiming(Frozen):
     per_page_seconds: float = Field(default=10.0, gt=0)
     ocr_per_page_seconds: float = Field(default=60.0, gt=0)
     max_attempts: int = Field(default=5, ge=1)
+    # The first wait before a failed delivery to the tenant's callback is tried again (doubling, at most 60 s).
+    notify_retry_seconds: float = Field(default=1.0, gt=0)
 
 
 class InputKind(StrEnum):

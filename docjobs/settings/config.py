@@ -96,6 +96,7 @@ class Environment(BaseSettings):
     stage_per_page_seconds: float = 10.0
     ocr_per_page_seconds: float = 60.0
     max_attempts: int = 5
+    notify_retry_seconds: float = Field(default=1.0, gt=0)
     activity_threads: int = Field(default_factory=lambda: max(2, os.cpu_count() or 2))
     ocr_activity_threads: int | None = None  # None: as many as the general queue's
     ocr_chunk_threads: int | None = None  # None: as many as the OCR queue's
@@ -334,6 +335,7 @@ class Settings:
                 per_page_seconds=env.stage_per_page_seconds,
                 ocr_per_page_seconds=env.ocr_per_page_seconds,
                 max_attempts=env.max_attempts,
+                notify_retry_seconds=env.notify_retry_seconds,
             ),
             ocr_activity_threads=env.ocr_activity_threads or env.activity_threads,
             ocr_chunk_threads=env.ocr_chunk_threads or env.ocr_activity_threads or env.activity_threads,
