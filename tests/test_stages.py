@@ -159,8 +159,9 @@ WIRE = {
     # `document_salt`, an addition with a default (None in an old batch's request: its documents keep their keys).
     # Then the batch pins its own policy: the request's `policy_name` (added, None in an old request), its `policy`
     # and `deadline_seconds` defaulted to None (an old request has both), and the step's `pin` (None from older code:
-    # the request's policy is the pin).
-    "start_batch_documents": ("6ba99b6c66595537", "5603494387f42eb6"),
+    # the request's policy is the pin). Then the timing's `notify_retry_seconds`, an addition with a default (1 s, the
+    # backoff a request recorded before it was scheduled with).
+    "start_batch_documents": ("7d72e29aa9e3b9bf", "5603494387f42eb6"),
     "pin_batch_policy": ("958aaca1aaa8ff4e", "93ae5b355214694c"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),
