@@ -47,7 +47,7 @@ from harness import children_cpu_seconds, dev_server_env, median_ms
 from pydantic import BaseModel
 
 from docjobs.domain.models import ReleaseGateSettings, RenderSettings, VerifySettings
-from docjobs.domain.policy import LimitsPolicy, SanitizePolicy, WatermarkPolicy
+from docjobs.domain.policy import SanitizePolicy, WatermarkPolicy
 from docjobs.domain.stage_cost import CpuBudget
 from docjobs.domain.states import JobState
 from docjobs.isolation import gate_work
@@ -78,13 +78,7 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
         source=document,
         output=rendered,
         workdir=folder,
-        settings=RenderSettings(
-            watermark=WatermarkPolicy(text="CONFIDENTIAL"),
-            max_pages=2000,
-            allow_signed_input=False,
-            sanitize=SanitizePolicy(),
-            limits=LimitsPolicy(),
-        ),
+        settings=RenderSettings(watermark=WatermarkPolicy(text="CONFIDENTIAL"), max_pages=2000),
     )
     ENTRIES["render"].run(render, lambda done, total: None)
     key = ReleaseSigner(signer)  # the worker's half: the child prepares, the worker signs
@@ -107,11 +101,7 @@ def stage_orders(folder: Path, pages: int) -> dict[str, BaseModel]:
         workdir=folder,
         trust=TrustAnchors.of(signer),
         settings=VerifySettings(
-            text_layer_kept=True,
-            redact=None,
-            watermark_text="CONFIDENTIAL",
-            pages_may_turn=False,
-            sanitize=SanitizePolicy(),
+            text_layer_kept=True, watermark_text="CONFIDENTIAL", pages_may_turn=False, sanitize=SanitizePolicy()
         ),
     )
     return {"render": render, "sign": sign, "verify": verify}

@@ -44,7 +44,7 @@ def _seconds(action: Callable[[], object]) -> tuple[float, float]:
 def one_run(pages: int, folder: Path, *, redaction_gate: bool) -> dict[str, float]:
     """Render, sign and verify once, in this process, with the code on `sys.path`."""
     from docjobs.domain.models import RenderSettings, VerifySettings
-    from docjobs.domain.policy import LimitsPolicy, SanitizePolicy, WatermarkPolicy
+    from docjobs.domain.policy import SanitizePolicy, WatermarkPolicy
     from docjobs.isolation.stage_work import RenderWork, VerifyWork, render, verify
     from docjobs.pdf.fidelity import check_fidelity
     from docjobs.pdf.sanitize import check_no_active_content
@@ -62,13 +62,7 @@ def one_run(pages: int, folder: Path, *, redaction_gate: bool) -> dict[str, floa
         source=source,
         output=rendered,
         workdir=folder / "render",
-        settings=RenderSettings(
-            watermark=WatermarkPolicy(text="CONFIDENTIAL"),
-            max_pages=pages,
-            allow_signed_input=False,
-            sanitize=SanitizePolicy(),
-            limits=LimitsPolicy(),
-        ),
+        settings=RenderSettings(watermark=WatermarkPolicy(text="CONFIDENTIAL"), max_pages=pages),
     )
     times: dict[str, float] = {}
     times["render"], times["render_cpu"] = _seconds(lambda: render(render_work, lambda done, total: None))
@@ -81,11 +75,7 @@ def one_run(pages: int, folder: Path, *, redaction_gate: bool) -> dict[str, floa
         trust=TrustAnchors.of(signer),
         tenant="bench",
         settings=VerifySettings(
-            text_layer_kept=True,
-            redact=None,
-            watermark_text="CONFIDENTIAL",
-            pages_may_turn=False,
-            sanitize=SanitizePolicy(),
+            text_layer_kept=True, watermark_text="CONFIDENTIAL", pages_may_turn=False, sanitize=SanitizePolicy()
         ),
     )
     times["verify"], times["verify_cpu"] = _seconds(lambda: verify(verify_work, lambda done, total: None))

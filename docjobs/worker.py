@@ -23,7 +23,7 @@ import tomllib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -163,15 +163,15 @@ def create_workers(
     """One worker per served task queue: `general` runs the job workflow (with its local activities) and the
     light stages, `notify` (beside `general`) the tenant callbacks, `ocr` the OCR stage and (beside it, with
     slots of its own) the page ranges of long documents, `batch` the batch workflow and its steps. See `serving`."""
-    common = worker_options(client, settings)
+    parts = WorkerParts(client, settings, threads, worker_options(client, settings))
     served = stage_activities(settings, pools)
     workers = []
     if "general" in served:
-        workers += general_workers(client, settings, served["general"], threads, common)
+        workers += parts.general_workers(served["general"])
     if "ocr" in served:
-        workers += ocr_workers(client, settings, served["ocr"], threads, common)
+        workers += parts.ocr_workers(served["ocr"])
     if "batch" in queues:
-        workers.append(batch_worker(client, settings, common))
+        workers.append(parts.batch_worker())
     return workers
 
 
@@ -187,91 +187,77 @@ def worker_options(client: Client, settings: TemporalSettings) -> dict[str, Any]
     }
 
 
-def general_workers(
-    client: Client,
-    settings: TemporalSettings,
-    served: list[Callable[..., Any]],
-    threads: dict[str, ThreadPoolExecutor],
-    common: dict[str, Any],
-) -> list[Worker]:
-    """The job workflow with the light stages, and the tenant callbacks on a queue of their own."""
-    jobs = Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=[DocumentJobWorkflow],
-        workflow_runner=workflow_runner(),
-        activities=served,
-        activity_executor=threads["general"],
-        max_concurrent_activities=settings.activity_threads,
-        max_concurrent_local_activities=WRAP_UP_SLOTS,
-        **common,
-    )
-    # `notify` is registered on the general queue too, for the jobs accepted before it had its own queue.
-    notify = [function for function in served if activity_name(function) == specs.NOTIFY.name]
-    return [jobs, _activity_worker(client, settings.notify_task_queue, notify, threads["notify"], NOTIFY_SLOTS, common)]
+@dataclass(frozen=True)
+class WorkerParts:
+    """What the workers of one process are made of: the client, the settings, each queue's threads (by name) and
+    the options every stage queue's worker shares."""
 
+    client: Client
+    settings: TemporalSettings
+    threads: dict[str, ThreadPoolExecutor]
+    common: dict[str, Any]
 
-def ocr_workers(
-    client: Client,
-    settings: TemporalSettings,
-    served: list[Callable[..., Any]],
-    threads: dict[str, ThreadPoolExecutor],
-    common: dict[str, Any],
-) -> list[Worker]:
-    """The OCR stage, and a long document's page ranges with slots of their own, so that they never hold every
-    slot of the OCR queue while a short document's `ocr` waits (docs/ocr.md, "Fair across jobs")."""
-    return [
-        _activity_worker(
-            client, settings.ocr_task_queue, served, threads["ocr"], settings.ocr_activity_threads, common
-        ),
-        _activity_worker(
-            client,
-            settings.ocr_chunk_task_queue,
-            page_range_activities(served),
-            threads["ocr_chunks"],
-            settings.ocr_chunk_threads,
-            common,
-        ),
-    ]
+    def general_workers(self, served: list[Callable[..., Any]]) -> list[Worker]:
+        """The job workflow with the light stages, and the tenant callbacks on a queue of their own."""
+        jobs = Worker(
+            self.client,
+            task_queue=self.settings.task_queue,
+            workflows=[DocumentJobWorkflow],
+            workflow_runner=workflow_runner(),
+            activities=served,
+            activity_executor=self.threads["general"],
+            max_concurrent_activities=self.settings.activity_threads,
+            max_concurrent_local_activities=WRAP_UP_SLOTS,
+            **self.common,
+        )
+        # `notify` is registered on the general queue too, for the jobs accepted before it had its own queue.
+        notify = [function for function in served if activity_name(function) == specs.NOTIFY.name]
+        return [jobs, self.activity_worker(self.settings.notify_task_queue, notify, "notify", NOTIFY_SLOTS)]
 
+    def ocr_workers(self, served: list[Callable[..., Any]]) -> list[Worker]:
+        """The OCR stage, and a long document's page ranges with slots of their own, so that they never hold every
+        slot of the OCR queue while a short document's `ocr` waits (docs/ocr.md, "Fair across jobs")."""
+        return [
+            self.activity_worker(self.settings.ocr_task_queue, served, "ocr", self.settings.ocr_activity_threads),
+            self.activity_worker(
+                self.settings.ocr_chunk_task_queue,
+                page_range_activities(served),
+                "ocr_chunks",
+                self.settings.ocr_chunk_threads,
+            ),
+        ]
 
-def _activity_worker(
-    client: Client,
-    task_queue: str,
-    activities: list[Callable[..., Any]],
-    threads: ThreadPoolExecutor,
-    slots: int,
-    common: dict[str, Any],
-) -> Worker:
-    """A worker of activities only, on `task_queue`: as many slots as threads are set aside for it."""
-    return Worker(
-        client,
-        task_queue=task_queue,
-        activities=activities,
-        activity_executor=threads,
-        max_concurrent_activities=slots,
-        **common,
-    )
+    def activity_worker(
+        self, task_queue: str, activities: list[Callable[..., Any]], threads: str, slots: int
+    ) -> Worker:
+        """A worker of activities only, on `task_queue`: as many slots as the threads set aside for it."""
+        return Worker(
+            self.client,
+            task_queue=task_queue,
+            activities=activities,
+            activity_executor=self.threads[threads],
+            max_concurrent_activities=slots,
+            **self.common,
+        )
 
-
-def batch_worker(client: Client, settings: TemporalSettings, common: dict[str, Any]) -> Worker:
-    """The batch workflow and its steps (through the job client: no document child)."""
-    batch = BatchActivities(JobClient(client, settings), settings)
-    return Worker(
-        client,
-        task_queue=batch_task_queue(settings),
-        workflows=[DocumentBatchWorkflow],
-        workflow_runner=workflow_runner(),
-        activities=[
-            batch.pin_policy,
-            batch.start_documents,
-            batch.await_jobs,
-            batch.cancel_jobs,
-            batch.record_outcomes,
-        ],
-        max_concurrent_activities=BATCH_SLOTS,
-        graceful_shutdown_timeout=common["graceful_shutdown_timeout"],
-    )
+    def batch_worker(self) -> Worker:
+        """The batch workflow and its steps (through the job client: no document child)."""
+        batch = BatchActivities(JobClient(self.client, self.settings), self.settings)
+        return Worker(
+            self.client,
+            task_queue=batch_task_queue(self.settings),
+            workflows=[DocumentBatchWorkflow],
+            workflow_runner=workflow_runner(),
+            activities=[
+                batch.pin_policy,
+                batch.start_documents,
+                batch.await_jobs,
+                batch.cancel_jobs,
+                batch.record_outcomes,
+            ],
+            max_concurrent_activities=BATCH_SLOTS,
+            graceful_shutdown_timeout=self.common["graceful_shutdown_timeout"],
+        )
 
 
 @asynccontextmanager

@@ -16,7 +16,7 @@ import pytest
 
 from docjobs.domain.errors import DocJobError
 from docjobs.domain.models import RenderDone, RenderSettings, VerifyDone, VerifySettings
-from docjobs.domain.policy import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
+from docjobs.domain.policy import SanitizePolicy, WatermarkMode, WatermarkPolicy
 from docjobs.isolation.stage_work import RenderWork, SignWork, VerifyWork, render, sign, verify
 from docjobs.pdf.inspect import Encryption, inspect_pdf
 from docjobs.pdf.watermark import STAMP_BAND, watermark_structure
@@ -46,9 +46,6 @@ def _render(source: Path, output: Path, workdir: Path, *, refuse_encrypted: bool
         settings=RenderSettings(
             watermark=WatermarkPolicy(text=STAMP, mode=WatermarkMode.STRUCTURE),
             max_pages=10,
-            allow_signed_input=False,
-            sanitize=SanitizePolicy(),
-            limits=LimitsPolicy(),
             refuse_encrypted=refuse_encrypted,
         ),
     )

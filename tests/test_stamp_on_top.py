@@ -11,7 +11,7 @@ from pikepdf import Array, Dictionary, Name, String
 from PIL import Image
 
 from docjobs.domain.models import RenderSettings
-from docjobs.domain.policy import LimitsPolicy, SanitizePolicy, WatermarkMode, WatermarkPolicy
+from docjobs.domain.policy import WatermarkMode, WatermarkPolicy
 from docjobs.isolation.stage_work import RenderWork, render
 from docjobs.pdf.watermark import GRAY, OPACITY, STAMP_BAND
 from tests.fixtures import realworld
@@ -52,13 +52,7 @@ def rendered(source: Path, tmp_path: Path) -> Path:
         source=source,
         output=out,
         workdir=tmp_path,
-        settings=RenderSettings(
-            watermark=WatermarkPolicy(text=STAMP, mode=WatermarkMode.STRUCTURE),
-            max_pages=10,
-            allow_signed_input=False,
-            sanitize=SanitizePolicy(),
-            limits=LimitsPolicy(),
-        ),
+        settings=RenderSettings(watermark=WatermarkPolicy(text=STAMP, mode=WatermarkMode.STRUCTURE), max_pages=10),
     )
     render(work, lambda done, total: None)
     return out

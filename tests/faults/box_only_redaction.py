@@ -6,22 +6,14 @@ from __future__ import annotations
 import pikepdf
 
 from docjobs.isolation.stage_work import ENTRIES
-from docjobs.pdf.budgets import DEFAULT_BUDGETS, Budgets
+from docjobs.pdf.budgets import Budgets
 from docjobs.pdf.redaction import redact
 from docjobs.pdf.redaction.content import ContentRemoval
-from docjobs.pdf.redaction.layout import MaskLayout
 from docjobs.pdf.redaction.regions import Rect
 
 
-def remove_nothing(
-    pdf: pikepdf.Pdf,
-    page_number: int,
-    regions: list[Rect],
-    *,
-    aims: list[Rect] | None = None,
-    budgets: Budgets = DEFAULT_BUDGETS,
-    layout: MaskLayout | None = None,
-) -> ContentRemoval:
+def remove_nothing(*_: object, **__: object) -> ContentRemoval:
+    """Whatever page and regions it is asked for: nothing removed."""
     return ContentRemoval(glyphs_removed=0, images_redacted=0)
 
 
