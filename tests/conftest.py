@@ -48,6 +48,7 @@ from tests.module_seconds import module_of, module_seconds
 
 pytest_plugins = ("tests.ci_skips", "tests.time_budgets")  # under CI=true a skip fails the run; markers' time budgets
 REPO = Path(__file__).resolve().parent.parent
+FAULT_WORKER = REPO / "tests" / "fault_worker.py"  # worker.py with one stage replaced by a double (DOCJOBS_FAULT)
 # A suite started in the background by a script (`make test &`, a CI runner's job) inherits SIGINT ignored, and so
 # would every command, server and worker it starts: the tests that interrupt one (exit 130, as Ctrl-C does) would
 # then wait for nothing. A handler here is reset to the default in every process the suite starts.
@@ -425,7 +426,5 @@ class HeldQueue:
 def held(env: Env, start_worker: StartWorker, tmp_path_factory: pytest.TempPathFactory) -> HeldQueue:
     folder = tmp_path_factory.mktemp("holds")
     queue = "docjobs-held"
-    start_worker(
-        queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="hold-render", DOCJOBS_HOLD_DIR=str(folder)
-    )
+    start_worker(queue, script=FAULT_WORKER, DOCJOBS_FAULT="hold-render", DOCJOBS_HOLD_DIR=str(folder))
     return HeldQueue(queue, folder, env)

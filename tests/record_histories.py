@@ -29,7 +29,7 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, Submitted, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.poller import WaitEnd, wait_for_job
-from tests.conftest import REPO, Env, WorkerProcess, free_port
+from tests.conftest import FAULT_WORKER, REPO, Env, WorkerProcess, free_port
 from tests.fixtures.policy_files import named
 from tests.fixtures.samples import make_garbage, make_sample_pdf
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_pdf
@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
                     folder / "held.log",
                     "--queue",
                     "general",
-                    script=REPO / "tests" / "fault_worker.py",
+                    script=FAULT_WORKER,
                     DOCJOBS_FAULT="hold-render",
                 )
             )

@@ -39,7 +39,7 @@ from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.store.storage import copy_left_file, job_prefix
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.poller import validate_history
-from tests.conftest import REPO, Env, StartWorker, WorkerProcess, wait_terminal
+from tests.conftest import FAULT_WORKER, REPO, Env, StartWorker, WorkerProcess, wait_terminal
 from tests.faults.compromised_child import DAEMON_MARKER, LOG_FOLDER, PLAN_PREFIX
 from tests.faults.compromised_release import PLAN_PREFIX as RELEASE_PLAN_PREFIX
 from tests.fixtures.samples import make_sample_pdf
@@ -57,7 +57,7 @@ NPROC = 128  # the sandbox's process limit (docjobs.isolation.confine.Confinemen
 def attacked_worker(start_worker: StartWorker) -> WorkerProcess:
     return start_worker(
         QUEUE,
-        script=REPO / "tests" / "fault_worker.py",
+        script=FAULT_WORKER,
         DOCJOBS_FAULT="compromised-child",
         AWS_SECRET_ACCESS_KEY=CANARY,
         DOCJOBS_CODEC_TOKEN=CANARY,
@@ -271,7 +271,7 @@ RELEASE_QUEUE = "docjobs-compromised-release"
 @pytest.fixture(scope="module")
 def release_attacker(start_worker: StartWorker) -> WorkerProcess:
     """A worker whose render, sign and verify do what the document plans (tests/faults/compromised_release.py)."""
-    return start_worker(RELEASE_QUEUE, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="compromised-release")
+    return start_worker(RELEASE_QUEUE, script=FAULT_WORKER, DOCJOBS_FAULT="compromised-release")
 
 
 @pytest.mark.parametrize(

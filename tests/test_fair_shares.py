@@ -30,7 +30,7 @@ from docjobs.store.storage import owner_marker_key, source_key
 from docjobs.store.templates import zip_folder
 from docjobs.temporal.batches import BatchClient
 from docjobs.temporal.client import JobClient, connect
-from tests.conftest import REPO, Env, StartWorker, serving_app
+from tests.conftest import FAULT_WORKER, Env, StartWorker, serving_app
 from tests.fault_worker import Hold
 from tests.fixtures.generate_samples import invoice_data, invoice_template
 from tests.test_api import pdf_bytes
@@ -77,7 +77,7 @@ async def fair(env: Env, start_worker: StartWorker, tmp_path_factory: pytest.Tem
     queue = f"docjobs-fair-{uuid.uuid4().hex[:6]}"
     start_worker(
         queue,
-        script=REPO / "tests" / "fault_worker.py",
+        script=FAULT_WORKER,
         DOCJOBS_FAULT="hold-render",
         DOCJOBS_HOLD_DIR=str(holds),
         DOCJOBS_ACTIVITY_THREADS=str(STAGE_THREADS),

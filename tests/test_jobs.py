@@ -13,7 +13,7 @@ from docjobs.domain.states import JobState
 from docjobs.store.storage import RUNS_FOLDER, job_prefix, source_key
 from docjobs.temporal.client import JobClient
 from tests.conftest import (
-    REPO,
+    FAULT_WORKER,
     Env,
     HeldQueue,
     StartWorker,
@@ -193,9 +193,8 @@ async def test_cancel_request_ends_canceled(jobs: JobClient, env: Env, held: Hel
 def holding_worker(start_worker: StartWorker, queue: str, folder: Path, *extra_args: str) -> WorkerProcess:
     """A worker on `queue` whose render holds (renewing its lease) until released: one to kill mid-stage."""
     folder.mkdir(exist_ok=True)
-    fault_worker = REPO / "tests" / "fault_worker.py"
     return start_worker(
-        queue, *extra_args, script=fault_worker, DOCJOBS_FAULT="hold-render", DOCJOBS_HOLD_DIR=str(folder)
+        queue, *extra_args, script=FAULT_WORKER, DOCJOBS_FAULT="hold-render", DOCJOBS_HOLD_DIR=str(folder)
     )
 
 

@@ -16,7 +16,7 @@ import yaml
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
-from tests.conftest import REPO, Env, StartWorker, free_port, wait_terminal
+from tests.conftest import FAULT_WORKER, REPO, Env, StartWorker, free_port, wait_terminal
 from tests.fault_worker import Hold
 from tests.fixtures.samples import truncate_pdf
 from tests.test_jobs import holding_worker
@@ -119,9 +119,7 @@ async def test_a_retried_attempt_is_in_the_cost(
     """render's first attempt works, then fails (retried); the job's cost counts both attempts, and so does
     the stage's CPU histogram, by outcome."""
     queue, port = "docjobs-metrics-flaky", free_port()
-    start_worker(
-        queue, "--metrics-port", str(port), script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="flaky-render"
-    )
+    start_worker(queue, "--metrics-port", str(port), script=FAULT_WORKER, DOCJOBS_FAULT="flaky-render")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     submitted = await on_queue.submit(samples / "sample.pdf", "standard", key="metrics-flaky")
     status = await wait_terminal(jobs, submitted.job_id)
@@ -147,7 +145,7 @@ async def test_fidelity_failures_are_counted_by_check(
     jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker
 ) -> None:
     queue, port = "docjobs-metrics-faulty", free_port()
-    start_worker(queue, "--metrics-port", str(port), script=REPO / "tests" / "fault_worker.py")
+    start_worker(queue, "--metrics-port", str(port), script=FAULT_WORKER)
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     submitted = await on_queue.submit(samples / "sample.pdf", "standard", key="metrics-faulty")
     assert (await wait_terminal(jobs, submitted.job_id)).failure_code == "fidelity.page_count"

@@ -13,7 +13,7 @@ from docjobs.domain.states import JobState, Stage
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
-from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
+from tests.conftest import FAULT_WORKER, Env, StartWorker, run_starter, wait_terminal
 from tests.fixtures.scans import KNOWN_WORDS, make_scan_jpeg, make_scan_pdf, make_scan_tiff
 from tests.ocr_sessions import call_processes
 from tests.test_jobs import job_files
@@ -108,7 +108,7 @@ async def test_worker_killed_during_ocr_another_finishes(
     jobs: JobClient, env: Env, policies: PolicyBook, start_worker: StartWorker, tmp_path: Path
 ) -> None:
     queue = "docjobs-ocr-kill"
-    doomed = start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="none")  # real stages
+    doomed = start_worker(queue, script=FAULT_WORKER, DOCJOBS_FAULT="none")  # real stages
     source = tmp_path / "kill-scan.pdf"
     make_scan_pdf(source, words_for(3), ["upright"] * 3)
     submitted = await JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue)).submit(

@@ -26,7 +26,7 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.store.storage import job_prefix, sha256_file
 from docjobs.temporal.client import JobClient
 from docjobs.temporal.converter import data_converter
-from tests.conftest import REPO, Env, StartWorker, wait_terminal
+from tests.conftest import FAULT_WORKER, Env, StartWorker, wait_terminal
 from tests.fault_worker import Hold
 from tests.fixtures.policy_files import named
 from tests.fixtures.scans import make_scan_pdf
@@ -117,7 +117,7 @@ async def test_a_worker_killed_mid_stage_costs_only_its_chunk(
     holds.mkdir()
     doomed = start_worker(
         queue,
-        script=REPO / "tests" / "fault_worker.py",
+        script=FAULT_WORKER,
         DOCJOBS_FAULT="hold-ocr-chunk",
         DOCJOBS_HOLD_DIR=str(holds),
         DOCJOBS_HOLD_CHUNK=str(HELD),
@@ -213,7 +213,7 @@ async def test_a_range_resumes_after_the_pages_its_lost_attempt_read(
     holds.mkdir()
     doomed = start_worker(
         queue,
-        script=REPO / "tests" / "fault_worker.py",
+        script=FAULT_WORKER,
         DOCJOBS_FAULT="hold-ocr-checkpoint" if loss == "killed" else "fail-ocr-checkpoint",
         DOCJOBS_HOLD_DIR=str(holds),
         DOCJOBS_HOLD_CHUNK=str(HELD),
@@ -259,7 +259,7 @@ async def test_cancel_stops_every_running_chunk(
     holds.mkdir()
     start_worker(
         queue,
-        script=REPO / "tests" / "fault_worker.py",
+        script=FAULT_WORKER,
         DOCJOBS_FAULT="hold-ocr-chunk",
         DOCJOBS_HOLD_DIR=str(holds),
         DOCJOBS_HOLD_CHUNK="1",

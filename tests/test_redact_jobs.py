@@ -16,7 +16,7 @@ from docjobs.signing.evidence import envelope_evidence
 from docjobs.store.storage import TEXT_BLOB, beside
 from docjobs.temporal.client import JobClient
 from tests.ci_skips import needs_tools
-from tests.conftest import REPO, Env, StartWorker, history_payload_text, run_starter, wait_terminal
+from tests.conftest import FAULT_WORKER, Env, StartWorker, history_payload_text, run_starter, wait_terminal
 from tests.fixtures.jbig2 import make_jbig2_behind_values
 from tests.fixtures.policy_files import named
 from tests.fixtures.redact_fallback import FALLBACK_FIXTURES
@@ -183,7 +183,7 @@ async def test_box_only_redactor_is_caught_by_the_gate(
     jobs: JobClient, env: Env, policies: PolicyBook, start_worker: StartWorker, tmp_path: Path
 ) -> None:
     queue = "docjobs-box-only"
-    start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="box-only-redaction")
+    start_worker(queue, script=FAULT_WORKER, DOCJOBS_FAULT="box-only-redaction")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     make_plain(source := tmp_path / "plain.pdf")
     submitted = await on_queue.submit(source, "external", key="redact-box-only")

@@ -16,7 +16,7 @@ from docjobs.signing.config import cert_pem, key_pem
 from docjobs.signing.dev_ca import ensure_dev_signer, issue_signer, make_ca
 from docjobs.signing.evidence import envelope_evidence
 from docjobs.temporal.client import JobClient
-from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
+from tests.conftest import FAULT_WORKER, REPO, Env, StartWorker, run_starter, wait_terminal
 from tests.fixtures.policy_files import named
 from tests.test_jobs import job_files
 
@@ -111,7 +111,7 @@ async def test_fidelity_failure_is_quarantined_and_nothing_promoted(
     jobs: JobClient, env: Env, policies: PolicyBook, samples: Path, start_worker: StartWorker
 ) -> None:
     queue = "docjobs-faulty"
-    start_worker(queue, script=REPO / "tests" / "fault_worker.py")
+    start_worker(queue, script=FAULT_WORKER)
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     submitted = await on_queue.submit(samples / "sample.pdf", "standard", key="release-faulty")
     status = await wait_terminal(jobs, submitted.job_id)

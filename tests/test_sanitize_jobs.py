@@ -15,7 +15,7 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.signing.evidence import envelope_evidence
 from docjobs.temporal.client import JobClient
 from tests.active_content import ACTIVE_COUNTS, make_active_pdf
-from tests.conftest import REPO, Env, StartWorker, run_starter, wait_terminal
+from tests.conftest import FAULT_WORKER, Env, StartWorker, run_starter, wait_terminal
 from tests.fixtures.policy_files import named
 from tests.fixtures.samples import LINK_URL
 from tests.test_jobs import job_files
@@ -90,7 +90,7 @@ async def test_the_release_gate_catches_a_render_that_strips_nothing(
     """Render leaves the active content in: the release gate finds it in `sign`, before anything is signed (verify's
     readers, after signing, would too)."""
     queue = "docjobs-keeps-active"
-    start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="keep-active-content")
+    start_worker(queue, script=FAULT_WORKER, DOCJOBS_FAULT="keep-active-content")
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     submitted = await on_queue.submit(active, "standard", key="sanitize-residue")
     status = await wait_terminal(jobs, submitted.job_id)

@@ -23,7 +23,7 @@ from docjobs.signing.dev_ca import issue_signer, make_ca
 from docjobs.signing.evidence import envelope_evidence, verify_evidence
 from docjobs.signing.verify import failure_code, verify_pdf
 from docjobs.temporal.client import JobClient
-from tests.conftest import REPO, Env, StartWorker, wait_terminal
+from tests.conftest import FAULT_WORKER, Env, StartWorker, wait_terminal
 from tests.faults.spy_sign import SPY_FOLDER
 from tests.sandbox_view import sandbox_view
 from tests.test_jobs import job_files
@@ -76,7 +76,7 @@ async def test_the_key_never_reaches_the_sign_child(
 ) -> None:
     config, key_der = p12_signer
     queue = "docjobs-spy-sign"
-    spy = start_worker(queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="spy-sign", **worker_env(config))
+    spy = start_worker(queue, script=FAULT_WORKER, DOCJOBS_FAULT="spy-sign", **worker_env(config))
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     submitted = await on_queue.submit(samples / "sample.pdf", "standard", tenant=TENANT, key="key-out-of-reach")
     status = await wait_terminal(jobs, submitted.job_id)
@@ -134,9 +134,7 @@ async def test_a_forged_byte_range_is_refused(
 ) -> None:
     config, _ = p12_signer
     queue = "docjobs-forge-range"
-    start_worker(
-        queue, script=REPO / "tests" / "fault_worker.py", DOCJOBS_FAULT="forge-byte-range", **worker_env(config)
-    )
+    start_worker(queue, script=FAULT_WORKER, DOCJOBS_FAULT="forge-byte-range", **worker_env(config))
     on_queue = JobClient(jobs.client, env.settings(DOCJOBS_TASK_QUEUE=queue))
     submitted = await on_queue.submit(samples / "sample.pdf", "standard", tenant=TENANT, key="forged-range")
     status = await wait_terminal(jobs, submitted.job_id)

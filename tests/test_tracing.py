@@ -36,7 +36,7 @@ from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.logs import JsonFormatter
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import configure_tracing
-from tests.conftest import LEASE_SECONDS, REPO, Env, StartWorker, run_starter
+from tests.conftest import FAULT_WORKER, LEASE_SECONDS, Env, StartWorker, run_starter
 from tests.fault_worker import HeldRender, Hold
 from tests.fixtures.samples import make_sample_pdf
 from tests.test_api import Api, serve_api
@@ -181,7 +181,7 @@ async def test_a_stage_retried_after_its_worker_was_killed_stays_in_the_job_trac
     killed_spans = tmp_path / "killed-worker-spans.jsonl"
     first = start_worker(
         queue,
-        script=REPO / "tests" / "fault_worker.py",
+        script=FAULT_WORKER,
         DOCJOBS_FAULT="hold-render",
         DOCJOBS_HOLD_DIR=str(tmp_path),
         DOCJOBS_SPAN_FILE=str(killed_spans),
