@@ -372,9 +372,21 @@ def test_policy_to_options() -> None:
 # --- cancellation and orphans ------------------------------------------------------------
 
 
+THREE_PAGES = (scan_words(3, 40, seed=7), ["rot90", "rot180", "skew3"])  # turned and askew
+
+
 @pytest.fixture
 def three_page_scan(tmp_path: Path) -> Iterator[Path]:
-    make_scan_pdf(tmp_path / "scan.pdf", scan_words(3, 40, seed=7), ["rot90", "rot180", "skew3"])
+    """At 300 dpi: each page keeps Tesseract busy long enough to be caught running."""
+    make_scan_pdf(tmp_path / "scan.pdf", *THREE_PAGES)
+    yield tmp_path / "scan.pdf"
+
+
+@pytest.fixture
+def small_three_page_scan(tmp_path: Path) -> Iterator[Path]:
+    """The same pages at 150 dpi, a quarter of the pixels: for the tests that read them whole and check how, not
+    what (the text is checked at 300 dpi above)."""
+    make_scan_pdf(tmp_path / "scan.pdf", *THREE_PAGES, dpi=150)
     yield tmp_path / "scan.pdf"
 
 
@@ -416,7 +428,7 @@ def test_should_stop_kills_the_whole_process_group(three_page_scan: Path, tmp_pa
 
 
 def test_ocrmypdf_works_in_the_calls_folder_whatever_temp_folder_the_caller_found(
-    three_page_scan: Path, tmp_path: Path
+    small_three_page_scan: Path, tmp_path: Path
 ) -> None:
     """OCRmyPDF runs in a fork of a caller that runs no other thread (a document child; here a fresh interpreter,
     as a test process has threads): its work folder is the call's (TMPDIR), not the temporary folder the caller's
@@ -439,7 +451,7 @@ def test_ocrmypdf_works_in_the_calls_folder_whatever_temp_folder_the_caller_foun
         "run_ocr(scan, out, OcrPolicy(mode=OcrMode.SKIP), workdir=workdir, on_page=look)\n"
         "print(json.dumps([alone, seen_inside, seen_elsewhere]))\n"
     )
-    args = [str(three_page_scan), str(tmp_path / "out.pdf"), str(workdir), str(elsewhere)]
+    args = [str(small_three_page_scan), str(tmp_path / "out.pdf"), str(workdir), str(elsewhere)]
     read = subprocess.run(
         [sys.executable, "-c", script, *args],
         cwd=REPO,
@@ -570,7 +582,7 @@ def test_tesseract_runs_one_thread_a_page_even_on_a_one_page_scan(
 
 
 def test_checkpoints_let_the_next_attempt_skip_the_pages_already_read(
-    three_page_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small_three_page_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each page's words are left as a checkpoint as soon as Tesseract read them; a later run given them reads only
     the pages without one (the wrapper counts Tesseract's hOCR calls: one a page read), with the same text, and a
@@ -580,7 +592,9 @@ def test_checkpoints_let_the_next_attempt_skip_the_pages_already_read(
     checkpoints, workdir = tmp_path / "checkpoints", tmp_path / "work"
     checkpoints.mkdir()
     workdir.mkdir()
-    first = run_ocr(three_page_scan, tmp_path / "first.pdf", SKIP, workdir=workdir, jobs=JOBS, checkpoints=checkpoints)
+    first = run_ocr(
+        small_three_page_scan, tmp_path / "first.pdf", SKIP, workdir=workdir, jobs=JOBS, checkpoints=checkpoints
+    )
     saved = sorted(path.name for path in checkpoints.iterdir())
     assert [name[:7] for name in saved] == ["000001-", "000002-", "000003-"], saved  # renamed into place whole
     assert first.pages_resumed == ()
@@ -592,7 +606,7 @@ def test_checkpoints_let_the_next_attempt_skip_the_pages_already_read(
         shutil.copy(checkpoints / name, resume / name)
     stale = saved[2].replace(saved[2][7:71], "0" * 64)  # page 3 read from another image
     shutil.copy(checkpoints / saved[2], resume / stale)
-    second = run_ocr(three_page_scan, tmp_path / "second.pdf", SKIP, workdir=workdir, jobs=JOBS, resume=resume)
+    second = run_ocr(small_three_page_scan, tmp_path / "second.pdf", SKIP, workdir=workdir, jobs=JOBS, resume=resume)
     assert second.pages_resumed == (1, 2)
     assert second.pages_ocred == (1, 2, 3)
     assert _hocr_calls(record) == 3 + 1  # only page 3 was read again
@@ -600,7 +614,7 @@ def test_checkpoints_let_the_next_attempt_skip_the_pages_already_read(
 
 
 def test_a_cpu_share_of_one_runs_one_tesseract_at_a_time(
-    three_page_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small_three_page_scan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three pages on two jobs, with a share file saying 1: the wrapper's start and end marks never show two
     Tesseract calls at once (without the share, the two jobs read two pages at once)."""
@@ -609,7 +623,7 @@ def test_a_cpu_share_of_one_runs_one_tesseract_at_a_time(
     share.write_text("1\n")
     workdir = tmp_path / "work"
     workdir.mkdir()
-    result = run_ocr(three_page_scan, tmp_path / "out.pdf", SKIP, workdir=workdir, jobs=2, cpu_share=share)
+    result = run_ocr(small_three_page_scan, tmp_path / "out.pdf", SKIP, workdir=workdir, jobs=2, cpu_share=share)
     assert result.pages_ocred == (1, 2, 3)
     running, most = 0, 0
     for mark in record.read_text().split():
