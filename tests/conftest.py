@@ -44,7 +44,7 @@ from docjobs.temporal.poller import WaitEnd, wait_for_job
 from docjobs.temporal.settings import TemporalSettings
 from tests.fault_worker import Hold
 from tests.fixtures.samples import make_sample_pdf
-from tests.module_seconds import module_cpu, module_of, module_seconds, spread_by_cpu
+from tests.module_seconds import module_of, module_seconds
 
 pytest_plugins = ("tests.ci_skips", "tests.time_budgets")  # under CI=true a skip fails the run; markers' time budgets
 REPO = Path(__file__).resolve().parent.parent
@@ -98,9 +98,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def group_by_module(config: pytest.Config, items: list[pytest.Item]) -> None:
     """One pytest-xdist group a module (SHARED_GROUPS: some together), the groups handed out longest first, by the
     times of the last run, or in a fresh clone those of tests/module_seconds.json (or EXPECTED_SECONDS), so that
-    no worker is left with a long module once the rest are done; the ones that keep the CPU busy are spread over
-    the run by tests/module_cpu.json (tests/module_seconds.py `spread_by_cpu`), so that the four workers do not run
-    them all at once on two cores. Deterministic: every worker must collect the same order."""
+    no worker is left with a long module once the rest are done. Deterministic: every worker must collect the same
+    order."""
     from tests.time_budgets import CACHE_KEY  # imported here: as a module of pytest_plugins it is imported after this
 
     cache = getattr(config, "cache", None)  # None under `-p no:cacheprovider`
@@ -123,18 +122,8 @@ def group_by_module(config: pytest.Config, items: list[pytest.Item]) -> None:
             return recorded[module] / len(modules[module])
         return EXPECTED_SECONDS[next(kind for kind in KINDS if item.get_closest_marker(kind))]
 
-    seconds = {group: sum(map(expected, tests)) for group, tests in groups.items()}
-    shares = module_cpu()
-    typical = sorted(shares.values())[len(shares) // 2] if shares else 1.0  # a module not measured yet: the median
-
-    def cpu(group: str) -> float:
-        tests = groups[group]
-        used = sum(expected(item) * shares.get(module_of(item.nodeid), typical) for item in tests)
-        return used / max(seconds[group], 1e-9)
-
-    longest_first = sorted(groups, key=lambda group: -seconds[group])
-    order = spread_by_cpu(longest_first, seconds, {group: cpu(group) for group in groups})
-    items[:] = [item for group in order for item in groups[group]]
+    longest_first = sorted(groups.values(), key=lambda tests: -sum(map(expected, tests)))
+    items[:] = [item for tests in longest_first for item in tests]
 
 
 @pytest.fixture
