@@ -56,6 +56,8 @@ class FailureCode(StrEnum):
     SIGNATURE_UNTRUSTED = "signature.untrusted"
     SIGNATURE_COVERAGE = "signature.coverage"
     SIGNATURE_TSA_UNAVAILABLE = "signature.tsa_unavailable"
+    SIGNATURE_REVOCATION_UNAVAILABLE = "signature.revocation_unavailable"
+    SIGNATURE_SIGNER_REVOKED = "signature.signer_revoked"
     SIGNATURE_BYTE_RANGE = "signature.byte_range"
     SIGNATURE_DICTIONARY = "signature.dictionary"
     FIDELITY_PAGE_COUNT = "fidelity.page_count"
@@ -272,6 +274,23 @@ FAILURE_CODES: dict[FailureCode, CodeInfo] = {
         "retried, then failed",
         "transient trouble",
         "look at the worker log of that attempt (codes and exception types only)",
+    ),
+    FailureCode.SIGNATURE_REVOCATION_UNAVAILABLE: CodeInfo(
+        Outcome.RETRY,
+        "the revocation status of the signing certificates could not be obtained",
+        "retried, then failed",
+        "a long-term signature (PAdES B-LT, B-LTA) needs the OCSP responses or CRLs of the signer's and the TSA's "
+        "certificates, and a responder or CRL location did not answer, answered too slowly or too much, or is not "
+        "among the configured ones",
+        "check that the certificates' OCSP and CRL URLs are configured and answer; the worker log names the reason",
+    ),
+    FailureCode.SIGNATURE_SIGNER_REVOKED: CodeInfo(
+        Outcome.FAIL,
+        "a signing certificate is revoked, or not valid now",
+        "failed",
+        "the signer's (or its CA's, or the TSA's) certificate is revoked or expired by its CA's own revocation data: "
+        "nothing is signed with it",
+        "replace the signing certificate; jobs signed before its revocation keep their evidence",
     ),
     FailureCode.SIGNATURE_BYTE_RANGE: CodeInfo(
         Outcome.QUARANTINE,

@@ -44,15 +44,15 @@ from pyhanko.sign import fields, signers
 from pyhanko.sign.ades.api import CAdESSignedAttrSpec, SignerAttrSpec
 from pyhanko.sign.fields import FieldMDPAction, FieldMDPSpec, MDPPerm
 from pyhanko.sign.signers.pdf_cms import PdfCMSSignedAttributes
-from pyhanko.sign.timestamps import HTTPTimeStamper, TimestampRequestError
+from pyhanko.sign.timestamps import TimestampRequestError
 from pyhanko.sign.validation.pdf_embedded import read_certification_data
 from pyhanko_certvalidator.registry import SimpleCertificateStore
 
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.signing.config import DEFAULT_STAMP_BOX, SignerConfig, asn1_certs, cert_pem, key_pem, load_signer
+from docjobs.signing.trust_services import BoundedTimeStamper
 from docjobs.signing.verify import PDF_ERRORS, TENANT_CLAIM
 
-TSA_TIMEOUT_SECONDS = 10
 RELEASE_REASON = "docjobs release"
 MD_ALGORITHM = "sha256"
 _CHUNK = 1 << 20
@@ -226,8 +226,8 @@ def check_byte_range(file: IO[bytes], byte_range: Sequence[int], *, bytes_reserv
     return digest.digest()
 
 
-def _begins_with(file: IO[bytes], size: int, sha256: str) -> bool:
-    """Whether the file's first `size` bytes have the SHA-256 `sha256` (hex)."""
+def starts_with_document(file: IO[bytes], size: int, sha256: str) -> bool:
+    """Whether the file's first `size` bytes have the SHA-256 `sha256` (hex): the document it was handed."""
     file.seek(0)
     digest, left = hashlib.sha256(), size
     while left:
@@ -259,7 +259,7 @@ class ReleaseSigner:
             signing_key=load_private_key_from_pemder_data(key_pem(material.key), passphrase=None),
             cert_registry=_cert_store(material.chain),
         )
-        self._timestamper = HTTPTimeStamper(config.tsa_url, timeout=TSA_TIMEOUT_SECONDS) if config.tsa_url else None
+        self._timestamper = BoundedTimeStamper(config.tsa_url) if config.tsa_url else None
 
     @property
     def level(self) -> Literal["B-B", "B-T"]:
@@ -282,12 +282,12 @@ class ReleaseSigner:
         bytes_reserved: int,
         begins_with: tuple[int, str] | None = None,
         gate: Callable[[Path], None] | None = None,
-    ) -> None:
+    ) -> bytes:
         """Copy the child's `prepared` file (not following a link, a regular file only) to a new `dst`, check it
         (`check_byte_range`; and that it begins with the `begins_with` (size, sha256) document it was given),
         hand `dst` to `gate` (the release gate: docjobs/pdf/release_gate.py; it raises to refuse), then sign the
-        digest of its byte range and write the CMS into its hole. The gate reads the very bytes that are signed:
-        `dst` is the worker's own copy, which no child can reach.
+        digest of its byte range and write the CMS into its hole; returns the CMS (DER). The gate reads the very
+        bytes that are signed: `dst` is the worker's own copy, which no child can reach.
 
         Raises DocJobError signature.byte_range, signature.tsa_unavailable, and whatever `gate` raises."""
         try:
@@ -303,7 +303,7 @@ class ReleaseSigner:
                     digest = self._take_copy(infile, outfile, byte_range, bytes_reserved, begins_with)
                     if gate is not None:
                         gate(dst)  # nothing is signed unless the gate passes
-                    self._sign_copy(outfile, digest, byte_range, tenant, bytes_reserved)
+                    return self._sign_copy(outfile, digest, byte_range, tenant, bytes_reserved)
             except BaseException:
                 dst.unlink(missing_ok=True)  # nothing half-signed is left behind
                 raise
@@ -321,7 +321,7 @@ class ReleaseSigner:
             outfile.write(chunk)
         outfile.flush()
         digest = check_byte_range(outfile, byte_range, bytes_reserved=bytes_reserved)
-        if begins_with is not None and not _begins_with(outfile, *begins_with):
+        if begins_with is not None and not starts_with_document(outfile, *begins_with):
             raise DocJobError(
                 FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document does not begin with the document it was given"
             )
@@ -329,13 +329,14 @@ class ReleaseSigner:
 
     def _sign_copy(
         self, outfile: IO[bytes], digest: bytes, byte_range: Sequence[int], tenant: str | None, bytes_reserved: int
-    ) -> None:
+    ) -> bytes:
         der = self._cms(digest, tenant, dry_run=False)
         contents = binascii.hexlify(der).upper()
         if len(contents) > bytes_reserved:
             raise RuntimeError("the signature is larger than the space reserved for it")
         outfile.seek(byte_range[1] + 1)
         outfile.write(contents)
+        return der
 
     def _cms(self, digest: bytes, tenant: str | None, *, dry_run: bool) -> bytes:
         claims = [tenant_attribute(tenant)] if tenant is not None else []

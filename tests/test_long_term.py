@@ -1,0 +1,220 @@
+"""Long-term signatures (issue 40): B-LT and B-LTA made by the worker's and the child's halves, against certomancer's
+CA, OCSP responder, CRLs and TSA on loopback (tests/fixtures/test_pki.py), checked by pyHanko's AdES validation
+(now, and simulated past the signer's expiry) and by poppler's pdfsig."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pikepdf
+import pytest
+from cryptography import x509
+
+from docjobs.domain.errors import DocJobError, FailureCode
+from docjobs.signing import long_term
+from docjobs.signing.config import SignerConfig, TrustAnchors, load_signer, load_trust_roots
+from docjobs.signing.long_term import RevocationData
+from docjobs.signing.long_term_verify import PASSED, long_term_verdict
+from docjobs.signing.sign import ReleaseSigner, prepare_signature, release_reason
+from docjobs.signing.trust_services import BoundedTimeStamper, TrustServiceUnavailable, call
+from tests.fixtures.loopback import QuietHandler, serving_on_loopback
+from tests.fixtures.test_pki import SIGNER_DAYS, TestPki, TestSigner, serving_test_pki
+
+TENANT = "acme"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestPki]:
+    logging.getLogger("pyhanko").setLevel(logging.CRITICAL)  # AdES logs every path it tries and drops
+    logging.getLogger("pyhanko_certvalidator").setLevel(logging.CRITICAL)
+    with serving_test_pki(tmp_path_factory.mktemp("pki")) as served:
+        yield served
+
+
+def signer_config(pki: TestPki, signer: TestSigner) -> SignerConfig:
+    return SignerConfig(
+        trust_roots=(signer.root,),
+        key_path=signer.key,
+        cert_path=signer.cert,
+        chain_paths=(signer.chain,),
+        tsa_url=pki.tsa_url,
+    )
+
+
+def digest_of(path: Path) -> tuple[int, str]:
+    return path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def signed_b_t(pki: TestPki, folder: Path) -> tuple[Path, bytes, RevocationData]:
+    """A one-page PDF signed at B-T by the worker's and the child's halves, after the signer's chain was checked:
+    the signed file, its CMS and the signer chain's revocation data."""
+    config = signer_config(pki, pki.signer)
+    material = load_signer(config)
+    revocation = long_term.signer_revocation(
+        material.certificate, material.chain, load_trust_roots(config), pki.revocation_urls
+    )
+    source = folder / "input.pdf"
+    with pikepdf.new() as pdf:
+        pdf.add_blank_page()
+        pdf.save(source)
+    key = ReleaseSigner(config)
+    reserved = key.bytes_reserved(TENANT)
+    prepared = prepare_signature(
+        source, folder / "prepared.pdf", key.certificate_pem, bytes_reserved=reserved, reason=release_reason(TENANT)
+    )
+    signed = folder / "signed.pdf"
+    cms = key.finish(
+        folder / "prepared.pdf",
+        signed,
+        prepared.byte_range,
+        tenant=TENANT,
+        bytes_reserved=reserved,
+        begins_with=digest_of(source),
+    )
+    return signed, cms, revocation
+
+
+def extended(pki: TestPki, folder: Path, *, archival: bool) -> tuple[Path, Path]:
+    """The signed file and its B-LT (or, `archival`, B-LTA) version: the DSS (and document timestamp) update written by
+    the child's half from the revocation data the worker fetched, finished by the worker's."""
+    signed, cms, revocation = signed_b_t(pki, folder)
+    token = long_term.signature_timestamp(cms)
+    assert token is not None
+    roots = load_trust_roots(signer_config(pki, pki.signer))
+    revocation = revocation + long_term.timestamp_revocation(token, roots, pki.revocation_urls)
+    stamper = BoundedTimeStamper(pki.tsa_url) if archival else None
+    reserved = long_term.timestamp_reserved(stamper) if stamper else None
+    child_file = folder / "extended.pdf"
+    update = long_term.prepare_archival_update(
+        signed, child_file, RevocationData.decoded(revocation.encoded()), timestamp_reserved=reserved
+    )
+    final = folder / ("b-lta.pdf" if archival else "b-lt.pdf")
+    long_term.finish_archival_update(
+        child_file, final, update, signed=digest_of(signed), timestamper=stamper, reserved=reserved
+    )
+    return signed, final
+
+
+def test_a_b_lta_archive_validates_now_and_past_the_signers_expiry(pki: TestPki, tmp_path: Path) -> None:
+    signed, archive = extended(pki, tmp_path, archival=True)
+    assert archive.read_bytes().startswith(signed.read_bytes())  # the signed bytes stay an exact prefix
+    anchors = TrustAnchors.of(signer_config(pki, pki.signer))
+    verdict = long_term_verdict(archive, anchors, archival=True)
+    assert (verdict.level, verdict.ades, verdict.future_ades) == ("B-LTA", PASSED, PASSED)
+    signer = x509.load_pem_x509_certificate(pki.signer.cert.read_bytes())
+    assert verdict.future_at is not None and verdict.future_at > signer.not_valid_after_utc
+    assert verdict.passed(archival=True)
+    # The same simulation ten years past the signer's expiry, and a second reader.
+    later = long_term_verdict(archive, anchors, archival=True, future=pki.now + timedelta(days=SIGNER_DAYS + 3650))
+    assert later.future_ades == PASSED
+    if shutil.which("pdfsig"):  # poppler validates the signature; it reads, not validates, RFC 3161 timestamps
+        report = subprocess.run(
+            ["pdfsig", "-nocert", str(archive)], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+        signature, timestamp = report.split("Signature #2:")
+        assert "Signature is Valid." in signature and "Not total document signed" in signature
+        assert "Common Name: tsa" in timestamp and "Total document signed" in timestamp
+
+
+def test_a_b_t_signature_fails_the_same_simulation(pki: TestPki, tmp_path: Path) -> None:
+    signed, _, _ = signed_b_t(pki, tmp_path)
+    verdict = long_term_verdict(signed, TrustAnchors.of(signer_config(pki, pki.signer)), archival=True)
+    assert verdict.level == "B-T" and not verdict.passed(archival=True)
+    assert verdict.ades != PASSED and verdict.future_ades != PASSED  # nothing embedded proves the chain
+
+
+def test_a_b_lt_signature_validates_now_but_is_not_an_archive(pki: TestPki, tmp_path: Path) -> None:
+    _, lt = extended(pki, tmp_path, archival=False)
+    verdict = long_term_verdict(lt, TrustAnchors.of(signer_config(pki, pki.signer)), archival=False)
+    assert (verdict.level, verdict.ades) == ("B-LT", PASSED) and verdict.passed(archival=False)
+    assert not verdict.model_copy(update={"future_ades": None}).passed(archival=True)  # no document timestamp
+
+
+def test_a_revoked_signer_is_refused_before_signing(pki: TestPki) -> None:
+    config = signer_config(pki, pki.revoked)
+    material = load_signer(config)
+    with pytest.raises(DocJobError) as refused:
+        long_term.signer_revocation(material.certificate, material.chain, load_trust_roots(config), pki.revocation_urls)
+    assert refused.value.code is FailureCode.SIGNATURE_SIGNER_REVOKED
+
+
+def test_revocation_data_only_from_configured_urls_that_answer(pki: TestPki, tmp_path: Path) -> None:
+    config = signer_config(pki, pki.signer)
+    material = load_signer(config)
+    roots = load_trust_roots(config)
+    for configured in ((), pki.crl_urls[1:]):  # the signer's OCSP responder and CRL are not among them
+        with pytest.raises(DocJobError) as unavailable:
+            long_term.signer_revocation(material.certificate, material.chain, roots, configured)
+        assert unavailable.value.code is FailureCode.SIGNATURE_REVOCATION_UNAVAILABLE
+    with serving_test_pki(tmp_path / "gone") as gone:  # configured, and no longer answering
+        config = signer_config(gone, gone.signer)
+    material = load_signer(config)
+    with pytest.raises(DocJobError) as unavailable:
+        long_term.signer_revocation(
+            material.certificate, material.chain, load_trust_roots(config), gone.revocation_urls
+        )
+    assert unavailable.value.code is FailureCode.SIGNATURE_REVOCATION_UNAVAILABLE
+    assert "connection_failed" in str(unavailable.value)
+
+
+def test_the_worker_refuses_an_update_that_does_not_keep_the_signed_bytes(pki: TestPki, tmp_path: Path) -> None:
+    signed, cms, revocation = signed_b_t(pki, tmp_path)
+    stamper = BoundedTimeStamper(pki.tsa_url)
+    reserved = long_term.timestamp_reserved(stamper)
+    child_file = tmp_path / "extended.pdf"
+    update = long_term.prepare_archival_update(signed, child_file, revocation, timestamp_reserved=reserved)
+    tampered = bytearray(child_file.read_bytes())
+    tampered[10] ^= 1  # a child that changed one signed byte
+    (tmp_path / "tampered.pdf").write_bytes(bytes(tampered))
+    cases = [
+        (tmp_path / "tampered.pdf", update),
+        (child_file, long_term.PreparedUpdate(byte_range=(0, 10, 20, 5), field_name=update.field_name)),
+        (child_file, long_term.PreparedUpdate(byte_range=None, field_name=None)),
+    ]
+    for number, (prepared, claimed) in enumerate(cases):
+        out = tmp_path / f"out-{number}.pdf"
+        with pytest.raises(DocJobError) as refused:
+            long_term.finish_archival_update(
+                prepared, out, claimed, signed=digest_of(signed), timestamper=stamper, reserved=reserved
+            )
+        assert refused.value.code is FailureCode.SIGNATURE_BYTE_RANGE and not out.exists()
+    link = tmp_path / "link.pdf"
+    link.symlink_to(child_file)
+    with pytest.raises(DocJobError):
+        long_term.finish_archival_update(
+            link, tmp_path / "out-link.pdf", update, signed=digest_of(signed), timestamper=stamper, reserved=reserved
+        )
+    assert cms  # the signature itself was made
+
+
+class Redirecting(QuietHandler):
+    def do_GET(self) -> None:
+        if self.path == "/moved":
+            self.send_response(302)
+            self.send_header("Location", "/crl")
+            self.end_headers()
+            return
+        body = b"x" * (2048 if self.path == "/big" else 16)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_trust_service_calls_follow_webhook_rules() -> None:
+    with serving_on_loopback(Redirecting) as base:
+        urls = (f"{base}/moved", f"{base}/big", f"{base}/crl")
+        assert call(f"{base}/crl", configured=urls) == b"x" * 16
+        for url, reason, cap in ((f"{base}/moved", "redirect", 1024), (f"{base}/big", "too_large", 1024)):
+            with pytest.raises(TrustServiceUnavailable) as refused:
+                call(url, configured=urls, max_bytes=cap)
+            assert refused.value.reason == reason
+        with pytest.raises(TrustServiceUnavailable) as refused:
+            call(f"{base}/other", configured=urls)  # not configured: not even asked
+        assert refused.value.reason == "not_configured"
