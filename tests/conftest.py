@@ -35,7 +35,7 @@ import docjobs.pdf.ocrmypdf_import  # noqa: F401 - before a test module imports 
 from docjobs.domain.job_status import JobStatus
 from docjobs.domain.policy import Policy
 from docjobs.isolation.confine import Confinement
-from docjobs.settings.config import SHIPPED_POLICIES
+from docjobs.settings.config import SHIPPED_POLICIES, ConfigError
 from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.codec import ENCODING
@@ -209,30 +209,41 @@ class Env:
         return {**os.environ, **self.vars, **overrides}
 
 
+DEV_SERVER_START_TRIES = 3
+
+
 @pytest.fixture(scope="session")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    data_dir = tmp_path_factory.mktemp("docjobs-data")
-    policy_file = (
-        data_dir / "policies.toml"
-    )  # the shipped policies, and those the tests name (tests/fixtures/policy_files.py)
-    shutil.copyfile(SHIPPED_POLICIES, policy_file)
-    port = free_port()
-    environment = Env(
-        {
-            "DOCJOBS_DATA_DIR": str(data_dir),
-            "DOCJOBS_POLICY_FILE": str(policy_file),
-            "DOCJOBS_TEMPORAL_PORT": str(port),
-            "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
-            "DOCJOBS_LEASE_SECONDS": str(LEASE_SECONDS),
-            "DOCJOBS_STAGE_BASE_SECONDS": "120",
-            "DOCJOBS_STAGE_PER_PAGE_SECONDS": "5",
-            "DOCJOBS_MAX_ATTEMPTS": "4",
-            "DOCJOBS_NOTIFY_RETRY_SECONDS": str(NOTIFY_RETRY_SECONDS),
-            "DOCJOBS_TASK_QUEUE": "docjobs-test",
-        }
-    )
-    settings = environment.settings()
-    ensure_dev_server(settings)
+    """The session's dev server, on ports picked free. The pick races with the other xdist workers' servers (which
+    bind random free ports of their own for HTTP, metrics and internal services), so a server that exits at start
+    is tried again on fresh ports and a fresh database, and the last log is shown if every try fails."""
+    for attempt in range(1, DEV_SERVER_START_TRIES + 1):
+        data_dir = tmp_path_factory.mktemp("docjobs-data")
+        policy_file = data_dir / "policies.toml"  # the shipped policies, and those the tests name
+        shutil.copyfile(SHIPPED_POLICIES, policy_file)
+        environment = Env(
+            {
+                "DOCJOBS_DATA_DIR": str(data_dir),
+                "DOCJOBS_POLICY_FILE": str(policy_file),
+                "DOCJOBS_TEMPORAL_PORT": str(free_port()),
+                "DOCJOBS_TEMPORAL_UI_PORT": str(free_port()),
+                "DOCJOBS_LEASE_SECONDS": str(LEASE_SECONDS),
+                "DOCJOBS_STAGE_BASE_SECONDS": "120",
+                "DOCJOBS_STAGE_PER_PAGE_SECONDS": "5",
+                "DOCJOBS_MAX_ATTEMPTS": "4",
+                "DOCJOBS_NOTIFY_RETRY_SECONDS": str(NOTIFY_RETRY_SECONDS),
+                "DOCJOBS_TASK_QUEUE": "docjobs-test",
+            }
+        )
+        settings = environment.settings()
+        try:
+            ensure_dev_server(settings)
+            break
+        except ConfigError:
+            log = data_dir / "temporal.log"
+            if attempt == DEV_SERVER_START_TRIES:
+                tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+                raise ConfigError(f"the dev server exited at start {attempt} times; its last log:\n{tail}") from None
     yield environment
     stop_dev_server(settings)
 
