@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -289,6 +289,29 @@ def _pinned_connection(
     return PinnedHTTPConnection(target.host, target.port, addresses, timeout=timeout, opener=opener)
 
 
+@contextlib.contextmanager
+def cut_off_after(deadline: float, connection: http.client.HTTPConnection) -> Iterator[threading.Event]:
+    """Shut `connection`'s socket `deadline` seconds from now, so that a blocked send or read returns at once however
+    slowly the other side drips; yields the event set when it did. The connection is closed when the block ends."""
+    expired = threading.Event()
+
+    def cut_off() -> None:
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    watchdog = threading.Timer(deadline, cut_off)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield expired
+    finally:
+        watchdog.cancel()
+        connection.close()
+
+
 def deliver(
     callback: Callback,
     body: bytes,
@@ -311,30 +334,16 @@ def deliver(
         SIGNATURE_HEADER: sign(callback.secret, body, int(time.time())),
         EVENT_ID_HEADER: event,
     }
-    expired = threading.Event()
-
-    def cut_off() -> None:  # past the deadline: the socket is shut, so a blocked send or read returns at once
-        expired.set()
-        sock = connection.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    watchdog = threading.Timer(deadline, cut_off)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        connection.request("POST", target.path, body=body, headers=signed)
-        status = connection.getresponse().status
-    except TimeoutError:
-        raise DeliveryFailed("timeout") from None
-    except ssl.SSLError:
-        raise DeliveryFailed("timeout" if expired.is_set() else "tls_failed") from None
-    except (OSError, http.client.HTTPException):
-        raise DeliveryFailed("timeout" if expired.is_set() else "connection_failed") from None
-    finally:
-        watchdog.cancel()
-        connection.close()
+    with cut_off_after(deadline, connection) as expired:
+        try:
+            connection.request("POST", target.path, body=body, headers=signed)
+            status = connection.getresponse().status
+        except TimeoutError:
+            raise DeliveryFailed("timeout") from None
+        except ssl.SSLError:
+            raise DeliveryFailed("timeout" if expired.is_set() else "tls_failed") from None
+        except (OSError, http.client.HTTPException):
+            raise DeliveryFailed("timeout" if expired.is_set() else "connection_failed") from None
     if expired.is_set():  # an answer cut short may still parse (its headers end where the socket was shut)
         raise DeliveryFailed("timeout")
     if not 200 <= status < 300:

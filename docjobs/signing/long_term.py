@@ -21,7 +21,6 @@ import base64
 import binascii
 import importlib
 import os
-import stat
 import tempfile
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from pyhanko_certvalidator.errors import (
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.settings.config import ConfigError
 from docjobs.signing.config import asn1_certs
-from docjobs.signing.sign import MD_ALGORITHM, ByteRange, check_byte_range, starts_with_document
+from docjobs.signing.sign import MD_ALGORITHM, ByteRange, check_byte_range, starts_with_document, worker_copy
 from docjobs.signing.trust_services import BoundedTimeStamper, TrustServiceUnavailable, call
 from docjobs.signing.verify import PDF_ERRORS
 
@@ -331,35 +330,21 @@ def finish_archival_update(
     into the hole.
 
     Raises DocJobError signature.byte_range, signature.tsa_unavailable."""
-    try:
-        source = os.open(prepared, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the extended document is not a regular file") from None
-    with os.fdopen(source, "rb") as infile:
-        if not stat.S_ISREG(os.fstat(infile.fileno()).st_mode):
-            raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the extended document is not a regular file")
-        target = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            with os.fdopen(target, "r+b") as outfile:
-                while chunk := infile.read(_CHUNK):
-                    outfile.write(chunk)
-                outfile.flush()
-                if not starts_with_document(outfile, *signed):
-                    raise DocJobError(
-                        FailureCode.SIGNATURE_BYTE_RANGE, "the extended document does not begin with the signed one"
-                    )
-                if timestamper is not None:
-                    if update.byte_range is None or reserved is None:
-                        raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the document timestamp has no place")
-                    digest = check_byte_range(outfile, update.byte_range, bytes_reserved=reserved)
-                    contents = binascii.hexlify(timestamper.token(digest)).upper()
-                    if len(contents) > reserved:
-                        raise RuntimeError("the document timestamp is larger than the space reserved for it")
-                    outfile.seek(update.byte_range[1] + 1)
-                    outfile.write(contents)
-        except BaseException:
-            dst.unlink(missing_ok=True)
-            raise
+    with worker_copy(prepared, dst) as outfile:
+        if not starts_with_document(outfile, *signed):
+            raise DocJobError(
+                FailureCode.SIGNATURE_BYTE_RANGE, "the extended document does not begin with the signed one"
+            )
+        if timestamper is None:
+            return
+        if update.byte_range is None or reserved is None:
+            raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the document timestamp has no place")
+        digest = check_byte_range(outfile, update.byte_range, bytes_reserved=reserved)
+        contents = binascii.hexlify(timestamper.token(digest)).upper()
+        if len(contents) > reserved:
+            raise RuntimeError("the document timestamp is larger than the space reserved for it")
+        outfile.seek(update.byte_range[1] + 1)
+        outfile.write(contents)
 
 
 def signer_revocation(

@@ -29,7 +29,8 @@ import importlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -239,6 +240,31 @@ def starts_with_document(file: IO[bytes], size: int, sha256: str) -> bool:
     return digest.hexdigest() == sha256
 
 
+@contextmanager
+def worker_copy(prepared: Path, dst: Path) -> Iterator[IO[bytes]]:
+    """Copy a child's `prepared` file (a regular file, not through a link) to a new `dst`, the worker's own copy that
+    no child can reach, and yield it open for reading and writing; `dst` is removed if the block raises.
+
+    Raises DocJobError signature.byte_range (not a regular file)."""
+    try:
+        source = os.open(prepared, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document is not a regular file") from None
+    with os.fdopen(source, "rb") as infile:
+        if not stat.S_ISREG(os.fstat(infile.fileno()).st_mode):
+            raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document is not a regular file")
+        target = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(target, "r+b") as outfile:
+                while chunk := infile.read(_CHUNK):
+                    outfile.write(chunk)
+                outfile.flush()
+                yield outfile
+        except BaseException:
+            dst.unlink(missing_ok=True)
+            raise
+
+
 def tenant_attribute(tenant: str) -> Any:
     """The signed claim naming the tenant: a `group` attribute (RFC 5755's IetfAttrSyntax) in CAdES'
     signer-attributes-v2."""
@@ -290,42 +316,16 @@ class ReleaseSigner:
         bytes that are signed: `dst` is the worker's own copy, which no child can reach.
 
         Raises DocJobError signature.byte_range, signature.tsa_unavailable, and whatever `gate` raises."""
-        try:
-            source = os.open(prepared, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document is not a regular file") from None
-        with os.fdopen(source, "rb") as infile:
-            if not stat.S_ISREG(os.fstat(infile.fileno()).st_mode):
-                raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document is not a regular file")
-            target = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                with os.fdopen(target, "r+b") as outfile:
-                    digest = self._take_copy(infile, outfile, byte_range, bytes_reserved, begins_with)
-                    if gate is not None:
-                        gate(dst)  # nothing is signed unless the gate passes
-                    return self._sign_copy(outfile, digest, byte_range, tenant, bytes_reserved)
-            except BaseException:
-                dst.unlink(missing_ok=True)  # nothing half-signed is left behind
-                raise
-
-    @staticmethod
-    def _take_copy(
-        infile: IO[bytes],
-        outfile: IO[bytes],
-        byte_range: Sequence[int],
-        bytes_reserved: int,
-        begins_with: tuple[int, str] | None,
-    ) -> bytes:
-        """Copy the child's file into the worker's `outfile` and check the copy: the digest of its byte range."""
-        while chunk := infile.read(_CHUNK):
-            outfile.write(chunk)
-        outfile.flush()
-        digest = check_byte_range(outfile, byte_range, bytes_reserved=bytes_reserved)
-        if begins_with is not None and not starts_with_document(outfile, *begins_with):
-            raise DocJobError(
-                FailureCode.SIGNATURE_BYTE_RANGE, "the prepared document does not begin with the document it was given"
-            )
-        return digest
+        with worker_copy(prepared, dst) as outfile:  # nothing half-signed is left behind
+            digest = check_byte_range(outfile, byte_range, bytes_reserved=bytes_reserved)
+            if begins_with is not None and not starts_with_document(outfile, *begins_with):
+                raise DocJobError(
+                    FailureCode.SIGNATURE_BYTE_RANGE,
+                    "the prepared document does not begin with the document it was given",
+                )
+            if gate is not None:
+                gate(dst)  # nothing is signed unless the gate passes
+            return self._sign_copy(outfile, digest, byte_range, tenant, bytes_reserved)
 
     def _sign_copy(
         self, outfile: IO[bytes], digest: bytes, byte_range: Sequence[int], tenant: str | None, bytes_reserved: int

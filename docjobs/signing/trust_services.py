@@ -14,12 +14,9 @@ failure code (`signature.tsa_unavailable`, `signature.revocation_unavailable`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.client
 import importlib
-import socket
 import ssl
-import threading
 from collections.abc import Collection
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -32,6 +29,7 @@ from docjobs.settings.webhooks import (
     PinnedHTTPConnection,
     PinnedHTTPSConnection,
     Resolver,
+    cut_off_after,
     open_socket,
     system_resolver,
 )
@@ -70,32 +68,19 @@ def call(
     if url not in configured:
         raise TrustServiceUnavailable("not_configured")
     connection, path = _connection(url, resolver, opener, timeout=timeout, context=context)
-    expired = threading.Event()
-
-    def cut_off() -> None:  # past the deadline: the socket is shut, so a blocked send or read returns at once
-        expired.set()
-        if connection.sock is not None:
-            with contextlib.suppress(OSError):
-                connection.sock.shutdown(socket.SHUT_RDWR)
-
-    watchdog = threading.Timer(deadline, cut_off)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        headers = {"Content-Type": content_type} if content_type else {}
-        connection.request("POST" if body is not None else "GET", path, body=body, headers=headers)
-        answer = connection.getresponse()
-        status = answer.status
-        data = answer.read(max_bytes + 1) if 200 <= status < 300 else b""
-    except TimeoutError:
-        raise TrustServiceUnavailable("timeout") from None
-    except ssl.SSLError:
-        raise TrustServiceUnavailable("timeout" if expired.is_set() else "tls_failed") from None
-    except (OSError, http.client.HTTPException):
-        raise TrustServiceUnavailable("timeout" if expired.is_set() else "connection_failed") from None
-    finally:
-        watchdog.cancel()
-        connection.close()
+    with cut_off_after(deadline, connection) as expired:
+        try:
+            headers = {"Content-Type": content_type} if content_type else {}
+            connection.request("POST" if body is not None else "GET", path, body=body, headers=headers)
+            answer = connection.getresponse()
+            status = answer.status
+            data = answer.read(max_bytes + 1) if 200 <= status < 300 else b""
+        except TimeoutError:
+            raise TrustServiceUnavailable("timeout") from None
+        except ssl.SSLError:
+            raise TrustServiceUnavailable("timeout" if expired.is_set() else "tls_failed") from None
+        except (OSError, http.client.HTTPException):
+            raise TrustServiceUnavailable("timeout" if expired.is_set() else "connection_failed") from None
     if expired.is_set():
         raise TrustServiceUnavailable("timeout")
     if 300 <= status < 400:
