@@ -8,6 +8,10 @@ reads a copy of those very bytes in a sandbox of its own (a fresh child of a zyg
 docjobs/isolation/gate_work.py), and the worker judges its report: the signature dictionary must be the one the
 worker expects for the job's tenant, the content what the job asked for. `verify` gets the trust anchors only
 (certificates), never the key; its C/C++ readers can still refuse what the gate passed, never pass what it refused.
+
+At B-LT and B-LTA (the policy's `sign.level`) the worker also fetches the chains' revocation data (refusing a revoked
+signer before anything is signed), a second document child writes it into an incremental update, and the worker
+checks that update and fills its document timestamp (docjobs/signing/long_term.py).
 """
 
 from __future__ import annotations
@@ -24,17 +28,20 @@ from activities.declared import implements
 from activities.isolated import Attempt, IsolatedStages
 from docjobs.domain import stage_specs as specs
 from docjobs.domain.models import ReleaseGateSettings, SignInput, SignOutput
+from docjobs.domain.policy import SignLevel
 from docjobs.isolation import gate_work, stage_work
 from docjobs.isolation.child_pool import ChildPool
 from docjobs.isolation.child_process import ChildStopped
 from docjobs.isolation.gate_work import GateWork
-from docjobs.isolation.stage_work import SignWork
+from docjobs.isolation.stage_work import ArchivalUpdateWork, SignWork
 from docjobs.isolation.tenant_pools import TenantPools, hand_over, sibling_pools
 from docjobs.pdf.release_gate import Expected, ExpectedStamp, GateReport, judge
-from docjobs.signing.config import SignerConfig
+from docjobs.signing import long_term
+from docjobs.signing.config import SignerConfig, load_trust_roots
 from docjobs.signing.environment import signer_from_env
+from docjobs.signing.long_term import PreparedUpdate, RevocationData
 from docjobs.signing.sign import ReleaseSigner, release_reason
-from docjobs.store.storage import BlobStore
+from docjobs.store.storage import BlobStore, sha256_file
 
 log = logging.getLogger("docjobs.release")
 
@@ -67,7 +74,16 @@ class ReleaseActivities(IsolatedStages):
     def sign(self, request: SignInput) -> SignOutput:
         with self._attempt(specs.SIGN.name, request) as attempt:
             config = self._signer()
-            key = ReleaseSigner(config)  # the key is loaded here, in the worker, and goes nowhere else
+            level = request.sign.level
+            key = ReleaseSigner(config, level)  # the key is loaded here, in the worker, and goes nowhere else
+            # B-LT, B-LTA: the signer's chain is checked against its CAs' revocation data before anything is signed
+            revocation = (
+                long_term.signer_revocation(
+                    key.certificate, key.chain, load_trust_roots(config), config.revocation_urls
+                )
+                if level is not None and level.long_term
+                else None
+            )
             tenant = job_tenant(request)
             reserved = key.bytes_reserved(tenant)
             done, paths = self._restage(
@@ -88,7 +104,7 @@ class ReleaseActivities(IsolatedStages):
             stamp = ExpectedStamp(key.certificate_pem, config.stamp_box) if request.sign.visible else None
             with self._folder("sign-key") as own:  # not the child's folder: it cannot change what is signed
                 signed = own / "signed.pdf"
-                key.finish(
+                cms = key.finish(
                     paths.output,
                     signed,
                     done.byte_range,
@@ -97,10 +113,14 @@ class ReleaseActivities(IsolatedStages):
                     begins_with=(request.staged.size, request.staged.sha256),
                     gate=lambda checked: self._release_gate(attempt, request, checked, done.byte_range, tenant, stamp),
                 )
+                made: str = key.level
+                if level is not None and revocation is not None:
+                    signed = self._extended(attempt, request, key, config, level, signed, cms, revocation)
+                    made = level.value.upper()
                 staged = self._put_staged("sign", attempt.number, signed)
         return SignOutput(
             staged=staged,
-            level=key.level,
+            level=made,
             signer_subject=key.subject,
             certificate_sha256=key.fingerprint,
             invalidated_signatures=done.invalidated_signatures,
@@ -108,6 +128,46 @@ class ReleaseActivities(IsolatedStages):
             cost=attempt.meter.total(),
             tenant=tenant,
         )
+
+    def _extended(
+        self,
+        attempt: Attempt,
+        request: SignInput,
+        key: ReleaseSigner,
+        config: SignerConfig,
+        level: SignLevel,
+        signed: Path,
+        cms: bytes,
+        revocation: RevocationData,
+    ) -> Path:
+        """The signed file made B-LT (a DSS) or B-LTA (and a document timestamp): the worker fetches the TSA chain's
+        revocation data too, a document child writes the update (it parses the signed PDF), and the worker checks
+        that it begins with the signed bytes, hashes the timestamp's range and fills its hole."""
+        token = long_term.signature_timestamp(cms)
+        if token is None:
+            raise RuntimeError("a long-term signature was made without its signature timestamp")
+        roots = load_trust_roots(config)
+        revocation = revocation + long_term.timestamp_revocation(token, roots, config.revocation_urls)
+        stamper = key.timestamper if level.archival else None
+        reserved = long_term.timestamp_reserved(stamper) if stamper is not None else None
+        handed, written = attempt.folder / "signed.pdf", attempt.folder / "extended.pdf"
+        shutil.copyfile(signed, handed)
+        work = ArchivalUpdateWork(
+            source=handed, output=written, revocation=revocation.encoded(), timestamp_reserved=reserved
+        )
+        done = self._isolated(
+            attempt, stage_work.ARCHIVAL_UPDATE, work, request.cpu, max_pages=request.shape.page_count or None
+        )
+        extended = signed.with_name("extended.pdf")
+        long_term.finish_archival_update(
+            written,
+            extended,
+            PreparedUpdate(byte_range=done.byte_range, field_name=done.field_name),
+            signed=(signed.stat().st_size, sha256_file(signed)),
+            timestamper=stamper,
+            reserved=reserved,
+        )
+        return extended
 
     def _release_gate(
         self,

@@ -22,6 +22,7 @@ from docjobs.settings.config import ConfigError, Settings
 from docjobs.settings.policies import PolicyBook
 from docjobs.settings.tenants import callback_of, policies_of
 from docjobs.settings.webhooks import CallbackInvalid, parse_callback
+from docjobs.signing.environment import check_sign_levels
 from docjobs.store.storage import BlobStore, adopt_source, key_in_store
 
 
@@ -34,9 +35,14 @@ def resolved_policy(settings: Settings, tenant: str, name: str | None, overrides
         raise DocJobError(FailureCode.POLICY_UNKNOWN)
     book.check_allowed(chosen, policies_of(settings.tenants_file, tenant))
     try:
-        return book.resolve(chosen, overrides)
+        policy = book.resolve(chosen, overrides)
     except (pydantic.ValidationError, ConfigError):
         raise DocJobError(FailureCode.POLICY_INVALID) from None
+    try:
+        check_sign_levels([policy])
+    except ConfigError as error:  # names the policy, its level and the setting missing: no document content
+        raise DocJobError(FailureCode.POLICY_INVALID, str(error)) from None
+    return policy
 
 
 class ResolveActivities:

@@ -51,6 +51,7 @@ from docjobs.isolation.stage_work import STAGE_ENTRIES
 from docjobs.isolation.tenant_pools import TenantPools, sibling_pools
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook
+from docjobs.signing.environment import check_sign_levels
 from docjobs.store.sweep import sweep_stale
 from docjobs.temporal.batches import batch_task_queue
 from docjobs.temporal.client import DEADLINE_GRACE, JobClient, connect
@@ -349,7 +350,19 @@ def sweep_leftovers(settings: TemporalSettings) -> None:
         sweep_stale(folder, older_than)
 
 
+def refuse_unsignable_policies(settings: TemporalSettings) -> None:
+    """A worker that signs does not start (ConfigError) when a policy asks a signature level it cannot make
+    (`check_sign_levels`). A policy file that does not load is left to each job's `resolve` (policy.invalid)."""
+    try:
+        book = PolicyBook.load(settings.policy_file)
+    except ConfigError:
+        return
+    check_sign_levels(book.policies.values())
+
+
 async def serve(settings: TemporalSettings, queues: Sequence[str]) -> None:
+    if "general" in queues:
+        refuse_unsignable_policies(settings)
     runtime = metrics_runtime(settings)
     client = await connect(settings, runtime)
     identify(client.identity)

@@ -5,7 +5,6 @@ CA, OCSP responder, CRLs and TSA on loopback (tests/fixtures/test_pki.py), check
 from __future__ import annotations
 
 import hashlib
-import logging
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -17,12 +16,18 @@ import pytest
 from cryptography import x509
 
 from docjobs.domain.errors import DocJobError, FailureCode
+from docjobs.domain.models import ADES_PASSED as PASSED
+from docjobs.domain.policy import SignLevel, SignPolicy
+from docjobs.settings.config import SHIPPED_POLICIES, ConfigError
+from docjobs.settings.policies import PolicyBook
 from docjobs.signing import long_term
 from docjobs.signing.config import SignerConfig, TrustAnchors, load_signer, load_trust_roots
+from docjobs.signing.environment import check_sign_levels
 from docjobs.signing.long_term import RevocationData
-from docjobs.signing.long_term_verify import PASSED, long_term_verdict
+from docjobs.signing.long_term_verify import long_term_verdict
 from docjobs.signing.sign import ReleaseSigner, prepare_signature, release_reason
 from docjobs.signing.trust_services import BoundedTimeStamper, TrustServiceUnavailable, call
+from docjobs.signing.verdict import verified_signature
 from tests.fixtures.loopback import QuietHandler, serving_on_loopback
 from tests.fixtures.test_pki import SIGNER_DAYS, TestPki, TestSigner, serving_test_pki
 
@@ -31,8 +36,6 @@ TENANT = "acme"
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestPki]:
-    logging.getLogger("pyhanko").setLevel(logging.CRITICAL)  # AdES logs every path it tries and drops
-    logging.getLogger("pyhanko_certvalidator").setLevel(logging.CRITICAL)
     with serving_test_pki(tmp_path_factory.mktemp("pki")) as served:
         yield served
 
@@ -218,3 +221,74 @@ def test_trust_service_calls_follow_webhook_rules() -> None:
         with pytest.raises(TrustServiceUnavailable) as refused:
             call(f"{base}/other", configured=urls)  # not configured: not even asked
         assert refused.value.reason == "not_configured"
+
+
+def test_a_policy_without_a_level_keeps_its_fingerprint_and_one_with_a_level_is_new() -> None:
+    """`sign.level` counts in the fingerprint only when set: every pinned batch and recorded job keeps its digest."""
+    plain = PolicyBook.load(SHIPPED_POLICIES).get("standard")
+    assert plain.sign.level is None and plain.fingerprint == "standard@c6ebf2338fd1"  # its digest before levels
+    leveled = {level: plain.model_copy(update={"sign": SignPolicy(level=level)}).fingerprint for level in SignLevel}
+    assert len(set(leveled.values())) == len(SignLevel) and plain.fingerprint not in leveled.values()
+    with pytest.raises(ValueError):
+        SignPolicy.model_validate({"level": "b-lt-plus"})
+
+
+def test_a_level_the_deployment_cannot_make_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DOCJOBS_TSA_URL", "DOCJOBS_REVOCATION_URLS"):
+        monkeypatch.delenv(name, raising=False)
+    standard = PolicyBook.load(SHIPPED_POLICIES).get("standard")
+    asking = {
+        level: standard.model_copy(update={"name": f"asks-{level.value}", "sign": SignPolicy(level=level)})
+        for level in SignLevel
+    }
+    check_sign_levels([standard, asking[SignLevel.B_B]])  # nothing to fetch: nothing needed
+    with pytest.raises(ConfigError, match=r"'asks-b-t' asks sign\.level b-t.*DOCJOBS_TSA_URL"):
+        check_sign_levels([asking[SignLevel.B_T]])
+    monkeypatch.setenv("DOCJOBS_TSA_URL", "http://127.0.0.1:9/tsa")
+    check_sign_levels([asking[SignLevel.B_T]])
+    with pytest.raises(ConfigError, match=r"'asks-b-lta' asks sign\.level b-lta.*DOCJOBS_REVOCATION_URLS"):
+        check_sign_levels([asking[SignLevel.B_LTA]])
+    monkeypatch.setenv("DOCJOBS_REVOCATION_URLS", "http://127.0.0.1:9/ocsp, http://127.0.0.1:9/crl")
+    check_sign_levels(asking.values())
+    monkeypatch.setenv("DOCJOBS_REVOCATION_URLS", "http://127.0.0.1:9/ocsp,ldap://directory/crl")
+    with pytest.raises(ConfigError, match="DOCJOBS_REVOCATION_URLS must be http"):
+        check_sign_levels([asking[SignLevel.B_LT]])
+
+
+def test_a_signer_at_b_b_never_timestamps_and_above_it_needs_a_tsa(pki: TestPki) -> None:
+    config = signer_config(pki, pki.signer)
+    assert ReleaseSigner(config).level == "B-T"  # no level: as configured
+    assert (
+        ReleaseSigner(config, SignLevel.B_B).level == "B-B" and ReleaseSigner(config, SignLevel.B_B).timestamper is None
+    )
+    untimed = SignerConfig(trust_roots=config.trust_roots, key_path=config.key_path, cert_path=config.cert_path)
+    assert ReleaseSigner(untimed).level == "B-B"
+    with pytest.raises(ConfigError, match="DOCJOBS_TSA_URL"):
+        ReleaseSigner(untimed, SignLevel.B_LTA)
+
+
+def test_a_long_term_release_is_judged_at_its_level(pki: TestPki, tmp_path: Path) -> None:
+    """The verify stage's judgment (docjobs/signing/verdict.py): an archive passes at B-LTA and its evidence records
+    the verdicts flat; the same file is not accepted as B-LT (its level is B-LTA); the B-T file it came from is not
+    accepted as B-LT; and without a level, the archive's coverage (its revision, then the DSS) is refused."""
+    signed, archive = extended(pki, tmp_path, archival=True)
+    anchors = TrustAnchors.of(signer_config(pki, pki.signer))
+    verdict = verified_signature(archive, anchors, TENANT, SignLevel.B_LTA)
+    assert verdict.level == "B-LTA" and verdict.coverage == "entire_revision" and verdict.long_term is not None
+    flat = verdict.for_evidence()
+    assert (flat["ades"], flat["future_ades"], flat["document_timestamps"], flat["tenant"]) == (
+        PASSED,
+        PASSED,
+        1,
+        TENANT,
+    )
+    assert "long_term" not in flat and all(not isinstance(value, dict) for value in flat.values())
+    for path, level, code in (
+        (archive, SignLevel.B_LT, FailureCode.SIGNATURE_LONG_TERM),
+        (signed, SignLevel.B_LT, FailureCode.SIGNATURE_LONG_TERM),
+        (archive, None, FailureCode.SIGNATURE_COVERAGE),
+    ):
+        with pytest.raises(DocJobError) as refused:
+            verified_signature(path, anchors, TENANT, level)
+        assert refused.value.code is code, (path.name, level)
+    assert verified_signature(signed, anchors, TENANT, SignLevel.B_T).long_term is None

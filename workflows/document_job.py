@@ -373,7 +373,7 @@ class DocumentJobWorkflow:
             redaction_summary_sha256=status.redaction.sha256 if status.redaction else None,
             converted=self._converted,
             sanitized=status.sanitized,
-            signature=status.signature.model_dump()
+            signature=status.signature.for_evidence()
             if status.signature and ending.state is JobState.SUCCEEDED
             else None,
             stage_attempts=dict(status.attempts),
@@ -427,6 +427,7 @@ class DocumentJobWorkflow:
             watermark_text=policy.watermark.text if structure else None,
             pages_may_turn=context.ocr_on,
             sanitize=policy.sanitize,
+            sign_level=policy.sign.level if policy.sign.enabled else None,
             tenant=named,
         )
         verified = await self._stage(stages.verify, verify)

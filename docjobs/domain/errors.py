@@ -55,6 +55,7 @@ class FailureCode(StrEnum):
     SIGNATURE_INVALID = "signature.invalid"
     SIGNATURE_UNTRUSTED = "signature.untrusted"
     SIGNATURE_COVERAGE = "signature.coverage"
+    SIGNATURE_LONG_TERM = "signature.long_term"
     SIGNATURE_TSA_UNAVAILABLE = "signature.tsa_unavailable"
     SIGNATURE_REVOCATION_UNAVAILABLE = "signature.revocation_unavailable"
     SIGNATURE_SIGNER_REVOKED = "signature.signer_revoked"
@@ -267,6 +268,16 @@ FAILURE_CODES: dict[FailureCode, CodeInfo] = {
         "quarantined",
         "something was appended after signing",
         "a stage after `sign` changed the file: a bug, escalate",
+    ),
+    FailureCode.SIGNATURE_LONG_TERM: CodeInfo(
+        Outcome.QUARANTINE,
+        "the long-term signature does not validate from what it embeds",
+        "quarantined",
+        "the policy asked B-LT or B-LTA, and pyHanko's AdES validation of the released file (offline, from its DSS and "
+        "document timestamp alone; for B-LTA also simulated past the signer's and the TSA's certificates' expiry) did "
+        "not pass",
+        "check that the revocation data of every certificate of the signer's and the TSA's chains is reachable at "
+        "DOCJOBS_REVOCATION_URLS, and retry the job",
     ),
     FailureCode.SIGNATURE_TSA_UNAVAILABLE: CodeInfo(
         Outcome.RETRY,

@@ -33,12 +33,15 @@ from docjobs.domain.policy import (
     RedactPolicy,
     RedactRegion,
     SanitizePolicy,
+    SignLevel,
     SignPolicy,
     WatermarkMode,
     WatermarkPolicy,
 )
 from docjobs.domain.stage_cost import Cost, CpuBudget
 from docjobs.domain.states import JobState, Stage
+
+ADES_PASSED = "PASSED"  # pyHanko's AdES indication for a validation that passed
 
 
 class DeskewedPage(Frozen):
@@ -384,6 +387,7 @@ class VerifySettings(Frozen):
     watermark_text: str | None  # must be searchable on every page (None when the stamp is only pixels)
     pages_may_turn: bool  # OCR may set pages upright: compare page sizes, not rotation
     sanitize: SanitizePolicy | None = None  # no active content may remain (None: scheduled by older code)
+    sign_level: SignLevel | None = None  # B-LT, B-LTA: the signature is validated from what it embeds, as such
 
 
 class VerifyInput(VerifySettings, StageInput):
@@ -399,6 +403,27 @@ class PdfaOutcome(Frozen):
     claimed: str  # part and conformance claimed by the job's document ("2b"), else by the output (OCR's `pdfa`)
     kept: bool  # the output claims the same and the check finds nothing that breaks it
     reason: str | None = None  # not kept: a stable code (claim_dropped, claim_changed, transparency, ...)
+
+
+class LongTermVerdict(Frozen):
+    """pyHanko's AdES verdicts on a long-term signature (docjobs/signing/long_term_verify.py): `ades` now,
+    `future_ades` at `future_at` (archives only). A verdict is `PASSED`, or the AdES indication and sub-indication,
+    e.g. `INDETERMINATE:NO_POE`."""
+
+    dss: bool  # the document has a DSS (its validation material)
+    document_timestamps: int
+    ades: str
+    future_at: datetime | None = None
+    future_ades: str | None = None
+
+    @property
+    def level(self) -> str:
+        """The level the document reaches, as far as its structure goes: B-LTA, B-LT, or B-T below."""
+        return "B-LTA" if self.dss and self.document_timestamps else "B-LT" if self.dss else "B-T"
+
+    def passed(self, *, archival: bool) -> bool:
+        future_ok = not archival or (self.document_timestamps > 0 and self.future_ades == ADES_PASSED)
+        return self.dss and self.ades == ADES_PASSED and future_ok
 
 
 class SignatureVerdict(Frozen):
@@ -417,6 +442,18 @@ class SignatureVerdict(Frozen):
     signer_subject: str | None = None
     tenant: str | None = None  # named in the signature's signed attributes
     docmdp: int | None = None  # 1: no change allowed after the signature
+    long_term: LongTermVerdict | None = None  # set for a B-LT or B-LTA release: its validation from what it embeds
+
+    def for_evidence(self) -> dict[str, str | bool | int | None]:
+        """Flat, as the evidence records it (schemas/evidence-v2.schema.json): a long-term release's verdicts as
+        `ades`, `document_timestamps`, and for an archive `future_ades` at `future_at` (ISO 8601)."""
+        flat: dict[str, str | bool | int | None] = self.model_dump(exclude={"long_term"})
+        if self.long_term is not None:
+            verdict = self.long_term
+            flat |= {"ades": verdict.ades, "document_timestamps": verdict.document_timestamps}
+            if verdict.future_at is not None:
+                flat |= {"future_ades": verdict.future_ades, "future_at": verdict.future_at.isoformat()}
+        return flat
 
 
 class VerifyDone(Frozen):

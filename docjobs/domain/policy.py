@@ -129,10 +129,32 @@ class RedactPolicy(Frozen):
         return value
 
 
+class SignLevel(StrEnum):
+    """The PAdES baseline level a release is signed at (docs/release-gates.md, "Long-term signatures")."""
+
+    B_B = "b-b"  # a signature, no timestamp (even if a TSA is configured)
+    B_T = "b-t"  # with the TSA's RFC 3161 timestamp of the signature
+    B_LT = "b-lt"  # and a DSS: the signer's and the TSA's chains, their OCSP responses and CRLs
+    B_LTA = "b-lta"  # and a document timestamp over all of it
+
+    @property
+    def timestamped(self) -> bool:
+        return self is not SignLevel.B_B
+
+    @property
+    def long_term(self) -> bool:
+        return self in (SignLevel.B_LT, SignLevel.B_LTA)
+
+    @property
+    def archival(self) -> bool:
+        return self is SignLevel.B_LTA
+
+
 class SignPolicy(Frozen):
     enabled: bool = False  # the shipped policies turn it on; `--no-sign` turns it off for a job
     allow_signed_input: bool = False  # False: an already signed input fails `input.signed`
     visible: bool = False
+    level: SignLevel | None = None  # None: B-T when DOCJOBS_TSA_URL is set, else B-B (as before levels existed)
 
 
 class SanitizeMode(StrEnum):
@@ -236,8 +258,9 @@ class Policy(Frozen):
         version recorded or pinned by older code is the policy's fingerprint (docs/batches.md).
 
         A section added after versions were first recorded (`office`) counts only when it differs from its
-        defaults, and so does a field added to a section since (`office.pdf_variant`, `watermark.opacity`), so every
-        policy that does not use them keeps the digest it had (pinned batches, recorded jobs)."""
+        defaults, and so does a field added to a section since (`office.pdf_variant`, `watermark.opacity`,
+        `sign.level`), so every policy that does not use them keeps the digest it had (pinned batches, recorded
+        jobs)."""
         unset: dict[str, Any] = {}
         if self.office == OfficePolicy():
             unset["office"] = True
@@ -245,6 +268,8 @@ class Policy(Frozen):
             unset["office"] = {"pdf_variant"}
         if self.watermark.opacity == WATERMARK_OPACITY:
             unset["watermark"] = {"opacity"}
+        if self.sign.level is None:
+            unset["sign"] = {"level"}
         return f"{self.name}@{canonical_sha256(self, unset or None)[:12]}"
 
     def without_terms(self) -> Policy:

@@ -39,7 +39,6 @@ from docjobs.domain.models import (
     RenderInput,
     RenderOutput,
     RenderSettings,
-    SignatureVerdict,
     VerifyDone,
     VerifyInput,
     VerifyOutput,
@@ -76,8 +75,9 @@ from docjobs.pdf.sanitize import check_no_active_content, sanitize_file
 from docjobs.pdf.signatures import signature_count, void_certification
 from docjobs.pdf.stamp import stamp
 from docjobs.signing.config import DEFAULT_STAMP_BOX, TrustAnchors
+from docjobs.signing.long_term import RevocationData, prepare_archival_update
 from docjobs.signing.sign import prepare_signature, release_reason
-from docjobs.signing.verify import verify_pdf
+from docjobs.signing.verdict import verified_signature
 
 IMAGE_KINDS = ("png", "jpeg", "tiff")
 CONVERTED = "converted.pdf"  # in render's workdir: an office input's PDF (the activity stages it: later stages use it)
@@ -289,6 +289,32 @@ def sign(work: SignWork, progress: ProgressFn) -> SignDone:
     )
 
 
+class ArchivalUpdateWork(Frozen):
+    """The document half of B-LT and B-LTA (docjobs/signing/long_term.py): the revocation data the worker fetched
+    (base64 DER, `RevocationData.encoded`), and for B-LTA the size of the document timestamp's hole."""
+
+    source: Path  # the signed document
+    output: Path
+    revocation: dict[str, list[str]]
+    timestamp_reserved: int | None  # hex digits of the document timestamp's hole; None: a DSS only (B-LT)
+
+
+class ArchivalUpdateDone(Frozen):
+    byte_range: tuple[int, int, int, int] | None  # the document timestamp's /ByteRange: the worker checks it
+    field_name: str | None
+
+
+def archival_update(work: ArchivalUpdateWork, progress: ProgressFn) -> ArchivalUpdateDone:
+    """Append the DSS (and a document timestamp's empty place) to the signed document."""
+    prepared = prepare_archival_update(
+        work.source,
+        work.output,
+        RevocationData.decoded(work.revocation),
+        timestamp_reserved=work.timestamp_reserved,
+    )
+    return ArchivalUpdateDone(byte_range=prepared.byte_range, field_name=prepared.field_name)
+
+
 class VerifyWork(Frozen):
     source: Path  # the accepted input
     output: Path  # the bytes to be released
@@ -305,16 +331,10 @@ def verify(work: VerifyWork, progress: ProgressFn) -> VerifyDone:
         if sniff_kind(head.read(16)) in IMAGE_KINDS:  # compare with the PDF that render made of it
             image_to_pdf(source, normalized := work.workdir / "input.pdf")
             source = normalized
+    settings = work.settings
     signature = None
     if work.trust is not None:
-        report = verify_pdf(work.output, work.trust)
-        if report.failure_code is not None:
-            raise DocJobError(report.failure_code)
-        if work.tenant is not None and (report.tenant != work.tenant or report.docmdp != 1):
-            raise DocJobError(FailureCode.SIGNATURE_INVALID, "the signature does not name the tenant, or does not lock")
-        checked = {"tenant", "docmdp"} if work.tenant is not None else set()
-        signature = SignatureVerdict.model_validate(report.model_dump(exclude={"tenant", "docmdp"} - checked))
-    settings = work.settings
+        signature = verified_signature(work.output, work.trust, work.tenant, settings.sign_level)
     checks = check_fidelity(
         source,
         work.output,
@@ -489,9 +509,12 @@ OCR_MERGE: StageEntry[OcrMergeInput, OcrMergeOutput, OcrMergeWork, OcrMergeDone]
 # runs the release gate: activities/release.py) and `ocr_chunk` (its page checkpoints and the worker's cores, shared
 # between ranges: activities/ocr_page_ranges.py).
 SIGN = Entry(specs.SIGN.name, SignWork, SignDone, sign)
+ARCHIVAL_UPDATE = Entry("archival_update", ArchivalUpdateWork, ArchivalUpdateDone, archival_update)  # `sign`'s too
 OCR_PAGE_RANGE = Entry(specs.OCR_PAGE_RANGE.name, OcrPageRangeWork, OcrPageRangeDone, ocr_chunk)
 STAGE_ENTRIES: tuple[AnyStageEntry, ...] = (GENERATE, RENDER, OCR, REDACT, VERIFY, OCR_MERGE)
-ENTRIES: dict[str, Entry[Any, Any]] = {entry.name: entry for entry in (*STAGE_ENTRIES, SIGN, OCR_PAGE_RANGE)}
+ENTRIES: dict[str, Entry[Any, Any]] = {
+    entry.name: entry for entry in (*STAGE_ENTRIES, SIGN, ARCHIVAL_UPDATE, OCR_PAGE_RANGE)
+}
 # Modules the stages import only on first use: the zygote imports them too, so no child pays for them per task.
 PRELOAD = (
     "cryptography.hazmat.backends.openssl",

@@ -122,6 +122,7 @@ class Environment(BaseSettings):
     signing_chain: str | None = None  # paths, os.pathsep-separated
     trust_roots: str | None = None  # paths, os.pathsep-separated
     tsa_url: str | None = None
+    revocation_urls: str | None = None  # OCSP responders and CRLs the worker may fetch (B-LT, B-LTA), comma-separated
 
     @classmethod
     def settings_customise_sources(

@@ -35,6 +35,9 @@ class SignerConfig:
     cert_path: Path | None = None
     chain_paths: tuple[Path, ...] = ()
     tsa_url: str | None = None  # set: PAdES B-T (RFC 3161 timestamp); unset: B-B
+    # The OCSP responders and CRL locations the worker may fetch for B-LT and B-LTA (a certificate's own locations
+    # that are not listed here are not fetched): DOCJOBS_REVOCATION_URLS.
+    revocation_urls: tuple[str, ...] = ()
     visible: bool = False  # a visible stamp on page 1 at `stamp_box`; the default is invisible
     stamp_box: tuple[int, int, int, int] = DEFAULT_STAMP_BOX
 

@@ -35,33 +35,11 @@ from pyhanko_certvalidator.context import CertValidationPolicySpec
 from pyhanko_certvalidator.policy_decl import REQUIRE_REVINFO, CertRevTrustPolicy
 from pyhanko_certvalidator.registry import SimpleTrustManager
 
-from docjobs.domain.base import Frozen
+from docjobs.domain.models import ADES_PASSED as PASSED
+from docjobs.domain.models import LongTermVerdict
 from docjobs.signing.config import TrustAnchors, asn1_certs
 from docjobs.signing.long_term import signature_timestamp, tsa_certificates
 from docjobs.signing.verify import KEY_USAGE, PDF_ERRORS
-
-PASSED = "PASSED"
-
-
-class LongTermVerdict(Frozen):
-    """pyHanko's AdES verdicts on a long-term signature: `ades` now, `future_ades` at `future_at` (archives only).
-
-    A verdict is `PASSED`, or the AdES indication and sub-indication, e.g. `INDETERMINATE:NO_POE`."""
-
-    dss: bool  # the document has a DSS (its validation material)
-    document_timestamps: int
-    ades: str
-    future_at: datetime | None = None
-    future_ades: str | None = None
-
-    @property
-    def level(self) -> str:
-        """The level the document reaches, as far as its structure goes: B-LTA, B-LT, or B-T below."""
-        return "B-LTA" if self.dss and self.document_timestamps else "B-LT" if self.dss else "B-T"
-
-    def passed(self, *, archival: bool) -> bool:
-        future_ok = not archival or (self.document_timestamps > 0 and self.future_ades == PASSED)
-        return self.dss and self.ades == PASSED and future_ok
 
 
 def _verdict(indication: AdESSubIndic) -> str:

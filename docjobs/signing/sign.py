@@ -50,6 +50,8 @@ from pyhanko.sign.validation.pdf_embedded import read_certification_data
 from pyhanko_certvalidator.registry import SimpleCertificateStore
 
 from docjobs.domain.errors import DocJobError, FailureCode
+from docjobs.domain.policy import SignLevel
+from docjobs.settings.config import ConfigError
 from docjobs.signing.config import DEFAULT_STAMP_BOX, SignerConfig, asn1_certs, cert_pem, key_pem, load_signer
 from docjobs.signing.trust_services import BoundedTimeStamper
 from docjobs.signing.verify import PDF_ERRORS, TENANT_CLAIM
@@ -275,21 +277,28 @@ def tenant_attribute(tenant: str) -> Any:
 class ReleaseSigner:
     """The key's side of signing: only ever in the worker. Loads the key (raises ConfigError) and the TSA."""
 
-    def __init__(self, config: SignerConfig) -> None:
+    def __init__(self, config: SignerConfig, level: SignLevel | None = None) -> None:
+        """`level`: the policy's `sign.level`; B-T and above timestamp the signature (with none configured:
+        ConfigError), B-B never does, None does when a TSA is configured."""
         material = load_signer(config)
         self.subject = material.subject
         self.fingerprint = material.fingerprint
         self.certificate_pem = cert_pem(material.certificate)
+        self.certificate, self.chain = material.certificate, material.chain  # public: for the revocation checks
         self._signer = signers.SimpleSigner(
             signing_cert=asn1_certs([material.certificate])[0],
             signing_key=load_private_key_from_pemder_data(key_pem(material.key), passphrase=None),
             cert_registry=_cert_store(material.chain),
         )
-        self._timestamper = BoundedTimeStamper(config.tsa_url) if config.tsa_url else None
+        if level is not None and level.timestamped and not config.tsa_url:
+            raise ConfigError(f"sign.level {level.value} needs a timestamp authority: set DOCJOBS_TSA_URL")
+        stamped = config.tsa_url if level is None or level.timestamped else None
+        self.timestamper = BoundedTimeStamper(stamped) if stamped else None
 
     @property
     def level(self) -> Literal["B-B", "B-T"]:
-        return "B-T" if self._timestamper else "B-B"
+        """The signature's own level (B-LT and B-LTA extend a B-T signature: docjobs/signing/long_term.py)."""
+        return "B-T" if self.timestamper else "B-B"
 
     def bytes_reserved(self, tenant: str | None) -> int:
         """The hole to ask the child for, in hex digits: a dry run of the CMS (with a TSA token, which may hit
@@ -353,7 +362,7 @@ class ReleaseSigner:
                     MD_ALGORITHM,
                     dry_run=dry_run,
                     use_pades=True,
-                    timestamper=self._timestamper,
+                    timestamper=self.timestamper,
                     signed_attr_settings=attributes,
                 )
             )

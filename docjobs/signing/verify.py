@@ -76,19 +76,21 @@ class SignatureReport(Frozen):
         return failure_code(self)
 
 
-def failure_code(report: SignatureReport) -> FailureCode | None:
+def failure_code(report: SignatureReport, *, long_term: bool = False) -> FailureCode | None:
     """None when the signature is acceptable, otherwise the failure code (all QUARANTINE).
 
     signature.invalid: no signature, or not intact / not valid (also any other `bottom_line` failure,
     e.g. an invalid timestamp token); signature.untrusted: cryptographically fine but the certificate (or
     the timestamp's) does not chain to a configured root; signature.coverage: the signature does not
-    cover the entire file (something was appended after signing).
+    cover the entire file (something was appended after signing). A `long_term` signature (B-LT, B-LTA) covers its
+    revision, and what follows it may be validation data only (a DSS, document timestamps: `lta_updates`).
     """
     if report.signature_count == 0 or not (report.intact and report.valid):
         return FailureCode.SIGNATURE_INVALID
     if not report.trusted or report.timestamp_trusted is False:
         return FailureCode.SIGNATURE_UNTRUSTED
-    if report.coverage != "entire_file":
+    extended = long_term and report.coverage == "entire_revision" and report.modification_level == "lta_updates"
+    if report.coverage != "entire_file" and not extended:
         return FailureCode.SIGNATURE_COVERAGE
     if not report.bottom_line:
         return FailureCode.SIGNATURE_INVALID
