@@ -147,11 +147,13 @@ async def test_a_compromised_child_reaches_nothing_and_the_worker_goes_on(
     plain = tmp_path / "plain.pdf"
     make_sample_pdf(plain, pages=1)
     assert (await run_job(queue_jobs, plain, tenant)).state is JobState.SUCCEEDED
-    in_sandbox = sandbox_view(attacked_worker.process.pid, root / LOG_FOLDER).parent
 
     def seen(path: Path) -> Path:
-        """`path`, as the sandbox sees it, reached from here."""
-        return in_sandbox / path.relative_to(root) if path.is_relative_to(root) else path
+        """`path`, as the sandbox sees it, reached from here: through a process of the sandbox alive now (the one
+        that served the last look may have ended since, a child retired after its attack), and there must be one."""
+        if not path.is_relative_to(root):
+            return path
+        return sandbox_view(attacked_worker.process.pid, root / LOG_FOLDER).parent / path.relative_to(root)
 
     # Another job of the SAME tenant, running while the attacker's does: its attempt folder is in the same work
     # root, the same sandbox's, owned by the same uid. Planted there, open to every uid, so that only the child's
