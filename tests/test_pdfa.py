@@ -1,5 +1,5 @@
 """The partial PDF/A check (docjobs/pdf/pdfa.py): each rule it knows finds what breaks it, and a stamped and
-signed PDF/A-2b document keeps its claim."""
+signed PDF/A-2b document keeps its claim; page-validation, the independent validator, joins the verdict."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 from pikepdf import Name
 
 from docjobs.domain.errors import DocJobError
+from docjobs.domain.policy import GeneratePolicy, PdfVariant
+from docjobs.generate.weasy import html_to_pdf
 from docjobs.pdf import pdfa
 from docjobs.pdf.budgets import DEFAULT_BUDGETS
 from docjobs.pdf.watermark import watermark_structure
@@ -103,3 +105,51 @@ def test_an_output_without_the_claim_is_reported_dropped(archival: Path, tmp_pat
 def test_no_claim_on_either_side_reports_nothing(archival: Path, tmp_path: Path) -> None:
     plain = edited(archival, tmp_path / "plain.pdf", "not_claimed")
     assert pdfa.outcome(plain, plain) is None
+
+
+# What page-validation (the independent validator) finds of each broken rule above: its own rule, or nothing.
+INDEPENDENT = {
+    "no_output_intent": ["PDFA2B-DEVICE-RGB-001"],  # the page's colours are then device RGB without an intent
+    "font_not_embedded": [],  # a font in the resources that nothing draws with: page looks at the fonts used
+    "xmp_dates": [],  # page does not compare the Info dictionary's dates with the XMP's
+    "active_content": ["PDFA2B-ACTION-TYPE-001"],
+    "annotation": ["PDFA2B-ANNOTATION-AP-REQUIRED-001"],
+}
+
+
+@pytest.mark.parametrize("edit", sorted(INDEPENDENT))
+def test_both_validators_judge_each_broken_rule_and_the_status_says_where_they_differ(
+    archival: Path, tmp_path: Path, edit: str
+) -> None:
+    broken = edited(archival, tmp_path / "broken.pdf", edit)
+    assert pdfa.independent_problems(broken) == INDEPENDENT[edit]
+    outcome = pdfa.outcome(archival, broken)
+    assert outcome is not None and not outcome.kept and outcome.reason == edit
+    both = bool(INDEPENDENT[edit])
+    assert outcome.validators == {"docjobs": False, "page": not both}
+    assert outcome.disagreement == (None if both else f"docjobs: {edit}")
+
+
+def test_what_only_the_independent_validator_finds_is_not_kept(archival: Path, tmp_path: Path) -> None:
+    """WeasyPrint compresses its XMP stream, which PDF/A-2 forbids: docjobs' check misses it, page does not. A
+    signed release has pyHanko's XMP instead, stored plain: both pass it."""
+    assert pdfa.problems(archival) == [] and pdfa.independent_problems(archival) == ["PDFA2B-METADATA-FILTER-001"]
+    outcome = pdfa.outcome(archival, archival)
+    assert outcome is not None and (outcome.kept, outcome.reason) == (False, "independent_check")
+    assert outcome.validators == {"docjobs": True, "page": False}
+    assert outcome.disagreement == "page: PDFA2B-METADATA-FILTER-001"
+    watermark_structure(archival, stamped := tmp_path / "stamped.pdf", "CONFIDENTIAL")
+    sign_pdf(stamped, signed := tmp_path / "signed.pdf", ensure_dev_signer(tmp_path / "ca"))
+    outcome = pdfa.outcome(archival, signed)
+    assert outcome is not None and outcome.kept and outcome.validators == {"docjobs": True, "page": True}
+
+
+@pytest.mark.parametrize("variant", [PdfVariant.PDF_A_2B, PdfVariant.PDF_A_3B])
+def test_what_generate_makes_passes_both_validators(tmp_path: Path, variant: PdfVariant) -> None:
+    """`generate` stores the XMP plain (docjobs/generate/weasy.py, `unfilter_metadata`)."""
+    (tmp_path / "index.html").write_text("<h1>Referral</h1><p>Dear colleague.</p>")
+    output = tmp_path / "generated.pdf"
+    html_to_pdf(tmp_path, output, GeneratePolicy(pdf_variant=variant), max_pages=5, on_pages=lambda done, total: None)
+    assert pdfa.problems(output) == [] and pdfa.independent_problems(output) == []
+    outcome = pdfa.outcome(output, output)
+    assert outcome is not None and outcome.kept and outcome.validators == {"docjobs": True, "page": True}

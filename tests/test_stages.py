@@ -147,8 +147,9 @@ WIRE = {
     # Then the region page bound (see redact). Then the output's `signature` typed (SignatureVerdict): the same keys,
     # the seven every verify since the first has written required, `tenant` and `docmdp` defaulted (None).
     # Then long-term signatures (issue 40), additions with defaults: the input's `sign_level` (None: no long-term
-    # validation, as before) and the signature verdict's `long_term` (None in older results).
-    "verify": ("f3ca4ed664aaef61", "29a7e04741e479d8"),
+    # validation, as before) and the signature verdict's `long_term` (None in older results). Then the PDF/A outcome's
+    # `validators` and `disagreement` (page-validation joins docjobs' check; {} and None in older results).
+    "verify": ("f3ca4ed664aaef61", "cf089e1d4607b2d2"),
     "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
     # Additions with defaults: `converted` (an office input's PDF, which the evidence binds; None in old jobs), then
     # the input's `redactions` (counts by kind: {} in old jobs) and the output's `commitment_salt` (None from older

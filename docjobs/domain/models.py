@@ -401,8 +401,12 @@ class PdfaOutcome(Frozen):
     """Whether the released file still holds the PDF/A claim of the job's document (docjobs/pdf/pdfa.py)."""
 
     claimed: str  # part and conformance claimed by the job's document ("2b"), else by the output (OCR's `pdfa`)
-    kept: bool  # the output claims the same and the check finds nothing that breaks it
+    kept: bool  # the output claims the same and no validator finds anything that breaks it
     reason: str | None = None  # not kept: a stable code (claim_dropped, claim_changed, transparency, ...)
+    # Each validator's own verdict on the output: `docjobs` (docjobs/pdf/pdfa.py), `page` (page-validation, where it
+    # has a profile for the claim). {}: checked by older code, with docjobs' check alone.
+    validators: dict[str, bool] = Field(default_factory=dict)
+    disagreement: str | None = None  # the validators disagree: what the one that failed found (a code, rule IDs)
 
 
 class LongTermVerdict(Frozen):

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import pikepdf
+from pikepdf import Name
 from weasyprint import CSS, HTML
 from weasyprint.urls import path2url
 
@@ -69,5 +71,19 @@ def html_to_pdf(
         pdf_variant=variant.value if variant else None,
         pdf_tags=variant is PdfVariant.PDF_UA_1,
     )
+    if variant in (PdfVariant.PDF_A_2B, PdfVariant.PDF_A_3B):
+        unfilter_metadata(output)
     check_fonts_embedded(output)
     return GeneratedSummary(page_count=pages, refused=counts, pdf_variant=variant)
+
+
+def unfilter_metadata(path: Path) -> None:
+    """Store the XMP metadata stream uncompressed, as PDF/A-2 and 3 require of it (page-validation's
+    PDFA2B-METADATA-FILTER-001): WeasyPrint compresses it. A reader of the XMP alone (an archive's indexer) can then
+    read it without a PDF library, which is what the rule is for."""
+    with pikepdf.open(path, allow_overwriting_input=True) as pdf:
+        metadata = pdf.Root.get(Name.Metadata)
+        if not isinstance(metadata, pikepdf.Stream) or Name.Filter not in metadata:
+            return
+        metadata.write(metadata.read_bytes())
+        pdf.save(path)

@@ -14,7 +14,10 @@ this is our own check of the rules a processing step can break: the ones our sta
 - every annotation but a Popup printable and not hidden, and one with an area has an appearance;
 - the Info dictionary's dates match the XMP's (xmp:ModifyDate, xmp:CreateDate) when both are there.
 
-It does not check (see docs/policies.md, "PDF/A outputs"): that a font program is valid and holds every glyph
+It is joined by page-validation (`independent_problems`, PyPI, MIT, a PDF/A and PDF/UA checker written in Rust that
+nobody here wrote): a claim is kept only if both pass it, and the status says where they disagree.
+
+This check does not check (see docs/policies.md, "PDF/A outputs"): that a font program is valid and holds every glyph
 used with the widths the font dictionary states, the ICC profile's content, that device colour spaces match the
 output intent, XMP schema validity (extension schemas), the file structure rules (header, xref, stream
 lengths), the content-stream operators and limits of ISO 19005, or anything of level a/u (tags, Unicode).
@@ -26,6 +29,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import page as page_validation
 import pikepdf
 from pikepdf import Name
 
@@ -40,6 +44,8 @@ _XMP_DATE = {
 }
 _PRINT, _HIDDEN, _INVISIBLE, _NO_VIEW = 1 << 2, 1 << 1, 1 << 0, 1 << 5
 _CONTAINERS = (pikepdf.Dictionary, pikepdf.Stream, pikepdf.Array)
+OWN_VALIDATOR = "docjobs"  # this module's partial check
+INDEPENDENT_VALIDATOR = "page"  # page-validation's, which nobody here wrote
 
 
 def claim(pdf: pikepdf.Pdf) -> str | None:
@@ -53,7 +59,11 @@ def claim(pdf: pikepdf.Pdf) -> str | None:
 
 def outcome(document: Path, output: Path, budgets: Budgets = DEFAULT_BUDGETS) -> PdfaOutcome | None:
     """Whether `output` keeps the PDF/A claim of `document` (the job's document, as the stages got it); None
-    when neither claims PDF/A. An output that claims PDF/A on its own (OCR's `pdfa` output type) is checked too."""
+    when neither claims PDF/A. An output that claims PDF/A on its own (OCR's `pdfa` output type) is checked too.
+
+    Kept only if every validator that can check the claim passes the output: this module's check (`docjobs`) and
+    page-validation's (`page`, `independent_problems`). When they disagree, `disagreement` says what the one that
+    failed found: this check's code, or page's rule IDs (its own fixed names, never the document's content)."""
     with pikepdf.open(document) as pdf:
         claimed = claim(pdf)
     with pikepdf.open(output) as pdf:
@@ -67,7 +77,47 @@ def outcome(document: Path, output: Path, budgets: Budgets = DEFAULT_BUDGETS) ->
         reason = "claim_changed"
     else:
         reason = found[0] if found else None
-    return PdfaOutcome(claimed=claimed or str(released), kept=reason is None, reason=reason)
+    validators = {OWN_VALIDATOR: reason is None}
+    independent = independent_problems(output, budgets) if released is not None else None
+    if independent is not None:
+        validators[INDEPENDENT_VALIDATOR] = not independent
+    disagreement = None
+    if len(set(validators.values())) > 1:
+        disagreement = (
+            f"{OWN_VALIDATOR}: {reason}" if reason else f"{INDEPENDENT_VALIDATOR}: {', '.join(independent or ())}"
+        )
+    if reason is None and independent:
+        reason = "independent_check"
+    return PdfaOutcome(
+        claimed=claimed or str(released),
+        kept=all(validators.values()),
+        reason=reason,
+        validators=validators,
+        disagreement=disagreement,
+    )
+
+
+def independent_problems(path: Path, budgets: Budgets = DEFAULT_BUDGETS) -> list[str] | None:
+    """The rules of the file's PDF/A claim that page-validation (an independent validator, in Rust, from PyPI) finds
+    broken, as its rule IDs (empty: compliant; `unreadable`: it could not read the file within its limits); None
+    when the file claims no PDF/A or page has no profile for its claim."""
+    with pikepdf.open(path) as pdf:
+        claimed = claim(pdf)
+    try:
+        profile = page_validation.ValidationProfile(claimed)
+    except ValueError:
+        return None
+    limits = page_validation.SafetyLimits(
+        max_decoded_stream_size=budgets.max_stream_bytes,
+        max_total_decoded_content_size=budgets.max_document_bytes,
+        max_reference_depth=budgets.max_depth,
+        max_object_count=budgets.max_objects,
+    )
+    try:
+        report = page_validation.validate_pdf(path, profile=profile, limits=limits)
+    except page_validation.PageError:
+        return ["unreadable"]
+    return sorted({failure.rule_id for failure in report.failures})
 
 
 def problems(path: Path, budgets: Budgets = DEFAULT_BUDGETS) -> list[str]:
