@@ -24,12 +24,12 @@ from docjobs.signing import long_term
 from docjobs.signing.config import SignerConfig, TrustAnchors, load_signer, load_trust_roots
 from docjobs.signing.environment import check_sign_levels
 from docjobs.signing.long_term import RevocationData
-from docjobs.signing.long_term_verify import long_term_verdict
+from docjobs.signing.long_term_verify import long_term_verdict, validated_at
 from docjobs.signing.sign import ReleaseSigner, prepare_signature, release_reason
 from docjobs.signing.trust_services import BoundedTimeStamper, TrustServiceUnavailable, call
 from docjobs.signing.verdict import verified_signature
 from tests.fixtures.loopback import QuietHandler, serving_on_loopback
-from tests.fixtures.test_pki import SIGNER_DAYS, TestPki, TestSigner, serving_test_pki
+from tests.fixtures.test_pki import SHORT_TSA_DAYS, SIGNER_DAYS, TestPki, TestSigner, serving_test_pki
 
 TENANT = "acme"
 
@@ -40,13 +40,13 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestPki]:
         yield served
 
 
-def signer_config(pki: TestPki, signer: TestSigner) -> SignerConfig:
+def signer_config(pki: TestPki, signer: TestSigner, tsa_url: str | None = None) -> SignerConfig:
     return SignerConfig(
         trust_roots=(signer.root,),
         key_path=signer.key,
         cert_path=signer.cert,
         chain_paths=(signer.chain,),
-        tsa_url=pki.tsa_url,
+        tsa_url=tsa_url or pki.tsa_url,
     )
 
 
@@ -54,10 +54,11 @@ def digest_of(path: Path) -> tuple[int, str]:
     return path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def signed_b_t(pki: TestPki, folder: Path) -> tuple[Path, bytes, RevocationData]:
-    """A one-page PDF signed at B-T by the worker's and the child's halves, after the signer's chain was checked:
-    the signed file, its CMS and the signer chain's revocation data."""
-    config = signer_config(pki, pki.signer)
+def signed_b_t(pki: TestPki, folder: Path, tsa_url: str | None = None) -> tuple[Path, bytes, RevocationData]:
+    """A one-page PDF signed at B-T (by `tsa_url`'s TSA, else the PKI's long-lived one) by the worker's and the
+    child's halves, after the signer's chain was checked: the signed file, its CMS and the signer chain's
+    revocation data."""
+    config = signer_config(pki, pki.signer, tsa_url)
     material = load_signer(config)
     revocation = long_term.signer_revocation(
         material.certificate, material.chain, load_trust_roots(config), pki.revocation_urls
@@ -89,19 +90,27 @@ def extended(pki: TestPki, folder: Path, *, archival: bool) -> tuple[Path, Path]
     signed, cms, revocation = signed_b_t(pki, folder)
     token = long_term.signature_timestamp(cms)
     assert token is not None
+    final = folder / ("b-lta.pdf" if archival else "b-lt.pdf")
+    updated(pki, signed, final, token, revocation, pki.tsa_url if archival else None)
+    return signed, final
+
+
+def updated(
+    pki: TestPki, src: Path, dst: Path, token: bytes, revocation: RevocationData, tsa_url: str | None
+) -> bytes | None:
+    """`src` with an incremental update in `dst`: `revocation` and the revocation data of `token`'s TSA chain,
+    and with `tsa_url` a document timestamp by that TSA (whose token is returned)."""
     roots = load_trust_roots(signer_config(pki, pki.signer))
     revocation = revocation + long_term.timestamp_revocation(token, roots, pki.revocation_urls)
-    stamper = BoundedTimeStamper(pki.tsa_url) if archival else None
+    stamper = BoundedTimeStamper(tsa_url) if tsa_url else None
     reserved = long_term.timestamp_reserved(stamper) if stamper else None
-    child_file = folder / "extended.pdf"
+    child_file = dst.with_name(f"{dst.stem}.child.pdf")
     update = long_term.prepare_archival_update(
-        signed, child_file, RevocationData.decoded(revocation.encoded()), timestamp_reserved=reserved
+        src, child_file, RevocationData.decoded(revocation.encoded()), timestamp_reserved=reserved
     )
-    final = folder / ("b-lta.pdf" if archival else "b-lt.pdf")
-    long_term.finish_archival_update(
-        child_file, final, update, signed=digest_of(signed), timestamper=stamper, reserved=reserved
+    return long_term.finish_archival_update(
+        child_file, dst, update, signed=digest_of(src), timestamper=stamper, reserved=reserved
     )
-    return signed, final
 
 
 def test_a_b_lta_archive_validates_now_and_past_the_signers_expiry(pki: TestPki, tmp_path: Path) -> None:
@@ -292,3 +301,28 @@ def test_a_long_term_release_is_judged_at_its_level(pki: TestPki, tmp_path: Path
             verified_signature(path, anchors, TENANT, level)
         assert refused.value.code is code, (path.name, level)
     assert verified_signature(signed, anchors, TENANT, SignLevel.B_T).long_term is None
+
+
+def test_a_renewal_carries_an_archive_past_its_first_timestamps_expiry(pki: TestPki, tmp_path: Path) -> None:
+    """An archive timestamped by a TSA whose certificate expires in days is due for renewal at once; renewed (the
+    newest timestamp's TSA chain's fresh revocation data and a document timestamp by a longer-lived TSA, appended),
+    it still validates past that TSA's expiry, where the first version does not; the first version is the exact
+    prefix of the second."""
+    signed, cms, revocation = signed_b_t(pki, tmp_path, pki.short_tsa_url)
+    token = long_term.signature_timestamp(cms)
+    assert token is not None
+    first = tmp_path / "v1.pdf"
+    newest = updated(pki, signed, first, token, revocation, pki.short_tsa_url)
+    assert newest is not None
+    month = timedelta(days=30)
+    assert long_term.renewal_due(newest, month) < pki.now  # due already: its TSA's certificate lives five days
+    anchors = TrustAnchors.of(signer_config(pki, pki.signer))
+    expired = pki.now + timedelta(days=SHORT_TSA_DAYS + 1)  # the first TSA's certificate has expired
+    assert validated_at(first, anchors, pki.now) == PASSED and validated_at(first, anchors, expired) != PASSED
+    renewed = tmp_path / "v2.pdf"
+    newer = updated(pki, first, renewed, newest, RevocationData(), pki.tsa_url)
+    assert newer is not None and renewed.read_bytes().startswith(first.read_bytes())
+    assert validated_at(renewed, anchors, expired) == PASSED
+    verdict = long_term_verdict(renewed, anchors, archival=True)
+    assert (verdict.document_timestamps, verdict.ades, verdict.future_ades) == (2, PASSED, PASSED)
+    assert long_term.renewal_due(newer, month) > pki.now + timedelta(days=365)  # the next, years away

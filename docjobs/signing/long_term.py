@@ -24,7 +24,7 @@ import os
 import tempfile
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -51,7 +51,15 @@ from pyhanko_certvalidator.errors import (
 from docjobs.domain.errors import DocJobError, FailureCode
 from docjobs.settings.config import ConfigError
 from docjobs.signing.config import asn1_certs
-from docjobs.signing.sign import MD_ALGORITHM, ByteRange, check_byte_range, starts_with_document, worker_copy
+from docjobs.signing.sign import (
+    MD_ALGORITHM,
+    ByteRange,
+    check_byte_range,
+    field_names,
+    free_name,
+    starts_with_document,
+    worker_copy,
+)
 from docjobs.signing.trust_services import BoundedTimeStamper, TrustServiceUnavailable, call
 from docjobs.signing.verify import PDF_ERRORS
 
@@ -273,6 +281,7 @@ def prepare_archival_update(
     os.close(fd)
     tmp = Path(tmp_name)
     byte_range: ByteRange | None = None
+    field_name = None
     try:
         with src.open("rb") as infile, tmp.open("w+b") as outfile:
             writer = IncrementalPdfFileWriter(infile, strict=False)
@@ -285,21 +294,22 @@ def prepare_archival_update(
             )
             if timestamp_reserved is None:
                 cast(Any, writer).write(outfile)
-            else:
-                byte_range = _timestamp_hole(writer, outfile, timestamp_reserved)
+            else:  # a renewal adds one more: `docjobs-archive-2`, `-3`, ...
+                field_name = free_name(DOC_TIMESTAMP_FIELD, field_names(writer.prev))
+                byte_range = _timestamp_hole(writer, outfile, timestamp_reserved, field_name)
         tmp.replace(dst)
     except PDF_ERRORS:
         raise DocJobError(FailureCode.INPUT_MALFORMED, "the signed PDF could not be extended") from None
     finally:
         tmp.unlink(missing_ok=True)
-    return PreparedUpdate(byte_range=byte_range, field_name=DOC_TIMESTAMP_FIELD if byte_range else None)
+    return PreparedUpdate(byte_range=byte_range, field_name=field_name)
 
 
-def _timestamp_hole(writer: IncrementalPdfFileWriter, outfile: IO[bytes], reserved: int) -> ByteRange:
-    """Write `writer`'s update with a new document timestamp field and an empty hole; its /ByteRange."""
+def _timestamp_hole(writer: IncrementalPdfFileWriter, outfile: IO[bytes], reserved: int, name: str) -> ByteRange:
+    """Write `writer`'s update with a new document timestamp field `name` and an empty hole; its /ByteRange."""
     _ensure_esic_ext(writer)
-    embedder = PdfCMSEmbedder(new_field_spec=SigFieldSpec(sig_field_name=DOC_TIMESTAMP_FIELD))
-    steps = embedder.write_cms(field_name=DOC_TIMESTAMP_FIELD, writer=writer, existing_fields_only=False)
+    embedder = PdfCMSEmbedder(new_field_spec=SigFieldSpec(sig_field_name=name))
+    steps = embedder.write_cms(field_name=name, writer=writer, existing_fields_only=False)
     next(steps)
     steps.send(SigObjSetup(sig_placeholder=cast(Any, DocumentTimestamp)(bytes_reserved=reserved)))
     prepared, _ = steps.send(SigIOSetup(md_algorithm=MD_ALGORITHM, in_place=False, output=outfile))
@@ -323,11 +333,11 @@ def finish_archival_update(
     signed: tuple[int, str],
     timestamper: BoundedTimeStamper | None,
     reserved: int | None,
-) -> None:
+) -> bytes | None:
     """Copy the child's `prepared` file (a regular file, not through a link) to a new `dst`, check that it begins
     with the `signed` (size, sha256) document, and for a document timestamp (`timestamper`) that its byte range is
     the whole file but an empty hole of `reserved` hex digits; then write the TSA's token over that range's digest
-    into the hole.
+    into the hole, and return it (the newest timestamp: what an archive's next renewal is due by).
 
     Raises DocJobError signature.byte_range, signature.tsa_unavailable."""
     with worker_copy(prepared, dst) as outfile:
@@ -336,15 +346,26 @@ def finish_archival_update(
                 FailureCode.SIGNATURE_BYTE_RANGE, "the extended document does not begin with the signed one"
             )
         if timestamper is None:
-            return
+            return None
         if update.byte_range is None or reserved is None:
             raise DocJobError(FailureCode.SIGNATURE_BYTE_RANGE, "the document timestamp has no place")
         digest = check_byte_range(outfile, update.byte_range, bytes_reserved=reserved)
-        contents = binascii.hexlify(timestamper.token(digest)).upper()
+        token = timestamper.token(digest)
+        contents = binascii.hexlify(token).upper()
         if len(contents) > reserved:
             raise RuntimeError("the document timestamp is larger than the space reserved for it")
         outfile.seek(update.byte_range[1] + 1)
         outfile.write(contents)
+        return token
+
+
+def renewal_due(token_der: bytes, renew_before: timedelta) -> datetime:
+    """When an archive whose newest timestamp is `token_der` must be renewed: `renew_before` ahead of its TSA
+    certificate's expiry (after it, nothing proves that timestamp, nor what it covers)."""
+    leaves = [cert for cert in tsa_certificates(token_der) if not _is_ca(cert)]
+    if not leaves:
+        raise ConfigError("the TSA's timestamp carries no TSA certificate")
+    return leaves[0].not_valid_after_utc - renew_before
 
 
 def signer_revocation(

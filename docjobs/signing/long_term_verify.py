@@ -32,6 +32,7 @@ from pyhanko.sign.validation.policy_decl import (
     SignatureValidationSpec,
 )
 from pyhanko_certvalidator.context import CertValidationPolicySpec
+from pyhanko_certvalidator.ltv.types import ValidationTimingInfo
 from pyhanko_certvalidator.policy_decl import REQUIRE_REVINFO, CertRevTrustPolicy
 from pyhanko_certvalidator.registry import SimpleTrustManager
 
@@ -124,3 +125,19 @@ def long_term_verdict(
         future_at=at,
         future_ades=_verdict(later.ades_subindic),
     )
+
+
+def validated_at(path: Path, anchors: TrustAnchors, moment: datetime) -> str:
+    """pyHanko's AdES LTA verdict on `path`'s last regular signature as it would be given at `moment`, from what the
+    file embeds (nothing fetched, and no timestamp presumed renewed, as `simulate_future_ades_lta_validation`
+    presumes): how long an archive as it stands now proves its signature."""
+    timing = ValidationTimingInfo(validation_time=moment, best_signature_time=moment, point_in_time_validation=False)
+    with path.open("rb") as file:
+        try:
+            signatures = cast(list[EmbeddedPdfSignature], PdfFileReader(file, strict=False).embedded_regular_signatures)
+            if not signatures:
+                return "FAILED:NO_SIGNATURE"
+            result = asyncio.run(ades.ades_lta_validation(signatures[-1], _spec(anchors), timing_info=timing))
+        except PDF_ERRORS:
+            return "FAILED:MALFORMED"
+    return _verdict(result.ades_subindic)

@@ -127,7 +127,7 @@ def prepare_signature(
         with src.open("rb") as infile:
             writer = _open_for_update(infile)
             existing = _existing_signatures(writer, allowed=allow_existing_signatures)
-            name = _free_name(field_name, existing, _field_names(writer.prev))
+            name = free_name(field_name, existing, field_names(writer.prev))
             certify = certify and not existing  # a certification signature must be the first one
             locked = certify or lock
             box = stamp_box if visible else None
@@ -467,14 +467,16 @@ def _forbids_changes(reader: PdfFileReader) -> bool:
     return docmdp is not None and docmdp.permission == MDPPerm.NO_CHANGES
 
 
-def _field_names(reader: PdfFileReader) -> set[str]:
+def field_names(reader: PdfFileReader) -> set[str]:
+    """The names of the signature fields of `reader`'s document (none, when they cannot be read)."""
     try:
         return {str(name) for name, _, _ in fields.enumerate_sig_fields(reader, filled_status=None)}
     except PDF_ERRORS:
         return set()
 
 
-def _free_name(wanted: str, *taken: Sequence[str] | set[str]) -> str:
+def free_name(wanted: str, *taken: Sequence[str] | set[str]) -> str:
+    """`wanted`, or `wanted-2`, `wanted-3`, ... the first that none of `taken` holds."""
     used = {name for names in taken for name in names}
     name, n = wanted, 1
     while name in used:
