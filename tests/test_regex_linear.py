@@ -37,18 +37,16 @@ UNSUPPORTED = [r"(\w)\1", r"(?P<x>a)(?P=x)", r"x(?=y)", r"(?<!x)y", r"(?<=x)y", 
 
 
 def growth(work: Callable[[int], object], size: int) -> float:
-    """How much longer `work(4 * size)` takes than `work(size)`, best of three each: about 4 when the work is
-    linear, 16 when quadratic (and a backtracking regex would not even finish the first run)."""
-
-    def best(n: int) -> float:
-        times = []
-        for _ in range(3):
+    """How much longer `work(4 * size)` takes than `work(size)`, best of five each: about 4 when the work is
+    linear, 16 when quadratic (and a backtracking regex would not even finish the first run). The two sizes take
+    turns, so that a machine busy with other work for a while slows both alike, not the one that ran then."""
+    times: dict[int, list[float]] = {size: [], 4 * size: []}
+    for _ in range(5):
+        for n in times:
             started = time.perf_counter()
             work(n)
-            times.append(time.perf_counter() - started)
-        return min(times)
-
-    return best(4 * size) / best(size)
+            times[n].append(time.perf_counter() - started)
+    return min(times[4 * size]) / min(times[size])
 
 
 # --- tenant regexes ---------------------------------------------------------------------------------------
