@@ -37,7 +37,7 @@ import sys
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from docjobs.cli import batches, costs, deploy, evidence, gc, jobs, schema, servers, templates, tenants
+from docjobs.cli import archives, batches, costs, deploy, evidence, gc, jobs, schema, servers, templates, tenants
 from docjobs.cli.jobs import KeyConflict
 from docjobs.cli.output import (
     EXIT_INTERRUPTED,
@@ -60,7 +60,7 @@ from docjobs.temporal.settings import TemporalSettings
 from docjobs.temporal.tracing import command_span
 
 # In the order `--help` lists them.
-COMMAND_GROUPS = (jobs, batches, evidence, costs, servers, tenants, templates, gc, deploy, schema)
+COMMAND_GROUPS = (jobs, batches, archives, evidence, costs, servers, tenants, templates, gc, deploy, schema)
 
 
 def build_parser() -> argparse.ArgumentParser:

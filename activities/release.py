@@ -27,7 +27,7 @@ from temporalio.exceptions import CancelledError
 from activities.declared import implements
 from activities.isolated import Attempt, IsolatedStages
 from docjobs.domain import stage_specs as specs
-from docjobs.domain.models import ReleaseGateSettings, SignInput, SignOutput
+from docjobs.domain.models import BlobRef, ReleaseGateSettings, SignInput, SignOutput
 from docjobs.domain.policy import SignLevel
 from docjobs.isolation import gate_work, stage_work
 from docjobs.isolation.child_pool import ChildPool
@@ -114,8 +114,9 @@ class ReleaseActivities(IsolatedStages):
                     gate=lambda checked: self._release_gate(attempt, request, checked, done.byte_range, tenant, stamp),
                 )
                 made: str = key.level
+                token = None
                 if level is not None and revocation is not None:
-                    signed = self._extended(attempt, request, key, config, level, signed, cms, revocation)
+                    signed, token = self._extended(attempt, request, key, config, level, signed, cms, revocation)
                     made = level.value.upper()
                 staged = self._put_staged("sign", attempt.number, signed)
         return SignOutput(
@@ -127,6 +128,7 @@ class ReleaseActivities(IsolatedStages):
             attempt=attempt.number,
             cost=attempt.meter.total(),
             tenant=tenant,
+            timestamp_token=token,
         )
 
     def _extended(
@@ -139,10 +141,11 @@ class ReleaseActivities(IsolatedStages):
         signed: Path,
         cms: bytes,
         revocation: RevocationData,
-    ) -> Path:
+    ) -> tuple[Path, BlobRef | None]:
         """The signed file made B-LT (a DSS) or B-LTA (and a document timestamp): the worker fetches the TSA chain's
         revocation data too, a document child writes the update (it parses the signed PDF), and the worker checks
-        that it begins with the signed bytes, hashes the timestamp's range and fills its hole."""
+        that it begins with the signed bytes, hashes the timestamp's range and fills its hole. With the file, the
+        document timestamp's token, staged (B-LTA: what its archive's renewal is due by)."""
         token = long_term.signature_timestamp(cms)
         if token is None:
             raise RuntimeError("a long-term signature was made without its signature timestamp")
@@ -159,7 +162,7 @@ class ReleaseActivities(IsolatedStages):
             attempt, stage_work.ARCHIVAL_UPDATE, work, request.cpu, max_pages=request.shape.page_count or None
         )
         extended = signed.with_name("extended.pdf")
-        long_term.finish_archival_update(
+        token = long_term.finish_archival_update(
             written,
             extended,
             PreparedUpdate(byte_range=done.byte_range, field_name=done.field_name),
@@ -167,7 +170,11 @@ class ReleaseActivities(IsolatedStages):
             timestamper=stamper,
             reserved=reserved,
         )
-        return extended
+        if token is None:
+            return extended, None
+        token_file = signed.with_name("timestamp.token")
+        token_file.write_bytes(token)
+        return extended, self._put_staged("sign", attempt.number, token_file, suffix=".token")
 
     def _release_gate(
         self,

@@ -74,6 +74,7 @@ class ResolveActivities:
                 ocr_task_queue=settings.ocr_task_queue,
                 ocr_chunk_task_queue=settings.ocr_chunk_task_queue,
                 notify_task_queue=settings.notify_task_queue,
+                archive_task_queue=settings.archive_task_queue,
                 callback=job.callback,
             )
 

@@ -33,6 +33,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.adapter import StageActivities
+from activities.archive import ArchiveActivities
 from activities.batch import BatchActivities
 from activities.evidence import EvidenceActivities
 from activities.metrics import LeaseExpiries
@@ -60,6 +61,7 @@ from docjobs.temporal.job_gauges import active_job_gauges
 from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format, identify
 from docjobs.temporal.metrics import metrics_runtime
 from docjobs.temporal.settings import TemporalSettings
+from workflows.archive import ArchiveWorkflow
 from workflows.batch_job import DocumentBatchWorkflow
 from workflows.document_job import DocumentJobWorkflow
 from workflows.stages import activity_name
@@ -126,6 +128,8 @@ def implementations(settings: TemporalSettings, pools: Mapping[str, Pools]) -> d
         specs.EVIDENCE.name: lambda pool: EvidenceActivities(store, workdir, data_dir).evidence,
         specs.NOTIFY.name: lambda pool: NotifyActivities(settings.tenants_file).notify,
         specs.OCR_PAGE_RANGE.name: lambda pool: OcrPageRangeActivities(store, workdir, pool).ocr_chunk,
+        specs.OPEN_ARCHIVE.name: lambda pool: ArchiveActivities(store, workdir, pool, data_dir).open_archive,
+        specs.RENEW_ARCHIVE.name: lambda pool: ArchiveActivities(store, workdir, pool, data_dir).renew_archive,
     }
     return made
 
@@ -203,7 +207,7 @@ class WorkerParts:
         jobs = Worker(
             self.client,
             task_queue=self.settings.task_queue,
-            workflows=[DocumentJobWorkflow],
+            workflows=[DocumentJobWorkflow, ArchiveWorkflow],
             workflow_runner=workflow_runner(),
             activities=served,
             activity_executor=self.threads["general"],

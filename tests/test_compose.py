@@ -398,8 +398,10 @@ def test_minio_bucket_is_the_storage_bucket() -> None:
 
 def test_admin_tools_register_every_search_attribute() -> None:
     command = " ".join(SERVICES["temporal-admin-tools"]["command"])
-    for key in search_attributes.ALL:
-        assert f"--name {key.name} --type Keyword" in command
+    assert len(search_attributes.REGISTRATION) == len(search_attributes.ALL)
+    for registration in search_attributes.REGISTRATION:
+        name, kind = registration.split("=")
+        assert f"--name {name} --type {kind}" in command
 
 
 def makefile_list(name: str) -> set[str]:

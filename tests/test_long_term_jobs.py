@@ -9,26 +9,32 @@ not start."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
 
+from docjobs.domain.archive import STATUS_QUERY, ArchiveStatus
+from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import ADES_PASSED
 from docjobs.domain.policy import Policy, SignLevel, SignPolicy
 from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import SignerConfig, TrustAnchors
-from docjobs.signing.long_term_verify import long_term_verdict
+from docjobs.signing.long_term_verify import long_term_verdict, validated_at
 from docjobs.temporal.client import JobClient
-from tests.conftest import Env, StartWorker, wait_terminal
+from tests.conftest import REPO, Env, StartWorker, wait_terminal
 from tests.fixtures.policy_files import name_policy
-from tests.fixtures.test_pki import SIGNER_DAYS, TestPki, TestSigner, serving_test_pki
+from tests.fixtures.test_pki import SHORT_TSA_DAYS, SIGNER_DAYS, TestPki, TestSigner, serving_test_pki
 
 TENANT = "archivist"
 
@@ -163,3 +169,87 @@ def test_a_worker_asked_a_level_it_cannot_make_does_not_start(desk: Desk, pki: T
         with pytest.raises(RuntimeError, match="worker did not start") as refused:
             desk.start_worker("docjobs-unsignable", **overrides)
         assert "asks sign.level b-lta" in str(refused.value) and missing in str(refused.value)
+
+
+async def archive_of(jobs: JobClient, tenant: str, job_id: str) -> str:
+    """The ID of the archive `job_id` opened (listed by its tenant, as `starter.py archive list` lists them)."""
+    query = f"WorkflowType = 'Archive' AND DocjobsTenant = '{tenant}'"
+    for _ in range(100):
+        found = [execution.id async for execution in jobs.client.list_workflows(query)]
+        mine = [archive_id for archive_id in found if archive_id.startswith(f"archive/{job_id}/")]
+        if mine:
+            return mine[0]
+        await asyncio.sleep(0.2)  # visibility is written after the start
+    raise AssertionError(f"no archive listed for {job_id}")
+
+
+async def archive_status(jobs: JobClient, archive_id: str, versions: int) -> ArchiveStatus:
+    """The archive's status once it has `versions` versions (it renews by itself: nothing here asks it to)."""
+    handle = jobs.client.get_workflow_handle(archive_id)
+    for _ in range(300):
+        status: ArchiveStatus = await handle.query(STATUS_QUERY, result_type=ArchiveStatus)
+        if len(status.versions) >= versions:
+            return status
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{archive_id} has {len(status.versions)} versions, not {versions}")
+
+
+async def test_an_archive_renews_by_itself_before_its_tsa_expires_and_outlives_its_job(
+    jobs: JobClient, env: Env, desk: Desk, samples: Path, pki: TestPki, tmp_path: Path
+) -> None:
+    """A B-LTA job signed by a TSA whose certificate lives five days opens an archive due at once for renewal (the
+    policy renews 30 days ahead). The archive renews on the queue of the deployment's archive workers, which use
+    the long-lived TSA: the new version begins with the released bytes and still validates a day past the first
+    TSA's expiry, where the release does not; its evidence names the version it extends; its next renewal is years
+    away, and `starter.py archive` lists it and tells it."""
+    renewals = "docjobs-archive-renewals"
+    desk.queue(renewals, pki, pki.signer)
+    on_queue = desk.queue(
+        "docjobs-short-tsa", pki, pki.signer, DOCJOBS_TSA_URL=pki.short_tsa_url, DOCJOBS_ARCHIVE_TASK_QUEUE=renewals
+    )
+    submitted = await on_queue.submit(samples / "sample.pdf", desk.policy(SignLevel.B_LTA), tenant=TENANT, key="kept")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+    released = tmp_path / "released.pdf"
+    await on_queue.fetch(submitted.job_id, released)
+
+    archive_id = await archive_of(jobs, TENANT, submitted.job_id)
+    archive = await archive_status(jobs, archive_id, versions=2)
+    first, second = archive.versions
+    assert first.document.sha256 == status.output_sha256 and first.evidence is None  # the release, its job's evidence
+    store = env.settings().blob_store()
+    renewed = tmp_path / "v2.pdf"
+    store.fetch(second.document, renewed, mismatch_code=FailureCode.ARTIFACT_DIGEST_MISMATCH)
+    assert renewed.read_bytes().startswith(released.read_bytes())  # the released bytes are its exact prefix
+    anchors = trust(pki.signer)
+    expired = pki.now + timedelta(days=SHORT_TSA_DAYS + 1)
+    assert await asyncio.to_thread(validated_at, released, anchors, expired) != ADES_PASSED
+    assert await asyncio.to_thread(validated_at, renewed, anchors, expired) == ADES_PASSED
+    assert second.evidence is not None
+    with store.open(second.evidence.key) as envelope:
+        stated = json.loads(base64.b64decode(json.loads(envelope.read())["payload"]))
+    assert stated["previous"] == {"version": 1, "document_sha256": first.document.sha256}
+    assert stated["document_sha256"] == second.document.sha256 and stated["archive_id"] == archive_id
+    assert archive.renew_by > pki.now + timedelta(days=365) and archive.last_problem is None
+
+    listed = starter(env, "archive", "list", "--tenant", TENANT)
+    (row,) = [row for row in listed["archives"] if row["archive_id"] == archive_id]
+    assert datetime.fromisoformat(row["next_renewal"]) == archive.renew_by  # what the Web UI shows too
+    told = starter(env, "archive", "status", archive_id)
+    assert [version["number"] for version in told["versions"]] == [1, 2]
+    assert starter(env, "archive", "status", "archive/nobody/none", code=2)["error"] == "archive.unknown"
+
+
+def starter(env: Env, *args: str, code: int = 0) -> dict[str, Any]:
+    """`starter.py --json ARGS` against the session's server: its JSON answer (exit status `code`)."""
+    ran = subprocess.run(
+        [sys.executable, str(REPO / "starter.py"), "--json", *args],
+        env=env.process_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == code, ran.stderr[-2000:]
+    answer: dict[str, Any] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return answer

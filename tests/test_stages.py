@@ -46,6 +46,8 @@ RECORDED_NAMES = {
     "ocr_chunk",
     "ocr_merge",
 }
+# Declared since the histories were recorded: an archive's steps (workflows/archive.py), none recorded yet.
+SINCE_RECORDED = {"open_archive", "renew_archive"}
 
 
 def types_of(function: Callable[..., Any]) -> tuple[list[Any], Any]:
@@ -73,7 +75,7 @@ def test_every_declaration_has_exactly_one_implementation_of_its_types(
         assert len(matching) == 1, f"{name}: {len(matching)} implementations registered"
         assert types_of(matching[0]) == types_of(declaration), name
     assert {activity_name(function) for function in implementations} == {activity_name(d) for d in DECLARATIONS}
-    assert {activity_name(declaration) for declaration in DECLARATIONS} == RECORDED_NAMES
+    assert {activity_name(declaration) for declaration in DECLARATIONS} == RECORDED_NAMES | SINCE_RECORDED
     # OCR has its own queue, with the parts of a long document's OCR (workflows/ocr_page_ranges.py), which the chunk
     # queue serves too
     assert [activity_name(function) for function in registered["ocr"]] == ["ocr", "ocr_chunk", "ocr_merge"]
@@ -142,7 +144,8 @@ WIRE = {
     # Then the region page bound (see redact) in the gate settings' redaction policy.
     # Then the policy's `sign.level` (defaulted: None, B-T when a TSA is configured, else B-B, as before levels), in the
     # input's `sign` section.
-    "sign": ("6e7d2da197cc9bd6", "92dfd00402ce8dd4"),
+    # Then the output's `timestamp_token` (None: not B-LTA, or signed by older code), for the release's archive.
+    "sign": ("6e7d2da197cc9bd6", "d072d0af6d13e697"),
     # An addition with a default (PDF/A outputs, docs/policies.md): verify's `pdfa` output (None in older results).
     # Then the region page bound (see redact). Then the output's `signature` typed (SignatureVerdict): the same keys,
     # the seven every verify since the first has written required, `tenant` and `docmdp` defaulted (None).
@@ -154,8 +157,8 @@ WIRE = {
     # Additions with defaults: `converted` (an office input's PDF, which the evidence binds; None in old jobs), then
     # the input's `redactions` (counts by kind: {} in old jobs) and the output's `commitment_salt` (None from older
     # workers); then the region page bound (see redact); then the watermark's `opacity` (see render).
-    # Then the policy's `sign.level` (see sign).
-    "evidence": ("719a1804514454af", "17244d701355a0b7"),
+    # Then the policy's `sign.level` (see sign) and its `archive` section (defaulted: renew 30 days ahead).
+    "evidence": ("f9eb94ed5a0ce51c", "17244d701355a0b7"),
     "cleanup": ("e9154a74c8b44cea", "5212aa10f10c04f8"),
     # A widening: `input_sha256` may be None (a redaction job's event carries no plain digest of its input).
     "notify": ("799cebb4d6932edc", "e5d116e6b66fdc5a"),
@@ -167,8 +170,8 @@ WIRE = {
     # and `deadline_seconds` defaulted to None (an old request has both), and the step's `pin` (None from older code:
     # the request's policy is the pin). Then the timing's `notify_retry_seconds`, an addition with a default (1 s, the
     # backoff a request recorded before it was scheduled with).
-    # Then the policy's `sign.level` (see sign).
-    "start_batch_documents": ("6fbc5dfcff74812b", "5603494387f42eb6"),
+    # Then the policy's `sign.level` (see sign) and its `archive` section (see evidence).
+    "start_batch_documents": ("7284f8c7778c2d66", "5603494387f42eb6"),
     "pin_batch_policy": ("958aaca1aaa8ff4e", "93ae5b355214694c"),
     "await_batch_jobs": ("4179ed10ef347c9c", "a8b49c7302b8e2e1"),
     "cancel_batch_jobs": ("75fccd5938350432", "5212aa10f10c04f8"),

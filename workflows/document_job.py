@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as sa
     from workflows import stages
     from workflows.admission import NO_REQUEST, RequestInput, admit, placeholder_status
+    from workflows.archive import open_archive
     from workflows.endings import LOCAL_ACTIVITY_FAILURES, NON_RETRYABLE_CODES, Ending, cost_of_failure, failure_of
     from workflows.job_context import JobContext, generate_input, ocr_input, publish_input, redact_input, render_input
     from workflows.ocr_page_ranges import (
@@ -349,6 +350,8 @@ class DocumentJobWorkflow:
         published = await self._stage(stages.publish, publish_input(context))
         self._status.output_sha256 = published.artifact.sha256
         self._status.artifact_key = published.artifact.key
+        if context.timestamp_token is not None:  # B-LTA: released only once its archive is open
+            await open_archive(self._request, context.timestamp_token, published.artifact)
 
     def _failed(self, error: ActivityError) -> Ending:
         """How a failed stage ends the job: its code decides failed or quarantined; its attempts are recorded."""
@@ -404,6 +407,7 @@ class DocumentJobWorkflow:
         request, source, staged = context.request, context.document, context.staged
         policy = request.policy
         named = None  # the tenant the signature names, as the sign stage reports it (None: older activity code)
+        token = None
         structure = policy.watermark.mode is WatermarkMode.STRUCTURE
         if policy.sign.enabled:
             gate = ReleaseGateSettings(
@@ -415,7 +419,7 @@ class DocumentJobWorkflow:
                 job_id=request.job_id, source=source, staged=staged, sign=policy.sign, tenant=request.tenant, gate=gate
             )
             signed = await self._stage(stages.sign, sign)
-            staged, named = signed.staged, signed.tenant
+            staged, named, token = signed.staged, signed.tenant, signed.timestamp_token
         verify = VerifyInput(
             job_id=request.job_id,
             source=source,
@@ -433,7 +437,7 @@ class DocumentJobWorkflow:
         verified = await self._stage(stages.verify, verify)
         self._status.signature, self._status.pdfa = verified.signature, verified.pdfa
         self._status.fidelity_checks = verified.fidelity_checks
-        return replace(context, staged=staged)
+        return replace(context, staged=staged, timestamp_token=token)
 
     async def _ocr_in_page_ranges(self, ocr: OcrInput, ranges: list[PageRange]) -> OcrOutput:
         """The OCR stage of a long document, in page ranges (workflows/ocr_page_ranges.py): the merged result stands for

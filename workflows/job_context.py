@@ -49,6 +49,7 @@ class JobContext:
     document: BlobRef
     staged: BlobRef  # the document as the last stage left it (the document until a stage stages one)
     text: BlobRef | None = None  # the searchable text of every page, once OCR made it (redaction rebuilds it)
+    timestamp_token: BlobRef | None = None  # a B-LTA signature's document timestamp token (staged): for its archive
 
     @classmethod
     def of(cls, request: JobRequest) -> JobContext:

@@ -50,6 +50,8 @@ cleanup = declare(specs.CLEANUP)
 notify = declare(specs.NOTIFY)
 ocr_chunk = declare(specs.OCR_PAGE_RANGE)  # a page range of a long document's OCR
 ocr_merge = declare(specs.OCR_MERGE)  # the OCR'd ranges back into the document
+open_archive = declare(specs.OPEN_ARCHIVE)  # a B-LTA release's first archive version
+renew_archive = declare(specs.RENEW_ARCHIVE)  # an archive's next version
 
 DECLARATIONS: tuple[Callable[..., Any], ...] = (
     generate,
@@ -65,6 +67,8 @@ DECLARATIONS: tuple[Callable[..., Any], ...] = (
     notify,
     ocr_chunk,
     ocr_merge,
+    open_archive,
+    renew_archive,
 )
 
 # The batch workflow's steps.

@@ -98,6 +98,7 @@ class JobRequest(Frozen):
     # own): the OCR queue.
     ocr_chunk_task_queue: str | None = None
     notify_task_queue: str | None = None  # None (jobs accepted before it had its own): the workflow's own
+    archive_task_queue: str | None = None  # where a B-LTA release's archive renews (None: the workflow's own)
     callback: str | None = None  # the terminal event's URL instead of the tenant's (DocumentJobInput.callback)
 
     @property
@@ -309,6 +310,7 @@ class SignOutput(Frozen):
     attempt: int
     cost: Cost = Cost()  # every attempt of the stage so far, this one included
     tenant: str | None = None  # the tenant the signature names (None: signed by older code, which named none)
+    timestamp_token: BlobRef | None = None  # B-LTA: the document timestamp's token (staged), for its archive
 
 
 class RedactSettings(Frozen):

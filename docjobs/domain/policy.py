@@ -157,6 +157,13 @@ class SignPolicy(Frozen):
     level: SignLevel | None = None  # None: B-T when DOCJOBS_TSA_URL is set, else B-B (as before levels existed)
 
 
+class ArchivePolicy(Frozen):
+    """A B-LTA release's archive (workflows/archive.py): renewed this many days before its newest timestamp's TSA
+    certificate expires."""
+
+    renew_before_days: int = Field(default=30, ge=1, le=3650)
+
+
 class SanitizeMode(StrEnum):
     STRIP = "strip"  # remove active content (scripts, launch and submit actions, rich media, attachments)
     FAIL = "fail"  # refuse an input that has any: the job fails `input.active_content`
@@ -240,6 +247,7 @@ class Policy(Frozen):
     limits: LimitsPolicy = LimitsPolicy()
     generate: GeneratePolicy = GeneratePolicy()
     office: OfficePolicy = OfficePolicy()
+    archive: ArchivePolicy = ArchivePolicy()
 
     @property
     def version(self) -> str:
@@ -257,7 +265,7 @@ class Policy(Frozen):
         stays in the history and the tenant's own records. It is what `version` was before the terms left it, so a
         version recorded or pinned by older code is the policy's fingerprint (docs/batches.md).
 
-        A section added after versions were first recorded (`office`) counts only when it differs from its
+        A section added after versions were first recorded (`office`, `archive`) counts only when it differs from its
         defaults, and so does a field added to a section since (`office.pdf_variant`, `watermark.opacity`,
         `sign.level`), so every policy that does not use them keeps the digest it had (pinned batches, recorded
         jobs)."""
@@ -270,6 +278,8 @@ class Policy(Frozen):
             unset["watermark"] = {"opacity"}
         if self.sign.level is None:
             unset["sign"] = {"level"}
+        if self.archive == ArchivePolicy():
+            unset["archive"] = True
         return f"{self.name}@{canonical_sha256(self, unset or None)[:12]}"
 
     def without_terms(self) -> Policy:

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from docjobs.domain.archive import ArchiveStep, OpenArchiveInput, RenewInput
 from docjobs.domain.batching import (
     AwaitJobs,
     BatchPin,
@@ -156,9 +157,22 @@ EVIDENCE = ActivitySpec[EvidenceInput, EvidenceOutput]("evidence", EvidenceInput
 CLEANUP = ActivitySpec[CleanupInput, int]("cleanup", CleanupInput, int)
 NOTIFY = ActivitySpec[NotifyInput, str]("notify", NotifyInput, str)
 
+# An archive's steps (docjobs/domain/archive.py): opened by its B-LTA job, renewed by its own workflow.
+OPEN_ARCHIVE = ActivitySpec[OpenArchiveInput, ArchiveStep]("open_archive", OpenArchiveInput, ArchiveStep)
+RENEW_ARCHIVE = ActivitySpec[RenewInput, ArchiveStep]("renew_archive", RenewInput, ArchiveStep)
+
 STAGES: tuple[StageSpec[Any, Any], ...] = (GENERATE, RENDER, OCR, REDACT, SIGN, VERIFY, PUBLISH)
 STAGE_PARTS: tuple[StageSpec[Any, Any], ...] = (OCR_PAGE_RANGE, OCR_MERGE)  # each runs a part of its stage
-JOB_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (RESOLVE, *STAGES, *STAGE_PARTS, EVIDENCE, CLEANUP, NOTIFY)
+JOB_ACTIVITIES: tuple[ActivitySpec[Any, Any], ...] = (
+    RESOLVE,
+    *STAGES,
+    *STAGE_PARTS,
+    EVIDENCE,
+    CLEANUP,
+    NOTIFY,
+    OPEN_ARCHIVE,
+    RENEW_ARCHIVE,
+)
 
 # The batch workflow's steps (docjobs/domain/batching.py): run on the batch queue, never on a document.
 PIN_BATCH_POLICY = ActivitySpec[PinBatchPolicy, BatchPin]("pin_batch_policy", PinBatchPolicy, BatchPin)

@@ -75,6 +75,7 @@ class Environment(BaseSettings):
     temporal_namespace: str | None = None  # None: the Temporal profile's, else "default"
     task_queue: str = "docjobs"
     ocr_task_queue: str | None = None  # None: the task queue's name + "-ocr"
+    archive_task_queue: str | None = None  # None: the task queue: where archives renew (their TSA and responders)
     deployment: str | None = None  # None: workers run unversioned
     build_id: str | None = None  # None: the package version plus the git commit (docjobs/worker.py)
     temporal_port: int = 7233
@@ -207,6 +208,7 @@ class Settings:
     timing: ActivityTiming
     activity_threads: int  # concurrent stages of the general queue (each has its own thread)
     temporal_bin: str | None = field(default=None)
+    archive_task_queue_override: str | None = None  # DOCJOBS_ARCHIVE_TASK_QUEUE
     ocr_activity_threads: int = 2  # concurrent OCR stages (a separate pool of threads: no queue starves another)
     ocr_chunk_threads: int = 2  # concurrent page ranges of long documents' OCR (threads of their own again)
     stage_memory_mb: int = 1536  # address space of each document child
@@ -271,6 +273,11 @@ class Settings:
         return f"{self.ocr_task_queue}-chunks"
 
     @property
+    def archive_task_queue(self) -> str:
+        """Where archives renew: the task queue, unless a deployment gives renewals workers of their own."""
+        return self.archive_task_queue_override or self.task_queue
+
+    @property
     def notify_task_queue(self) -> str:
         """`notify` has its own queue (and threads), so a slow callback never holds a stage's slot."""
         return f"{self.task_queue}-notify"
@@ -327,6 +334,7 @@ class Settings:
             data_dir=data_dir,
             namespace=env.temporal_namespace or "default",
             ocr_task_queue_override=env.ocr_task_queue,
+            archive_task_queue_override=env.archive_task_queue,
             dev_server_port=env.temporal_port,
             dev_server_ui_port=env.temporal_ui_port,
             storage_url=env.storage_url or (data_dir / "blobs").as_uri(),

@@ -230,10 +230,14 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 def sign_evidence(evidence: Evidence, config: SignerConfig) -> bytes:
     """The signed DSSE envelope of the evidence's statement (canonical JSON bytes). Raises ConfigError when the
     key cannot be loaded, ValueError for an EC key on another curve than P-256."""
+    return sign_envelope(canonical_json(statement(evidence)), PAYLOAD_TYPE, config)
+
+
+def sign_envelope(body: bytes, payload_type: str, config: SignerConfig) -> bytes:
+    """`body` in a DSSE envelope signed by the signer of `config` (the evidence's, an archive version's)."""
     material = load_signer(config)
-    body = canonical_json(statement(evidence))
     key = material.key
-    message = pae(PAYLOAD_TYPE, body)
+    message = pae(payload_type, body)
     if isinstance(key, rsa.RSAPrivateKey):
         signature = key.sign(message, _pss(), hashes.SHA256())
     else:
@@ -243,7 +247,7 @@ def sign_evidence(evidence: Evidence, config: SignerConfig) -> bytes:
     certificate = material.certificate
     envelope = {
         "payload": base64.b64encode(body).decode("ascii"),
-        "payloadType": PAYLOAD_TYPE,
+        "payloadType": payload_type,
         "signatures": [
             {
                 "keyid": hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).hexdigest(),

@@ -369,6 +369,25 @@ def commitment_salt_key(run: RunScope) -> str:
     return f"{run.prefix}/commitment.salt"
 
 
+ARCHIVES_FOLDER = "archives"  # archives' versions (docjobs/domain/archive.py): never swept by the jobs' retention
+
+
+def archive_prefix(archive_id: str) -> str:
+    """An archive's folder: derived from its ID, as a job's is, so that tenant keys never become paths."""
+    return f"{ARCHIVES_FOLDER}/{hashlib.sha256(archive_id.encode()).hexdigest()[:32]}"
+
+
+def archive_key(archive_id: str, number: int, suffix: str) -> str:
+    """Where version `number` of an archive keeps a file: `.pdf`, `.token` (its newest timestamp), `.json` (the
+    version's record, written create-only last: the version exists once it does)."""
+    return f"{archive_prefix(archive_id)}/v{number}{suffix}"
+
+
+def archive_attempt_key(archive_id: str, number: int, attempt: int, suffix: str) -> str:
+    """An attempt's own file for version `number` (an attempt never overwrites another's)."""
+    return f"{archive_prefix(archive_id)}/v{number}/a{attempt}-{uuid.uuid4().hex[:12]}{suffix}"
+
+
 def text_key(run: RunScope) -> str:
     """The searchable text of every page (OCR), beside the artifact."""
     return f"{run.prefix}/{TEXT_BLOB}"
