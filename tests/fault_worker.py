@@ -24,6 +24,8 @@ named them in its heartbeats, then holds (event `chunk-<first>.checkpointed`, wh
 worker is killed: an attempt
 lost in the middle of its range. `fail-ocr-checkpoint`: the same attempt fails there instead (a retryable error).
 
+`hold-renewal`: an archive's renewal holds once it has recorded its new version, until released or killed.
+
 `none`: every stage as `worker.py` has it: a worker to SIGKILL in the middle of real work.
 
 Every fault worker hands a job's next workflow task back to the other workers of its queue after 1 s unanswered
@@ -63,11 +65,13 @@ from temporalio.worker import Worker
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from activities.adapter import StageActivities
+from activities.archive import ArchiveActivities
 from activities.declared import implements
 from activities.lease import Lease
 from activities.ocr_page_ranges import OcrPageRangeActivities, PageCheckpoints
 from docjobs import worker
 from docjobs.domain import stage_specs as specs
+from docjobs.domain.archive import ArchiveVersion
 from docjobs.domain.models import BlobRef, RenderOutput, StageInput
 from docjobs.domain.ocr_page_ranges import OcrPageRangeInput, OcrPageRangeOutput
 from docjobs.isolation.child_pool import ChildPool
@@ -121,6 +125,19 @@ def hold_until_released(hold: Hold, stage: str, name: str = "") -> None:
         except CancelledError:  # raised here, or by the SDK into this thread
             hold.mark(f"{name}canceled")
             raise
+
+
+class HeldRenewal(ArchiveActivities):
+    """`hold-renewal`: a renewal holds once it has recorded its new version, before its activity completes (the
+    events `v<n>.held`, `v<n>.released`, of the archive's ID): a worker killed there leaves a renewal made and
+    recorded that Temporal does not know of, which the next attempt must return, not make again."""
+
+    def _record(self, archive_id: str, version: ArchiveVersion, attempt: int, folder: Path) -> ArchiveVersion:
+        recorded = super()._record(archive_id, version, attempt, folder)
+        if version.number > 1:
+            hold = Hold(Path(os.environ["DOCJOBS_HOLD_DIR"]), archive_id)
+            hold_until_released(hold, "renew_archive", f"v{version.number}.")
+        return recorded
 
 
 class HeldRender(StageActivities):
@@ -197,6 +214,8 @@ if __name__ == "__main__":
     renders = {"drop-last-page": PageDroppingRender, "hold-render": HeldRender, "flaky-render": FlakyRender}
     if fault in renders:
         setattr(worker, "StageActivities", renders[fault])  # noqa: B010 - swap the stage in, keep the rest
+    elif fault == "hold-renewal":
+        setattr(worker, "ArchiveActivities", HeldRenewal)  # noqa: B010
     elif fault == "hold-ocr-chunk":
         setattr(worker, "OcrPageRangeActivities", HeldOcrPageRange)  # noqa: B010
     elif fault in ("hold-ocr-checkpoint", "fail-ocr-checkpoint"):

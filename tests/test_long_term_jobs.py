@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from docjobs.domain.archive import STATUS_QUERY, ArchiveStatus
+from docjobs.domain.archive import STATUS_QUERY, ArchiveStatus, ArchiveVersion
 from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import ADES_PASSED
 from docjobs.domain.policy import Policy, SignLevel, SignPolicy
@@ -31,8 +31,10 @@ from docjobs.domain.states import JobState
 from docjobs.settings.policies import PolicyBook
 from docjobs.signing.config import SignerConfig, TrustAnchors
 from docjobs.signing.long_term_verify import long_term_verdict, validated_at
+from docjobs.store.storage import archive_key
 from docjobs.temporal.client import JobClient
-from tests.conftest import REPO, Env, StartWorker, wait_terminal
+from tests.conftest import FAULT_WORKER, REPO, Env, StartWorker, WorkerProcess, wait_terminal
+from tests.fault_worker import Hold
 from tests.fixtures.policy_files import name_policy
 from tests.fixtures.test_pki import SHORT_TSA_DAYS, SIGNER_DAYS, TestPki, TestSigner, serving_test_pki
 
@@ -77,9 +79,16 @@ class Desk:
     def queue(self, queue: str, pki: TestPki, signer: TestSigner, **extra: str) -> JobClient:
         """Start a worker on `queue` signing as `signer` with `pki`'s services (`extra`: more of its environment);
         a client of that queue."""
-        self.start_worker(queue, **{**signing_env(pki, signer, self.policy_file), **extra})
+        self.worker(queue, pki, signer, REPO / "worker.py", extra)
         settings = self.env.settings(DOCJOBS_TASK_QUEUE=queue, DOCJOBS_POLICY_FILE=str(self.policy_file))
         return JobClient(self.jobs.client, settings)
+
+    def worker(
+        self, queue: str, pki: TestPki, signer: TestSigner, script: Path, extra: dict[str, str]
+    ) -> WorkerProcess:
+        """Start a worker (`script`) on `queue` signing as `signer` with `pki`'s services; `extra`: more of its
+        environment."""
+        return self.start_worker(queue, script=script, **{**signing_env(pki, signer, self.policy_file), **extra})
 
 
 @pytest.fixture
@@ -238,6 +247,41 @@ async def test_an_archive_renews_by_itself_before_its_tsa_expires_and_outlives_i
     told = starter(env, "archive", "status", archive_id)
     assert [version["number"] for version in told["versions"]] == [1, 2]
     assert starter(env, "archive", "status", "archive/nobody/none", code=2)["error"] == "archive.unknown"
+
+
+async def test_a_worker_killed_during_a_renewal_leaves_exactly_one_renewal(
+    jobs: JobClient, env: Env, desk: Desk, samples: Path, pki: TestPki, tmp_path: Path
+) -> None:
+    """The renewal's worker is SIGKILLed once it has recorded the new version, before Temporal knows: the next
+    attempt, on another worker once the lease lapsed, returns that version instead of making a second."""
+    renewals, holds = "docjobs-archive-crash", tmp_path / "holds"
+    holds.mkdir()
+    doomed = desk.worker(
+        renewals, pki, pki.signer, FAULT_WORKER, {"DOCJOBS_FAULT": "hold-renewal", "DOCJOBS_HOLD_DIR": str(holds)}
+    )
+    on_queue = desk.queue(
+        "docjobs-short-tsa-crash",
+        pki,
+        pki.signer,
+        DOCJOBS_TSA_URL=pki.short_tsa_url,
+        DOCJOBS_ARCHIVE_TASK_QUEUE=renewals,
+    )
+    submitted = await on_queue.submit(samples / "sample.pdf", desk.policy(SignLevel.B_LTA), tenant=TENANT, key="crash")
+    status = await wait_terminal(jobs, submitted.job_id)
+    assert status.state is JobState.SUCCEEDED, (status.failure_code, status.failure_message)
+    archive_id = await archive_of(jobs, TENANT, submitted.job_id)
+    await asyncio.to_thread(Hold(holds, archive_id).wait, "v2.held")
+    store = env.settings().blob_store()
+    with store.open(archive_key(archive_id, 2, ".json")) as record:
+        made = ArchiveVersion.model_validate_json(record.read())  # what the doomed attempt recorded
+    doomed.kill()
+    desk.worker(renewals, pki, pki.signer, REPO / "worker.py", {})  # a worker as any other takes it over
+    archive = await archive_status(jobs, archive_id, versions=2)
+    assert archive.versions[1] == made and not store.exists(archive_key(archive_id, 3, ".json"))
+    await asyncio.sleep(1)
+    handle = jobs.client.get_workflow_handle(archive_id)
+    again: ArchiveStatus = await handle.query(STATUS_QUERY, result_type=ArchiveStatus)
+    assert again.versions == archive.versions and again.renew_by > pki.now + timedelta(days=365)
 
 
 def starter(env: Env, *args: str, code: int = 0) -> dict[str, Any]:

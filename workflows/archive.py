@@ -37,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.endings import NON_RETRYABLE_CODES, failure_of
 
 RENEW_TIMEOUT = timedelta(minutes=10)  # one attempt: two TSA calls, a few OCSP and CRL fetches, one update
-RENEW_HEARTBEAT = timedelta(minutes=2)
 AFTER_A_FAILURE = timedelta(days=1)  # a renewal that failed for good is tried again this much later
 
 
@@ -73,7 +72,7 @@ class ArchiveWorkflow:
                     ),
                     task_queue=state.task_queue,
                     start_to_close_timeout=RENEW_TIMEOUT,
-                    heartbeat_timeout=RENEW_HEARTBEAT,
+                    heartbeat_timeout=timedelta(seconds=state.timing.lease_seconds),
                     retry_policy=RetryPolicy(
                         maximum_interval=timedelta(hours=1), non_retryable_error_types=NON_RETRYABLE_CODES
                     ),
@@ -130,6 +129,7 @@ async def open_archive(request: JobRequest, token: BlobRef, artifact: BlobRef) -
         renew_by=opened.renew_by,
         renew_before_days=renew_before,
         task_queue=request.archive_task_queue,
+        timing=timing,
     )
     with suppress(WorkflowAlreadyStartedError):  # this run opened it before (a replay after a reset)
         await workflow.start_child_workflow(

@@ -14,7 +14,7 @@ from datetime import datetime
 from pydantic import Field
 
 from docjobs.domain.base import Frozen
-from docjobs.domain.models import BlobRef, StageInput
+from docjobs.domain.models import ActivityTiming, BlobRef, StageInput
 from docjobs.domain.stage_cost import Cost
 
 ARCHIVE_WORKFLOW = "Archive"  # the workflow type
@@ -43,6 +43,8 @@ class ArchiveState(Frozen):
     renew_by: datetime  # when the next renewal is due (spread within its day: `renewal_time`)
     renew_before_days: int = Field(ge=1)
     task_queue: str | None = None  # where `renew_archive` runs (None: the workflow's own queue)
+    # The job's lease (a renewal's heartbeat timeout: a lost worker's renewal is taken over after it) and attempts.
+    timing: ActivityTiming = ActivityTiming()
 
 
 class OpenArchiveInput(StageInput):
