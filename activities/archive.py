@@ -20,6 +20,7 @@ from docjobs.domain import stage_specs as specs
 from docjobs.domain.archive import ArchiveStep, ArchiveVersion, OpenArchiveInput, RenewInput
 from docjobs.domain.canonical import canonical_json
 from docjobs.domain.errors import DocJobError, FailureCode
+from docjobs.domain.models import BlobRef
 from docjobs.isolation import stage_work
 from docjobs.isolation.child_pool import ChildPool
 from docjobs.isolation.stage_work import ArchivalUpdateWork
@@ -31,7 +32,14 @@ from docjobs.signing.environment import signer_from_env
 from docjobs.signing.evidence import sign_envelope
 from docjobs.signing.long_term import PreparedUpdate
 from docjobs.signing.trust_services import BoundedTimeStamper
-from docjobs.store.storage import BlobStore, archive_attempt_key, archive_key, sha256_file
+from docjobs.store.storage import (
+    BlobStore,
+    archive_attempt_key,
+    archive_key,
+    archive_prefix,
+    job_prefix,
+    sha256_file,
+)
 
 SPREAD_SECONDS = 86_400  # an archive's renewals fall at its own second of the day they are due: never all at once
 
@@ -54,6 +62,7 @@ class ArchiveActivities(IsolatedStages):
         """The released artifact and its newest timestamp's token as the archive's first version, copied
         create-only out of the job's run (which the jobs' retention deletes)."""
         with self._attempt(specs.OPEN_ARCHIVE.name, request) as attempt:
+            owned(request, request.artifact, request.token, folder=job_prefix(request.job_id))
             version = self._recorded(request.archive_id, 1)
             if version is None:
                 document, _ = self._store.promote(request.artifact, archive_key(request.archive_id, 1, ".pdf"))
@@ -70,6 +79,8 @@ class ArchiveActivities(IsolatedStages):
         finds the version recorded (an earlier attempt's, lost after it) returns it."""
         number = request.current.number + 1
         with self._attempt(specs.RENEW_ARCHIVE.name, request) as attempt:
+            current = request.current
+            owned(request, current.document, current.token, folder=archive_prefix(request.archive_id))
             version = self._recorded(request.archive_id, number)
             if version is None:
                 version = self._renewed(attempt, request, number)
@@ -153,6 +164,17 @@ class ArchiveActivities(IsolatedStages):
 
 
 PAYLOAD = "application/vnd.docjobs.archive-version+json"
+
+
+def owned(request: OpenArchiveInput | RenewInput, *blobs: BlobRef, folder: str) -> None:
+    """Whoever reaches Temporal can start an `Archive` workflow with any input, so a step trusts none of it: the
+    archive must be its job's and the job its tenant's (the IDs' prefixes), and every blob it reads in the
+    folder of that job or archive. Else `source.missing`, as for a blob that never existed."""
+    mine = request.job_id.partition("/")[0] == request.tenant and request.archive_id.startswith(
+        f"archive/{request.job_id}/"
+    )
+    if not mine or any(not blob.key.startswith(f"{folder}/") for blob in blobs):
+        raise DocJobError(FailureCode.SOURCE_MISSING, "the source blob is missing")
 
 
 def version_statement(request: RenewInput, number: int, document: Path, made_at: datetime) -> bytes:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from docjobs.domain.archive import STATUS_QUERY, ArchiveStatus, ArchiveVersion
+from docjobs.domain.archive import ARCHIVE_WORKFLOW, STATUS_QUERY, ArchiveState, ArchiveStatus, ArchiveVersion
 from docjobs.domain.errors import FailureCode
 from docjobs.domain.models import ADES_PASSED
 from docjobs.domain.policy import Policy, SignLevel, SignPolicy
@@ -247,6 +247,28 @@ async def test_an_archive_renews_by_itself_before_its_tsa_expires_and_outlives_i
     told = starter(env, "archive", "status", archive_id)
     assert [version["number"] for version in told["versions"]] == [1, 2]
     assert starter(env, "archive", "status", "archive/nobody/none", code=2)["error"] == "archive.unknown"
+
+    # Anyone who reaches Temporal can start an archive: one of mallory's naming this archive's files gets nothing.
+    forged = f"archive/mallory/forged/{archive_id.rsplit('/', 1)[1]}"
+    stolen = ArchiveState(
+        archive_id=forged,
+        job_id="mallory/forged",
+        tenant="mallory",
+        versions=[second.model_copy(update={"number": 1})],
+        renew_by=pki.now,
+        renew_before_days=30,
+        task_queue=renewals,
+    )
+    await jobs.client.start_workflow(ARCHIVE_WORKFLOW, stolen, id=forged, task_queue="docjobs-short-tsa")
+    for _ in range(300):
+        refused: ArchiveStatus = await jobs.client.get_workflow_handle(forged).query(
+            STATUS_QUERY, result_type=ArchiveStatus
+        )
+        if refused.last_problem is not None:
+            break
+        await asyncio.sleep(0.2)
+    assert (refused.last_problem, len(refused.versions)) == ("source.missing", 1)
+    assert not store.exists(archive_key(forged, 2, ".json"))
 
 
 async def test_a_worker_killed_during_a_renewal_leaves_exactly_one_renewal(
