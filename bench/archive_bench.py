@@ -10,6 +10,9 @@ On a dev server of its own (sqlite, free ports) with an in-process worker, and c
    the history events of one, and the dev server's memory and database size with all of them asleep.
 2. `--renewals` real B-LTA archives due at once: renewals a minute (each a fetch of the TSA chain's revocation data,
    a document child writing the update, a new document timestamp), and one renewal alone, signal to new version.
+3. Signing by level (`--runs`, median): docjobs' halves (the worker's and the child's, in one process, without the
+   release gate, the signer's revocation checked first at every level as tests/test_long_term.py does; B-B is not
+   timed that way) against pyHanko's own `sign_pdf` at the same level, fetching from the same services.
 
 What it prints is the measure that chose one workflow per archive, sleeping on a durable timer, over a Schedule
 sweeping an index (docs/release-gates.md, "Archives").
@@ -19,28 +22,38 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import dev_server_env, print_table
+import pikepdf
+from harness import dev_server_env, median_ms, print_table
+from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+from pyhanko.sign import signers
+from pyhanko.sign.fields import SigSeedSubFilter
+from pyhanko.sign.signers import PdfSignatureMetadata
+from pyhanko.sign.timestamps import HTTPTimeStamper
+from pyhanko_certvalidator import ValidationContext
 from temporalio.client import Client
 
 from docjobs.domain.archive import ARCHIVE_WORKFLOW, RENEW_SIGNAL, STATUS_QUERY, ArchiveState, ArchiveStatus
 from docjobs.domain.archive import ArchiveVersion as Version
 from docjobs.signing import long_term
+from docjobs.signing.config import asn1_certs, load_trust_roots
 from docjobs.store.storage import archive_key
 from docjobs.temporal.client import connect
 from docjobs.temporal.devserver import stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
 from docjobs.worker import serving
 from tests.fixtures.test_pki import TestPki, serving_test_pki
-from tests.test_long_term import signed_b_t, updated
+from tests.test_long_term import signed_b_t, signer_config, updated
 from workflows import search_attributes as sa
 
 
@@ -54,6 +67,52 @@ def signing_env(pki: TestPki) -> dict[str, str]:
         "DOCJOBS_TSA_URL": pki.tsa_url,
         "DOCJOBS_REVOCATION_URLS": ",".join(pki.revocation_urls),
     }
+
+
+def sign_by_level(pki: TestPki, folder: Path, runs: int) -> list[list[object]]:
+    """Median ms to sign a one-page PDF at each level: docjobs' halves, and pyHanko alone."""
+    config = signer_config(pki, pki.signer)
+    load: Any = signers.SimpleSigner.load  # untyped
+    key = load(str(pki.signer.key), str(pki.signer.cert), ca_chain_files=(str(pki.signer.chain),))
+    assert key is not None
+    roots = asn1_certs(load_trust_roots(config))
+    source = folder / "unsigned.pdf"
+    with pikepdf.new() as pdf:
+        pdf.add_blank_page()
+        pdf.save(source)
+
+    def docjobs(level: str) -> None:
+        run = Path(tempfile.mkdtemp(dir=folder))  # the worker's files are create-only: a folder a run
+        signed, cms, revocation = signed_b_t(pki, run)  # the signer's revocation checked first, at every level
+        if level in ("B-LT", "B-LTA"):
+            token = long_term.signature_timestamp(cms)
+            assert token is not None
+            updated(pki, signed, run / "extended.pdf", token, revocation, pki.tsa_url if level == "B-LTA" else None)
+
+    def alone(level: str) -> None:
+        context = ValidationContext(trust_roots=roots, allow_fetching=True, revocation_mode="require")
+        meta = PdfSignatureMetadata(
+            field_name="pyhanko",
+            subfilter=SigSeedSubFilter.PADES,
+            embed_validation_info=level in ("B-LT", "B-LTA"),
+            use_pades_lta=level == "B-LTA",
+            validation_context=context,
+        )
+        stamper = HTTPTimeStamper(pki.tsa_url) if level != "B-B" else None
+        with source.open("rb") as infile, (folder / "alone.pdf").open("wb") as outfile:
+            signers.sign_pdf(IncrementalPdfFileWriter(infile), meta, key, timestamper=stamper, output=outfile)
+
+    rows: list[list[object]] = []
+    for level in ("B-B", "B-T", "B-LT", "B-LTA"):
+        ours = median_ms(runs, functools.partial(docjobs, level)) if level != "B-B" else None
+        theirs = median_ms(runs, functools.partial(alone, level))
+        rows.append(
+            [
+                f"sign at {level}, ms: docjobs / pyHanko alone",
+                f"{ours:.0f} / {theirs:.0f}" if ours else f"- / {theirs:.0f}",
+            ]
+        )
+    return rows
 
 
 def rss_mib(pid: int | None) -> float:
@@ -72,6 +131,7 @@ async def main() -> None:
     parser.add_argument("--archives", type=int, default=100_000)
     parser.add_argument("--renewals", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=64, help="workflow starts in flight at once")
+    parser.add_argument("--runs", type=int, default=5, help="signings at each level (median)")
     options = parser.parse_args()
     rows: list[list[object]] = []
     with (
@@ -81,6 +141,8 @@ async def main() -> None:
         folder = Path(tmp)
         os.environ.update({**dev_server_env(folder, "docjobs-archive-bench"), **signing_env(pki)})
         settings = TemporalSettings.from_env()
+        (folder / "signing").mkdir()
+        rows += await asyncio.to_thread(sign_by_level, pki, folder / "signing", options.runs)
         client = await connect(settings)
         store = settings.blob_store()
         # One real B-LTA archive (timestamped by the short-lived TSA: due at once), stored as each archive's v1.
@@ -100,7 +162,7 @@ async def main() -> None:
         def state(archive_id: str, renew_by: datetime, version: Version) -> ArchiveState:
             return ArchiveState(
                 archive_id=archive_id,
-                job_id=f"bench/{archive_id}",
+                job_id=archive_id.removeprefix("archive/").rpartition("/")[0],  # archive/{job ID}/{run}
                 tenant="bench",
                 versions=[version],
                 renew_by=renew_by,
@@ -109,14 +171,14 @@ async def main() -> None:
 
         try:
             async with serving(client, settings):
-                asleep = version_one("archive/bench/asleep")  # their v1 is one blob: nothing here reads it
+                asleep = version_one("archive/bench/asleep/run")  # their v1 is one blob: nothing here reads it
                 later = datetime.now(UTC) + timedelta(days=365)
                 started = time.perf_counter()
                 gate = asyncio.Semaphore(options.concurrency)
 
                 async def start(number: int) -> None:
                     async with gate:
-                        archive_id = f"archive/bench/{number}"
+                        archive_id = f"archive/bench/{number}/run"
                         await client.start_workflow(
                             ARCHIVE_WORKFLOW,
                             state(archive_id, later, asleep),
@@ -130,7 +192,7 @@ async def main() -> None:
                 while await count(client, indexed) < options.archives:
                     await asyncio.sleep(1)
                 settled_seconds = time.perf_counter() - started
-                events = len((await client.get_workflow_handle("archive/bench/0").fetch_history()).events)
+                events = len((await client.get_workflow_handle("archive/bench/0/run").fetch_history()).events)
                 database = (settings.data_dir / "temporal.sqlite").stat().st_size / 2**20
                 server = rss_mib(int((settings.data_dir / "temporal.pid").read_text()))
                 rows += [
@@ -143,7 +205,7 @@ async def main() -> None:
                 ]
 
                 due = datetime.now(UTC)
-                lone = "archive/bench/renew-alone"
+                lone = "archive/bench/renew-alone/run"
                 await client.start_workflow(
                     ARCHIVE_WORKFLOW, state(lone, later, version_one(lone)), id=lone, task_queue=settings.task_queue
                 )
@@ -155,7 +217,7 @@ async def main() -> None:
                 rows.append(["one renewal, signal to version 2, s", f"{time.perf_counter() - started:.1f}"])
 
                 started = time.perf_counter()
-                ids = [f"archive/bench/due-{number}" for number in range(options.renewals)]
+                ids = [f"archive/bench/due-{number}/run" for number in range(options.renewals)]
                 for archive_id in ids:
                     await client.start_workflow(
                         ARCHIVE_WORKFLOW,
