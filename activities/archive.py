@@ -69,7 +69,7 @@ class ArchiveActivities(IsolatedStages):
                 token, _ = self._store.promote(request.token, archive_key(request.archive_id, 1, ".token"))
                 made = ArchiveVersion(number=1, document=document, token=token, made_at=datetime.now(UTC))
                 version = self._record(request.archive_id, made, attempt.number, attempt.folder)
-            due = self._due(request.archive_id, version, request.renew_before_days, attempt.folder)
+            due = renewal_time(request.archive_id, self._token(version, attempt.folder), request.renew_before_days)
             return ArchiveStep(version=version, renew_by=due, attempt=attempt.number, cost=attempt.meter.total())
 
     @implements(specs.RENEW_ARCHIVE)
@@ -83,11 +83,15 @@ class ArchiveActivities(IsolatedStages):
             owned(request, current.document, current.token, folder=archive_prefix(request.archive_id))
             version = self._recorded(request.archive_id, number)
             if version is None:
-                version = self._renewed(attempt, request, number)
-            due = self._due(request.archive_id, version, request.renew_before_days, attempt.folder)
+                version, token = self._renewed(attempt, request, number)
+            else:
+                token = self._token(version, attempt.folder)
+            due = renewal_time(request.archive_id, token, request.renew_before_days)
             return ArchiveStep(version=version, renew_by=due, attempt=attempt.number, cost=attempt.meter.total())
 
-    def _renewed(self, attempt: Attempt, request: RenewInput, number: int) -> ArchiveVersion:
+    def _renewed(self, attempt: Attempt, request: RenewInput, number: int) -> tuple[ArchiveVersion, bytes]:
+        """Version `number`, made and recorded, and its newest timestamp token (the record's: another attempt's if
+        that one recorded first)."""
         config = signer_from_env(self._data_dir)
         if not config.tsa_url:
             raise ConfigError("renewing an archive needs a timestamp authority: set DOCJOBS_TSA_URL")
@@ -133,7 +137,8 @@ class ArchiveActivities(IsolatedStages):
                 evidence=stored[".evidence.json"],
                 made_at=made_at,
             )
-            return self._record(request.archive_id, made, attempt.number, own)
+            recorded = self._record(request.archive_id, made, attempt.number, own)
+            return recorded, token if recorded == made else self._token(recorded, attempt.folder)
 
     def _recorded(self, archive_id: str, number: int) -> ArchiveVersion | None:
         """Version `number` as its record says, if an attempt made it."""
@@ -157,10 +162,11 @@ class ArchiveActivities(IsolatedStages):
         assert recorded is not None
         return recorded
 
-    def _due(self, archive_id: str, version: ArchiveVersion, renew_before_days: int, folder: Path) -> datetime:
+    def _token(self, version: ArchiveVersion, folder: Path) -> bytes:
+        """The newest timestamp token of `version`, as stored."""
         token = folder / f"v{version.number}.token.der"
         self._fetch_staged(version.token, token)
-        return renewal_time(archive_id, token.read_bytes(), renew_before_days)
+        return token.read_bytes()
 
 
 PAYLOAD = "application/vnd.docjobs.archive-version+json"

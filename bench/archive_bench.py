@@ -14,8 +14,8 @@ On a dev server of its own (sqlite, free ports) with an in-process worker, and c
    release gate, the signer's revocation checked first at every level as tests/test_long_term.py does; B-B is not
    timed that way) against pyHanko's own `sign_pdf` at the same level, fetching from the same services.
 
-What it prints is the measure that chose one workflow per archive, sleeping on a durable timer, over a Schedule
-sweeping an index (docs/release-gates.md, "Archives").
+With bench/archive_mechanism.py (both designs, the renewal doubled), what it prints chose one workflow per archive,
+sleeping on a durable timer, over a Schedule sweeping an index (docs/release-gates.md, "Archives").
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pikepdf
-from harness import dev_server_env, median_ms, print_table
+from harness import dev_server_env, median_ms, print_table, rss_mib
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.sign import signers
 from pyhanko.sign.fields import SigSeedSubFilter
@@ -55,18 +55,6 @@ from docjobs.worker import serving
 from tests.fixtures.test_pki import TestPki, serving_test_pki
 from tests.test_long_term import signed_b_t, signer_config, updated
 from workflows import search_attributes as sa
-
-
-def signing_env(pki: TestPki) -> dict[str, str]:
-    signer = pki.signer
-    return {
-        "DOCJOBS_SIGNING_KEY": str(signer.key),
-        "DOCJOBS_SIGNING_CERT": str(signer.cert),
-        "DOCJOBS_SIGNING_CHAIN": str(signer.chain),
-        "DOCJOBS_TRUST_ROOTS": str(signer.root),
-        "DOCJOBS_TSA_URL": pki.tsa_url,
-        "DOCJOBS_REVOCATION_URLS": ",".join(pki.revocation_urls),
-    }
 
 
 def sign_by_level(pki: TestPki, folder: Path, runs: int) -> list[list[object]]:
@@ -115,13 +103,6 @@ def sign_by_level(pki: TestPki, folder: Path, runs: int) -> list[list[object]]:
     return rows
 
 
-def rss_mib(pid: int | None) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines() if pid else ():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 async def count(client: Client, query: str) -> int:
     return (await client.count_workflows(query)).count
 
@@ -139,7 +120,7 @@ async def main() -> None:
         serving_test_pki(Path(tmp) / "pki") as pki,
     ):
         folder = Path(tmp)
-        os.environ.update({**dev_server_env(folder, "docjobs-archive-bench"), **signing_env(pki)})
+        os.environ.update({**dev_server_env(folder, "docjobs-archive-bench"), **pki.worker_env()})
         settings = TemporalSettings.from_env()
         (folder / "signing").mkdir()
         rows += await asyncio.to_thread(sign_by_level, pki, folder / "signing", options.runs)

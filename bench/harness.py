@@ -44,15 +44,25 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def peak_rss_mib(pid: int) -> float:
-    """The peak resident memory of process `pid` so far (its VmHWM), in MiB; 0 once it is gone."""
+def _status_mib(pid: int | None, field: str) -> float:
+    """`field` of process `pid`'s /proc status (a size in kB), in MiB; 0 once it is gone."""
     try:
-        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines() if pid else ():
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
     return 0.0
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident memory of process `pid` so far (its VmHWM), in MiB; 0 once it is gone."""
+    return _status_mib(pid, "VmHWM")
+
+
+def rss_mib(pid: int | None) -> float:
+    """The resident memory of process `pid` now (its VmRSS), in MiB; 0 once it is gone."""
+    return _status_mib(pid, "VmRSS")
 
 
 def median_ms(runs: int, action: Callable[[], object]) -> float:

@@ -35,8 +35,10 @@ from docjobs.store.storage import archive_key
 from docjobs.temporal.client import JobClient
 from tests.conftest import FAULT_WORKER, REPO, Env, StartWorker, WorkerProcess, wait_terminal
 from tests.fault_worker import Hold
+from tests.fixtures.archives import archive_of, archive_status
 from tests.fixtures.policy_files import name_policy
 from tests.fixtures.test_pki import SHORT_TSA_DAYS, SIGNER_DAYS, TestPki, TestSigner, serving_test_pki
+from tests.test_replay import replayer
 
 TENANT = "archivist"
 
@@ -45,19 +47,6 @@ TENANT = "archivist"
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestPki]:
     with serving_test_pki(tmp_path_factory.mktemp("pki")) as served:
         yield served
-
-
-def signing_env(pki: TestPki, signer: TestSigner, policy_file: Path) -> dict[str, str]:
-    """A worker signing as `signer`, with the PKI's TSA and revocation services, reading `policy_file`."""
-    return {
-        "DOCJOBS_SIGNING_KEY": str(signer.key),
-        "DOCJOBS_SIGNING_CERT": str(signer.cert),
-        "DOCJOBS_SIGNING_CHAIN": str(signer.chain),
-        "DOCJOBS_TRUST_ROOTS": str(signer.root),
-        "DOCJOBS_TSA_URL": pki.tsa_url,
-        "DOCJOBS_REVOCATION_URLS": ",".join(pki.revocation_urls),
-        "DOCJOBS_POLICY_FILE": str(policy_file),
-    }
 
 
 @dataclass
@@ -88,7 +77,9 @@ class Desk:
     ) -> WorkerProcess:
         """Start a worker (`script`) on `queue` signing as `signer` with `pki`'s services; `extra`: more of its
         environment."""
-        return self.start_worker(queue, script=script, **{**signing_env(pki, signer, self.policy_file), **extra})
+        return self.start_worker(
+            queue, script=script, **{**pki.worker_env(signer), "DOCJOBS_POLICY_FILE": str(self.policy_file), **extra}
+        )
 
 
 @pytest.fixture
@@ -170,7 +161,7 @@ def test_a_worker_asked_a_level_it_cannot_make_does_not_start(desk: Desk, pki: T
     asks = tmp_path / "policies.toml"
     shutil.copyfile(desk.policy_file, asks)
     desk.policy(SignLevel.B_LTA, asks)
-    no_revocation = {**signing_env(pki, pki.signer, asks), "DOCJOBS_REVOCATION_URLS": ""}
+    no_revocation = {**pki.worker_env(), "DOCJOBS_POLICY_FILE": str(asks), "DOCJOBS_REVOCATION_URLS": ""}
     for overrides, missing in (
         ({"DOCJOBS_POLICY_FILE": str(asks)}, "DOCJOBS_TSA_URL"),
         (no_revocation, "DOCJOBS_REVOCATION_URLS"),
@@ -178,29 +169,6 @@ def test_a_worker_asked_a_level_it_cannot_make_does_not_start(desk: Desk, pki: T
         with pytest.raises(RuntimeError, match="worker did not start") as refused:
             desk.start_worker("docjobs-unsignable", **overrides)
         assert "asks sign.level b-lta" in str(refused.value) and missing in str(refused.value)
-
-
-async def archive_of(jobs: JobClient, tenant: str, job_id: str) -> str:
-    """The ID of the archive `job_id` opened (listed by its tenant, as `starter.py archive list` lists them)."""
-    query = f"WorkflowType = 'Archive' AND DocjobsTenant = '{tenant}'"
-    for _ in range(100):
-        found = [execution.id async for execution in jobs.client.list_workflows(query)]
-        mine = [archive_id for archive_id in found if archive_id.startswith(f"archive/{job_id}/")]
-        if mine:
-            return mine[0]
-        await asyncio.sleep(0.2)  # visibility is written after the start
-    raise AssertionError(f"no archive listed for {job_id}")
-
-
-async def archive_status(jobs: JobClient, archive_id: str, versions: int) -> ArchiveStatus:
-    """The archive's status once it has `versions` versions (it renews by itself: nothing here asks it to)."""
-    handle = jobs.client.get_workflow_handle(archive_id)
-    for _ in range(300):
-        status: ArchiveStatus = await handle.query(STATUS_QUERY, result_type=ArchiveStatus)
-        if len(status.versions) >= versions:
-            return status
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{archive_id} has {len(status.versions)} versions, not {versions}")
 
 
 async def test_an_archive_renews_by_itself_before_its_tsa_expires_and_outlives_its_job(
@@ -269,6 +237,14 @@ async def test_an_archive_renews_by_itself_before_its_tsa_expires_and_outlives_i
         await asyncio.sleep(0.2)
     assert (refused.last_problem, len(refused.versions)) == ("source.missing", 1)
     assert not store.exists(archive_key(forged, 2, ".json"))
+
+    # Every run replays as it ran: the renewal that continued as new, its successor asleep, the refused forgery.
+    runs = [execution.run_id async for execution in jobs.client.list_workflows(f"WorkflowId = '{archive_id}'")]
+    handles = [jobs.client.get_workflow_handle(archive_id, run_id=run) for run in runs]
+    assert len(handles) == 2
+    for handle in [*handles, jobs.client.get_workflow_handle(forged)]:
+        replayed = await replayer().replay_workflow(await handle.fetch_history(), raise_on_replay_failure=False)
+        assert replayed.replay_failure is None, (handle.id, handle.run_id, replayed.replay_failure)
 
 
 async def test_a_worker_killed_during_a_renewal_leaves_exactly_one_renewal(

@@ -1,7 +1,8 @@
 """Determinism: recorded histories replay against the current workflow code without divergence.
 
 The committed histories in tests/histories/ were recorded from real jobs (succeeded, a pinned policy, failed,
-canceled at the deadline, OCR: `python -m tests.record_histories` records them again), batches (a run that
+canceled at the deadline, OCR, a B-LTA job and its archive renewed and asleep: `python -m tests.record_histories`
+records them again), batches (a run that
 continued as new, the last run of one) and `timed-out-wrap-up` (test_workflow_branches' doubles: a render held
 past a 1 s deadline, then the evidence step held until the run's 3 s execution timeout closed it mid-task, its
 local activity still in flight; that test replays a fresh one of these every run). A change to a workflow that
@@ -23,6 +24,7 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.temporal.client import JobClient
 from tests.conftest import wait_terminal
 from tests.fixtures.samples import make_garbage
+from workflows.archive import ArchiveWorkflow
 from workflows.batch_job import DocumentBatchWorkflow
 from workflows.document_job import DocumentJobWorkflow
 
@@ -32,7 +34,7 @@ HISTORIES = Path(__file__).with_name("histories")
 def replayer() -> Replayer:
     """Replays as the workers run: with the SDK's tracing interceptor, which emits no span while replaying."""
     return Replayer(
-        workflows=[DocumentJobWorkflow, DocumentBatchWorkflow],
+        workflows=[DocumentJobWorkflow, DocumentBatchWorkflow, ArchiveWorkflow],
         data_converter=pydantic_data_converter,
         interceptors=[TracingInterceptor()],
     )

@@ -362,10 +362,7 @@ def finish_archival_update(
 def renewal_due(token_der: bytes, renew_before: timedelta) -> datetime:
     """When an archive whose newest timestamp is `token_der` must be renewed: `renew_before` ahead of its TSA
     certificate's expiry (after it, nothing proves that timestamp, nor what it covers)."""
-    leaves = [cert for cert in tsa_certificates(token_der) if not _is_ca(cert)]
-    if not leaves:
-        raise ConfigError("the TSA's timestamp carries no TSA certificate")
-    return leaves[0].not_valid_after_utc - renew_before
+    return tsa_leaf(tsa_certificates(token_der)).not_valid_after_utc - renew_before
 
 
 def signer_revocation(
@@ -385,12 +382,18 @@ def timestamp_revocation(
 ) -> RevocationData:
     """The revocation data of the TSA's chain of a timestamp token, checked as of now."""
     carried = tsa_certificates(token_der)
-    leaves = [cert for cert in carried if not _is_ca(cert)]
-    if not leaves:
-        raise ConfigError("the TSA's timestamp carries no TSA certificate")
-    data = gather_revocation([leaves[0]], [*carried, *roots], configured)
-    check_chain(leaves[0], roots, data, extended_usage=frozenset({"time_stamping"}))
+    leaf = tsa_leaf(carried)
+    data = gather_revocation([leaf], [*carried, *roots], configured)
+    check_chain(leaf, roots, data, extended_usage=frozenset({"time_stamping"}))
     return data
+
+
+def tsa_leaf(carried: Sequence[x509.Certificate]) -> x509.Certificate:
+    """The TSA's own certificate among those a timestamp token carries (the first that is no CA)."""
+    for cert in carried:
+        if not _is_ca(cert):
+            return cert
+    raise ConfigError("the TSA's timestamp carries no TSA certificate")
 
 
 def _is_ca(cert: x509.Certificate) -> bool:
