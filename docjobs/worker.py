@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import subprocess
+import time
 import tomllib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -364,24 +366,54 @@ def refuse_unsignable_policies(settings: TemporalSettings) -> None:
     check_sign_levels(book.policies.values())
 
 
+def process_age() -> float:
+    """Seconds since this process started (the kernel's count: the interpreter's start and imports included)."""
+    started_ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return max(uptime - started_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+
+
+class StartClock:
+    """What a worker's start spent its seconds on, for the "worker ready" line: a worker killed or started by an
+    autoscaler serves nothing until it is ready, so its log says where that time went."""
+
+    def __init__(self) -> None:
+        self._phases = [("start and imports", process_age())]
+        self._mark = time.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self._phases.append((phase, now - self._mark))
+        self._mark = now
+
+    def __str__(self) -> str:
+        total = sum(seconds for _, seconds in self._phases)
+        return f"{total:.1f} s (" + ", ".join(f"{phase} {seconds:.2f}" for phase, seconds in self._phases) + ")"
+
+
 async def serve(settings: TemporalSettings, queues: Sequence[str]) -> None:
+    clock = StartClock()
     if "general" in queues:
         refuse_unsignable_policies(settings)
+    clock.lap("policies")
     runtime = metrics_runtime(settings)
     client = await connect(settings, runtime)
     identify(client.identity)
+    clock.lap("connection")
     gauges = runtime.metric_meter if runtime is not None and "general" in queues else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await asyncio.to_thread(sweep_leftovers, settings)
+    clock.lap("leftovers swept")
     async with serving(client, settings, queues) as workers, active_job_gauges(client, settings, gauges):
+        clock.lap("sandbox check and pollers")
         served = ", ".join(worker.task_queue for worker in workers)
         if runtime is not None:
             log.info("metrics at http://%s:%s/metrics", settings.metrics_host, settings.metrics_port)
         version = f", deployment {settings.deployment} build {settings.build_id}" if settings.deployment else ""
-        log.info("worker ready: task queues %s at %s%s", served, settings.address, version)
+        log.info("worker ready: task queues %s at %s%s, in %s", served, settings.address, version, clock)
         await stop.wait()
         log.info("stopping: draining running stages")
     log.info("worker stopped")

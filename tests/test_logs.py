@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -49,7 +50,14 @@ async def test_worker_writes_json_lines_with_job_context(
 
     output = worker.log_path.read_text()
     lines = [json.loads(line) for line in output.splitlines()]  # every line is one JSON object
-    assert any(line["message"].startswith("worker ready") for line in lines)
+    (ready,) = [line["message"] for line in lines if line["message"].startswith("worker ready")]
+    # What its start spent: the phases add up to the total it names, the interpreter's start and imports first.
+    told = re.search(r", in ([\d.]+) s \((.+)\)$", ready)
+    assert told is not None, ready
+    phases = {name: float(seconds) for name, seconds in re.findall(r"([a-z ]+) ([\d.]+)(?:, |$)", told[2])}
+    started = ["start and imports", "policies", "connection", "leftovers swept", "sandbox check and pollers"]
+    assert list(phases) == started
+    assert phases["start and imports"] > 0 and abs(sum(phases.values()) - float(told[1])) < 0.1
     stage_lines = [line for line in lines if line["logger"] == "docjobs.activities"]
     assert stage_lines, output
     for line in stage_lines:  # the render failure, the clean-up's report

@@ -48,7 +48,6 @@ from docjobs.domain.ocr_page_ranges import OcrMergeInput, OcrMergeOutput, Stored
 from docjobs.generate.bundle import INDEX, unpack_bundle
 from docjobs.generate.office import check_office_input, convert_to_pdf, substituted_fonts
 from docjobs.generate.templating import load_data, render_template
-from docjobs.generate.weasy import html_to_pdf
 from docjobs.isolation.entries import OUTPUT, TEXT, AnyStageEntry, Given, Keep, Reads, StageEntry
 from docjobs.isolation.entries import Entry as Entry  # re-exported: the activities and tests name it here
 from docjobs.isolation.entries import ProgressFn as ProgressFn
@@ -107,6 +106,8 @@ def generate(work: GenerateWork, progress: ProgressFn) -> GenerateDone:
         if work.data is None:
             raise DocJobError(FailureCode.INPUT_MALFORMED, "a template job needs its data")
         html = render_template(site, INDEX, load_data(work.data), seconds=policy.template_seconds)
+    from docjobs.generate.weasy import html_to_pdf  # WeasyPrint: a child's (PRELOAD), not the worker's 0.6 s
+
     summary = html_to_pdf(site, work.output, policy, html=html, max_pages=settings.max_pages, on_pages=progress)
     return GenerateDone(summary=summary)
 
@@ -521,5 +522,6 @@ PRELOAD = (
     "encodings.ascii",
     "pyhanko.pdf_utils.filters",
     "pyhanko.pdf_utils.metadata.xmp_xml",
+    "docjobs.generate.weasy",  # WeasyPrint, Pango and fontTools: `generate`'s
     "docjobs.pdf.ocrmypdf_import",  # OCRmyPDF runs in a fork of the child (docjobs/pdf/ocr_process.py): its modules
 )
