@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -190,8 +191,17 @@ def worker_options(client: Client, settings: TemporalSettings) -> dict[str, Any]
         "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
         "default_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
         "interceptors": [LeaseExpiries(client)] if settings.metrics_port else [],
-        "deployment_config": deployment_config(settings),
+        **versioning(settings),
     }
+
+
+def versioning(settings: TemporalSettings) -> dict[str, Any]:
+    """A worker of a Worker Deployment runs as its version. An unversioned one names its build itself, the package
+    version and commit (`default_build_id`), which its tasks are recorded with: the SDK's default hashes the
+    bytecode of every module loaded, a fifth of a worker's start (0.37 s of 2)."""
+    if settings.deployment is not None:
+        return {"deployment_config": deployment_config(settings)}
+    return {"build_id": default_build_id()}
 
 
 @dataclass(frozen=True)
@@ -264,6 +274,7 @@ class WorkerParts:
             ],
             max_concurrent_activities=BATCH_SLOTS,
             graceful_shutdown_timeout=self.common["graceful_shutdown_timeout"],
+            **versioning(self.settings),
         )
 
 
@@ -419,6 +430,7 @@ async def serve(settings: TemporalSettings, queues: Sequence[str]) -> None:
     log.info("worker stopped")
 
 
+@cache
 def default_build_id() -> str:
     """The package version, plus the git commit of this checkout when there is one (`0.1.0+1a2b3c4d5e6f`)."""
     version = str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
