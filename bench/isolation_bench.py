@@ -22,6 +22,8 @@ The gate's checks on a 1-page document prepared for signing, called here, then a
 copy put in a folder of the tenant's root and handed over, read by a fresh child of the gate's own bwrap-confined
 zygote (docjobs/isolation/gate_work.py). The difference is the sandbox's cost (target: at most 30 ms); the gate's
 zygote, one more per tenant, is also counted in memory (PSS of its sandbox: bwrap, the zygote, its spare child).
+Part 5 (`--only tenants` runs it alone): a tenant's first 1-page job on a worker against its second (issue 42,
+item 2), tenant after tenant on one confined in-process worker.
 """
 
 from __future__ import annotations
@@ -209,12 +211,14 @@ def start_table(runs: int, folder: Path) -> None:
     print(f"| before the zygote: reused up to 50 tasks, spawned (computed: reused + {tasks}/50 spawns) | {old:.0f} | |")
 
 
-async def job_seconds(jobs: JobClient, documents: list[Path], policy_name: str, together: bool) -> float:
+async def job_seconds(
+    jobs: JobClient, documents: list[Path], policy_name: str, together: bool, tenant: str = "default"
+) -> float:
     """Seconds from the first submit to the last job's end, awaited as the workflow's result (a status poll would
     see the end only at its next poll: its backoff, up to 0.5 s, once made differences that were not there)."""
 
     async def one(document: Path) -> None:
-        submitted = await jobs.submit(document, policy_name, key=f"bench-{uuid.uuid4().hex}")
+        submitted = await jobs.submit(document, policy_name, tenant=tenant, key=f"bench-{uuid.uuid4().hex}")
         status = await asyncio.wait_for(jobs.handle(submitted.job_id).result(), timeout=900)
         if status.state is not JobState.SUCCEEDED:
             raise RuntimeError(f"a benchmark job ended {status.state}")
@@ -357,6 +361,35 @@ async def sandbox_job_table(runs: int, folder: Path) -> None:
     print(f"| difference within each round (bwrap minus unconfined) | {spread(difference)} |")
 
 
+async def tenants_table(runs: int, folder: Path) -> None:
+    """Part 5: a tenant's first 1-page job on a worker against its second (issue 42, item 2: at most 100 ms more).
+    One in-process worker, confined (bwrap), warmed by one job of another tenant; then `runs` tenants new to it,
+    one after the other, each a first job (its sandboxes made: the general queue's and the release gate's
+    zygotes) and a second, one after the other, standard policy."""
+    os.environ.update(dev_server_env(folder))
+    document = folder / "tenants-one-page.pdf"
+    make_sample_pdf(document, pages=1)
+    settings = dataclasses.replace(TemporalSettings.from_env(), sandbox="bwrap", task_queue="bench-tenants")
+    first, second = [], []
+    try:
+        client = await connect(settings)
+        async with serving(client, settings):
+            jobs = JobClient(client, settings)
+            await job_seconds(jobs, [document], "standard", together=False, tenant="warm-up")
+            for number in range(runs):
+                tenant = f"tenant-{number}-{uuid.uuid4().hex[:6]}"
+                first.append(await job_seconds(jobs, [document], "standard", together=False, tenant=tenant) * 1000)
+                second.append(await job_seconds(jobs, [document], "standard", together=False, tenant=tenant) * 1000)
+    finally:
+        stop_dev_server(settings)
+    more = [one - two for one, two in zip(first, second, strict=True)]
+    print(f"| a tenant's 1-page jobs on a worker (standard policy), {runs} tenants | median ms (quartiles) |")
+    print("|---|---|")
+    print(f"| its first job (its sandboxes made) | {spread(first)} |")
+    print(f"| its second job | {spread(second)} |")
+    print(f"| the first's more, tenant by tenant (target: 100) | {spread(more)} |")
+
+
 def sandbox_pss_mb(pid: int) -> float:
     """Proportional set size (MiB) of a process and every process below it: what it adds to the machine's memory."""
     total = 0.0
@@ -428,13 +461,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
-        "--only", choices=["sandbox", "gate"], help="run only part 3 (the tenant boundary) or 4 (the release gate)"
+        "--only",
+        choices=["sandbox", "gate", "tenants"],
+        help="run only part 3 (the tenant boundary), 4 (the release gate) or 5 (a tenant's first job)",
     )
     options = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if options.only == "gate":
         with tempfile.TemporaryDirectory(prefix="docjobs-isolation-bench-") as tmp:
             gate_table(max(options.runs, 20), Path(tmp))
+        return
+    if options.only == "tenants":
+        with tempfile.TemporaryDirectory(prefix="docjobs-isolation-bench-") as tmp:
+            asyncio.run(tenants_table(max(options.runs, 4), Path(tmp)))
         return
     if options.only == "sandbox":
         with tempfile.TemporaryDirectory(prefix="docjobs-isolation-bench-") as tmp:
@@ -454,6 +493,8 @@ def main() -> None:
         asyncio.run(sandbox_job_table(options.runs, Path(tmp)))
         print()
         gate_table(max(options.runs, 20), Path(tmp))
+        print()
+        asyncio.run(tenants_table(max(options.runs, 4), Path(tmp)))
 
 
 if __name__ == "__main__":

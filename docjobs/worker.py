@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ from docjobs.isolation import gate_work
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.confine import Confinement, SandboxUnavailable, check_sandbox
 from docjobs.isolation.entries import AnyStageEntry
-from docjobs.isolation.stage_work import STAGE_ENTRIES
+from docjobs.isolation.stage_work import PRELOAD_FOR, STAGE_ENTRIES
 from docjobs.isolation.tenant_pools import TenantPools, sibling_pools
 from docjobs.settings.config import ConfigError
 from docjobs.settings.policies import PolicyBook
@@ -298,13 +298,21 @@ async def serving(
     stage_queues = [queue for queue in queues if queue in STAGE_QUEUES]
     confined = sandbox_ready(settings) if stage_queues else False
 
-    def tenant_pool(home: Path, confinement: Confinement | None) -> ChildPool:
+    def tenant_pool(queue: str, home: Path, confinement: Confinement | None) -> ChildPool:
         if confinement is not None:
             confinement = replace(confinement, max_work_mb=settings.sandbox_work_mb)
-        return ChildPool(limits, home=home, warm=1, recycle_after=settings.child_recycle_after, confinement=confinement)
+        return ChildPool(
+            limits,
+            home=home,
+            warm=1,
+            recycle_after=settings.child_recycle_after,
+            confinement=confinement,
+            preload=PRELOAD_FOR[queue],  # its queue's stages' modules only: its zygote is ready sooner
+        )
 
     pools: dict[str, Pools] = {
-        queue: TenantPools(tenant_pool, settings.work_dir / queue, confined=confined) for queue in stage_queues
+        queue: TenantPools(partial(tenant_pool, queue), settings.work_dir / queue, confined=confined)
+        for queue in stage_queues
     }
     if "general" in pools:  # the release gate's sandboxes, beside the general queue's (docjobs/isolation/gate_work.py)
         pools[GATE_POOLS] = sibling_pools(pools["general"], gate_work.ENTRIES_MODULE)

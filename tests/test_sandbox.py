@@ -26,6 +26,7 @@ from docjobs.isolation.child_pool import ChildLimits, ChildPool
 from docjobs.isolation.child_process import ChildCrashed, ChildStopped
 from docjobs.isolation.confine import Confinement
 from docjobs.isolation.protocol import TaskUsage
+from docjobs.isolation.tenant_pools import TenantPools, sibling_pools
 from tests.sandbox_entries import SHARED_PAGES, Order, Seen
 
 REPO = Path(__file__).resolve().parent.parent
@@ -244,6 +245,49 @@ def test_a_fresh_child_per_task_sees_nothing_of_the_last(tmp_path: Path) -> None
     assert first.names == second.names == ()
     assert first.pid != second.pid and first.folder != second.folder
     assert wait_gone(first.pid) and not Path(first.folder).exists()
+
+
+def test_a_zygote_imports_ahead_its_queues_modules_only(tmp_path: Path) -> None:
+    """A worker's pool asks for its queue's modules (`stage_work.PRELOAD_FOR`): its children have those, imported
+    once by their zygote, and not another queue's; a pool that names none has every queue's."""
+    seen = {}
+    for preload in (("tabnanny",), None):
+        home = tmp_path / ("asked" if preload else "every")
+        home.mkdir()
+        pool = ChildPool(ChildLimits(), home=home, entries="tests.sandbox_entries", preload=preload)
+        pool.start()
+        try:
+            seen[preload] = pool.run("loaded", Order(), Seen, cpu=QUICK).names
+        finally:
+            pool.close()
+    assert seen == {("tabnanny",): ("tabnanny",), None: ("pickletools", "tabnanny")}
+
+
+def test_a_tenants_first_task_opens_its_gate_pool_ahead(tmp_path: Path) -> None:
+    """The release gate's pools follow the stages' (`sibling_pools`): a tenant's first stage task opens its gate
+    pool too, in the background, so that its zygote imports beside the stage zygote's instead of after them, at
+    the tenant's first `sign`. Another tenant's gate pool is not opened, and a second task opens nothing more."""
+    stages = TenantPools(
+        lambda home, confinement: ChildPool(ChildLimits(), home=home, entries="tests.sandbox_entries"),
+        tmp_path,
+        confined=False,
+    )
+    gate = sibling_pools(stages, "tests.sandbox_entries")
+    assert isinstance(gate, TenantPools)
+    try:
+        with stages.lease("acme/first") as (pool, _):
+            assert pool.run("pages", Order(), Seen, cpu=QUICK).pid
+        deadline = time.monotonic() + 30
+        while "acme" not in gate.pools() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        opened = gate.pools()
+        assert list(opened) == ["acme"] and opened["acme"].zygote_pid() is not None
+        with stages.lease("acme/second") as (pool, _):
+            pool.run("pages", Order(), Seen, cpu=QUICK)
+        assert gate.pools() == opened  # the same pool: opened once
+    finally:
+        stages.close()
+        gate.close()
 
 
 def test_a_reused_child_remembers_its_earlier_tasks(pool: ChildPool) -> None:

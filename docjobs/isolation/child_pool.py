@@ -101,7 +101,10 @@ class ChildPool:
         recycle_after: int = 50,
         entries: str = STAGE_ENTRIES,
         confinement: Confinement | None = None,
+        preload: tuple[str, ...] | None = None,
     ) -> None:
+        """`preload`: the modules its zygote imports ahead for the stages of its queue (`stage_work.PRELOAD_FOR`);
+        None: those of every queue."""
         self.limits = limits
         self.home = home
         self.warm = warm
@@ -115,7 +118,7 @@ class ChildPool:
         self._idle: list[ChildProcess] = []
         self._starting = 0  # children asked of the spawner for the idle list, not there yet
         self._lock = threading.Lock()
-        self._spawner = Spawner(limits.memory_mb, entries, home, confinement)
+        self._spawner = Spawner(limits.memory_mb, entries, home, confinement, preload)
         self._closed = False
 
     def start(self) -> None:

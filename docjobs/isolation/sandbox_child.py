@@ -47,6 +47,7 @@ MEMORY_ENV = "DOCJOBS_CHILD_MEMORY_MB"
 PARENT_ENV = "DOCJOBS_CHILD_PARENT_PID"
 CONTROL_ENV = "DOCJOBS_CHILD_CONTROL_FD"
 ENTRIES_ENV = "DOCJOBS_CHILD_ENTRIES"
+PRELOAD_ENV = "DOCJOBS_CHILD_PRELOAD"  # comma-separated modules of its queue's stages (unset: all of PRELOAD_FOR's)
 # Set by docjobs.isolation.confine for a zygote inside its sandbox (kept in step with it: this module imports only
 # the standard library).
 NPROC_ENV = "DOCJOBS_CHILD_MAX_PROCESSES"
@@ -484,7 +485,10 @@ def main() -> None:
     # A fork busy in C code hears its signal once that call returns; its CPU limit bounds that.
     _die_with_parent(int(os.environ[PARENT_ENV]), zygote.end)
     module = importlib.import_module(os.environ[ENTRIES_ENV])  # the heavy imports, once for every fork
-    for name in getattr(module, "PRELOAD", ()):
+    queues: dict[str, tuple[str, ...]] = getattr(module, "PRELOAD_FOR", {})
+    asked = os.environ.get(PRELOAD_ENV)
+    for_stages = asked.split(",") if asked else [name for names in queues.values() for name in names]
+    for name in (*getattr(module, "PRELOAD", ()), *(name for name in for_stages if name)):
         importlib.import_module(name)
     from docjobs.domain.errors import FailureCode
     from docjobs.isolation.protocol import Failure  # the messages (pydantic), once for every fork

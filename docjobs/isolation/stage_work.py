@@ -45,6 +45,7 @@ from docjobs.domain.models import (
     VerifySettings,
 )
 from docjobs.domain.ocr_page_ranges import OcrMergeInput, OcrMergeOutput, StoredOcrRange
+from docjobs.domain.stage_specs import StageQueue
 from docjobs.generate.bundle import INDEX, unpack_bundle
 from docjobs.generate.office import check_office_input, convert_to_pdf, substituted_fonts
 from docjobs.generate.templating import load_data, render_template
@@ -522,6 +523,12 @@ PRELOAD = (
     "encodings.ascii",
     "pyhanko.pdf_utils.filters",
     "pyhanko.pdf_utils.metadata.xmp_xml",
-    "docjobs.generate.weasy",  # WeasyPrint, Pango and fontTools: `generate`'s
-    "docjobs.pdf.ocrmypdf_import",  # OCRmyPDF runs in a fork of the child (docjobs/pdf/ocr_process.py): its modules
 )
+# And by queue, for its stages only (a worker's pools ask their queue's: ChildPool `preload`): a zygote of the general
+# queue never runs OCRmyPDF, one of the OCR queue never runs WeasyPrint, and each is ready that much sooner on a
+# tenant's first task.
+PRELOAD_FOR: dict[str, tuple[str, ...]] = {
+    StageQueue.GENERAL: ("docjobs.generate.weasy",),  # WeasyPrint, Pango and fontTools: `generate`'s
+    # OCRmyPDF runs in a fork of the child (docjobs/pdf/ocr_process.py): its modules
+    StageQueue.OCR: ("docjobs.pdf.ocrmypdf_import",),
+}

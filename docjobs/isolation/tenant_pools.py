@@ -92,6 +92,9 @@ class TenantPools:
         self._pools: dict[str, _TenantPool] = {}
         self._lock = threading.Lock()
         self._closed = False
+        # Pools a tenant's first task here will need next (the release gate's): opened as soon as this one is, each
+        # zygote's imports beside the others' instead of after them.
+        self.followers: list[TenantPools] = []
 
     def root(self, tenant: str) -> Path:
         return tenant_root(self.work_dir, tenant)
@@ -104,6 +107,8 @@ class TenantPools:
                 raise ChildCrashed("the worker is stopping")
             entry = self._pools.get(tenant := tenant_of(job_id))
             if entry is None:
+                for follower in self.followers:
+                    follower.open_ahead(tenant)
                 entry = self._open(tenant)
             entry.in_use += 1
         try:
@@ -117,6 +122,19 @@ class TenantPools:
             for evicted in idle:
                 evicted.pool.close()
                 _free_slot(evicted.slot)
+
+    def open_ahead(self, tenant: str) -> None:
+        """Open `tenant`'s pool in the background, if it is not open: its first task here finds it made, or waits
+        for it as it would have (a failure is left for that task to meet)."""
+
+        def open_it() -> None:
+            with self._lock:
+                if self._closed or tenant in self._pools:
+                    return
+                with contextlib.suppress(Exception):
+                    self._open(tenant)
+
+        threading.Thread(target=open_it, name="docjobs-pool-ahead", daemon=True).start()
 
     def pools(self) -> dict[str, ChildPool]:
         with self._lock:
@@ -164,12 +182,14 @@ def sibling_pools(pools: ChildPool | TenantPools, entries: str) -> ChildPool | T
     made the bytes it reads."""
     if isinstance(pools, TenantPools):
         make = pools.make_pool
-        return TenantPools(
+        sibling = TenantPools(
             lambda home, confinement: _sibling(make(home, confinement), entries),
             pools.work_dir,
             confined=pools.confined,
             max_pools=pools.max_pools,
         )
+        pools.followers.append(sibling)  # a tenant's first stage opens its sibling too
+        return sibling
     return _sibling(pools, entries)
 
 

@@ -26,7 +26,14 @@ from pathlib import Path
 from docjobs.isolation.child_process import POLL_SECONDS, SPAWN_TIMEOUT_SECONDS, ChildCrashed, ChildProcess
 from docjobs.isolation.confine import Confinement, python_inside, seccomp_filter
 from docjobs.isolation.protocol import Forked
-from docjobs.isolation.sandbox_child import CONTROL_ENV, ENTRIES_ENV, FORK_REQUEST, MEMORY_ENV, PARENT_ENV
+from docjobs.isolation.sandbox_child import (
+    CONTROL_ENV,
+    ENTRIES_ENV,
+    FORK_REQUEST,
+    MEMORY_ENV,
+    PARENT_ENV,
+    PRELOAD_ENV,
+)
 from docjobs.isolation.sandbox_root import SandboxRoot, open_sandbox_root
 
 log = logging.getLogger("docjobs.sandbox")  # the name operators filter on: kept across the move
@@ -65,9 +72,15 @@ class ZygoteGone(Exception):
 
 
 def child_environment(
-    memory_mb: int, control: int, entries: str, home: Path, confinement: Confinement | None = None
+    memory_mb: int,
+    control: int,
+    entries: str,
+    home: Path,
+    confinement: Confinement | None = None,
+    preload: tuple[str, ...] | None = None,
 ) -> dict[str, str]:
-    """The zygote's whole environment (and so its children's): the allow-list, plus what the zygote needs."""
+    """The zygote's whole environment (and so its children's): the allow-list, plus what the zygote needs.
+    `preload`: the modules of its queue's stages that it imports ahead (None: those of every queue)."""
     env = {name: os.environ[name] for name in ENV_ALLOWED if name in os.environ}
     env.setdefault("PATH", os.defpath)
     env.setdefault("LC_ALL", "C.UTF-8")
@@ -85,6 +98,7 @@ def child_environment(
         PARENT_ENV: str(confinement.zygote_parent) if confinement is not None else str(os.getpid()),
         CONTROL_ENV: str(control),
         ENTRIES_ENV: entries,
+        **({PRELOAD_ENV: ",".join(preload)} if preload is not None else {}),
         **(confinement.environment() if confinement is not None else {}),
     }
 
@@ -99,6 +113,7 @@ class Spawner:
     entries: str  # the module whose ENTRIES the children serve
     home: Path
     confinement: Confinement | None
+    preload: tuple[str, ...] | None = None  # the zygote's (child_environment)
     requests: queue.SimpleQueue[Future[ChildProcess] | None] = field(default_factory=queue.SimpleQueue)
     thread: threading.Thread | None = None
     zygote: Zygote | None = None
@@ -165,7 +180,9 @@ class Spawner:
     def _start_zygote(self) -> Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-P", "-m", "docjobs.isolation.sandbox_child"]
-        env = child_environment(self.memory_mb, theirs.fileno(), self.entries, self.home, self.confinement)
+        env = child_environment(
+            self.memory_mb, theirs.fileno(), self.entries, self.home, self.confinement, self.preload
+        )
         seccomp = None
         pass_fds = [theirs.fileno()]
         if self.confinement is not None:
