@@ -495,13 +495,14 @@ def test_a_caller_with_other_threads_gets_ocrmypdf_as_a_new_interpreter(tmp_path
 
 def test_the_document_zygote_has_imported_what_an_ocrmypdf_call_imports(tmp_path: Path) -> None:
     """OCRmyPDF runs in a fork of the document child: every OCRmyPDF module a call imports, the zygote imported
-    already (`stage_work.PRELOAD`), so no call pays for it. A new OCRmyPDF that moves its modules fails here."""
+    already (the OCR queue's: `stage_work.PRELOAD` and `PRELOAD_FOR["ocr"]`), so no call pays for it. A new OCRmyPDF
+    that moves its modules fails here."""
     make_scan_pdf(scan := tmp_path / "scan.pdf", scan_words(1, 20, seed=3))
     argv = ["--plugin", str(CHILD_PLUGIN), *ocrmypdf_args(SKIP, jobs=1), str(scan), str(tmp_path / "out.pdf")]
     script = (
         "import importlib, json, sys\n"
         "from docjobs.isolation import stage_work\n"
-        "for name in stage_work.PRELOAD: importlib.import_module(name)\n"
+        "for name in (*stage_work.PRELOAD, *stage_work.PRELOAD_FOR['ocr']): importlib.import_module(name)\n"
         "before = set(sys.modules)\n"
         "from ocrmypdf.__main__ import run\n"
         "status = run(json.loads(sys.argv[1]))\n"
@@ -522,8 +523,9 @@ def test_the_document_zygote_has_imported_what_an_ocrmypdf_call_imports(tmp_path
 
 def test_ocrmypdf_changes_pdfminer_only_in_the_fork_that_runs_it(tmp_path: Path) -> None:
     """Importing OCRmyPDF makes pdfminer read no text in a standard-14 font used as is (no /Encoding): the document
-    zygote imports OCRmyPDF, and redaction locates matches with pdfminer. In a process that imported what the zygote
-    imports, pdfminer reads that text; in OCRmyPDF's fork, once its changes are back, it reads none, as OCRmyPDF
+    zygote of the OCR queue imports OCRmyPDF, and its children read text with pdfminer, as redaction locates matches
+    with it (the general queue's zygote never imports OCRmyPDF). In a process that imported what the OCR queue's
+    zygote imports, pdfminer reads that text; in OCRmyPDF's fork, once its changes are back, it reads none, as OCRmyPDF
     expects. The first half failed in every document child since the zygote imported OCRmyPDF: such a redaction
     was quarantined (tests/test_redact_jobs.py, fixture `standard_font_as_is`)."""
     make_standard_font_as_is(pdf := tmp_path / "as-is.pdf")
@@ -531,7 +533,7 @@ def test_ocrmypdf_changes_pdfminer_only_in_the_fork_that_runs_it(tmp_path: Path)
         "import importlib, json, sys\n"
         "from pdfminer.high_level import extract_text\n"
         "from docjobs.isolation import stage_work\n"
-        "for name in stage_work.PRELOAD: importlib.import_module(name)\n"
+        "for name in (*stage_work.PRELOAD, *stage_work.PRELOAD_FOR['ocr']): importlib.import_module(name)\n"
         "in_the_child = extract_text(sys.argv[1])\n"
         "from docjobs.pdf.ocrmypdf_import import use_ocrmypdf_patches\n"
         "use_ocrmypdf_patches()\n"

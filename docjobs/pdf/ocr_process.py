@@ -4,11 +4,12 @@ OCRmyPDF is not thread-safe and runs Tesseract and Ghostscript as subprocesses, 
 line in a child: a fork of the caller, in a session of its own. The child and everything it starts form one process
 group, which is killed as a whole (SIGTERM, then SIGKILL after a grace period) when the caller's `should_stop` says
 so, when anything goes wrong in the caller (try/finally), or, via a watchdog in the child, when the caller's process
-dies. A fork, not a new interpreter: OCRmyPDF's imports are the caller's, which the document zygote makes once for
-all its children (`stage_work.PRELOAD`); a call then costs about 0.6 CPU seconds less (a quarter of a 1-page call's,
-bench/README.md). Only a caller that runs no other thread is forked (a document child): a fork keeps the locks other
-threads held, and OCRmyPDF could wait on one forever (a test process's logging stream); any other caller's OCRmyPDF
-is a new interpreter (`parallel_pages.may_fork`, the rule page ranges follow too).
+dies. A fork, not a new interpreter: OCRmyPDF's imports are the caller's, which the document zygote of the OCR
+queue makes once for all its children (`stage_work.PRELOAD_FOR`); a call then costs about 0.6 CPU seconds less (a
+quarter of a 1-page call's, bench/README.md). Only a caller that runs no other thread is forked (a document
+child): a fork keeps the locks other threads held, and OCRmyPDF could wait on one forever (a test process's logging
+stream); any other caller's OCRmyPDF is a new interpreter (`parallel_pages.may_fork`, the rule page ranges follow
+too).
 
 The child loads `_ocr_child.py` as an OCRmyPDF plugin, which reports progress, the pages handed to OCR and
 Tesseract timeouts as JSON lines on a private pipe (see that module); they are gathered in an `OcrReport`. Nothing

@@ -7,7 +7,8 @@ font used as is) maps no code to text. The redaction engine locates matches with
 it found no text in such fonts while pdftotext and pypdf read it, and every such redaction was quarantined
 (`redaction.leak`: the gate found the value that nothing had removed).
 
-So the import is made here (importing this module makes it: the zygote's `stage_work.PRELOAD` names it), and
+So the import is made here (importing this module makes it: `stage_work.PRELOAD_FOR` names it for the OCR queue's
+zygotes; the general queue's never import OCRmyPDF), and
 whatever it replaced in pdfminer's classes and modules is put back for the child; `use_ocrmypdf_patches` puts
 OCRmyPDF's versions back in the fork that runs it, which then reads as plain OCRmyPDF.
 """
