@@ -487,7 +487,7 @@ def main() -> None:
     module = importlib.import_module(os.environ[ENTRIES_ENV])  # the heavy imports, once for every fork
     queues: dict[str, tuple[str, ...]] = getattr(module, "PRELOAD_FOR", {})
     asked = os.environ.get(PRELOAD_ENV)
-    for_stages = asked.split(",") if asked else [name for names in queues.values() for name in names]
+    for_stages = asked.split(",") if asked is not None else [name for names in queues.values() for name in names]
     for name in (*getattr(module, "PRELOAD", ()), *(name for name in for_stages if name)):
         importlib.import_module(name)
     from docjobs.domain.errors import FailureCode
