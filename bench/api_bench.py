@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 from harness import api_answers, dev_server_env, environ, free_port, hundred_kb_pdf, wait_for
+from throughput import BENCH_RUNNING_JOBS
 
 from docjobs.settings.tenants import add_tenant
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
@@ -79,6 +80,7 @@ def main() -> int:
             **os.environ,
             **dev_server_env(folder, "docjobs-api-bench"),
             "DOCJOBS_TENANTS_FILE": str(folder / "tenants.json"),
+            "DOCJOBS_TENANT_MAX_RUNNING_JOBS": str(BENCH_RUNNING_JOBS),  # no worker: every upload stays running
         }
         with environ(env):
             settings = TemporalSettings.from_env()

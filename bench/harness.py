@@ -38,6 +38,33 @@ def print_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> None
         print("| " + " | ".join(str(cell) for cell in row) + " |")
 
 
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields_ = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields_[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def cpu_seconds(pid: int, *, with_reaped: bool = True) -> float:
+    """User + system CPU of `pid` (and of its reaped children: tool subprocesses end up there)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(stat[11]) + int(stat[12]) + ((int(stat[13]) + int(stat[14])) if with_reaped else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def children_cpu_seconds() -> float:
     """CPU seconds of this process's children that have ended and been waited for (running ones: not yet)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -22,18 +22,12 @@ import argparse
 import asyncio
 import sys
 import tempfile
-import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from temporalio import activity, workflow
-from temporalio.client import Client
-from temporalio.worker import Worker
-from throughput import RawLoop, cpu_seconds, environment
+from floor import START_CALLERS, start_rate, workflow_rate
+from throughput import RawLoop, environment
 
 from docjobs.signing.dev_ca import ensure_dev_signer
 from docjobs.temporal.client import connect
@@ -41,54 +35,7 @@ from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
 from tests.fixtures.samples import make_sample_pdf
 
-QUEUE = "temporal-floor"
 CONCURRENCY = (1, 4, 8)
-START_CALLERS = 8
-
-
-@activity.defn
-def nothing(step: int) -> int:
-    return step
-
-
-@workflow.defn(sandboxed=False)
-class Steps:
-    @workflow.run
-    async def run(self, steps: int) -> int:
-        for step in range(steps):
-            await workflow.execute_activity(nothing, step, start_to_close_timeout=timedelta(seconds=30))
-        return steps
-
-
-async def start_rate(client: Client, server: int, starts: int) -> tuple[float, float]:
-    """(starts/s, server CPU ms per start) of `starts` workflow starts by 8 concurrent callers."""
-    remaining = list(range(starts))
-
-    async def caller() -> None:
-        while remaining:
-            remaining.pop()
-            await client.start_workflow("Unserved", id=uuid.uuid4().hex, task_queue=f"{QUEUE}-unserved")
-
-    await client.start_workflow("Unserved", id=uuid.uuid4().hex, task_queue=f"{QUEUE}-unserved")  # warm-up
-    cpu, began = cpu_seconds(server), time.perf_counter()
-    await asyncio.gather(*(caller() for _ in range(START_CALLERS)))
-    return starts / (time.perf_counter() - began), (cpu_seconds(server) - cpu) / starts * 1000
-
-
-async def workflow_rate(client: Client, server: int, steps: int, jobs: int, at_once: int) -> tuple[float, float, float]:
-    """(workflows/s, server CPU s per workflow, worker + client CPU s per workflow)."""
-    remaining = list(range(jobs))
-
-    async def caller() -> None:
-        while remaining:
-            remaining.pop()
-            await client.execute_workflow(Steps.run, steps, id=uuid.uuid4().hex, task_queue=QUEUE)
-
-    await client.execute_workflow(Steps.run, steps, id=uuid.uuid4().hex, task_queue=QUEUE)  # warm-up
-    server_cpu, own_cpu, began = cpu_seconds(server), time.process_time(), time.perf_counter()
-    await asyncio.gather(*(caller() for _ in range(at_once)))
-    elapsed = time.perf_counter() - began
-    return jobs / elapsed, (cpu_seconds(server) - server_cpu) / jobs, (time.process_time() - own_cpu) / jobs
 
 
 async def measure(args: argparse.Namespace, settings: TemporalSettings, server: int, raw: float) -> None:
@@ -98,20 +45,10 @@ async def measure(args: argparse.Namespace, settings: TemporalSettings, server: 
     print(f"bare starts ({START_CALLERS} callers): {starts:.1f}/s, server {per_start:.2f} CPU ms per start\n")
     print("| activities | at once | workflows/s | ratio to raw | server CPU s/wf | worker+client CPU s/wf |")
     print("|---:|---:|---:|---:|---:|---:|")
-    with ThreadPoolExecutor(max(CONCURRENCY)) as threads:
-        worker = Worker(
-            client,
-            task_queue=QUEUE,
-            workflows=[Steps],
-            activities=[nothing],
-            activity_executor=threads,
-            max_concurrent_activities=max(CONCURRENCY),
-        )
-        async with worker:
-            for steps in args.activities:
-                for at_once in CONCURRENCY:
-                    rate, server_cpu, own_cpu = await workflow_rate(client, server, steps, args.jobs, at_once)
-                    print(f"| {steps} | {at_once} | {rate:.1f} | {rate / raw:.2f} | {server_cpu:.3f} | {own_cpu:.3f} |")
+    for steps in args.activities:
+        for at_once in CONCURRENCY:
+            rate, server_cpu, own_cpu = await workflow_rate(client, server, steps, args.jobs, at_once)
+            print(f"| {steps} | {at_once} | {rate:.1f} | {rate / raw:.2f} | {server_cpu:.3f} | {own_cpu:.3f} |")
 
 
 def main() -> int:

@@ -7,15 +7,19 @@ fresh tenant, then measures, each `--runs` times (medians printed):
 
 * the raw loop: per document, a pikepdf overlay watermark, a pyHanko PAdES signature and its validation, in
   this plain process, one document after the other (what the tools cost with nothing around them);
+* Temporal's floor (bench/floor.py): a workflow of as many no-op activities as a job runs, in this process's own
+  worker, as many at once as docjobs' clients;
 * docjobs: `--docs` documents through the HTTP API by 1, 2 and 4 concurrent clients, each uploading one
   document and waiting for its job to end (a long poll on the workflow's result, no status polling), with
-  1-page and 10-page documents; jobs/s and the ratio to the raw loop on the same pages;
+  1-page and 10-page documents; jobs/s, the floor and the raw loop side by side, and the ratio to the floor and
+  the raw work in series (floor + work: what docjobs would reach if it added nothing to either);
 * the latency of one job alone, upload to `succeeded`;
 * a profile of a 1-page job from its history: events, workflow tasks, each activity's queue and run time;
   and the CPU seconds per job of the dev server, the worker, its document children (with their tools) and
   the API (from /proc, over the 1-client runs);
 * uploads/s accepted (8 clients, unique keys, 100 KB PDF) while the worker works through them, and with no
-  worker running;
+  worker running, each beside the server's bare `start_workflow` rate measured right after it (8 callers, as
+  many starts): the ratio is what the API keeps of what the server could start;
 * peak memory (VmHWM) of the worker, its children, the dev server and the API.
 """
 
@@ -43,7 +47,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 import pikepdf
-from harness import api_answers, dev_server_env, environ, free_port, hundred_kb_pdf, peak_rss_mib, wait_for
+from floor import JOB_STEPS, in_series, start_rate, workflow_rate
+from harness import (
+    api_answers,
+    cpu_seconds,
+    descendants,
+    dev_server_env,
+    environ,
+    free_port,
+    hundred_kb_pdf,
+    peak_rss_mib,
+    wait_for,
+)
 from pyhanko.keys import load_cert_from_pemder
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.pdf_utils.reader import PdfFileReader
@@ -63,7 +78,7 @@ from tests.fixtures.samples import make_sample_pdf
 REPO = Path(__file__).resolve().parent.parent
 CLIENTS = (1, 2, 4)
 PAGES = (1, 10)
-TICKS = os.sysconf("SC_CLK_TCK")
+BENCH_RUNNING_JOBS = 100_000
 
 
 # --- the raw loop ------------------------------------------------------------------------------------------
@@ -112,33 +127,6 @@ class RawLoop:
 
 
 # --- processes and /proc ------------------------------------------------------------------------------------
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields_ = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields_[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def cpu_seconds(pid: int, *, with_reaped: bool = True) -> float:
-    """User + system CPU of `pid` (and of its reaped children: tool subprocesses end up there)."""
-    try:
-        stat = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = int(stat[11]) + int(stat[12]) + ((int(stat[13]) + int(stat[14])) if with_reaped else 0)
-    return ticks / TICKS
 
 
 @dataclass
@@ -263,6 +251,27 @@ async def upload_rate(bench: Bench, body: bytes, uploads: int, concurrency: int 
         return uploads / (time.perf_counter() - started)
 
 
+Acceptance = dict[str, list[float]]  # "uploads": HTTP uploads/s, "starts": bare `start_workflow` calls/s
+
+
+def measure_acceptance(bench: Bench, server: int, body: bytes, uploads: int, into: Acceptance) -> None:
+    """One measurement of uploads/s and of the server's bare start rate, the same number of each, one after the other
+    (a second apart): the bare start rate is the most the API could accept on this server at that moment."""
+    into["uploads"].append(asyncio.run(upload_rate(bench, body, uploads)))
+    time.sleep(1)
+    into["starts"].append(asyncio.run(bare_start_rate(bench.settings, server, uploads)))
+    time.sleep(1)
+
+
+async def bare_start_rate(settings: TemporalSettings, server: int, starts: int) -> float:
+    return (await start_rate(await connect(settings), server, starts))[0]
+
+
+async def floor_rate(settings: TemporalSettings, server: int, jobs: int, at_once: int) -> float:
+    """Temporal's floor for a job's shape on this server (bench/floor.py): `JOB_STEPS` no-op activities a workflow."""
+    return (await workflow_rate(await connect(settings), server, JOB_STEPS, jobs, at_once))[0]
+
+
 # --- the run ------------------------------------------------------------------------------------------------
 
 
@@ -272,6 +281,9 @@ def environment(folder: Path) -> Iterator[dict[str, str]]:
         **os.environ,
         **dev_server_env(folder, "docjobs-throughput"),
         "DOCJOBS_TENANTS_FILE": str(folder / "tenants.json"),
+        # The uploads of a measurement are jobs of one tenant, far more at once than its share of 20 running jobs:
+        # the share is measured by tests/test_quotas.py, not here.
+        "DOCJOBS_TENANT_MAX_RUNNING_JOBS": str(BENCH_RUNNING_JOBS),
     }
     with environ(env):
         yield env
@@ -316,11 +328,14 @@ def main() -> int:
             wait_for(lambda: api_answers(bench.base), api, "the API")
             processes = Processes(server_pid, worker.pid, api_pids(api))
             raw_rates: dict[int, list[float]] = {pages: [] for pages in PAGES}
+            floors: dict[int, list[float]] = {clients: [] for clients in CLIENTS}
             rates: dict[tuple[int, int], list[float]] = {}
             latencies: list[float] = []
             cpu: dict[str, list[float]] = {}
             profiles = []
             for run in range(args.runs):
+                for clients in CLIENTS:
+                    floors[clients].append(asyncio.run(floor_rate(settings, server_pid, args.docs, clients)))
                 for pages in PAGES:
                     raw_rates[pages].append(raw.rate(documents[pages], args.docs))
                     body = documents[pages].read_bytes()
@@ -335,10 +350,12 @@ def main() -> int:
                                 cpu.setdefault(name, []).append((after[name] - before[name]) / (args.docs + 1))
                             profiles.append(asyncio.run(last_job_profile(bench)))
                 print(f"run {run + 1}/{args.runs} done", file=sys.stderr)
-            busy, idle = [], []
+            # Acceptance beside the server's bare start rate, both while the worker works through the uploads' jobs
+            # (each upload is a job: after the first measurement the backlog keeps it busy), then with no worker.
+            busy: Acceptance = {"uploads": [], "starts": []}
+            idle: Acceptance = {"uploads": [], "starts": []}
             for _ in range(args.runs):
-                busy.append(asyncio.run(upload_rate(bench, upload_body, args.uploads)))
-                time.sleep(1)
+                measure_acceptance(bench, server_pid, upload_body, args.uploads, busy)
             memory = {
                 "worker": peak_rss_mib(worker.pid),
                 "children (each, max)": max((peak_rss_mib(pid) for pid in processes.children()), default=0.0),
@@ -348,8 +365,8 @@ def main() -> int:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=60)
             for _ in range(args.runs):
-                idle.append(asyncio.run(upload_rate(bench, upload_body, args.uploads)))
-            report(args, raw_rates, rates, latencies, cpu, profiles, busy, idle, memory)
+                measure_acceptance(bench, server_pid, upload_body, args.uploads, idle)
+            report(args, raw_rates, floors, rates, latencies, cpu, profiles, busy, idle, memory)
         finally:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
@@ -363,26 +380,38 @@ def main() -> int:
 def report(
     args: argparse.Namespace,
     raw_rates: dict[int, list[float]],
+    floors: dict[int, list[float]],
     rates: dict[tuple[int, int], list[float]],
     latencies: list[float],
     cpu: dict[str, list[float]],
     profiles: list[dict[str, Any]],
-    busy: list[float],
-    idle: list[float],
+    busy: Acceptance,
+    idle: Acceptance,
     memory: dict[str, float],
 ) -> None:
-    print(f"\n{args.runs} runs, {args.docs} documents per docjobs measurement; medians\n")
-    print("| runner | pages | clients | docs/s | ratio to raw |")
-    print("|---|---|---|---|---|")
+    print(f"\n{args.runs} runs, {args.docs} documents per docjobs measurement; medians")
+    print(f"floor: a workflow of {JOB_STEPS} no-op activities, as many at once as docjobs' clients (bench/floor.py)")
+    print("floor + work: the floor and the raw loop in series, what docjobs would reach if it added nothing\n")
+    print(
+        "| pages | clients | docjobs docs/s | floor wf/s | raw docs/s | floor + work | ratio to floor + work | to raw |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for pages in PAGES:
         raw = median(raw_rates[pages])
-        print(f"| raw loop | {pages} | 1 | {raw:.2f} | 1.00 |")
         for clients in CLIENTS:
-            rate = median(rates[(pages, clients)])
-            print(f"| docjobs | {pages} | {clients} | {rate:.2f} | {rate / raw:.2f} |")
+            rate, floor = median(rates[(pages, clients)]), median(floors[clients])
+            both = in_series(floor, raw)
+            print(
+                f"| {pages} | {clients} | {rate:.2f} | {floor:.2f} | {raw:.2f} | {both:.2f} | {rate / both:.2f} "
+                f"| {rate / raw:.2f} |"
+            )
+    print(f"\n| acceptance ({args.uploads} uploads of 100 KB, 8 clients) | uploads/s | bare starts/s | ratio |")
+    print("|---|---|---|---|")
+    for label, measured in (("worker busy", busy), ("no worker", idle)):
+        uploads, starts = median(measured["uploads"]), median(measured["starts"])
+        print(f"| {label} | {uploads:.1f} | {starts:.1f} | {uploads / starts:.2f} |")
     print(f"\none 1-page job, upload to succeeded: median {median(latencies):.3f} s, ", end="")
     print(f"p90 {sorted(latencies)[int(0.9 * (len(latencies) - 1))]:.3f} s ({len(latencies)} jobs)")
-    print(f"uploads/s (100 KB, 8 clients): worker busy {median(busy):.1f}, no worker {median(idle):.1f}")
     print("\nCPU seconds per 1-page job (1 client):")
     for name, values in cpu.items():
         print(f"  {name:<10} {median(values):.3f}")

@@ -27,8 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import dev_server_env, print_table
-from throughput import cpu_seconds, descendants
+from harness import cpu_seconds, descendants, dev_server_env, print_table
 
 from docjobs.domain.stage_cost import JobCost
 from docjobs.domain.states import JobState
