@@ -133,6 +133,13 @@ class ApiContext:
         start something asks Temporal. `started` or `release` the reservation once the start is done."""
         admissions, batches = self.admissions, BatchClient(self.jobs)
         async with admissions.lock(tenant):
+            # Far from the limit, one count decides: the share in use plus every admission here not yet known to be
+            # visible (some counted twice) is more than the share can be, so if that leaves `slots` free, they are.
+            # Only near the limit is each admission asked about (one visibility query each, under this lock).
+            unseen = admissions.unseen(tenant)
+            used = await batches.running_slots(tenant, limit=limits.max_running_jobs)
+            if used + sum(held.slots for held in unseen) + slots <= limits.max_running_jobs:
+                return admissions.shared(workflow_id) or admissions.reserve(tenant, workflow_id, slots)
             pending = 0
             for held in admissions.unseen(tenant):  # first: once visible, a start is in every count after
                 if await batches.visible(held.workflow_id):
