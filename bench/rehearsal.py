@@ -63,7 +63,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import boto3  # type: ignore[import-untyped]
 import httpx
 from harness import api_answers, dev_server_env, environ, free_port, print_table, wait_for
-from moto.server import ThreadedMotoServer
 from providers import Call, Switch, SwitchedProxy, WebhookReceiver, per_key, serving
 from pyhanko.keys import load_cert_from_pemder
 from pyhanko.pdf_utils.reader import PdfFileReader
@@ -77,12 +76,12 @@ from docjobs.settings.tenants import add_tenant, set_callback
 from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.devserver import ensure_dev_server, stop_dev_server
 from docjobs.temporal.settings import TemporalSettings
+from tests.conftest import REGION, moto_server
 from tests.fixtures.samples import make_sample_pdf
 from tests.fixtures.test_pki import TestPki, serving_test_pki
 
 REPO = Path(__file__).resolve().parent.parent
 BUCKET = "rehearsal"
-REGION = "eu-west-1"
 TENANT = "rehearsal"
 TERMINAL = frozenset({"succeeded", "failed", "canceled", "quarantined"})
 CAPACITY_CLIENTS = 4
@@ -119,18 +118,6 @@ class Stack:
     documents: Iterator[bytes]
 
 
-def moto_server() -> tuple[ThreadedMotoServer, str]:
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    admin = boto3.client(
-        "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="bench", aws_secret_access_key="bench"
-    )
-    admin.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-    return server, endpoint
-
-
 def aws_env(endpoint: str) -> dict[str, str]:
     """boto3 pointed at `endpoint` through the environment only, away from the host's AWS configuration."""
     return {
@@ -155,7 +142,7 @@ def documents(folder: Path) -> Iterator[bytes]:
 def stack(folder: Path) -> Iterator[Stack]:
     """Everything up, on loopback; everything stopped again after the block."""
     with ExitStack() as stop:
-        moto, moto_url = moto_server()
+        moto, moto_url = moto_server(BUCKET)
         stop.callback(moto.stop)
         pki = stop.enter_context(serving_test_pki(folder / "pki"))
         switch = Switch()

@@ -147,6 +147,13 @@ def free_port() -> int:
 def moto_endpoint() -> Iterator[str]:
     """moto's S3 as a real HTTP server on loopback for the session, with the test bucket."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server, endpoint = moto_server(BUCKET)
+    yield endpoint
+    server.stop()
+
+
+def moto_server(bucket: str) -> tuple[ThreadedMotoServer, str]:
+    """moto's S3 started as a real HTTP server on a free loopback port, with `bucket` made: the server and its URL."""
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -154,9 +161,8 @@ def moto_endpoint() -> Iterator[str]:
     admin = boto3.client(
         "s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id="test", aws_secret_access_key="test"
     )
-    admin.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-    yield endpoint
-    server.stop()
+    admin.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+    return server, endpoint
 
 
 @contextmanager

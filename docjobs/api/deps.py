@@ -141,7 +141,7 @@ class ApiContext:
             if used + sum(held.slots for held in unseen) + slots <= limits.max_running_jobs:
                 return admissions.shared(workflow_id) or admissions.reserve(tenant, workflow_id, slots)
             pending = 0
-            for held in admissions.unseen(tenant):  # first: once visible, a start is in every count after
+            for held in unseen:  # first: once visible, a start is in every count after
                 if await batches.visible(held.workflow_id):
                     admissions.forget(held)
                 else:
@@ -149,6 +149,7 @@ class ApiContext:
             joined = admissions.shared(workflow_id)
             if joined is not None:
                 return joined
+            # Counted again: a start that became visible after the first count was just forgotten as pending.
             used = await batches.running_slots(tenant, limit=limits.max_running_jobs)
             free = running_slots_check(used + pending, limits)
             return admissions.reserve(tenant, workflow_id, min(slots, free))
