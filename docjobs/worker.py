@@ -46,6 +46,7 @@ from activities.publish import PublishActivities
 from activities.release import ReleaseActivities
 from activities.resolve import ResolveActivities
 from docjobs.domain import stage_specs as specs
+from docjobs.domain.contract import DEADLINE_GRACE
 from docjobs.domain.stage_specs import ActivitySpec, StageQueue, StageSpec, spec_of
 from docjobs.isolation import gate_work
 from docjobs.isolation.child_pool import ChildLimits, ChildPool
@@ -58,7 +59,7 @@ from docjobs.settings.policies import PolicyBook
 from docjobs.signing.environment import check_sign_levels
 from docjobs.store.sweep import sweep_stale
 from docjobs.temporal.batches import batch_task_queue
-from docjobs.temporal.client import DEADLINE_GRACE, JobClient, connect
+from docjobs.temporal.client import JobClient, connect
 from docjobs.temporal.deployments import deployment_config
 from docjobs.temporal.job_gauges import active_job_gauges
 from docjobs.temporal.logs import LOG_FORMATS, configure_logging, default_log_format, identify

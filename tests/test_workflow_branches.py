@@ -384,6 +384,56 @@ async def test_a_failed_notification_changes_nothing_but_notification(branches: 
     assert (status.state, status.failure_code, status.notification) == (JobState.SUCCEEDED, None, "failed")
 
 
+def failing_in_the_wrap_up(code: str) -> Callable[[], Awaitable[None]]:
+    """A step that fails while it runs as a local activity (the wrap-up's) and succeeds as an activity."""
+    fail = failing(code)
+
+    async def fail_locally() -> None:
+        if activity.info().is_local:
+            await fail()
+
+    return fail_locally
+
+
+async def test_a_store_that_fails_the_clean_up_leaves_the_decided_state_and_cleans_up_after(
+    branches: Branches,
+) -> None:
+    """The rehearsal's store outage (bench/rehearsal.py): clean-up's three local attempts fail, the job still
+    ends `succeeded` (it read `failed` `workflow.terminated` before: the run itself failed), the tenant is told,
+    and the clean-up is retried as an activity after the end."""
+    branches.doubles.behaviour["cleanup"] = failing_in_the_wrap_up("storage.unavailable")
+    job_id = await branches.start()
+    status = await branches.outcome(job_id)
+    assert (await branches.jobs.handle(job_id).describe()).status is WorkflowExecutionStatus.COMPLETED
+    assert (status.state, status.failure_code, status.notification) == (JobState.SUCCEEDED, None, "delivered")
+    assert (status.output_sha256, status.evidence_sha256) != (None, None) and status.cleanup == "done after the end"
+    assert [entry for entry in branches.doubles.log if not entry.startswith("evidence")][-5:] == [
+        "cleanup:1",
+        "cleanup:2",
+        "cleanup:3",
+        "notify:1",
+        "cleanup:1",  # the activity's own first attempt, once the tenant was told
+    ]
+    assert [event.state for event in branches.doubles.notified] == [JobState.SUCCEEDED]
+    assert [step.state for step in status.transitions] == RELEASED
+
+
+async def test_a_clean_up_with_no_time_left_is_left_to_the_retention_sweep(branches: Branches) -> None:
+    """Too close to the run's execution timeout for one more attempt: the job ends in its decided state, and
+    says its staged attempts are left to the retention sweep (which deletes the run's folder)."""
+    branches.doubles.behaviour["render"] = failing("input.malformed")
+    branches.doubles.behaviour["cleanup"] = failing("storage.unavailable")
+    job_id = await branches.start(execution_timeout=timedelta(seconds=150))  # 1 minute margin, 2 per attempt
+    status = await branches.outcome(job_id)
+    assert (await branches.jobs.handle(job_id).describe()).status is WorkflowExecutionStatus.COMPLETED
+    assert (status.state, status.failure_code) == (JobState.FAILED, "input.malformed"), status
+    assert status.cleanup == "left to the retention sweep"
+    assert [entry for entry in branches.doubles.log if entry.startswith("cleanup")] == [
+        f"cleanup:{n}" for n in (1, 2, 3)
+    ]
+    assert [event.failure_code for event in branches.doubles.notified] == ["input.malformed"]
+
+
 @pytest.mark.parametrize("how", ["temporal-cancel", "cancel-signal"])
 async def test_a_cancel_mid_stage_cancels_the_stage_then_cleans_up(branches: Branches, how: str) -> None:
     render = branches.doubles.behaviour["render"] = Hold()

@@ -39,12 +39,18 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_TYPE,
     )
     from docjobs.domain.errors import FailureCode, Outcome, outcome_of
-    from docjobs.domain.job_status import ChunkProgress, JobStatus, OcrSection, RenderSection, TransitionRecord
+    from docjobs.domain.job_status import (
+        ChunkProgress,
+        CleanupOutcome,
+        JobStatus,
+        OcrSection,
+        RenderSection,
+        TransitionRecord,
+    )
     from docjobs.domain.metric_names import DOCUMENT_CPU, JOBS_TERMINAL, RELEASED_PAGES, failure_family
     from docjobs.domain.models import (
         BlobRef,
         CancelAnswer,
-        CleanupInput,
         DocumentJobInput,
         EvidenceInput,
         JobRequest,
@@ -76,12 +82,13 @@ with workflow.unsafe.imports_passed_through():
         ocr_in_page_ranges,
         page_ranges,
     )
+    from workflows.staging_cleanup import clean_up, clean_up_after_the_end
 
 
 InputT = TypeVar("InputT", bound=StageInput)
 OutputT = TypeVar("OutputT", bound=StageOutput)
 
-WRAP_UP_TIMEOUT = timedelta(minutes=2)  # one attempt of `evidence` or `cleanup`
+WRAP_UP_TIMEOUT = timedelta(minutes=2)  # one attempt of `evidence` (and of `cleanup`: workflows/staging_cleanup.py)
 RESOLVE_TIMEOUT = timedelta(minutes=5)  # a policy look-up and one copy of the source within the store
 CALLER_WAIT_ENDED = CALLER_WAIT_ENDED_SIGNAL  # a caller's poll budget ended (history only, not an outcome)
 NOTIFY_TIMEOUT = timedelta(seconds=30)
@@ -250,14 +257,13 @@ class DocumentJobWorkflow:
         recorded (a slow or failing callback would hold it for minutes); as an activity it starts once the
         terminal state is in history."""
         ending = await self._record_evidence(ending)
-        await workflow.execute_local_activity(
-            stages.cleanup,
-            CleanupInput(job_id=self._request.job_id),
-            start_to_close_timeout=WRAP_UP_TIMEOUT,
-            retry_policy=RetryPolicy(maximum_attempts=3),
-        )
+        cleaned = await clean_up(self._request.job_id)
+        if not cleaned:  # the job ends all the same (workflows/staging_cleanup.py)
+            self._status.cleanup = CleanupOutcome.RETRYING
         self._finish(ending)
         await self._notify()
+        if not cleaned:
+            self._status.cleanup = await clean_up_after_the_end(self._request.job_id, self.deadline_at)
 
     async def _notify(self) -> None:
         """Tell the tenant's callback (if any) about the terminal state; a failed delivery is only recorded."""

@@ -10,6 +10,7 @@ own service".
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
@@ -24,6 +25,10 @@ STATUS_QUERY = "status"  # -> JobStatus
 CANCEL_SIGNAL = "cancel"  # no argument: the job ends `canceled` (reason `requested`)
 CANCEL_UPDATE = "cancel_job"  # no argument -> CancelAnswer; refused once the job has ended
 CALLER_WAIT_ENDED_SIGNAL = "caller_wait_ended"  # docjobs' own poller: a caller's wait budget ran out
+# Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal itself times
+# the workflow out (docjobs' clients start each run with that execution timeout), so not even a wedged workflow can
+# stay active forever. A run started without one still ends its clean-up by then.
+DEADLINE_GRACE = timedelta(minutes=10)
 
 # file name in schemas/ -> (model, whether it is read (validation) or written (serialization) by the workflow)
 SCHEMAS: dict[str, tuple[type[BaseModel], JsonSchemaMode]] = {

@@ -11,6 +11,7 @@ any SDK's client and any older worker's answer read the same.
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
@@ -28,6 +29,16 @@ from docjobs.domain.models import (
 from docjobs.domain.policy import WatermarkMode
 from docjobs.domain.stage_cost import JobCost
 from docjobs.domain.states import JobState, Stage
+
+
+class CleanupOutcome(StrEnum):
+    """The clean-up of a job's staged attempts, when the wrap-up could not finish it (the store did not answer its
+    three attempts): the job ended all the same, and the clean-up went on after the end. A status without one
+    was cleaned up in the wrap-up."""
+
+    RETRYING = "retrying"  # the job has ended; its clean-up is being retried
+    DONE_AFTER_THE_END = "done after the end"
+    LEFT_TO_RETENTION = "left to the retention sweep"  # the store did not answer while the run could live
 
 
 class RenderSection(Frozen):
@@ -118,6 +129,7 @@ class JobStatus(BaseModel):
     commitment_salt: str | None = None
     cost: JobCost = JobCost()  # CPU, wall time, memory and I/O of every stage attempt (docjobs.domain.stage_cost.Cost)
     notification: str | None = None  # the tenant callback: "delivered", "no callback", "failed"
+    cleanup: CleanupOutcome | None = None  # set when the wrap-up could not delete the staged attempts
     failure_code: str | None = None
     failure_message: str | None = None
     cancel_reason: str | None = None

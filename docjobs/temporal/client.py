@@ -36,7 +36,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from docjobs.domain.contract import CALLER_WAIT_ENDED_SIGNAL, job_summary
+from docjobs.domain.contract import CALLER_WAIT_ENDED_SIGNAL, DEADLINE_GRACE, job_summary
 from docjobs.domain.errors import DocJobError, FailureCode, known_code
 from docjobs.domain.idempotency import keyed_job_id
 from docjobs.domain.job_status import JobStatus, TransitionRecord
@@ -63,9 +63,6 @@ from workflows.ocr_page_ranges import OCR_PARTS
 if TYPE_CHECKING:
     from docjobs.signing.evidence import EvidenceCheck
 
-# Beyond its own deadline a job gets this long to cancel its stages and clean up; after that Temporal
-# itself times the workflow out, so not even a wedged workflow can stay active forever.
-DEADLINE_GRACE = timedelta(minutes=10)
 QUERY_TIMEOUT = timedelta(seconds=5)
 STAGE_NAMES = frozenset(stage.value for stage in Stage)
 P = ParamSpec("P")
