@@ -84,7 +84,7 @@ class IsolatedStages(StoreStages):
             typed_failures(stage, request.shape, pages=lease.pages_total, meter=meter, resume=lease.details) as number,
             lease,
             _output_capped(request),
-            self._pool.lease(request.job_id) as (pool, root),
+            self._pool.lease(request.job_id, with_followers=request.shape.signs) as (pool, root),
             _work_root(root),
             self._folder(stage, root) as folder,
         ):

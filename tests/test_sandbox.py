@@ -263,10 +263,11 @@ def test_a_zygote_imports_ahead_its_queues_modules_only(tmp_path: Path) -> None:
     assert seen == {("tabnanny",): ("tabnanny",), None: ("pickletools", "tabnanny")}
 
 
-def test_a_tenants_first_task_opens_its_gate_pool_ahead(tmp_path: Path) -> None:
-    """The release gate's pools follow the stages' (`sibling_pools`): a tenant's first stage task opens its gate
-    pool too, in the background, so that its zygote imports beside the stage zygote's instead of after them, at
-    the tenant's first `sign`. Another tenant's gate pool is not opened, and a second task opens nothing more."""
+def test_a_signed_job_s_task_opens_its_tenant_s_gate_pool_ahead(tmp_path: Path) -> None:
+    """The release gate's pools follow the stages' (`sibling_pools`): the stage task of a job that will sign opens
+    its tenant's gate pool too, in the background, so that its zygote imports beside the stage zygote's instead of
+    after them, at the tenant's first `sign`. A job that does not sign opens none (a tenant that never signs pays
+    for no gate zygote), another tenant's is not opened, and a second signed task opens nothing more."""
     stages = TenantPools(
         lambda home, confinement: ChildPool(ChildLimits(), home=home, entries="tests.sandbox_entries"),
         tmp_path,
@@ -275,14 +276,20 @@ def test_a_tenants_first_task_opens_its_gate_pool_ahead(tmp_path: Path) -> None:
     gate = sibling_pools(stages, "tests.sandbox_entries")
     assert isinstance(gate, TenantPools)
     try:
-        with stages.lease("acme/first") as (pool, _):
+        with stages.lease("acme/unsigned") as (pool, _):
+            assert pool.run("pages", Order(), Seen, cpu=QUICK).pid
+        with stages.lease("globex/unsigned") as (pool, _):
+            assert pool.run("pages", Order(), Seen, cpu=QUICK).pid
+        # An opening ahead starts its thread within the lease: none, and no gate pool, means none was asked for.
+        assert not gate.pools() and "docjobs-pool-ahead" not in {thread.name for thread in threading.enumerate()}
+        with stages.lease("acme/signed", with_followers=True) as (pool, _):
             assert pool.run("pages", Order(), Seen, cpu=QUICK).pid
         deadline = time.monotonic() + 30
         while "acme" not in gate.pools() and time.monotonic() < deadline:
             time.sleep(0.05)
         opened = gate.pools()
         assert list(opened) == ["acme"] and opened["acme"].zygote_pid() is not None
-        with stages.lease("acme/second") as (pool, _):
+        with stages.lease("acme/signed-again", with_followers=True) as (pool, _):
             pool.run("pages", Order(), Seen, cpu=QUICK)
         assert gate.pools() == opened  # the same pool: opened once
     finally:

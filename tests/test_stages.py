@@ -118,42 +118,44 @@ def test_the_workflow_calls_activities_only_by_declaration() -> None:
 # workflows, recorded histories and other-language clients send or read: add a field with a default, never
 # rename or retype one. `resolve` is left out: its input and output are the workflow's own input (JobRequest).
 WIRE = {
+    # In every stage's input (generate, render, ocr, redact, sign, verify, publish), the last addition: the job
+    # shape's `signs` (defaulted: False from an older workflow, whose signed job then opens its gate pool at `sign`).
     # Office input (docs/office.md), all additions: the `office` value of InputKind (in `generate`'s input), the
     # policy's defaulted `office` section (in `render`'s, `evidence`'s and the batch's inputs), and render's
     # defaulted `converted_from` and `converted` outputs.
-    "generate": ("a282910d3b38757a", "a9d31aa13fe73412"),
+    "generate": ("3cc7d5c8d834c8b8", "a9d31aa13fe73412"),
     # Then render's defaulted `fonts_substituted` output (an office input's font families drawn with a substitute).
     # Then the policy's `office.pdf_variant` (defaulted: None, a plain export), in render's, evidence's and the
     # batch's inputs.
     # Then the watermark's `opacity` (defaulted: 0.35, the stamp's opacity before it), in every input that carries a
     # watermark policy (render, ocr, redact) or a whole policy (evidence, the batch's).
-    "render": ("f28437dc4588e361", "7a875a8530369afc"),
+    "render": ("b13dda702baccf34", "7a875a8530369afc"),
     # Additions since, each with a default (OCR in page ranges): the OCR policy's `chunk_pages` and `max_parallel`
     # (in `ocr`'s input and the batch's pinned policy) and the status's `ocr_chunks` (in `evidence`'s input).
     # Then the watermark's `opacity` (see render).
-    "ocr": ("a6fefa6e7e8474b5", "8f2d9486220d9f6a"),
+    "ocr": ("0db357a064faec8f", "8f2d9486220d9f6a"),
     # The redaction summary counts spans (`spans`, defaulted) and no longer the glyphs they removed: a removed
     # field is ignored by older code (Frozen: extra="ignore"), which reads its default, and old histories replay.
     # Then a page's `fallback_fonts` (defaulted: the kinds of the fonts behind `font_not_resubset`).
     # A region's page is at most 2**53 - 1 (JSON_SAFE_INTEGER: what canonical JSON writes exactly; beyond, hashing
     # the ask crashed), in every input that carries a redaction policy.
     # Then the watermark's `opacity` (see render).
-    "redact": ("efc0ea3f0d930e8c", "3386064094867ec2"),
+    "redact": ("419841aa283fba67", "3386064094867ec2"),
     # An addition with a default (the release gate, docs/release-gates.md): sign's `gate` settings (None in an older
     # workflow's input: the gate then checks what needs no policy, and active content as the shipped policies strip it).
     # Then the region page bound (see redact) in the gate settings' redaction policy.
     # Then the policy's `sign.level` (defaulted: None, B-T when a TSA is configured, else B-B, as before levels), in the
     # input's `sign` section.
     # Then the output's `timestamp_token` (None: not B-LTA, or signed by older code), for the release's archive.
-    "sign": ("6e7d2da197cc9bd6", "d072d0af6d13e697"),
+    "sign": ("f1b42f893dc2b1f9", "d072d0af6d13e697"),
     # An addition with a default (PDF/A outputs, docs/policies.md): verify's `pdfa` output (None in older results).
     # Then the region page bound (see redact). Then the output's `signature` typed (SignatureVerdict): the same keys,
     # the seven every verify since the first has written required, `tenant` and `docmdp` defaulted (None).
     # Then long-term signatures (issue 40), additions with defaults: the input's `sign_level` (None: no long-term
     # validation, as before) and the signature verdict's `long_term` (None in older results). Then the PDF/A outcome's
     # `validators` and `disagreement` (page-validation joins docjobs' check; {} and None in older results).
-    "verify": ("f3ca4ed664aaef61", "cf089e1d4607b2d2"),
-    "publish": ("5d70c15f32f8b11b", "07d6f74d025457b0"),
+    "verify": ("515dd5741a5b9ded", "cf089e1d4607b2d2"),
+    "publish": ("87595f58d5085b4c", "07d6f74d025457b0"),
     # Additions with defaults: `converted` (an office input's PDF, which the evidence binds; None in old jobs), then
     # the input's `redactions` (counts by kind: {} in old jobs) and the output's `commitment_salt` (None from older
     # workers); then the region page bound (see redact); then the watermark's `opacity` (see render).

@@ -487,7 +487,10 @@ class DocumentJobWorkflow:
         pages = pages or self._status.page_count or self._request.policy.max_pages
         per_page = spec.per_page(timing)
         task_queue = self._task_queue(spec.queue)
-        shape = JobShape(watermark_mode=self._request.policy.watermark.mode, page_count=self._status.page_count)
+        policy = self._request.policy
+        shape = JobShape(
+            watermark_mode=policy.watermark.mode, page_count=self._status.page_count, signs=policy.sign.enabled
+        )
         cpu = CpuBudget(base_seconds=timing.base_seconds, per_page_seconds=per_page)
         try:
             result = await workflow.execute_activity(

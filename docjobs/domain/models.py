@@ -180,10 +180,12 @@ class CancelAnswer(BaseModel):
 
 
 class JobShape(Frozen):
-    """What a stage's metrics are labelled with: low-cardinality facts about its job, never its identity."""
+    """Low-cardinality facts about a stage's job, never its identity: what its metrics are labelled with, and
+    whether the job will sign (its tenant's release-gate pool is then opened ahead, beside its stage's)."""
 
     watermark_mode: WatermarkMode | None = None  # None: scheduled by a workflow that did not send it yet
     page_count: int = Field(default=0, ge=0)  # 0: not known yet (render counts them)
+    signs: bool = False  # the policy signs (False too from a workflow that did not send it: the gate opens at `sign`)
 
 
 class StageInput(Frozen):

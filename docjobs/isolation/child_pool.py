@@ -139,9 +139,10 @@ class ChildPool:
         self._spawner.stop()
 
     @contextlib.contextmanager
-    def lease(self, job_id: str) -> Iterator[tuple[ChildPool, Path | None]]:
+    def lease(self, job_id: str, *, with_followers: bool = False) -> Iterator[tuple[ChildPool, Path | None]]:
         """This pool for any job (see `TenantPools` for one per tenant), and where attempts keep their folders: in
-        its sandbox's root when confined (`work_root`), else where they do (None)."""
+        its sandbox's root when confined (`work_root`), else where they do (None). A pool for any job has no
+        followers (`with_followers`: TenantPools')."""
         with self.work_root() as root:
             yield self, root.path if root is not None else None
 

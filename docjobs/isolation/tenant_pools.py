@@ -92,23 +92,27 @@ class TenantPools:
         self._pools: dict[str, _TenantPool] = {}
         self._lock = threading.Lock()
         self._closed = False
-        # Pools a tenant's first task here will need next (the release gate's): opened as soon as this one is, each
-        # zygote's imports beside the others' instead of after them.
+        # Pools a tenant's task here may say it will need next (a signed job's release gate): opened as soon as
+        # the task's lease is taken, each zygote's imports beside the others' instead of after them.
         self.followers: list[TenantPools] = []
 
     def root(self, tenant: str) -> Path:
         return tenant_root(self.work_dir, tenant)
 
     @contextlib.contextmanager
-    def lease(self, job_id: str) -> Iterator[tuple[ChildPool, Path | None]]:
-        """The job's tenant's pool and work root, kept open while the block runs."""
+    def lease(self, job_id: str, *, with_followers: bool = False) -> Iterator[tuple[ChildPool, Path | None]]:
+        """The job's tenant's pool and work root, kept open while the block runs; `with_followers`: the job will
+        need the followers' pools too (a signed job), and each that its tenant has not open is opened ahead.
+        Not for every job: a gate zygote costs a tenant whose jobs never sign its imports and its memory."""
         with self._lock:
             if self._closed:
                 raise ChildCrashed("the worker is stopping")
-            entry = self._pools.get(tenant := tenant_of(job_id))
-            if entry is None:
+            tenant = tenant_of(job_id)
+            if with_followers:
                 for follower in self.followers:
                     follower.open_ahead(tenant)
+            entry = self._pools.get(tenant)
+            if entry is None:
                 entry = self._open(tenant)
             entry.in_use += 1
         try:
@@ -134,6 +138,9 @@ class TenantPools:
                 with contextlib.suppress(Exception):
                     self._open(tenant)
 
+        with self._lock:
+            if self._closed or tenant in self._pools:  # the common case: no thread for a pool already open
+                return
         threading.Thread(target=open_it, name="docjobs-pool-ahead", daemon=True).start()
 
     def pools(self) -> dict[str, ChildPool]:
@@ -188,7 +195,7 @@ def sibling_pools(pools: ChildPool | TenantPools, entries: str) -> ChildPool | T
             confined=pools.confined,
             max_pools=pools.max_pools,
         )
-        pools.followers.append(sibling)  # a tenant's first stage opens its sibling too
+        pools.followers.append(sibling)  # a signed job's stage opens its sibling ahead
         return sibling
     return _sibling(pools, entries)
 
