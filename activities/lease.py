@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -21,7 +22,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.cost import AttemptMeter, cost_detail
 from activities.metrics import outcome_after_failure, record_attempt
-from docjobs.domain.errors import DocJobError, Outcome
+from docjobs.domain.errors import PROVIDER_OUTAGES, DocJobError, Outcome, outage_retry_seconds
 from docjobs.domain.models import JobShape
 
 log = logging.getLogger("docjobs.activities")
@@ -126,7 +127,14 @@ def typed_failures(
         retryable = error.outcome is Outcome.RETRY
         outcome, code = outcome_after_failure(retryable=retryable), error.code
         spent = _spent(stage, meter, resume)
-        raise ApplicationError(error.message, attempt, *spent, type=error.code, non_retryable=not retryable) from None
+        raise ApplicationError(
+            error.message,
+            attempt,
+            *spent,
+            type=error.code,
+            non_retryable=not retryable,
+            next_retry_delay=_outage_delay(error, attempt),
+        ) from None
     except CancelledError:
         outcome = "canceled"
         raise
@@ -145,6 +153,14 @@ def typed_failures(
             shape = shape.model_copy(update={"page_count": pages()})
         cpu = meter.finished().cpu_seconds if meter is not None else None
         record_attempt(stage, shape, outcome, time.monotonic() - started, code, cpu)
+
+
+def _outage_delay(error: DocJobError, attempt: int) -> timedelta | None:
+    """The wait before the next attempt of one that failed because a provider did not answer (None: the retry
+    policy's backoff). Temporal keeps the attempt count and the schedule-to-close: a retry never outlives them."""
+    if error.code not in PROVIDER_OUTAGES:
+        return None
+    return timedelta(seconds=outage_retry_seconds(attempt))
 
 
 def _spent(

@@ -13,11 +13,13 @@ import pytest
 from docjobs.domain.errors import (
     FAILURE_CODES,
     GUIDE_MARKERS,
+    PROVIDER_OUTAGES,
     DocJobError,
     FailureCode,
     Outcome,
     failure_code_table,
     known_code,
+    outage_retry_seconds,
     outcome_of,
 )
 
@@ -47,6 +49,14 @@ def test_a_code_from_the_wire_is_read_as_its_member_or_as_unknown() -> None:
     )
     with pytest.raises(ValueError):
         DocJobError("input.newer")  # type: ignore[arg-type]
+
+
+def test_a_provider_outage_is_retried_over_minutes_not_seconds() -> None:
+    """Only retried codes name an outage; five attempts (the default) wait 5 + 15 + 45 + 120 s between them, where
+    the retry policy's backoff waits 1 + 2 + 4 + 8 s: a store that is back within three minutes fails no stage."""
+    assert all(code.info.outcome is Outcome.RETRY for code in PROVIDER_OUTAGES)
+    assert [outage_retry_seconds(attempt) for attempt in range(1, 7)] == [5, 15, 45, 120, 120, 120]
+    assert sum(outage_retry_seconds(attempt) for attempt in range(1, 5)) > 180
 
 
 @pytest.mark.parametrize("page", ["docs/failure-codes.md", "RUNBOOK.md"])

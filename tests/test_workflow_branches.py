@@ -9,6 +9,7 @@ the docs document; the status is read through `JobClient.status`, as `starter.py
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
@@ -25,6 +26,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from activities.lease import typed_failures
+from docjobs.domain.errors import DocJobError, FailureCode, outage_retry_seconds
 from docjobs.domain.job_status import JobStatus
 from docjobs.domain.models import (
     ActivityTiming,
@@ -382,6 +385,23 @@ async def test_a_failed_notification_changes_nothing_but_notification(branches: 
     branches.doubles.behaviour["notify"] = failing("notify.failed", non_retryable=True)
     status = await branches.outcome(await branches.start())
     assert (status.state, status.failure_code, status.notification) == (JobState.SUCCEEDED, None, "failed")
+
+
+async def test_a_stage_the_store_failed_waits_the_outage_backoff_before_its_next_attempt(branches: Branches) -> None:
+    """A stage failing because the store did not answer, raised through the stages' own `typed_failures`, is tried
+    again after the outage backoff (5 s), not the retry policy's 1 s, and the job goes on once the store is back."""
+    started: list[float] = []
+
+    async def store_down_for_one_attempt() -> None:
+        started.append(time.monotonic())
+        if activity.info().attempt == 1:
+            with typed_failures("render"):
+                raise DocJobError(FailureCode.STORAGE_UNAVAILABLE)
+
+    branches.doubles.behaviour["render"] = store_down_for_one_attempt
+    status = await branches.outcome(await branches.start())
+    assert (status.state, status.attempts["render"]) == (JobState.SUCCEEDED, 2), status
+    assert started[1] - started[0] >= outage_retry_seconds(1) == 5
 
 
 def failing_in_the_wrap_up(code: str) -> Callable[[], Awaitable[None]]:
