@@ -73,7 +73,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows import stages
     from workflows.admission import NO_REQUEST, RequestInput, admit, placeholder_status
     from workflows.archive import open_archive
-    from workflows.endings import LOCAL_ACTIVITY_FAILURES, NON_RETRYABLE_CODES, Ending, cost_of_failure, failure_of
+    from workflows.endings import (
+        LOCAL_ACTIVITY_FAILURES,
+        NON_RETRYABLE_CODES,
+        WRAP_UP_TIMEOUT,
+        Ending,
+        cost_of_failure,
+        failure_of,
+    )
     from workflows.job_context import JobContext, generate_input, ocr_input, publish_input, redact_input, render_input
     from workflows.ocr_page_ranges import (
         OCR_PAGE_RANGES_PATCH,
@@ -88,7 +95,6 @@ with workflow.unsafe.imports_passed_through():
 InputT = TypeVar("InputT", bound=StageInput)
 OutputT = TypeVar("OutputT", bound=StageOutput)
 
-WRAP_UP_TIMEOUT = timedelta(minutes=2)  # one attempt of `evidence` (and of `cleanup`: workflows/staging_cleanup.py)
 RESOLVE_TIMEOUT = timedelta(minutes=5)  # a policy look-up and one copy of the source within the store
 CALLER_WAIT_ENDED = CALLER_WAIT_ENDED_SIGNAL  # a caller's poll budget ended (history only, not an outcome)
 NOTIFY_TIMEOUT = timedelta(seconds=30)

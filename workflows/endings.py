@@ -4,6 +4,7 @@ stage's typed failure gives it: its code, safe message and attempt, and what eve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
@@ -20,6 +21,8 @@ NON_RETRYABLE_CODES = [code for code, info in FAILURE_CODES.items() if info.outc
 # How a local activity's last failed attempt reaches the workflow: the SDK raises its ApplicationError or
 # TimeoutError itself, not wrapped in an ActivityError as an activity's failure is (sdk-rust issue 323).
 LOCAL_ACTIVITY_FAILURES = (ActivityError, ApplicationError, ActivityTimeoutError)
+# One attempt of a wrap-up step: `evidence`, and `cleanup` in the wrap-up or after the end (staging_cleanup.py).
+WRAP_UP_TIMEOUT = timedelta(minutes=2)
 
 
 def failure_of(error: ActivityError) -> tuple[str, str, int | None]:

@@ -21,9 +21,8 @@ with workflow.unsafe.imports_passed_through():
     from docjobs.domain.job_status import CleanupOutcome
     from docjobs.domain.models import CleanupInput
     from workflows import stages
-    from workflows.endings import LOCAL_ACTIVITY_FAILURES
+    from workflows.endings import LOCAL_ACTIVITY_FAILURES, WRAP_UP_TIMEOUT
 
-ATTEMPT_TIMEOUT = timedelta(minutes=2)  # one attempt, in the wrap-up or after the end
 RETRY_CAP = timedelta(minutes=5)  # the longest wait between the attempts after the end
 MARGIN = timedelta(minutes=1)  # how long before the run's execution timeout the attempts after the end stop
 
@@ -34,7 +33,7 @@ async def clean_up(job_id: str) -> bool:
         await workflow.execute_local_activity(
             stages.cleanup,
             CleanupInput(job_id=job_id),
-            start_to_close_timeout=ATTEMPT_TIMEOUT,
+            start_to_close_timeout=WRAP_UP_TIMEOUT,
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
     except LOCAL_ACTIVITY_FAILURES:
@@ -49,13 +48,13 @@ async def clean_up_after_the_end(job_id: str, deadline_at: datetime) -> CleanupO
     timeout = info.execution_timeout
     closes_at = info.workflow_start_time + timeout if timeout else deadline_at + DEADLINE_GRACE
     left = closes_at - MARGIN - workflow.now()
-    if left < ATTEMPT_TIMEOUT:  # not the time for one attempt: the run would close in the middle of it
+    if left < WRAP_UP_TIMEOUT:  # not the time for one attempt: the run would close in the middle of it
         return CleanupOutcome.LEFT_TO_RETENTION
     with suppress(ActivityError):
         await workflow.execute_activity(
             stages.cleanup,
             CleanupInput(job_id=job_id),
-            start_to_close_timeout=ATTEMPT_TIMEOUT,
+            start_to_close_timeout=WRAP_UP_TIMEOUT,
             schedule_to_close_timeout=left,
             retry_policy=RetryPolicy(
                 initial_interval=timedelta(seconds=10), backoff_coefficient=2.0, maximum_interval=RETRY_CAP
